@@ -1,0 +1,886 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// BadgerOptions configure the embedded store. Zero values take defaults.
+type BadgerOptions struct {
+	// Dir holds the database (bonsai uses <data-dir>/db).
+	Dir string
+	// MemoryMB is the memory budget for memtables and caches. The default
+	// (24) keeps a store of 10,000 small objects well under 40 MB RSS on a
+	// 512 MB device; raise it on larger machines for more cache.
+	MemoryMB int
+	// CompactInterval is how often history is compacted (default 1m).
+	CompactInterval time.Duration
+	// RetainFor and RetainRevisions bound compaction: history younger than
+	// RetainFor and the last RetainRevisions revisions are always kept
+	// (defaults 5m and 10,000).
+	RetainFor       time.Duration
+	RetainRevisions uint64
+	// GCInterval is how often the value log is garbage collected (default
+	// 1m).
+	GCInterval time.Duration
+	// WatchRing is how many recent events are kept in memory for watchers
+	// (default 1024); MaxWatchLag is how many revisions a live watcher may
+	// fall behind before it is ended (default 10,000).
+	WatchRing   int
+	MaxWatchLag uint64
+	Logger      *slog.Logger
+}
+
+func (o *BadgerOptions) setDefaults() {
+	if o.MemoryMB <= 0 {
+		o.MemoryMB = 24
+	}
+	if o.CompactInterval <= 0 {
+		o.CompactInterval = time.Minute
+	}
+	if o.RetainFor <= 0 {
+		o.RetainFor = 5 * time.Minute
+	}
+	if o.RetainRevisions == 0 {
+		o.RetainRevisions = 10000
+	}
+	if o.GCInterval <= 0 {
+		o.GCInterval = time.Minute
+	}
+	if o.WatchRing <= 0 {
+		o.WatchRing = 1024
+	}
+	if o.MaxWatchLag == 0 {
+		o.MaxWatchLag = 10000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Internal keys start with a NUL byte, which no valid key can contain.
+var (
+	logPrefix      = []byte("\x00l")
+	compactedKey   = []byte("\x00m/compacted")
+	formatKey      = []byte("\x00m/format")
+	formatValue    = []byte("bonsai-store/1")
+	userKeysPrefix = []byte("/")
+)
+
+func logKey(rev uint64) []byte {
+	k := make([]byte, len(logPrefix)+8)
+	copy(k, logPrefix)
+	binary.BigEndian.PutUint64(k[len(logPrefix):], rev)
+	return k
+}
+
+// A log record: event type (1 byte), commit time (unix nanoseconds, 8
+// bytes), key. Values are not duplicated: MVCC reads at the revision give
+// them.
+func encodeLogRecord(t EventType, at time.Time, key string) []byte {
+	b := make([]byte, 9+len(key))
+	b[0] = byte(t)
+	binary.BigEndian.PutUint64(b[1:9], uint64(at.UnixNano()))
+	copy(b[9:], key)
+	return b
+}
+
+func decodeLogRecord(b []byte) (EventType, time.Time, string, error) {
+	if len(b) < 10 || b[0] < byte(Added) || b[0] > byte(Deleted) {
+		return 0, time.Time{}, "", fmt.Errorf("corrupt revision log record (%d bytes)", len(b))
+	}
+	return EventType(b[0]), time.Unix(0, int64(binary.BigEndian.Uint64(b[1:9]))), string(b[9:]), nil
+}
+
+type opKind int
+
+const (
+	opPut opKind = iota
+	opDelete
+	opCompact
+)
+
+// writeOp is one write waiting for the committer. Its revision and event
+// type are decided (and the key index updated) when it is queued, under
+// badgerStore.mu, so the queue order is the revision order.
+type writeOp struct {
+	kind  opKind
+	key   string
+	value []byte
+	rev   uint64
+	event EventType
+	// compaction: discard history at and below target, deleting logKeys.
+	target  uint64
+	logKeys [][]byte
+	// results
+	prev []byte
+	err  error
+	done chan struct{}
+}
+
+type badgerStore struct {
+	opts BadgerOptions
+	db   *badger.DB
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	index  map[string]uint64 // key -> revision of its last write, queued writes included
+	rev    uint64            // last assigned revision
+	queue  []*writeOp
+	kick   chan struct{}
+	failed error
+	closed bool
+
+	committed atomic.Uint64 // every write at or below is durable and readable
+	// lastEvent is the revision of the newest event. Compactions take
+	// revisions too; retention counts from here so they do not creep.
+	lastEvent atomic.Uint64
+	compacted atomic.Uint64
+	// discardTs lags compaction by one round so reads that checked the
+	// compacted revision just before a compaction still see their data.
+	pendingDiscard uint64
+	// logStart is where the next compaction starts dropping log records:
+	// past the compacted revision, or lower if a crash tore a compaction.
+	compactMu sync.Mutex
+	logStart  uint64
+
+	hub *watchHub
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	commitWG sync.WaitGroup
+}
+
+// OpenBadger opens (or creates) the embedded store in opts.Dir. It refuses a
+// directory that is not a bonsai store or is in use by another process.
+func OpenBadger(opts BadgerOptions) (Store, error) {
+	opts.setDefaults()
+	dir := opts.Dir
+	if dir == "" {
+		return nil, errors.New("open store: no directory given")
+	}
+	if err := checkStoreDir(dir); err != nil {
+		return nil, err
+	}
+	mem := int64(opts.MemoryMB) << 20
+	bo := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{opts.Logger}).
+		WithSyncWrites(false). // the committer syncs once per batch
+		WithMemTableSize(mem / 6).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(3).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(mem / 3).
+		WithIndexCacheSize(mem / 6).
+		WithBaseTableSize(1 << 20).
+		WithBaseLevelSize(4 << 20).
+		WithValueThreshold(16 << 10).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithNumGoroutines(2)
+	db, err := badger.OpenManaged(bo)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s := &badgerStore{
+		opts:  opts,
+		db:    db,
+		log:   opts.Logger,
+		index: map[string]uint64{},
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s.hub = newWatchHub(opts.WatchRing, s.rev, opts.MaxWatchLag, s.readLog, s.compacted.Load)
+	s.commitWG.Add(1)
+	go s.commitLoop()
+	s.wg.Add(2)
+	go s.every(opts.CompactInterval, s.autoCompact)
+	go s.every(opts.GCInterval, s.gcValueLog)
+	return s, nil
+}
+
+// checkStoreDir refuses, before badger touches anything, a directory that
+// holds something other than a badger database, or one locked by another
+// process.
+func checkStoreDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("open store %s: %w", dir, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("open store %s: %w", dir, err)
+	case len(entries) == 0:
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
+		return fmt.Errorf("open store %s: not a bonsai store (no MANIFEST among %d entries); refusing to touch it", dir, len(entries))
+	}
+	// badger flocks the directory and writes its pid into LOCK.
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder := "another running process"
+			if pid, err := os.ReadFile(filepath.Join(dir, "LOCK")); err == nil && len(bytes.TrimSpace(pid)) > 0 {
+				holder = "another running process (pid " + string(bytes.TrimSpace(pid)) + ")"
+			}
+			return fmt.Errorf("open store %s: in use by %s", dir, holder)
+		}
+		return fmt.Errorf("open store %s: lock: %w", dir, err)
+	}
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+}
+
+// load checks the format marker and rebuilds the key index and revisions.
+func (s *badgerStore) load() error {
+	txn := s.db.NewTransactionAt(math.MaxUint64, false)
+	defer txn.Discard()
+	var maxVersion uint64
+	found := false
+	it := txn.NewIterator(badger.IteratorOptions{})
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		found = true
+		if v := item.Version(); v > maxVersion {
+			maxVersion = v
+		}
+		if k := item.Key(); bytes.HasPrefix(k, userKeysPrefix) {
+			s.index[string(k)] = item.Version()
+		}
+	}
+	it.Close()
+	format, err := txn.Get(formatKey)
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound) && found:
+		return errors.New("not a bonsai store (a badger database without bonsai's format marker); refusing to touch it")
+	case errors.Is(err, badger.ErrKeyNotFound):
+		// A new store: write the marker at revision 1.
+		wb := s.db.NewManagedWriteBatch()
+		if err := wb.SetEntryAt(badger.NewEntry(formatKey, formatValue), 1); err != nil {
+			return err
+		}
+		if err := wb.Flush(); err != nil {
+			return err
+		}
+		if err := s.db.Sync(); err != nil {
+			return err
+		}
+		maxVersion = 1
+	case err != nil:
+		return err
+	default:
+		v, err := format.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(v, formatValue) {
+			return fmt.Errorf("unsupported store format %q (this bonsai reads %q)", v, formatValue)
+		}
+	}
+	if item, err := txn.Get(compactedKey); err == nil {
+		v, err := item.ValueCopy(nil)
+		if err != nil || len(v) != 8 {
+			return fmt.Errorf("corrupt compaction record: %v", err)
+		}
+		c := binary.BigEndian.Uint64(v)
+		s.compacted.Store(c)
+		s.pendingDiscard = c
+		s.db.SetDiscardTs(c)
+	}
+	s.rev = maxVersion
+	s.committed.Store(maxVersion)
+	// Leftovers of a compaction torn by a crash sit below the compacted
+	// revision; the next compaction sweeps from the first of them.
+	fit := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	if fit.Rewind(); fit.Valid() {
+		s.logStart = binary.BigEndian.Uint64(fit.Item().Key()[len(logPrefix):])
+	}
+	fit.Close()
+	// The newest event is the last log record (none left: compacted).
+	rit := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix, Reverse: true})
+	defer rit.Close()
+	if rit.Seek(logKey(math.MaxUint64)); rit.Valid() {
+		s.lastEvent.Store(binary.BigEndian.Uint64(rit.Item().Key()[len(logPrefix):]))
+	} else {
+		s.lastEvent.Store(s.compacted.Load())
+	}
+	return nil
+}
+
+func (s *badgerStore) every(d time.Duration, f func()) {
+	defer s.wg.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// enqueue decides a write's revision under the index lock and hands it to
+// the committer; check runs under the lock and may refuse the write.
+func (s *badgerStore) enqueue(op *writeOp, check func(cur uint64) error) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.failed != nil {
+		s.mu.Unlock()
+		return s.failed
+	}
+	if check != nil {
+		if err := check(s.index[op.key]); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	s.rev++
+	op.rev = s.rev
+	op.done = make(chan struct{})
+	switch op.kind {
+	case opPut:
+		s.index[op.key] = op.rev
+	case opDelete:
+		delete(s.index, op.key)
+	}
+	s.queue = append(s.queue, op)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	// The write is committed whatever the caller's context does meanwhile;
+	// waiting for it keeps the acknowledgement honest.
+	<-op.done
+	return op.err
+}
+
+func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uint64, error) {
+	if err := ValidateKey(key); err != nil {
+		return 0, err
+	}
+	op := &writeOp{kind: opPut, key: key, value: value, event: Added}
+	err := s.enqueue(op, func(cur uint64) error {
+		if cur != 0 {
+			return fmt.Errorf("%w: %s", ErrExists, key)
+		}
+		return nil
+	})
+	return op.rev, err
+}
+
+func (s *badgerStore) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if err := ValidateKey(key); err != nil {
+		return 0, err
+	}
+	op := &writeOp{kind: opPut, key: key, value: value, event: Modified}
+	err := s.enqueue(op, func(cur uint64) error {
+		switch {
+		case cur == 0:
+			return fmt.Errorf("%w: %s", ErrNotFound, key)
+		case cur != rev:
+			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrConflict, key, cur, rev)
+		}
+		return nil
+	})
+	return op.rev, err
+}
+
+func (s *badgerStore) Delete(ctx context.Context, key string, rev uint64) (KeyValue, error) {
+	if err := ValidateKey(key); err != nil {
+		return KeyValue{}, err
+	}
+	op := &writeOp{kind: opDelete, key: key, event: Deleted}
+	err := s.enqueue(op, func(cur uint64) error {
+		switch {
+		case cur == 0:
+			return fmt.Errorf("%w: %s", ErrNotFound, key)
+		case rev != 0 && cur != rev:
+			return fmt.Errorf("%w: %s is at revision %d, not %d", ErrConflict, key, cur, rev)
+		}
+		return nil
+	})
+	if err != nil {
+		return KeyValue{}, err
+	}
+	return KeyValue{Key: key, Value: op.prev, Revision: op.rev}, nil
+}
+
+// commitLoop is the only writer of badger. It takes every queued write,
+// writes them as one batch at their revisions, syncs once, and only then
+// acknowledges them and publishes their events: concurrent writers share one
+// fsync.
+func (s *badgerStore) commitLoop() {
+	defer s.commitWG.Done()
+	for {
+		s.mu.Lock()
+		batch := s.queue
+		s.queue = nil
+		closed := s.closed
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			if closed {
+				return
+			}
+			<-s.kick
+			continue
+		}
+		events, err := s.commit(batch)
+		if err != nil {
+			s.mu.Lock()
+			if s.failed == nil {
+				s.failed = fmt.Errorf("store failed, restart bonsai: %w", err)
+				s.log.Error("store write failed; refusing further writes", "err", err)
+			}
+			s.mu.Unlock()
+		} else {
+			last := batch[len(batch)-1].rev
+			if len(events) > 0 {
+				s.lastEvent.Store(events[len(events)-1].Revision)
+			}
+			s.committed.Store(last)
+			s.hub.publish(events, last)
+		}
+		for _, op := range batch {
+			if err != nil {
+				op.err = err
+			}
+			close(op.done)
+		}
+	}
+}
+
+// commit writes each op as its own badger transaction at the op's revision.
+// A transaction whose entries share one version carries badger's begin/end
+// markers, so recovery after a crash keeps an op whole or drops it, and
+// requests reach the log in revision order, so what survives a crash is a
+// prefix of the revisions. (One transaction with a version per entry would
+// lose both properties: badger writes its entries in map order, unmarked.)
+func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
+	now := time.Now()
+	readTxn := s.db.NewTransactionAt(s.committed.Load(), false)
+	defer readTxn.Discard()
+	// Values written earlier in this batch, for later ops' previous values.
+	inBatch := map[string][]byte{}
+	events := make([]Event, 0, len(batch))
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	send := func(txn *badger.Txn, rev uint64) {
+		wg.Add(1)
+		txn.CommitAt(rev, func(err error) {
+			if err != nil {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	for _, op := range batch {
+		if op.kind == opCompact {
+			txns, err := s.compactionTxns(op)
+			if err != nil {
+				wg.Wait()
+				return nil, err
+			}
+			for _, txn := range txns {
+				send(txn, op.rev)
+			}
+			continue
+		}
+		if op.event != Added {
+			prev, ok := inBatch[op.key]
+			if !ok {
+				item, err := readTxn.Get([]byte(op.key))
+				if err == nil {
+					prev, err = item.ValueCopy(nil)
+				}
+				if err != nil {
+					wg.Wait()
+					return nil, fmt.Errorf("read %s: %w", op.key, err)
+				}
+			}
+			op.prev = prev
+		}
+		txn := s.db.NewTransactionAt(op.rev-1, true)
+		var err error
+		if op.kind == opDelete {
+			err = txn.Delete([]byte(op.key))
+			inBatch[op.key] = nil
+		} else {
+			err = txn.Set([]byte(op.key), op.value)
+			inBatch[op.key] = op.value
+		}
+		if err == nil {
+			err = txn.Set(logKey(op.rev), encodeLogRecord(op.event, now, op.key))
+		}
+		if err != nil {
+			txn.Discard()
+			wg.Wait()
+			return nil, err
+		}
+		send(txn, op.rev)
+		ev := Event{Type: op.event, Key: op.key, Value: op.value, PrevValue: op.prev, Revision: op.rev}
+		if op.event == Deleted {
+			ev.Value = op.prev
+		}
+		events = append(events, ev)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := s.db.Sync(); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+func (s *badgerStore) Get(ctx context.Context, key string) (KeyValue, error) {
+	if err := ValidateKey(key); err != nil {
+		return KeyValue{}, err
+	}
+	if err := s.usable(); err != nil {
+		return KeyValue{}, err
+	}
+	txn := s.db.NewTransactionAt(s.committed.Load(), false)
+	defer txn.Discard()
+	item, err := txn.Get([]byte(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return KeyValue{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return KeyValue{}, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return KeyValue{}, err
+	}
+	return KeyValue{Key: key, Value: v, Revision: item.Version()}, nil
+}
+
+func (s *badgerStore) usable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *badgerStore) List(ctx context.Context, prefix string, opts ListOptions) (ListResult, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return ListResult{}, err
+	}
+	if err := s.usable(); err != nil {
+		return ListResult{}, err
+	}
+	start, rev := prefix, opts.Revision
+	if opts.Continue != "" {
+		var err error
+		if start, rev, err = DecodeContinue(prefix, opts.Continue); err != nil {
+			return ListResult{}, err
+		}
+	}
+	current := s.committed.Load()
+	switch {
+	case rev == 0:
+		rev = current
+	case rev > current:
+		return ListResult{}, fmt.Errorf("%w: %d > %d", ErrFutureRevision, rev, current)
+	case rev < s.compacted.Load():
+		return ListResult{}, fmt.Errorf("%w: revision %d, compacted at %d", ErrCompacted, rev, s.compacted.Load())
+	}
+	txn := s.db.NewTransactionAt(rev, false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+	defer it.Close()
+	res := ListResult{Revision: rev}
+	for it.Seek([]byte(start)); it.Valid(); it.Next() {
+		item := it.Item()
+		if opts.Limit > 0 && int64(len(res.Items)) == opts.Limit {
+			tok, err := EncodeContinue(prefix, string(item.Key()), rev)
+			if err != nil {
+				return ListResult{}, err
+			}
+			res.Continue = tok
+			for ; it.Valid(); it.Next() {
+				res.RemainingCount++
+			}
+			break
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return ListResult{}, err
+		}
+		res.Items = append(res.Items, KeyValue{Key: string(item.KeyCopy(nil)), Value: v, Revision: item.Version()})
+	}
+	return res, nil
+}
+
+func (s *badgerStore) Watch(ctx context.Context, prefix string, rev uint64) (Watcher, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	current := s.hub.current()
+	switch {
+	case rev == 0:
+		rev = current
+	case rev > current:
+		return nil, fmt.Errorf("%w: %d > %d", ErrFutureRevision, rev, current)
+	case rev < s.compacted.Load():
+		return nil, fmt.Errorf("%w: revision %d, compacted at %d", ErrCompacted, rev, s.compacted.Load())
+	}
+	return s.hub.watch(ctx, prefix, rev), nil
+}
+
+// readLog serves watchers history from the revision log and MVCC reads.
+func (s *badgerStore) readLog(after, upTo uint64, limit int) ([]Event, error) {
+	if after < s.compacted.Load() {
+		return nil, ErrCompacted
+	}
+	txn := s.db.NewTransactionAt(upTo, false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	defer it.Close()
+	var evs []Event
+	for it.Seek(logKey(after + 1)); it.Valid() && len(evs) < limit; it.Next() {
+		item := it.Item()
+		rev := binary.BigEndian.Uint64(item.Key()[len(logPrefix):])
+		if rev > upTo {
+			break
+		}
+		rec, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		typ, _, key, err := decodeLogRecord(rec)
+		if err != nil {
+			return nil, err
+		}
+		ev := Event{Type: typ, Key: key, Revision: rev}
+		if typ != Deleted {
+			if ev.Value, err = s.valueAt(key, rev); err != nil {
+				return nil, err
+			}
+		}
+		if typ != Added {
+			if ev.PrevValue, err = s.valueAt(key, rev-1); err != nil {
+				return nil, err
+			}
+			if typ == Deleted {
+				ev.Value = ev.PrevValue
+			}
+		}
+		evs = append(evs, ev)
+	}
+	if after < s.compacted.Load() {
+		// Compaction raced the read: the history may be incomplete.
+		return nil, ErrCompacted
+	}
+	return evs, nil
+}
+
+func (s *badgerStore) valueAt(key string, rev uint64) ([]byte, error) {
+	txn := s.db.NewTransactionAt(rev, false)
+	defer txn.Discard()
+	item, err := txn.Get([]byte(key))
+	if err != nil {
+		return nil, fmt.Errorf("history of %s at %d: %w", key, rev, err)
+	}
+	return item.ValueCopy(nil)
+}
+
+func (s *badgerStore) CurrentRevision(ctx context.Context) (uint64, error) {
+	return s.committed.Load(), s.usable()
+}
+
+func (s *badgerStore) Compact(ctx context.Context, rev uint64) error {
+	if rev > s.committed.Load() {
+		return fmt.Errorf("%w: %d > %d", ErrFutureRevision, rev, s.committed.Load())
+	}
+	// One compaction at a time; the log scan runs here, not in the
+	// committer, so writers never wait for it.
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
+	if rev <= s.compacted.Load() {
+		return nil
+	}
+	start := max(s.logStart, 1)
+	if c := s.compacted.Load(); start <= c && s.logStart == 0 {
+		start = c + 1
+	}
+	read := s.db.NewTransactionAt(rev, false)
+	it := read.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	var keys [][]byte
+	for it.Seek(logKey(start)); it.Valid(); it.Next() {
+		k := it.Item().KeyCopy(nil)
+		if binary.BigEndian.Uint64(k[len(logPrefix):]) > rev {
+			break
+		}
+		keys = append(keys, k)
+	}
+	it.Close()
+	read.Discard()
+	if err := s.enqueue(&writeOp{kind: opCompact, target: rev, logKeys: keys}, nil); err != nil {
+		return err
+	}
+	s.logStart = rev + 1
+	return nil
+}
+
+// compactionTxns records op.target as the compacted revision, then drops the
+// revision log at and below it; badger drops old versions of keys as its LSM
+// compactions pass the discard timestamp. The record goes first: if a crash
+// tears the rest, readers already refuse the half-dropped history, and the
+// next compaction sweeps what is left from the start of the log.
+func (s *badgerStore) compactionTxns(op *writeOp) ([]*badger.Txn, error) {
+	if op.target <= s.compacted.Load() {
+		return nil, nil
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], op.target)
+	first := s.db.NewTransactionAt(op.rev-1, true)
+	if err := first.Set(compactedKey, v[:]); err != nil {
+		first.Discard()
+		return nil, err
+	}
+	txns := []*badger.Txn{first}
+	for i := 0; i < len(op.logKeys); i += 1000 {
+		txn := s.db.NewTransactionAt(op.rev-1, true)
+		txns = append(txns, txn)
+		for _, k := range op.logKeys[i:min(i+1000, len(op.logKeys))] {
+			if err := txn.Delete(k); err != nil {
+				for _, t := range txns {
+					t.Discard()
+				}
+				return nil, err
+			}
+		}
+	}
+	// Readers check compacted before reading; the previous round's target
+	// becomes badger's discard point now, one round late, so no read that
+	// passed that check loses its versions mid-flight.
+	s.db.SetDiscardTs(s.pendingDiscard)
+	s.pendingDiscard = op.target
+	s.compacted.Store(op.target)
+	return txns, nil
+}
+
+// autoCompact keeps at least RetainFor of history and at least the last
+// RetainRevisions revisions.
+func (s *badgerStore) autoCompact() {
+	newest := s.lastEvent.Load()
+	if newest <= s.opts.RetainRevisions {
+		return
+	}
+	limit := newest - s.opts.RetainRevisions
+	cutoff := time.Now().Add(-s.opts.RetainFor)
+	from := s.compacted.Load()
+	if limit <= from {
+		return
+	}
+	txn := s.db.NewTransactionAt(limit, false)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	var target uint64
+	for it.Seek(logKey(from + 1)); it.Valid(); it.Next() {
+		item := it.Item()
+		rev := binary.BigEndian.Uint64(item.Key()[len(logPrefix):])
+		if rev > limit {
+			break
+		}
+		var at time.Time
+		err := item.Value(func(v []byte) error {
+			_, t, _, err := decodeLogRecord(v)
+			at = t
+			return err
+		})
+		if err != nil || at.After(cutoff) {
+			break
+		}
+		target = rev
+	}
+	it.Close()
+	txn.Discard()
+	if target > from {
+		if err := s.Compact(context.Background(), target); err != nil {
+			s.log.Warn("store compaction failed", "target", target, "err", err)
+			return
+		}
+		s.log.Debug("store compacted", "revision", target)
+	}
+}
+
+func (s *badgerStore) gcValueLog() {
+	for s.db.RunValueLogGC(0.5) == nil {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+	}
+}
+
+func (s *badgerStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	s.commitWG.Wait()
+	close(s.stop)
+	s.wg.Wait()
+	s.hub.close()
+	return s.db.Close()
+}
+
+// badgerLogger routes badger's logging into slog, quietly: its INFO lines
+// are routine.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any)   {}

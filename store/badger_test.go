@@ -1,0 +1,277 @@
+package store_test
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"bonsai.dev/bonsai/store"
+)
+
+func openBadger(t *testing.T, o store.BadgerOptions) store.Store {
+	t.Helper()
+	s, err := store.OpenBadger(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBadgerReopenKeepsDataAndRevisions(t *testing.T) {
+	dir := t.TempDir()
+	s := openBadger(t, store.BadgerOptions{Dir: dir})
+	r1 := mustCreate(t, s, "/registry/x/a", "a")
+	r2 := mustCreate(t, s, "/registry/x/b", "b")
+	del, err := s.Delete(ctx, "/registry/x/b", r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openBadger(t, store.BadgerOptions{Dir: dir})
+	defer s.Close()
+	cur, _ := s.CurrentRevision(ctx)
+	if cur != del.Revision {
+		t.Fatalf("current revision after reopen %d, want %d (the last write, a delete)", cur, del.Revision)
+	}
+	kv, err := s.Get(ctx, "/registry/x/a")
+	if err != nil || kv.Revision != r1 || string(kv.Value) != "a" {
+		t.Fatalf("after reopen: %+v %v", kv, err)
+	}
+	if _, err := s.Get(ctx, "/registry/x/b"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted key after reopen: %v", err)
+	}
+	// The key index is rebuilt: CAS still works on the old revision.
+	if _, err := s.Update(ctx, "/registry/x/a", []byte("a2"), r1); err != nil {
+		t.Fatalf("update at the pre-restart revision: %v", err)
+	}
+	if _, err := s.Create(ctx, "/registry/x/a", nil); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("create existing after reopen: %v", err)
+	}
+	// History survives too: a watch from before the restart replays.
+	w, err := s.Watch(ctx, "/registry/x/", r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	got := collect(t, w, 3)
+	if got[0].Type != store.Added || got[1].Type != store.Deleted || string(got[1].Value) != "b" || got[2].Type != store.Modified {
+		t.Fatalf("replay across restart: %+v", got)
+	}
+}
+
+func TestBadgerRefusesForeignDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "not a bonsai store") {
+		t.Fatalf("open of a foreign directory: %v", err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Fatalf("error is not one line: %q", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("the refused directory was changed: %d entries", len(entries))
+	}
+
+	// A badger database that is not bonsai's.
+	other := t.TempDir()
+	db, err := badger.OpenManaged(badger.DefaultOptions(other).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := db.NewManagedWriteBatch()
+	wb.SetEntryAt(badger.NewEntry([]byte("someone-elses"), []byte("data")), 5)
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	before := dirFiles(t, other)
+	if _, err := store.OpenBadger(store.BadgerOptions{Dir: other}); err == nil || !strings.Contains(err.Error(), "not a bonsai store") {
+		t.Fatalf("open of another program's badger database: %v", err)
+	}
+	db, err = badger.OpenManaged(badger.DefaultOptions(other).WithLogger(nil).WithReadOnly(true))
+	if err != nil {
+		t.Fatalf("the other database no longer opens: %v (files before: %v)", err, before)
+	}
+	txn := db.NewTransactionAt(10, false)
+	if _, err := txn.Get([]byte("someone-elses")); err != nil {
+		t.Fatalf("the other database lost its data: %v", err)
+	}
+	txn.Discard()
+	db.Close()
+}
+
+func dirFiles(t *testing.T, dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		out = append(out, p)
+		return nil
+	})
+	return out
+}
+
+func TestBadgerRefusesDirectoryInUse(t *testing.T) {
+	dir := t.TempDir()
+	s := openBadger(t, store.BadgerOptions{Dir: dir})
+	defer s.Close()
+	mustCreate(t, s, "/registry/x/a", "a")
+	_, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "in use by another running process") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second open: %v", err)
+	}
+	// The first store is unharmed.
+	if kv, err := s.Get(ctx, "/registry/x/a"); err != nil || string(kv.Value) != "a" {
+		t.Fatalf("first store after refused second open: %+v %v", kv, err)
+	}
+}
+
+func TestBadgerUnwritableDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// root writes anywhere; use a path under a regular file instead.
+		f := filepath.Join(t.TempDir(), "file")
+		os.WriteFile(f, nil, 0o600)
+		_, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(f, "db")})
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Fatalf("open under a file: %v", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o500)
+	defer os.Chmod(dir, 0o700)
+	_, err := store.OpenBadger(store.BadgerOptions{Dir: filepath.Join(dir, "db")})
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("open in an unwritable directory: %v", err)
+	}
+}
+
+func TestBadgerAutoCompaction(t *testing.T) {
+	s := openBadger(t, store.BadgerOptions{
+		Dir: t.TempDir(), CompactInterval: 20 * time.Millisecond,
+		RetainFor: time.Nanosecond, RetainRevisions: 10,
+	})
+	defer s.Close()
+	first := mustCreate(t, s, "/registry/a/k", "0")
+	rev := first
+	for i := 1; i <= 50; i++ {
+		var err error
+		if rev, err = s.Update(ctx, "/registry/a/k", []byte(fmt.Sprint(i)), rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Watch(ctx, "/registry/a/", first)
+		if errors.Is(err, store.ErrCompacted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history from %d not compacted within 10s (watch: %v)", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The last RetainRevisions revisions stay.
+	w, err := s.Watch(ctx, "/registry/a/", rev-10)
+	if err != nil {
+		t.Fatalf("watch within the retained window: %v", err)
+	}
+	defer w.Stop()
+	// Compactions take revisions too, so the window holds up to 10 events.
+	for {
+		ev := collect(t, w, 1)[0]
+		if ev.Revision <= rev-10 || ev.Type != store.Modified {
+			t.Fatalf("unexpected event in the retained window: %+v", ev)
+		}
+		if ev.Revision == rev {
+			break
+		}
+	}
+}
+
+// TestBadgerDiskUseBounded churns updates over the same keys; with history
+// compacted and old versions discarded the data dir must stay far below the
+// bytes written.
+func TestBadgerDiskUseBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes ~100 MB")
+	}
+	dir := t.TempDir()
+	s := openBadger(t, store.BadgerOptions{
+		Dir: dir, CompactInterval: 100 * time.Millisecond, GCInterval: 200 * time.Millisecond,
+		RetainFor: time.Nanosecond, RetainRevisions: 2000,
+	})
+	defer s.Close()
+	const keys, rounds, size = 500, 200, 1024
+	val := make([]byte, size)
+	revs := make([]uint64, keys)
+	var written int64
+	var peakAfterWarmup int64
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		for w := 0; w < 50; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				v := make([]byte, size)
+				for k := w; k < keys; k += 50 {
+					rand.Read(v[:64]) // incompressible head, so size counts
+					copy(v[64:], val[64:])
+					key := fmt.Sprintf("/registry/churn/k%04d", k)
+					var err error
+					if revs[k] == 0 {
+						revs[k], err = s.Create(ctx, key, v)
+					} else {
+						revs[k], err = s.Update(ctx, key, v, revs[k])
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		written += keys * size
+		if r >= rounds/2 {
+			if sz := dirSize(t, dir); sz > peakAfterWarmup {
+				peakAfterWarmup = sz
+			}
+		}
+	}
+	t.Logf("wrote %d MB of updates; data dir peak in the second half %.1f MB", written>>20, float64(peakAfterWarmup)/(1<<20))
+	if peakAfterWarmup > written/3 {
+		t.Fatalf("data dir reached %d bytes after %d bytes of updates to %d keys: history is not discarded", peakAfterWarmup, written, keys)
+	}
+}
+
+func dirSize(t *testing.T, dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			// Allocated blocks, not apparent size: badger preallocates
+			// sparse files.
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
+}

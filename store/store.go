@@ -1,0 +1,185 @@
+// Package store owns bonsai's single source of truth: a versioned key-value
+// store with watch, shaped like etcd's MVCC. It knows nothing about API
+// objects; values are opaque bytes and the API server encodes them.
+//
+// One global, strictly increasing revision orders every write. An object's
+// resourceVersion is the revision of its last write. Reads and lists happen at
+// one revision; watches deliver events in revision order, strictly after the
+// revision they start from.
+//
+// Two backends implement Store: badger (embedded, the default) and etcd (for
+// scale-out). Both pass the same conformance suite.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Store is the interface the API server uses.
+type Store interface {
+	// Get returns the current value of key, or ErrNotFound.
+	Get(ctx context.Context, key string) (KeyValue, error)
+	// List returns the keys under prefix (which must end in "/"), in key
+	// order, all read at one revision. A Continue token from a previous page
+	// keeps reading at that page's revision.
+	List(ctx context.Context, prefix string, opts ListOptions) (ListResult, error)
+	// Create writes key if it does not exist (ErrExists otherwise) and returns
+	// the new revision.
+	Create(ctx context.Context, key string, value []byte) (uint64, error)
+	// Update replaces key's value if its current revision is rev (ErrConflict
+	// otherwise, ErrNotFound if absent) and returns the new revision.
+	Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
+	// Delete removes key if its current revision is rev, or unconditionally
+	// when rev is 0. It returns the deleted value with the revision of the
+	// deletion.
+	Delete(ctx context.Context, key string, rev uint64) (KeyValue, error)
+	// Watch streams events under prefix with revisions strictly above rev
+	// (0: from the current revision). A start older than the compacted
+	// revision fails with ErrCompacted. The watch ends when ctx is done or
+	// Stop is called; a watcher that falls too far behind ends with
+	// ErrWatcherTooSlow so that its client re-lists.
+	Watch(ctx context.Context, prefix string, rev uint64) (Watcher, error)
+	// CurrentRevision returns the revision of the newest acknowledged write.
+	CurrentRevision(ctx context.Context) (uint64, error)
+	// Compact discards history at and below rev: reads, lists and watches
+	// that need an older revision fail with ErrCompacted.
+	Compact(ctx context.Context, rev uint64) error
+	// Close releases the store. Writes in flight finish first.
+	Close() error
+}
+
+// KeyValue is a key at one revision. For a deleted key returned by Delete,
+// Value is its last value and Revision the revision of the deletion.
+type KeyValue struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+}
+
+// EventType says what a watch event is.
+type EventType int
+
+const (
+	Added EventType = iota + 1
+	Modified
+	Deleted
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "ADDED"
+	case Modified:
+		return "MODIFIED"
+	case Deleted:
+		return "DELETED"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one change to one key. Value is the new value (for Deleted: the
+// last value before deletion); PrevValue is the value before the change (nil
+// for Added). Revision is the revision of the change.
+type Event struct {
+	Type      EventType
+	Key       string
+	Value     []byte
+	PrevValue []byte
+	Revision  uint64
+}
+
+// Watcher is an open watch. Events is closed when the watch ends; Err then
+// says why (nil after Stop or a cancelled context).
+type Watcher interface {
+	Events() <-chan Event
+	Err() error
+	Stop()
+}
+
+// ListOptions narrow a List.
+type ListOptions struct {
+	// Limit caps the items returned (0: no limit).
+	Limit int64
+	// Continue is the token of the previous page.
+	Continue string
+	// Revision reads at this exact revision (0: the current one). Ignored
+	// when Continue is set.
+	Revision uint64
+}
+
+// ListResult is one page of a List.
+type ListResult struct {
+	Items []KeyValue
+	// Revision is the revision every item of every page was read at.
+	Revision uint64
+	// Continue is set when more items follow.
+	Continue string
+	// RemainingCount is how many items follow this page.
+	RemainingCount int64
+}
+
+// Errors, tested with errors.Is. The API server maps them to Kubernetes
+// status codes: NotFound 404, Exists 409 AlreadyExists, Conflict 409,
+// Compacted and WatcherTooSlow 410 Gone (Expired), InvalidKey and
+// InvalidContinue 400.
+var (
+	ErrNotFound        = errors.New("key not found")
+	ErrExists          = errors.New("key already exists")
+	ErrConflict        = errors.New("revision conflict: the object has been modified")
+	ErrCompacted       = errors.New("required revision has been compacted")
+	ErrFutureRevision  = errors.New("required revision is newer than the current revision")
+	ErrWatcherTooSlow  = errors.New("watcher fell too far behind")
+	ErrInvalidKey      = errors.New("invalid key")
+	ErrInvalidContinue = errors.New("invalid continue token")
+	ErrClosed          = errors.New("store is closed")
+)
+
+// MaxKeyLen bounds keys: far above any Kubernetes key, well below badger's
+// limit.
+const MaxKeyLen = 4096
+
+// ValidateKey checks a key for Get, Create, Update and Delete.
+func ValidateKey(key string) error {
+	if err := validatePath(key); err != nil {
+		return err
+	}
+	if strings.HasSuffix(key, "/") {
+		return fmt.Errorf("%w %q: must not end in /", ErrInvalidKey, key)
+	}
+	return nil
+}
+
+// ValidatePrefix checks a prefix for List and Watch.
+func ValidatePrefix(prefix string) error {
+	if err := validatePath(prefix); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		return fmt.Errorf("%w %q: a prefix must end in /", ErrInvalidKey, prefix)
+	}
+	return nil
+}
+
+func validatePath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case p[0] != '/':
+		return fmt.Errorf("%w %q: must start with /", ErrInvalidKey, p)
+	case len(p) > MaxKeyLen:
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidKey, MaxKeyLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w %q: contains a NUL byte", ErrInvalidKey, p)
+	case strings.Contains(p, "//"):
+		return fmt.Errorf("%w %q: empty path segment", ErrInvalidKey, p)
+	}
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%w %q: path segment %q", ErrInvalidKey, p, seg)
+		}
+	}
+	return nil
+}
