@@ -1,0 +1,72 @@
+// Package apiserver serves the Kubernetes API over the store: the handler
+// chain (authentication, authorization, admission), discovery, OpenAPI and
+// the generic REST handlers for every resource in its table. It owns the
+// wire format; it does not own TLS listeners or certificates (cmd/bonsai
+// sets those up) and it never reaches into another component's state.
+package apiserver
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/netip"
+
+	"github.com/go-chi/chi/v5"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/store"
+)
+
+// Config is what the API server needs from the process that runs it.
+type Config struct {
+	Store store.Store
+	// Authenticator identifies callers; nil lets every request through as
+	// an anonymous admin (in-process clients and tests only).
+	Authenticator authn.Authenticator
+	ServiceCIDR   netip.Prefix
+	ClusterCIDR   netip.Prefix
+	NodePortRange PortRange
+	ClusterDomain string
+	// Version is bonsai's own version, shown in /version's gitVersion
+	// build metadata.
+	Version string
+	Logger  *slog.Logger
+}
+
+// PortRange is an inclusive range of ports, as --service-node-port-range.
+type PortRange struct{ Base, Max int }
+
+// Server is the API server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// New builds the API server over cfg.Store.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	r := chi.NewRouter()
+	s.routes(r)
+	s.handler = s.withAuthentication(r)
+	return s, nil
+}
+
+// Handler is the whole chain, for an HTTPS server or an in-process client.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Shutdown ends every open watch so that http.Server.Shutdown can finish.
+func (s *Server) Shutdown() { s.cancel() }
+
+func (s *Server) routes(r chi.Router) {
+	for _, p := range []string{"/healthz", "/livez", "/readyz"} {
+		r.Get(p, s.serveHealth)
+	}
+	r.Get("/version", s.serveVersion)
+}
