@@ -1,0 +1,285 @@
+// Command bench measures bonsai against its targets and, where a peer runs
+// on this machine (etcd for the store), against that peer under the same
+// load in the same run. It prints one table; `make bench` runs it.
+//
+// Each suite returns rows; a new group of rows is a new entry in suites.
+// Data dirs live under -dir, on a real disk: disk-write figures taken on
+// tmpfs would mean nothing. Everything the bench starts (etcd, child
+// processes) and every dir it makes is removed at the end, on Ctrl-C too.
+//
+// The exit code is 0 even when a target is missed (the table says MISS);
+// it is non-zero only when something could not be measured.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// suite is one group of rows.
+type suite struct {
+	name  string
+	about string
+	run   func(ctx context.Context, b *bench) ([]Row, error)
+}
+
+var suites = []suite{
+	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
+}
+
+// bench is what every suite gets: the run's settings and its housekeeping.
+type bench struct {
+	quick bool
+	// dir is this run's own dir under -dir; removed at the end.
+	dir string
+	// self re-executes this program for measurements that need a clean
+	// process (RSS).
+	self string
+	// notes are printed under the table (peer versions, file system).
+	notes    []string
+	noteKeys map[string]bool
+
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+// logf reports progress on stderr, keeping stdout for the table.
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// noteOnce adds a note the first time key is seen.
+func (b *bench) noteOnce(key, format string, args ...any) {
+	b.mu.Lock()
+	seen := b.noteKeys[key]
+	if b.noteKeys == nil {
+		b.noteKeys = map[string]bool{}
+	}
+	b.noteKeys[key] = true
+	b.mu.Unlock()
+	if !seen {
+		b.note(format, args...)
+	}
+}
+
+func (b *bench) note(format string, args ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.notes = append(b.notes, fmt.Sprintf(format, args...))
+}
+
+// onCleanup registers f to run at the end of the run (last registered,
+// first run), including after Ctrl-C.
+func (b *bench) onCleanup(f func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cleanups = append(b.cleanups, f)
+}
+
+func (b *bench) cleanup() {
+	b.mu.Lock()
+	fs := b.cleanups
+	b.cleanups = nil
+	b.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		only     = flag.String("only", "", "comma-separated suites to run (default: all): "+suiteNames())
+		quick    = flag.Bool("quick", false, "short run: fewer samples, shorter phases")
+		baseDir  = flag.String("dir", "/var/tmp/bonsai-bench", "base dir for data dirs; must be on a real disk")
+		asJSON   = flag.Bool("json", false, "print the rows as JSON instead of a table")
+		churn    = flag.Duration("churn", 0, "instead of the table: update 1,000 keys for this long and track the data dir's size")
+		churnW   = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
+		childRSS = flag.String("child-store-rss", "", "internal: open a badger store in this dir, fill it, print VmRSS")
+	)
+	flag.Parse()
+	// badger's warnings are worth seeing; its routine chatter is not.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+
+	if *childRSS != "" {
+		if err := childStoreRSS(*childRSS); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			return 1
+		}
+		return 0
+	}
+
+	selected, err := selectSuites(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	if err := os.MkdirAll(*baseDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	runDir, err := os.MkdirTemp(*baseDir, "run-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	b := &bench{quick: *quick, dir: runDir, self: self}
+	b.onCleanup(func() { os.RemoveAll(runDir) })
+	defer b.cleanup()
+
+	fsys, inMemory := fsName(runDir)
+	if inMemory {
+		b.logf("warning: %s is on %s: disk-write figures will be meaningless; use -dir on a real disk", *baseDir, fsys)
+	}
+	b.note("%d cores, %s/%s, %s, data dirs under %s (%s)", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), *baseDir, fsys)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		// Give the suites a moment to wind down through their own
+		// cleanups; if one hangs, the processes and dirs still go.
+		time.Sleep(15 * time.Second)
+		b.cleanup()
+		fmt.Fprintln(os.Stderr, "bench: interrupted")
+		os.Exit(130)
+	}()
+
+	if *churn > 0 {
+		err := runChurn(ctx, b, *churn, *churnW)
+		b.cleanup()
+		return exitCode(ctx, err)
+	}
+
+	start := time.Now()
+	var rows []Row
+	var failed []string
+	for _, s := range selected {
+		b.logf("suite %s: %s", s.name, s.about)
+		rs, err := s.run(ctx, b)
+		rows = append(rows, rs...)
+		if err != nil {
+			b.logf("suite %s failed: %v", s.name, err)
+			failed = append(failed, s.name)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	b.cleanup()
+	b.note("run took %s", time.Since(start).Round(time.Second))
+	for i := range rows {
+		rows[i].verdict()
+		if rows[i].Verdict == "ERR" {
+			failed = append(failed, rows[i].Name)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"rows": rows, "notes": b.notes}); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+	} else {
+		writeTable(os.Stdout, rows)
+		for _, n := range b.notes {
+			fmt.Println("# " + n)
+		}
+	}
+	if ctx.Err() != nil {
+		return 130
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: could not measure: %s\n", strings.Join(failed, "; "))
+		return 1
+	}
+	return 0
+}
+
+func exitCode(ctx context.Context, err error) int {
+	switch {
+	case ctx.Err() != nil:
+		return 130
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func suiteNames() string {
+	var names []string
+	for _, s := range suites {
+		names = append(names, s.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func selectSuites(only string) ([]suite, error) {
+	if only == "" {
+		return suites, nil
+	}
+	var out []suite
+	for _, name := range strings.Split(only, ",") {
+		name = strings.TrimSpace(name)
+		found := false
+		for _, s := range suites {
+			if s.name == name {
+				out = append(out, s)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown suite %q (have: %s)", name, suiteNames())
+		}
+	}
+	return out, nil
+}
+
+// peerVersion is the first line of a peer's --version, for the notes.
+func peerVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "unknown version"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// execCommand runs a child of the bench: killed on Ctrl-C through ctx, and
+// by the kernel should the bench itself die first.
+func execCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+func splitLines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
+
+// settle lets background work finish and hands freed memory back to the
+// OS, so an RSS reading is the steady state and not a high-water mark.
+func settle() {
+	time.Sleep(2 * time.Second)
+	runtime.GC()
+	debug.FreeOSMemory()
+}
