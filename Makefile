@@ -1,0 +1,88 @@
+# bonsai: build, run, test and measure.
+#
+# `make run` and `make test` each set up what they need on a fresh Debian
+# machine (Debian packages through scripts/install-deps.sh, Go modules
+# through the module proxy), so nothing has to be installed by hand first.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+# The Go toolchain lives here on the project's machines; a PATH without it
+# (CI's environment, sudo) should still find it.
+export PATH := $(PATH):/usr/local/go/bin
+
+GO ?= go
+BIN := bin/bonsai
+DATA_DIR ?= /var/lib/bonsai
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# -s -w drop the symbol table and DWARF: a third of the binary, and panics
+# still print full stack traces. A static binary (no cgo) can be copied
+# onto any Linux box.
+LDFLAGS := -s -w -X main.version=$(VERSION)
+CGO_ENABLED ?= 0
+
+# Debian packages. RUN_DEPS are what `bonsai server` needs on the box
+# (containerd, runc, nftables, iproute2 as those parts land); DEPS are what
+# the tests and benchmarks need: everything bonsai needs plus its real
+# peers and test fixtures (etcd-server, busybox-static, ...).
+RUN_DEPS :=
+DEPS := $(strip $(RUN_DEPS) etcd-server)
+
+TEST_TIMEOUT ?= 20m
+FUZZTIME ?= 20s
+FUZZ_PKGS ?= ./store/
+BENCH_FLAGS ?=
+CHURN ?= 10m
+
+.PHONY: build run test vet bench churn size deps run-deps fuzz clean go-check
+
+go-check:
+	@command -v $(GO) >/dev/null || { echo "Go not found: install Go 1.21 or newer (it fetches the toolchain go.mod asks for through the module proxy)" >&2; exit 1; }
+
+build: go-check
+	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bonsai
+
+deps:
+	@bash scripts/install-deps.sh $(DEPS)
+
+run-deps:
+	@bash scripts/install-deps.sh $(RUN_DEPS)
+
+# ARGS passes extra server flags: make run ARGS='--disable-agent'.
+run: run-deps build
+	$(BIN) server --data-dir=$(DATA_DIR) $(ARGS)
+
+vet: go-check
+	$(GO) vet ./...
+
+# Tests run once (-count=1: a cached pass proves nothing about this
+# machine's prerequisites) with a timeout well inside CI's budget.
+test: deps vet
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench: deps go-check
+	$(GO) build -o bin/bonsai-bench ./e2e/bench
+	bin/bonsai-bench $(BENCH_FLAGS)
+
+# The store's long garbage-collection test: make churn CHURN=10m.
+churn: go-check
+	$(GO) build -o bin/bonsai-bench ./e2e/bench
+	bin/bonsai-bench -churn $(CHURN)
+
+size: build
+	@bytes=$$(stat -c %s $(BIN)); \
+	awk -v b=$$bytes -v f=$(BIN) 'BEGIN { printf "%s: %d bytes (%.1f MB)\n", f, b, b / 1048576 }'
+
+# Runs every Fuzz target of FUZZ_PKGS for FUZZTIME each (go test -fuzz
+# takes one target at a time).
+fuzz: go-check
+	@for pkg in $(FUZZ_PKGS); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+clean:
+	rm -rf bin
