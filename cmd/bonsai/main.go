@@ -1,0 +1,66 @@
+// Command bonsai is the single binary: `bonsai server` runs the control
+// plane (and, later, the node agent) in one process; `bonsai version` says
+// what it is. This package owns the process: flags and config file, logging,
+// listeners, the data dir, signals and exit codes. It wires the components
+// together and must not reach into their internals.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is bonsai's own version, set at build time with
+// -ldflags "-X main.version=v0.1.0".
+var version = "dev"
+
+func main() {
+	root := newRootCmd(os.Stdout, os.Stderr, runServer)
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "bonsai: %s\n", oneLine(err.Error()))
+		os.Exit(1)
+	}
+}
+
+// newRootCmd builds the command tree; run is what `bonsai server` does with
+// its checked configuration, so tests can stop right before it.
+func newRootCmd(stdout, stderr io.Writer, run func(context.Context, *serverConfig, io.Writer) error) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bonsai",
+		Short: "A whole Kubernetes in one small binary",
+		// Errors are printed once, as one line, by main; usage only on
+		// request.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout))
+	return root
+}
+
+func newServerCmd(stderr io.Writer, run func(context.Context, *serverConfig, io.Writer) error) *cobra.Command {
+	o := &serverOptions{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the Kubernetes API server and control plane",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfigFile(cmd.Flags(), o.configFile, cmd.Flags().Changed("config")); err != nil {
+				return err
+			}
+			cfg, err := o.validate()
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg, stderr)
+		},
+	}
+	o.addFlags(cmd.Flags())
+	return cmd
+}

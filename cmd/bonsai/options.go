@@ -1,0 +1,346 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/store"
+)
+
+// defaultConfigFile is read when it exists and --config is not given; a
+// variable so tests do not depend on the machine's /etc.
+var defaultConfigFile = "/etc/bonsai/config.yaml"
+
+// serverOptions are `bonsai server`'s flags as typed.
+type serverOptions struct {
+	configFile        string
+	dataDir           string
+	bindAddress       string
+	port              int
+	disableAgent      bool
+	writeKubeconfig   string
+	tlsSANs           []string
+	tokenFile         string
+	datastoreEndpoint string
+	datastoreCAFile   string
+	datastoreCertFile string
+	datastoreKeyFile  string
+	serviceCIDR       string
+	clusterCIDR       string
+	nodePortRange     string
+	clusterDomain     string
+	logFormat         string
+	logLevel          string
+}
+
+func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.configFile, "config", defaultConfigFile, "YAML file whose keys are these flags' names (read only if it exists unless given explicitly); flags given on the command line win")
+	fs.StringVar(&o.dataDir, "data-dir", "/var/lib/bonsai", "directory for the store, certificates and the admin kubeconfig")
+	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "IP address the API server listens on")
+	fs.IntVar(&o.port, "https-listen-port", 6443, "port the API server listens on (HTTPS)")
+	fs.BoolVar(&o.disableAgent, "disable-agent", false, "run the control plane only, without a kubelet on this host (default false)")
+	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
+	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
+	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
+	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
+	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
+	fs.StringVar(&o.datastoreKeyFile, "datastore-keyfile", "", "client key for etcd (default none)")
+	fs.StringVar(&o.serviceCIDR, "service-cidr", "10.43.0.0/16", "range of ClusterIPs; its first address is the kubernetes service")
+	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "10.42.0.0/16", "range of pod IPs")
+	fs.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "range of NodePorts (first-last, inclusive)")
+	fs.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "DNS domain of the cluster")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// serverConfig is serverOptions checked and parsed: everything `bonsai
+// server` needs before it touches the network or the disk.
+type serverConfig struct {
+	DataDir         string
+	BindAddress     netip.Addr
+	Port            int
+	DisableAgent    bool
+	WriteKubeconfig string
+	TLSSANs         []string
+	// Tokens is nil without --token-file.
+	Tokens        *authn.TokenFile
+	Etcd          store.EtcdOptions
+	ServiceCIDR   netip.Prefix
+	ClusterCIDR   netip.Prefix
+	NodePortRange apiserver.PortRange
+	ClusterDomain string
+	LogFormat     string
+	LogLevel      slog.Level
+}
+
+// applyConfigFile sets every flag named in the YAML file that the command
+// line did not set. A missing default file is fine; a missing explicit one
+// is not.
+func applyConfigFile(fs *pflag.FlagSet, path string, explicit bool) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !explicit {
+			return nil
+		}
+		return fmt.Errorf("--config: %v", err)
+	}
+	var doc map[string]any
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		return fmt.Errorf("config file %s: %v", path, oneLine(err.Error()))
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		f := fs.Lookup(key)
+		if f == nil || key == "config" || key == "help" {
+			return fmt.Errorf("config file %s: unknown key %q", path, key)
+		}
+		if f.Changed {
+			continue
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			list, err := yamlList(doc[key])
+			if err != nil {
+				return fmt.Errorf("config file %s: %s: %v", path, key, err)
+			}
+			if err := sv.Replace(list); err != nil {
+				return fmt.Errorf("config file %s: %s: %v", path, key, err)
+			}
+			continue
+		}
+		s, err := yamlScalar(doc[key])
+		if err != nil {
+			return fmt.Errorf("config file %s: %s: %v", path, key, err)
+		}
+		if err := fs.Set(key, s); err != nil {
+			return fmt.Errorf("config file %s: %s: invalid value %q: %v", path, key, s, err)
+		}
+	}
+	return nil
+}
+
+func yamlScalar(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case float64:
+		// YAML numbers arrive as JSON numbers; ports and the like are
+		// integers and must not be printed as 6.443e+03.
+		return strconv.FormatFloat(v, 'f', -1, 64), nil
+	case nil:
+		return "", errors.New("no value")
+	default:
+		return "", fmt.Errorf("want a single value, not %T", v)
+	}
+}
+
+func yamlList(v any) ([]string, error) {
+	items, ok := v.([]any)
+	if !ok {
+		s, err := yamlScalar(v)
+		if err != nil {
+			return nil, err
+		}
+		return []string{s}, nil
+	}
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		s, err := yamlScalar(it)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// validate checks every value and parses it. Each error names its flag.
+func (o *serverOptions) validate() (*serverConfig, error) {
+	c := &serverConfig{
+		DataDir:         o.dataDir,
+		Port:            o.port,
+		DisableAgent:    o.disableAgent,
+		WriteKubeconfig: o.writeKubeconfig,
+		ClusterDomain:   o.clusterDomain,
+		LogFormat:       o.logFormat,
+	}
+	if strings.TrimSpace(o.dataDir) == "" {
+		return nil, errors.New("--data-dir: must not be empty")
+	}
+	c.DataDir = filepath.Clean(o.dataDir)
+
+	addr, err := netip.ParseAddr(o.bindAddress)
+	if err != nil || addr.Zone() != "" {
+		return nil, fmt.Errorf("--bind-address %q: not an IP address", o.bindAddress)
+	}
+	c.BindAddress = addr.Unmap()
+
+	if o.port < 1 || o.port > 65535 {
+		return nil, fmt.Errorf("--https-listen-port %d: must be between 1 and 65535", o.port)
+	}
+
+	if c.ServiceCIDR, err = parseCIDR("--service-cidr", o.serviceCIDR); err != nil {
+		return nil, err
+	}
+	// A bitmap allocator over more than 2^20 addresses would dominate
+	// memory; kube-apiserver draws the same line (/12 for IPv4, /108 for
+	// IPv6).
+	if hostBits := c.ServiceCIDR.Addr().BitLen() - c.ServiceCIDR.Bits(); hostBits > 20 {
+		return nil, fmt.Errorf("--service-cidr %s: too large; at most 2^20 addresses (a /%d)", o.serviceCIDR, c.ServiceCIDR.Addr().BitLen()-20)
+	} else if hostBits < 2 {
+		return nil, fmt.Errorf("--service-cidr %s: too small; it needs room for the kubernetes service and others", o.serviceCIDR)
+	}
+	if c.ClusterCIDR, err = parseCIDR("--cluster-cidr", o.clusterCIDR); err != nil {
+		return nil, err
+	}
+	// Each node gets a /24 (IPv4) or /64 (IPv6) of the cluster CIDR.
+	nodeBits := 24
+	if c.ClusterCIDR.Addr().Is6() {
+		nodeBits = 64
+	}
+	if c.ClusterCIDR.Bits() > nodeBits {
+		return nil, fmt.Errorf("--cluster-cidr %s: too small; each node takes a /%d", o.clusterCIDR, nodeBits)
+	}
+	if c.ServiceCIDR.Overlaps(c.ClusterCIDR) {
+		return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", o.clusterCIDR, o.serviceCIDR)
+	}
+
+	pr, err := utilnet.ParsePortRange(strings.TrimSpace(o.nodePortRange))
+	if err != nil {
+		return nil, fmt.Errorf("--service-node-port-range %q: %v", o.nodePortRange, err)
+	}
+	if pr.Size == 0 || pr.Base < 1 {
+		return nil, fmt.Errorf("--service-node-port-range %q: want first-last with ports between 1 and 65535", o.nodePortRange)
+	}
+	c.NodePortRange = apiserver.PortRange{Base: pr.Base, Max: pr.Base + pr.Size - 1}
+
+	if errs := validation.IsDNS1123Subdomain(o.clusterDomain); len(errs) > 0 {
+		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
+	}
+
+	for _, san := range o.tlsSANs {
+		san = strings.TrimSpace(san)
+		if _, err := netip.ParseAddr(san); err == nil {
+			c.TLSSANs = append(c.TLSSANs, san)
+			continue
+		}
+		name := strings.ToLower(san)
+		if errs := validation.IsDNS1123Subdomain(strings.TrimPrefix(name, "*.")); len(errs) > 0 {
+			return nil, fmt.Errorf("--tls-san %q: neither an IP address nor a DNS name: %s", san, strings.Join(errs, "; "))
+		}
+		c.TLSSANs = append(c.TLSSANs, name)
+	}
+
+	if o.writeKubeconfig != "" {
+		// Checked now so that a typo fails before anything is written.
+		dir := filepath.Dir(o.writeKubeconfig)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--write-kubeconfig %s: directory %s does not exist", o.writeKubeconfig, dir)
+		}
+		if st, err := os.Stat(o.writeKubeconfig); err == nil && st.IsDir() {
+			return nil, fmt.Errorf("--write-kubeconfig %s: is a directory", o.writeKubeconfig)
+		}
+	}
+
+	if o.tokenFile != "" {
+		tf, err := authn.LoadTokenFile(o.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %v", err)
+		}
+		c.Tokens = tf
+	}
+
+	if o.datastoreEndpoint != "" {
+		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {
+			return nil, fmt.Errorf("--datastore-endpoint: %v", err)
+		}
+		c.Etcd = store.EtcdOptions{
+			Endpoint: o.datastoreEndpoint,
+			CAFile:   o.datastoreCAFile,
+			CertFile: o.datastoreCertFile,
+			KeyFile:  o.datastoreKeyFile,
+		}
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--datastore-cafile", o.datastoreCAFile},
+		{"--datastore-certfile", o.datastoreCertFile},
+		{"--datastore-keyfile", o.datastoreKeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if o.datastoreEndpoint == "" {
+			return nil, fmt.Errorf("%s: only used with --datastore-endpoint", f.flag)
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			return nil, fmt.Errorf("%s: %v", f.flag, err)
+		}
+	}
+	if (o.datastoreCertFile == "") != (o.datastoreKeyFile == "") {
+		return nil, errors.New("--datastore-certfile and --datastore-keyfile: give both or neither")
+	}
+
+	switch o.logFormat {
+	case "text", "json":
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+	}
+	switch o.logLevel {
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "info":
+		c.LogLevel = slog.LevelInfo
+	case "warn":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	return c, nil
+}
+
+func parseCIDR(flag, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%s %q: not a CIDR (like 10.43.0.0/16)", flag, s)
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%s %q: write IPv4 ranges as IPv4", flag, s)
+	}
+	if m := p.Masked(); m != p {
+		return netip.Prefix{}, fmt.Errorf("%s %q: host bits set; did you mean %s?", flag, s, m)
+	}
+	if flag == "--service-cidr" {
+		if _, err := pki.FirstServiceIP(p); err != nil {
+			return netip.Prefix{}, fmt.Errorf("%s %q: %v", flag, s, err)
+		}
+	}
+	return p, nil
+}
+
+// oneLine keeps an error on the single stderr line bonsai promises.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}

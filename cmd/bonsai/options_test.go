@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"bonsai.dev/bonsai/apiserver"
+)
+
+// parseServer runs `bonsai server args...` up to the point where the server
+// would start and returns the checked configuration.
+func parseServer(t *testing.T, args ...string) (*serverConfig, error) {
+	t.Helper()
+	var got *serverConfig
+	root := newRootCmd(io.Discard, io.Discard, func(_ context.Context, c *serverConfig, _ io.Writer) error {
+		got = c
+		return nil
+	})
+	root.SetArgs(append([]string{"server"}, args...))
+	if err := root.Execute(); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// noDefaultConfig keeps a real /etc/bonsai/config.yaml out of the tests.
+func noDefaultConfig(t *testing.T) {
+	t.Helper()
+	old := defaultConfigFile
+	defaultConfigFile = filepath.Join(t.TempDir(), "absent.yaml")
+	t.Cleanup(func() { defaultConfigFile = old })
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestServerDefaults(t *testing.T) {
+	noDefaultConfig(t)
+	got, err := parseServer(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &serverConfig{
+		DataDir:       "/var/lib/bonsai",
+		BindAddress:   netip.MustParseAddr("0.0.0.0"),
+		Port:          6443,
+		ServiceCIDR:   netip.MustParsePrefix("10.43.0.0/16"),
+		ClusterCIDR:   netip.MustParsePrefix("10.42.0.0/16"),
+		NodePortRange: apiserver.PortRange{Base: 30000, Max: 32767},
+		ClusterDomain: "cluster.local",
+		LogFormat:     "text",
+		LogLevel:      slog.LevelInfo,
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestServerFlags(t *testing.T) {
+	noDefaultConfig(t)
+	tokens := writeFile(t, "tokens.csv", "tok,alice,1\n")
+	got, err := parseServer(t,
+		"--data-dir", "/srv/bonsai/", "--bind-address", "::1", "--https-listen-port", "7443",
+		"--disable-agent", "--tls-san", "API.example.com", "--tls-san", "192.0.2.1,b.example",
+		"--token-file", tokens, "--datastore-endpoint", "http://127.0.0.1:2379",
+		"--service-cidr", "fd00:43::/108", "--cluster-cidr", "10.244.0.0/16",
+		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
+		"--log-format", "json", "--log-level", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tokens == nil || got.Tokens.Len() != 1 {
+		t.Errorf("tokens not loaded: %+v", got.Tokens)
+	}
+	got.Tokens = nil
+	want := &serverConfig{
+		DataDir:       "/srv/bonsai",
+		BindAddress:   netip.MustParseAddr("::1"),
+		Port:          7443,
+		DisableAgent:  true,
+		TLSSANs:       []string{"api.example.com", "192.0.2.1", "b.example"},
+		ServiceCIDR:   netip.MustParsePrefix("fd00:43::/108"),
+		ClusterCIDR:   netip.MustParsePrefix("10.244.0.0/16"),
+		NodePortRange: apiserver.PortRange{Base: 31000, Max: 31099},
+		ClusterDomain: "edge.internal",
+		LogFormat:     "json",
+		LogLevel:      slog.LevelDebug,
+	}
+	want.Etcd.Endpoint = "http://127.0.0.1:2379"
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+}
+
+func TestServerBadFlags(t *testing.T) {
+	noDefaultConfig(t)
+	badTokens := writeFile(t, "tokens.csv", "ok,alice,1\nbroken\n")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want []string // all must appear in the error
+	}{
+		{[]string{"--service-cidr", "10.43.0.0/33"}, []string{"--service-cidr", "not a CIDR"}},
+		{[]string{"--service-cidr", "banana"}, []string{"--service-cidr"}},
+		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
+		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
+		{[]string{"--service-cidr", "10.43.0.0/31"}, []string{"--service-cidr"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/25"}, []string{"--cluster-cidr", "too small"}},
+		{[]string{"--cluster-cidr", "10.43.0.0/16"}, []string{"--cluster-cidr", "overlaps --service-cidr"}},
+		{[]string{"--cluster-cidr", "x/y"}, []string{"--cluster-cidr"}},
+		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
+		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
+		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
+		{[]string{"--service-node-port-range", "a-b"}, []string{"--service-node-port-range"}},
+		{[]string{"--service-node-port-range", ""}, []string{"--service-node-port-range"}},
+		{[]string{"--https-listen-port", "70000"}, []string{"--https-listen-port", "70000"}},
+		{[]string{"--https-listen-port", "0"}, []string{"--https-listen-port"}},
+		{[]string{"--https-listen-port", "https"}, []string{"--https-listen-port"}},
+		{[]string{"--cluster-domain", "Cluster_Local"}, []string{"--cluster-domain"}},
+		{[]string{"--cluster-domain", "-bad.local"}, []string{"--cluster-domain"}},
+		{[]string{"--cluster-domain", ""}, []string{"--cluster-domain"}},
+		{[]string{"--log-level", "verbose"}, []string{"--log-level", "verbose"}},
+		{[]string{"--log-format", "xml"}, []string{"--log-format", "xml"}},
+		{[]string{"--token-file", filepath.Join(dir, "missing.csv")}, []string{"--token-file", "missing.csv"}},
+		{[]string{"--token-file", dir}, []string{"--token-file"}},
+		{[]string{"--token-file", badTokens}, []string{"--token-file", "tokens.csv line 2"}},
+		{[]string{"--bind-address", "example.com"}, []string{"--bind-address"}},
+		{[]string{"--tls-san", "bad name!"}, []string{"--tls-san", "bad name!"}},
+		{[]string{"--datastore-endpoint", "ftp://127.0.0.1:2379"}, []string{"--datastore-endpoint", "scheme"}},
+		{[]string{"--datastore-cafile", badTokens}, []string{"--datastore-cafile", "--datastore-endpoint"}},
+		{[]string{"--datastore-endpoint", "https://127.0.0.1:2379", "--datastore-cafile", filepath.Join(dir, "nope.pem")}, []string{"--datastore-cafile"}},
+		{[]string{"--datastore-endpoint", "https://127.0.0.1:2379", "--datastore-certfile", badTokens}, []string{"--datastore-keyfile"}},
+		{[]string{"--write-kubeconfig", filepath.Join(dir, "no/such/dir/kubeconfig")}, []string{"--write-kubeconfig"}},
+		{[]string{"--write-kubeconfig", dir}, []string{"--write-kubeconfig", "directory"}},
+		{[]string{"--data-dir", ""}, []string{"--data-dir"}},
+		{[]string{"--no-such-flag"}, []string{"--no-such-flag"}},
+		{[]string{"extra-arg"}, []string{"extra-arg"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := parseServer(t, tc.args...)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			msg := oneLine(err.Error())
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	noDefaultConfig(t)
+	file := writeFile(t, "config.yaml", `
+data-dir: /x
+https-listen-port: 7443
+tls-san: [a.example, 192.0.2.1]
+disable-agent: true
+log-level: debug
+service-node-port-range: 31000-31999
+`)
+	got, err := parseServer(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DataDir != "/x" || got.Port != 7443 || !got.DisableAgent || got.LogLevel != slog.LevelDebug ||
+		got.NodePortRange != (apiserver.PortRange{Base: 31000, Max: 31999}) {
+		t.Errorf("config file not honoured: %+v", got)
+	}
+	if diff := cmp.Diff([]string{"a.example", "192.0.2.1"}, got.TLSSANs); diff != "" {
+		t.Errorf("tls-san (-want +got):\n%s", diff)
+	}
+
+	got, err = parseServer(t, "--config", file, "--https-listen-port", "8443", "--tls-san", "b.example", "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Port != 8443 || got.LogLevel != slog.LevelWarn || got.DataDir != "/x" {
+		t.Errorf("flags do not override the file: %+v", got)
+	}
+	if diff := cmp.Diff([]string{"b.example"}, got.TLSSANs); diff != "" {
+		t.Errorf("tls-san (-want +got):\n%s", diff)
+	}
+}
+
+func TestDefaultConfigFile(t *testing.T) {
+	old := defaultConfigFile
+	t.Cleanup(func() { defaultConfigFile = old })
+	defaultConfigFile = writeFile(t, "config.yaml", "cluster-domain: edge.local\ntls-san: single.example\n")
+	got, err := parseServer(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ClusterDomain != "edge.local" || !cmp.Equal(got.TLSSANs, []string{"single.example"}) {
+		t.Errorf("default config file not read: %+v", got)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		name, content string
+		want          []string
+	}{
+		{"unknown key", "data-dir: /x\nbogus-key: 1\n", []string{"unknown key", "bogus-key"}},
+		{"config key", "config: /other.yaml\n", []string{"unknown key", "config"}},
+		{"bad value", "https-listen-port: many\n", []string{"https-listen-port", "many"}},
+		{"validated value", "https-listen-port: 70000\n", []string{"--https-listen-port", "70000"}},
+		{"list for a scalar", "data-dir: [a, b]\n", []string{"data-dir", "single value"}},
+		{"map for a list", "tls-san: {a: b}\n", []string{"tls-san"}},
+		{"not yaml", "data-dir: [\n", []string{"config file"}},
+		{"duplicate key", "data-dir: /a\ndata-dir: /b\n", []string{"config file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseServer(t, "--config", writeFile(t, "config.yaml", tc.content))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			msg := oneLine(err.Error())
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+	if _, err := parseServer(t, "--config", filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("missing explicit config file: %v", err)
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, &out, nil)
+	root.SetArgs([]string{"server", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, want := range []string{
+		`--data-dir string`, `(default "/var/lib/bonsai")`,
+		`--bind-address string`, `(default "0.0.0.0")`,
+		`--https-listen-port int`, `(default 6443)`,
+		`--disable-agent`, `--write-kubeconfig string`, `--tls-san strings`, `--token-file string`,
+		`--datastore-endpoint string`, `--datastore-cafile string`, `--datastore-certfile string`, `--datastore-keyfile string`,
+		`--service-cidr string`, `(default "10.43.0.0/16")`,
+		`--cluster-cidr string`, `(default "10.42.0.0/16")`,
+		`--service-node-port-range string`, `(default "30000-32767")`,
+		`--cluster-domain string`, `(default "cluster.local")`,
+		`--log-format string`, `(default "text")`,
+		`--log-level string`, `(default "info")`,
+		`--config string`, `(default "/etc/bonsai/config.yaml")`,
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCmd(&out, io.Discard, nil)
+	root.SetArgs([]string{"version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{version, apiserver.KubernetesVersion(), runtime.Version()} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("version output %q lacks %q", out.String(), want)
+		}
+	}
+}
+
+func TestListenPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = listen(netip.MustParseAddr("127.0.0.1"), port)
+	want := "port " + strconv.Itoa(port) + " on 127.0.0.1 is already in use"
+	if err == nil || err.Error() != want {
+		t.Errorf("listen on a busy port: %v, want %q", err, want)
+	}
+}
+
+func TestLockDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	f, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("data dir %v %v, want mode 0700", st, err)
+	}
+	_, err = lockDataDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "in use by another bonsai") {
+		t.Errorf("second lock: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 0 {
+		t.Errorf("locking left files behind: %v", entries)
+	}
+
+	file := writeFile(t, "plain", "x")
+	if _, err := lockDataDir(filepath.Join(file, "data")); err == nil || !strings.Contains(err.Error(), "data dir") {
+		t.Errorf("data dir under a file: %v", err)
+	}
+	if _, err := lockDataDir(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("data dir that is a file: %v", err)
+	}
+}

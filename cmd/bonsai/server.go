@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/store"
+)
+
+// shutdownTimeout bounds how long in-flight requests may take to finish
+// after SIGTERM; it stays well under the usual 30 s a service manager
+// waits before SIGKILL.
+const shutdownTimeout = 10 * time.Second
+
+// runServer runs until SIGTERM or SIGINT. The start-up order makes every
+// early failure leave the disk as it was: a busy port is found before the
+// data dir is created, a busy data dir before anything is written in it.
+func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
+	log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr)
+	slog.SetDefault(log)
+	klog.SetSlogLogger(log)
+
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stopSignals()
+
+	ln, err := listen(cfg.BindAddress, cfg.Port)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+
+	st, storeDesc, err := openStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	storeOpen := true
+	defer func() {
+		if storeOpen {
+			st.Close()
+		}
+	}()
+
+	sans, err := pki.ServingSANs(cfg.ClusterDomain, cfg.ServiceCIDR, cfg.TLSSANs)
+	if err != nil {
+		return err
+	}
+	certs, err := pki.Ensure(filepath.Join(cfg.DataDir, "tls"), sans)
+	if err != nil {
+		return err
+	}
+	if len(certs.Issued) > 0 {
+		log.Info("issued certificates", "files", certs.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
+	}
+
+	serverURL := "https://" + net.JoinHostPort(kubeconfigHost(cfg.BindAddress).String(), strconv.Itoa(cfg.Port))
+	kubeconfigs := []string{filepath.Join(cfg.DataDir, "kubeconfig.yaml")}
+	if cfg.WriteKubeconfig != "" {
+		kubeconfigs = append(kubeconfigs, cfg.WriteKubeconfig)
+	}
+	for _, path := range kubeconfigs {
+		if err := pki.WriteKubeconfig(path, serverURL, certs.CA.CertPEM, certs.AdminCertPEM, certs.AdminKeyPEM); err != nil {
+			return err
+		}
+	}
+
+	authenticators := authn.Union{authn.NewX509(certs.CA.Pool())}
+	if cfg.Tokens != nil {
+		authenticators = append(authenticators, cfg.Tokens)
+	}
+	api, err := apiserver.New(apiserver.Config{
+		Store:         st,
+		Authenticator: authenticators,
+		ServiceCIDR:   cfg.ServiceCIDR,
+		ClusterCIDR:   cfg.ClusterCIDR,
+		NodePortRange: cfg.NodePortRange,
+		ClusterDomain: cfg.ClusterDomain,
+		Version:       version,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{
+		Handler: api.Handler(),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{certs.Serving},
+			MinVersion:   tls.VersionTLS12,
+			ClientAuth:   tls.VerifyClientCertIfGiven,
+			ClientCAs:    certs.CA.Pool(),
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		// Handshake failures from scanners and half-configured clients are
+		// noise at info level.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeTLS(ln, "", "") }()
+	log.Info("bonsai server is up",
+		"version", version,
+		"kubernetes", apiserver.KubernetesVersion(),
+		"address", "https://"+ln.Addr().String(),
+		"kubeconfig", kubeconfigs,
+		"store", storeDesc,
+		"agent", !cfg.DisableAgent)
+	if !cfg.DisableAgent {
+		log.Warn("the node agent is not part of this build yet; running the control plane only")
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		// A second signal now kills the process the default way.
+		stopSignals()
+		log.Info("shutting down", "timeout", shutdownTimeout)
+	case serveErr = <-served:
+		log.Error("API server stopped serving", "err", serveErr)
+	}
+	// Watches never finish on their own: end them first so that Shutdown
+	// only waits for ordinary requests.
+	api.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
+		srv.Close()
+	}
+	if serveErr == nil {
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	storeOpen = false
+	if err := st.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// kubeconfigHost is the address the admin kubeconfig points at: loopback
+// when the server listens on every address or on loopback, so that the
+// file keeps working when the host's addresses change.
+func kubeconfigHost(bind netip.Addr) netip.Addr {
+	switch {
+	case bind.IsUnspecified(), bind == netip.MustParseAddr("127.0.0.1"):
+		return netip.MustParseAddr("127.0.0.1")
+	default:
+		return bind
+	}
+}
+
+// listen binds before anything else so that a port in use stops the start
+// before the data dir is touched.
+func listen(addr netip.Addr, port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr.String(), strconv.Itoa(port)))
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("port %d on %s is already in use", port, addr)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return nil, fmt.Errorf("--bind-address %s is not an address of this host", addr)
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("port %d on %s: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)", port, addr)
+	default:
+		return nil, fmt.Errorf("listen on port %d on %s: %v", port, addr, err)
+	}
+}
+
+// lockDataDir creates the data dir if needed and takes an exclusive flock
+// on it for the life of the process, so two bonsais never share one, even
+// with an etcd datastore where the store's own lock does not apply. The
+// lock is on the directory itself: refusing adds no file.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s cannot be created: %v", dir, pathErrReason(err))
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %v", dir, pathErrReason(err))
+	}
+	if st, err := f.Stat(); err != nil || !st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is not a directory", dir)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another bonsai", dir)
+		}
+		return nil, fmt.Errorf("data dir %s: lock: %v", dir, err)
+	}
+	// Permission bits say little for root or on a read-only mount; only a
+	// real write does.
+	probe, err := os.CreateTemp(dir, ".bonsai-write-check-*")
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is not writable: %v", dir, pathErrReason(err))
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return f, nil
+}
+
+func pathErrReason(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func openStore(cfg *serverConfig, log *slog.Logger) (store.Store, string, error) {
+	if cfg.Etcd.Endpoint != "" {
+		opts := cfg.Etcd
+		opts.Logger = log
+		st, err := store.OpenEtcd(opts)
+		return st, "etcd " + cfg.Etcd.Endpoint, err
+	}
+	dir := filepath.Join(cfg.DataDir, "db")
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log})
+	return st, "badger " + dir, err
+}
+
+func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
