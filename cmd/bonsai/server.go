@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -115,9 +117,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		// Handshake failures from scanners and half-configured clients are
-		// noise at info level.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          stdlog.New(httpErrorLog{log}, "", 0),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
@@ -249,6 +249,21 @@ func openStore(cfg *serverConfig, log *slog.Logger) (store.Store, string, error)
 	dir := filepath.Join(cfg.DataDir, "db")
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log})
 	return st, "badger " + dir, err
+}
+
+// httpErrorLog sends net/http's own messages to the log. Handshake failures
+// from scanners and half-configured clients are noise, kept for debug;
+// anything else (a handler panic) is an error.
+type httpErrorLog struct{ log *slog.Logger }
+
+func (h httpErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		h.log.Debug(msg)
+	} else {
+		h.log.Error(msg)
+	}
+	return len(p), nil
 }
 
 func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
