@@ -583,3 +583,28 @@ func TestServerRestartReusesCertificates(t *testing.T) {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 }
+
+func TestServerWithEtcd(t *testing.T) {
+	requireBinary(t)
+	etcd := testenv.EtcdForTest(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	s := startServer(t, dataDir, "--datastore-endpoint", etcd.Endpoint)
+	kc := s.kubeconfig(t)
+	code, _, body := get(t, s.client(t, &kc.clientCertificate), s.url("/readyz?verbose"), "")
+	if code != http.StatusOK || !strings.Contains(string(body), "[+]store ok") {
+		t.Errorf("/readyz?verbose on etcd: %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("embedded store created despite --datastore-endpoint (%v)", err)
+	}
+	// The store's lock does not cover an etcd datastore; the data dir's
+	// own lock still keeps a second bonsai out of the certificates.
+	code, stderr := runToExit(t, "server", "--data-dir", dataDir, "--https-listen-port", fmt.Sprint(freePort(t)),
+		"--bind-address", "127.0.0.1", "--disable-agent", "--config", emptyConfig(t), "--datastore-endpoint", etcd.Endpoint)
+	if code == 0 || !strings.Contains(stderr, "in use") {
+		t.Errorf("second bonsai on the data dir of an etcd-backed one: exit %d, %q", code, stderr)
+	}
+	if code, took := s.sigterm(t); code != 0 || took > 5*time.Second {
+		t.Errorf("SIGTERM: exit %d after %v, want 0 within 5s", code, took)
+	}
+}
