@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -27,6 +29,10 @@ type Config struct {
 	ClusterCIDR   netip.Prefix
 	NodePortRange PortRange
 	ClusterDomain string
+	// AdvertiseAddress and SecurePort are where the kubernetes Service's
+	// endpoints point; unset, that Service is not created.
+	AdvertiseAddress netip.Addr
+	SecurePort       int
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -39,10 +45,17 @@ type PortRange struct{ Base, Max int }
 // Server is the API server.
 type Server struct {
 	cfg     Config
+	reg     *registry
+	allocMu sync.Mutex // service IP and node port allocation
 	log     *slog.Logger
 	handler http.Handler
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	// watches is cancelled to end every open watch (clients re-watch).
+	watchMu     sync.Mutex
+	watches     context.Context
+	endWatchesF context.CancelFunc
 }
 
 // New builds the API server over cfg.Store.
@@ -51,10 +64,29 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	if !cfg.ServiceCIDR.IsValid() {
+		cfg.ServiceCIDR = netip.MustParsePrefix("10.43.0.0/16")
+	}
+	if !cfg.ClusterCIDR.IsValid() {
+		cfg.ClusterCIDR = netip.MustParsePrefix("10.42.0.0/16")
+	}
+	if cfg.NodePortRange == (PortRange{}) {
+		cfg.NodePortRange = PortRange{Base: 30000, Max: 32767}
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = "cluster.local"
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources())}
+	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withAuthentication(r)
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer bcancel()
+	if err := s.bootstrap(bctx); err != nil {
+		cancel()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -64,9 +96,27 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Shutdown ends every open watch so that http.Server.Shutdown can finish.
 func (s *Server) Shutdown() { s.cancel() }
 
+// endWatches ends the watches open now; clients re-watch from their last
+// resourceVersion, as after any dropped connection.
+func (s *Server) endWatches() {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	s.endWatchesF()
+	s.watches, s.endWatchesF = context.WithCancel(s.ctx)
+}
+
+func (s *Server) watchesContext() context.Context {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	return s.watches
+}
+
 func (s *Server) routes(r chi.Router) {
 	for _, p := range []string{"/healthz", "/livez", "/readyz"} {
 		r.Get(p, s.serveHealth)
 	}
 	r.Get("/version", s.serveVersion)
+	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {
+		r.HandleFunc(p, s.serveAPITree)
+	}
 }

@@ -1,0 +1,624 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/store"
+)
+
+type testEnv struct {
+	s     *Server
+	st    store.Store
+	cs    *kubernetes.Clientset
+	dyn   *dynamic.DynamicClient
+	cfg   *rest.Config
+	ctx   context.Context
+	close func()
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}})
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	env := &testEnv{s: s, st: st, cs: cs, dyn: dyn, cfg: cfg, ctx: ctx}
+	t.Cleanup(func() { cancel(); s.Shutdown(); st.Close() })
+	return env
+}
+
+func cm(name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+}
+
+func TestBootstrapObjects(t *testing.T) {
+	e := newTestEnv(t)
+	for _, ns := range systemNamespaces {
+		got, err := e.cs.CoreV1().Namespaces().Get(e.ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != corev1.NamespaceActive || got.Labels[namespaceNameLabel] != ns {
+			t.Errorf("namespace %s: phase %q labels %v", ns, got.Status.Phase, got.Labels)
+		}
+	}
+	svc, err := e.cs.CoreV1().Services("default").Get(e.ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != "10.43.0.1" {
+		t.Fatalf("kubernetes service: %v %v", svc, err)
+	}
+	ep, err := e.cs.CoreV1().Endpoints("default").Get(e.ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || ep.Subsets[0].Addresses[0].IP != "127.0.0.1" || ep.Subsets[0].Ports[0].Port != 6443 {
+		t.Fatalf("kubernetes endpoints: %+v %v", ep, err)
+	}
+	if _, err := e.cs.DiscoveryV1().EndpointSlices("default").Get(e.ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := e.cs.SchedulingV1().PriorityClasses().Get(e.ctx, "system-node-critical", metav1.GetOptions{})
+	if err != nil || pc.Value != 2000001000 {
+		t.Fatalf("priority class: %+v %v", pc, err)
+	}
+}
+
+func TestCRUDAndErrors(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	c, err := cms.Create(e.ctx, cm("a", map[string]string{"k": "v"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UID == "" || c.ResourceVersion == "" || c.CreationTimestamp.IsZero() || len(c.ManagedFields) == 0 {
+		t.Fatalf("create did not set system fields: %+v", c.ObjectMeta)
+	}
+	if _, err := cms.Create(e.ctx, cm("a", nil), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("second create: %v", err)
+	}
+	if _, err := cms.Get(e.ctx, "missing", metav1.GetOptions{}); !apierrors.IsNotFound(err) || err.Error() != `configmaps "missing" not found` {
+		t.Fatalf("get missing: %v", err)
+	}
+	stale := c.DeepCopy()
+	c.Data["k"] = "v2"
+	c2, err := cms.Update(e.ctx, c, metav1.UpdateOptions{})
+	if err != nil || c2.ResourceVersion == c.ResourceVersion {
+		t.Fatalf("update: %v", err)
+	}
+	stale.Data["k"] = "v3"
+	if _, err := cms.Update(e.ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "the object has been modified") {
+		t.Fatalf("stale update: %v", err)
+	}
+	// A no-op update keeps the resourceVersion.
+	c3, err := cms.Update(e.ctx, c2, metav1.UpdateOptions{})
+	if err != nil || c3.ResourceVersion != c2.ResourceVersion {
+		t.Fatalf("no-op update changed rv %s -> %s (%v)", c2.ResourceVersion, c3.ResourceVersion, err)
+	}
+	// generateName.
+	g, err := cms.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "gen-"}}, metav1.CreateOptions{})
+	if err != nil || !strings.HasPrefix(g.Name, "gen-") || len(g.Name) != len("gen-")+5 {
+		t.Fatalf("generateName: %q %v", g.Name, err)
+	}
+	// Invalid names: 422 with a cause on metadata.name.
+	_, err = cms.Create(e.ctx, cm("Not_Valid", nil), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("invalid name: %v", err)
+	}
+	if st := err.(apierrors.APIStatus).Status(); len(st.Details.Causes) != 1 || st.Details.Causes[0].Field != "metadata.name" {
+		t.Fatalf("invalid name causes: %+v", st.Details)
+	}
+	// Missing and terminating namespaces.
+	if _, err := e.cs.CoreV1().ConfigMaps("nope").Create(e.ctx, cm("x", nil), metav1.CreateOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("create in missing namespace: %v", err)
+	}
+	// Delete.
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("second delete: %v", err)
+	}
+	// Dry run stores nothing.
+	if _, err := cms.Create(e.ctx, cm("dry", nil), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(e.ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("dry-run create was stored: %v", err)
+	}
+}
+
+func TestFinalizersAndTerminatingNamespace(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	c := cm("f", nil)
+	c.Finalizers = []string{"example.com/hold"}
+	if _, err := cms.Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms.Delete(e.ctx, "f", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cms.Get(e.ctx, "f", metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("object with a finalizer after delete: %+v %v", got, err)
+	}
+	got.Finalizers = nil
+	if _, err := cms.Update(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Get(e.ctx, "f", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("object still there after its last finalizer went: %v", err)
+	}
+
+	if _, err := e.cs.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cs.CoreV1().Namespaces().Delete(e.ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := e.cs.CoreV1().Namespaces().Get(e.ctx, "doomed", metav1.GetOptions{})
+	if ns.Status.Phase != corev1.NamespaceTerminating {
+		t.Fatalf("deleted namespace phase %q", ns.Status.Phase)
+	}
+	_, err = e.cs.CoreV1().ConfigMaps("doomed").Create(e.ctx, cm("x", nil), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "because it is being terminated") {
+		t.Fatalf("create in a terminating namespace: %v", err)
+	}
+}
+
+func TestPatchTypes(t *testing.T) {
+	e := newTestEnv(t)
+	deps := e.cs.AppsV1().Deployments("default")
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36", Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}},
+			},
+		},
+	}
+	created, err := deps.Create(e.ctx, d, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Generation != 1 || *created.Spec.Replicas != 1 || created.Spec.Strategy.RollingUpdate.MaxSurge.StrVal != "25%" || *created.Spec.RevisionHistoryLimit != 10 || *created.Spec.ProgressDeadlineSeconds != 600 {
+		t.Fatalf("deployment defaults: gen %d spec %+v", created.Generation, created.Spec)
+	}
+	if c := created.Spec.Template.Spec.Containers[0]; c.ImagePullPolicy != corev1.PullIfNotPresent || c.TerminationMessagePath != "/dev/termination-log" {
+		t.Fatalf("container defaults: %+v", c)
+	}
+	// JSON patch.
+	p, err := deps.Patch(e.ctx, "web", types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`), metav1.PatchOptions{})
+	if err != nil || *p.Spec.Replicas != 3 || p.Generation != 2 {
+		t.Fatalf("json patch: %v gen %d", err, p.Generation)
+	}
+	// Merge patch of labels does not bump generation.
+	p, err = deps.Patch(e.ctx, "web", types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"front"}}}`), metav1.PatchOptions{})
+	if err != nil || p.Labels["tier"] != "front" || p.Generation != 2 {
+		t.Fatalf("merge patch: %v %v gen %d", err, p.Labels, p.Generation)
+	}
+	// Strategic merge patch merges containers by name.
+	p, err = deps.Patch(e.ctx, "web", types.StrategicMergePatchType, []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"c","env":[{"name":"B","value":"2"}]}]}}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := p.Spec.Template.Spec.Containers[0].Env; len(env) != 2 || p.Spec.Template.Spec.Containers[0].Image != "busybox:1.36" {
+		t.Fatalf("strategic merge patch: %+v", p.Spec.Template.Spec.Containers)
+	}
+	// A bad JSON patch is 422 or 400, never a 500.
+	_, err = deps.Patch(e.ctx, "web", types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/nope/x","value":3}]`), metav1.PatchOptions{})
+	if st, ok := err.(apierrors.APIStatus); !ok || st.Status().Code >= 500 || st.Status().Code < 400 {
+		t.Fatalf("bad json patch: %v", err)
+	}
+	// Selector is immutable.
+	_, err = deps.Patch(e.ctx, "web", types.MergePatchType, []byte(`{"spec":{"selector":{"matchLabels":{"app":"other"}},"template":{"metadata":{"labels":{"app":"other"}}}}}`), metav1.PatchOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "field is immutable") {
+		t.Fatalf("selector change: %v", err)
+	}
+	// Scale subresource.
+	sc, err := deps.GetScale(e.ctx, "web", metav1.GetOptions{})
+	if err != nil || sc.Spec.Replicas != 3 || sc.Status.Selector != "app=web" {
+		t.Fatalf("get scale: %+v %v", sc, err)
+	}
+	sc.Spec.Replicas = 5
+	if _, err := deps.UpdateScale(e.ctx, "web", sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := deps.Get(e.ctx, "web", metav1.GetOptions{}); *got.Spec.Replicas != 5 {
+		t.Fatalf("replicas after scale: %d", *got.Spec.Replicas)
+	}
+	// Status subresource: status changes, spec does not.
+	got, _ := deps.Get(e.ctx, "web", metav1.GetOptions{})
+	got.Status.ReadyReplicas = 2
+	got.Spec.Replicas = ptrTo[int32](9)
+	st, err := deps.UpdateStatus(e.ctx, got, metav1.UpdateOptions{})
+	if err != nil || st.Status.ReadyReplicas != 2 || *st.Spec.Replicas != 5 {
+		t.Fatalf("status update: %v ready %d replicas %d", err, st.Status.ReadyReplicas, *st.Spec.Replicas)
+	}
+	// And the main resource ignores status.
+	st.Status.ReadyReplicas = 0
+	main, err := deps.Update(e.ctx, st, metav1.UpdateOptions{})
+	if err != nil || main.Status.ReadyReplicas != 2 {
+		t.Fatalf("main update touched status: %v %d", err, main.Status.ReadyReplicas)
+	}
+}
+
+func TestServerSideApply(t *testing.T) {
+	e := newTestEnv(t)
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	apply := func(manager string, data map[string]any, force bool) (*unstructured.Unstructured, error) {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "ssa", "namespace": "default"}, "data": data}}
+		return e.dyn.Resource(gvr).Namespace("default").Apply(e.ctx, "ssa", obj, metav1.ApplyOptions{FieldManager: manager, Force: force})
+	}
+	if _, err := apply("alice", map[string]any{"a": "1"}, false); err != nil {
+		t.Fatal(err)
+	}
+	out, err := apply("bob", map[string]any{"b": "2"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, _ := unstructured.NestedStringMap(out.Object, "data")
+	if diff := cmp.Diff(map[string]string{"a": "1", "b": "2"}, data); diff != "" {
+		t.Fatalf("two managers' fields: %s", diff)
+	}
+	_, err = apply("bob", map[string]any{"a": "changed"}, false)
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "alice") {
+		t.Fatalf("conflicting apply: %v", err)
+	}
+	out, err = apply("bob", map[string]any{"a": "changed"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, _ = unstructured.NestedStringMap(out.Object, "data")
+	if data["a"] != "changed" {
+		t.Fatalf("forced apply: %v", data)
+	}
+	// Applying the same again changes nothing.
+	again, err := apply("bob", map[string]any{"a": "changed"}, true)
+	if err != nil || again.GetResourceVersion() != out.GetResourceVersion() {
+		t.Fatalf("idempotent apply changed rv %s -> %s (%v)", out.GetResourceVersion(), again.GetResourceVersion(), err)
+	}
+}
+
+func TestSelectorsAndPaging(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for i := 0; i < 25; i++ {
+		c := cm(fmt.Sprintf("cm-%02d", i), nil)
+		c.Labels = map[string]string{"parity": []string{"even", "odd"}[i%2], "idx": fmt.Sprint(i)}
+		if _, err := cms.Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(opts metav1.ListOptions) int {
+		t.Helper()
+		l, err := cms.List(e.ctx, opts)
+		if err != nil {
+			t.Fatalf("list %+v: %v", opts, err)
+		}
+		return len(l.Items)
+	}
+	for sel, want := range map[string]int{
+		"parity=even": 13, "parity!=even": 12, "parity in (odd)": 12, "parity notin (odd,even)": 0,
+		"idx": 25, "!idx": 0, "parity=odd,idx in (1,3,5)": 3,
+	} {
+		if got := count(metav1.ListOptions{LabelSelector: sel}); got != want {
+			t.Errorf("labelSelector %q: %d items, want %d", sel, got, want)
+		}
+	}
+	if got := count(metav1.ListOptions{FieldSelector: "metadata.name=cm-03"}); got != 1 {
+		t.Errorf("field selector by name: %d", got)
+	}
+	if _, err := cms.List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nope=1"}); !apierrors.IsBadRequest(err) {
+		t.Errorf("unsupported field selector: %v", err)
+	}
+	// Paging: 4 pages of 7, one revision, remainingItemCount counting down.
+	var names []string
+	opts := metav1.ListOptions{Limit: 7}
+	pages := 0
+	var rv string
+	for {
+		l, err := cms.List(e.ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if rv == "" {
+			rv = l.ResourceVersion
+		} else if l.ResourceVersion != rv {
+			t.Fatalf("page %d at rv %s, first at %s", pages, l.ResourceVersion, rv)
+		}
+		for _, it := range l.Items {
+			names = append(names, it.Name)
+		}
+		if l.Continue == "" {
+			break
+		}
+		if l.RemainingItemCount == nil || *l.RemainingItemCount != int64(25-7*pages) {
+			t.Fatalf("page %d remainingItemCount %v", pages, l.RemainingItemCount)
+		}
+		// Writes between pages do not show up in later pages.
+		cms.Create(e.ctx, cm(fmt.Sprintf("cm-late-%d", pages), nil), metav1.CreateOptions{})
+		opts.Continue = l.Continue
+	}
+	if pages != 4 || len(names) != 25 {
+		t.Fatalf("%d pages, %d items", pages, len(names))
+	}
+	// Paging with a label selector fills pages with matches.
+	l, err := cms.List(e.ctx, metav1.ListOptions{LabelSelector: "parity=odd", Limit: 5})
+	if err != nil || len(l.Items) != 5 || l.Continue == "" {
+		t.Fatalf("filtered page: %d items, continue %q, %v", len(l.Items), l.Continue, err)
+	}
+	l2, err := cms.List(e.ctx, metav1.ListOptions{LabelSelector: "parity=odd", Limit: 50, Continue: l.Continue})
+	if err != nil || len(l2.Items) != 7 {
+		t.Fatalf("filtered rest: %d items, %v", len(l2.Items), err)
+	}
+	if _, err := cms.List(e.ctx, metav1.ListOptions{Continue: "not-a-token"}); !apierrors.IsBadRequest(err) {
+		t.Fatalf("garbage continue token: %v", err)
+	}
+}
+
+func TestWatchAndInformerSurvivesExpiry(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	// Raw watch with a selector: objects entering and leaving the
+	// selection become ADDED and DELETED.
+	w, err := cms.Watch(e.ctx, metav1.ListOptions{LabelSelector: "watched=yes", ResourceVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	c, _ := cms.Create(e.ctx, cm("w", nil), metav1.CreateOptions{})
+	c.Labels = map[string]string{"watched": "yes"}
+	c, _ = cms.Update(e.ctx, c, metav1.UpdateOptions{})
+	c.Labels["watched"] = "no"
+	c, _ = cms.Update(e.ctx, c, metav1.UpdateOptions{})
+	var types []watch.EventType
+	for len(types) < 2 {
+		select {
+		case ev := <-w.ResultChan():
+			types = append(types, ev.Type)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events so far: %v", types)
+		}
+	}
+	if diff := cmp.Diff([]watch.EventType{watch.Added, watch.Deleted}, types); diff != "" {
+		t.Fatalf("selector transitions: %s", diff)
+	}
+
+	// An informer keeps working across a 410: compact history, end its
+	// watch, and it must re-list and go on.
+	factory := informers.NewSharedInformerFactoryWithOptions(e.cs, 0, informers.WithNamespace("default"))
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	seen := make(chan string, 100)
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { seen <- obj.(*corev1.ConfigMap).Name }})
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	cms.Create(e.ctx, cm("before", nil), metav1.CreateOptions{})
+	waitSeen(t, seen, "before")
+	cur, _ := e.st.CurrentRevision(e.ctx)
+	for i := 0; i < 5; i++ {
+		cms.Create(e.ctx, cm(fmt.Sprintf("filler-%d", i), nil), metav1.CreateOptions{})
+	}
+	if err := e.st.Compact(e.ctx, cur+5); err != nil {
+		t.Fatal(err)
+	}
+	old := fmt.Sprint(cur)
+	// A watch from the compacted revision gets a 410 ERROR event.
+	w2, err := cms.Watch(e.ctx, metav1.ListOptions{ResourceVersion: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := <-w2.ResultChan()
+	if st, ok := ev.Object.(*metav1.Status); ev.Type != watch.Error || !ok || st.Code != http.StatusGone {
+		t.Fatalf("watch from a compacted rv: %v %+v", ev.Type, ev.Object)
+	}
+	w2.Stop()
+	e.s.endWatches()
+	cms.Create(e.ctx, cm("after", nil), metav1.CreateOptions{})
+	waitSeen(t, seen, "after")
+}
+
+func waitSeen(t *testing.T, seen chan string, name string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case n := <-seen:
+			if n == name {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("informer never saw %s", name)
+		}
+	}
+}
+
+func TestDiscoveryAndTables(t *testing.T) {
+	e := newTestEnv(t)
+	groups, resources, err := e.cs.Discovery().ServerGroupsAndResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) < 10 {
+		t.Fatalf("%d groups", len(groups))
+	}
+	found := map[string]metav1.APIResource{}
+	for _, rl := range resources {
+		for _, r := range rl.APIResources {
+			found[rl.GroupVersion+"/"+r.Name] = r
+		}
+	}
+	for _, want := range []string{"v1/pods", "v1/pods/status", "v1/pods/binding", "apps/v1/deployments/scale", "v1/namespaces/finalize", "batch/v1/cronjobs", "coordination.k8s.io/v1/leases"} {
+		if _, ok := found[want]; !ok {
+			t.Errorf("discovery lacks %s", want)
+		}
+	}
+	if p := found["v1/pods"]; !cmp.Equal(p.ShortNames, []string{"po"}) || !p.Namespaced || p.Kind != "Pod" || !contains(p.Categories, "all") {
+		t.Errorf("pods in discovery: %+v", p)
+	}
+	// Aggregated discovery, as recent kubectl asks for it.
+	req, _ := http.NewRequest("GET", "/apis", nil)
+	req.Header.Set("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json")
+	rr := httptest.NewRecorder()
+	e.s.Handler().ServeHTTP(rr, req)
+	if !strings.Contains(rr.Header().Get("Content-Type"), "as=APIGroupDiscoveryList") || !strings.Contains(rr.Body.String(), `"resource":"deployments"`) {
+		t.Fatalf("aggregated discovery: %s %.300s", rr.Header().Get("Content-Type"), rr.Body.String())
+	}
+	// A server-side table of pods.
+	req, _ = http.NewRequest("GET", "/api/v1/namespaces/default/configmaps", nil)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+	rr = httptest.NewRecorder()
+	e.s.Handler().ServeHTTP(rr, req)
+	var tbl metav1.Table
+	if err := json.Unmarshal(rr.Body.Bytes(), &tbl); err != nil || tbl.Kind != "Table" || tbl.ColumnDefinitions[1].Name != "Data" {
+		t.Fatalf("table: %v %.300s", err, rr.Body.String())
+	}
+	// Unserved resources are 404.
+	rr = httptest.NewRecorder()
+	e.s.Handler().ServeHTTP(rr, httptestGet("/apis/example.com/v1/widgets"))
+	if rr.Code != http.StatusNotFound {
+		t.Fatalf("unserved resource: %d", rr.Code)
+	}
+}
+
+func httptestGet(path string) *http.Request {
+	r, _ := http.NewRequest("GET", path, nil)
+	return r
+}
+
+func TestPodDefaultsAndImmutability(t *testing.T) {
+	e := newTestEnv(t)
+	pods := e.cs.CoreV1().Pods("default")
+	p, err := pods.Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Spec
+	if s.RestartPolicy != "Always" || s.DNSPolicy != "ClusterFirst" || s.SchedulerName != "default-scheduler" || *s.TerminationGracePeriodSeconds != 30 ||
+		s.SecurityContext == nil || !*s.EnableServiceLinks || s.ServiceAccountName != "default" || *s.Priority != 0 || len(s.Tolerations) != 2 ||
+		s.Containers[0].ImagePullPolicy != corev1.PullAlways || p.Status.Phase != corev1.PodPending || p.Status.QOSClass != corev1.PodQOSBestEffort {
+		t.Fatalf("pod defaults: %+v status %+v", s, p.Status)
+	}
+	if *s.Tolerations[0].TolerationSeconds != 300 || s.Tolerations[0].Effect != corev1.TaintEffectNoExecute {
+		t.Fatalf("default tolerations: %+v", s.Tolerations)
+	}
+	p.Spec.Containers[0].Name = "renamed"
+	if _, err := pods.Update(e.ctx, p, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "pod updates may not change fields") {
+		t.Fatalf("pod spec change: %v", err)
+	}
+	// Binding: once.
+	if err := pods.Bind(e.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Bind(e.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n2"}}, metav1.CreateOptions{}); !apierrors.IsConflict(err) {
+		t.Fatalf("second binding: %v", err)
+	}
+	// A bound pod is deleted gracefully: it stays with a deletionTimestamp.
+	if err := pods.Delete(e.ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pods.Get(e.ctx, "p", metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil || *got.DeletionGracePeriodSeconds != 30 {
+		t.Fatalf("graceful delete: %+v %v", got, err)
+	}
+	if err := pods.Delete(e.ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Get(e.ctx, "p", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod after grace 0 delete: %v", err)
+	}
+}
+
+func TestServiceAllocation(t *testing.T) {
+	e := newTestEnv(t)
+	svcs := e.cs.CoreV1().Services("default")
+	np, err := svcs.Create(e.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "np"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip, err := netip.ParseAddr(np.Spec.ClusterIP)
+	if err != nil || !netip.MustParsePrefix("10.43.0.0/16").Contains(ip) || ip.String() == "10.43.0.1" {
+		t.Fatalf("cluster IP %q", np.Spec.ClusterIP)
+	}
+	port := np.Spec.Ports[0]
+	if port.NodePort < 30000 || port.NodePort > 32767 || port.TargetPort.IntVal != 80 || port.Protocol != "TCP" {
+		t.Fatalf("port defaults: %+v", port)
+	}
+	if np.Spec.SessionAffinity != "None" || *np.Spec.IPFamilyPolicy != "SingleStack" || np.Spec.IPFamilies[0] != "IPv4" || np.Spec.ExternalTrafficPolicy != "Cluster" {
+		t.Fatalf("service defaults: %+v", np.Spec)
+	}
+	// The same node port again is refused; so is an IP outside the range.
+	_, err = svcs.Create(e.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "dup"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80, NodePort: port.NodePort}}}}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "provided port is already allocated") {
+		t.Fatalf("taken node port: %v", err)
+	}
+	_, err = svcs.Create(e.ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "outside"}, Spec: corev1.ServiceSpec{ClusterIP: "192.168.0.10", Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("cluster IP outside the range: %v", err)
+	}
+	// An update that omits the allocated values keeps them.
+	np.Spec.ClusterIP, np.Spec.ClusterIPs, np.Spec.Ports[0].NodePort = "", nil, 0
+	up, err := svcs.Update(e.ctx, np, metav1.UpdateOptions{})
+	if err != nil || up.Spec.ClusterIP != ip.String() || up.Spec.Ports[0].NodePort != port.NodePort {
+		t.Fatalf("update without allocated values: %v %+v", err, up)
+	}
+}
+
+func TestHTTPWatchOverTCP(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
+	w, err := cs.CoreV1().ConfigMaps("default").Watch(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Synthetic ADDED for what exists, then live events.
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("tcp", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Added || ev.Object.(*corev1.ConfigMap).Name != "tcp" {
+			t.Fatalf("event %v %v", ev.Type, ev.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event over TCP")
+	}
+}

@@ -1,0 +1,97 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// systemNamespaces exist from the start, as on every Kubernetes cluster.
+var systemNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
+
+// bootstrap creates what a cluster has before anyone writes: the system
+// namespaces, the built-in priority classes, and the kubernetes Service
+// with its Endpoints and EndpointSlice pointing at this API server.
+func (s *Server) bootstrap(ctx context.Context) error {
+	for _, ns := range systemNamespaces {
+		if err := s.ensure(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, gvr("", "v1", "namespaces")); err != nil {
+			return err
+		}
+	}
+	for name, value := range map[string]int32{"system-node-critical": 2000001000, "system-cluster-critical": 2000000000} {
+		pc := &schedulingv1.PriorityClass{
+			ObjectMeta:  metav1.ObjectMeta{Name: name},
+			Value:       value,
+			Description: "Used for system critical pods that must not be moved from their current node.",
+		}
+		if name == "system-cluster-critical" {
+			pc.Description = "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."
+		}
+		if err := s.ensure(ctx, pc, gvr("scheduling.k8s.io", "v1", "priorityclasses")); err != nil {
+			return err
+		}
+	}
+	if !s.cfg.AdvertiseAddress.IsValid() || s.cfg.SecurePort == 0 {
+		return nil
+	}
+	first := addOffset(s.cfg.ServiceCIDR.Masked().Addr(), 1)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: first.String(),
+			Ports:     []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(int32(s.cfg.SecurePort))}},
+		},
+	}
+	if err := s.ensure(ctx, svc, gvr("", "v1", "services")); err != nil {
+		return err
+	}
+	addr := s.cfg.AdvertiseAddress.String()
+	port := int32(s.cfg.SecurePort)
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: addr}},
+			Ports:     []corev1.EndpointPort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if err := s.ensure(ctx, ep, gvr("", "v1", "endpoints")); err != nil {
+		return err
+	}
+	family := discoveryv1.AddressTypeIPv4
+	if s.cfg.AdvertiseAddress.Is6() {
+		family = discoveryv1.AddressTypeIPv6
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: family,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: &port, Protocol: ptrTo(corev1.ProtocolTCP)}},
+	}
+	return s.ensure(ctx, slice, gvr("discovery.k8s.io", "v1", "endpointslices"))
+}
+
+// ensure creates obj unless an object of that name exists; an existing
+// one is left as it is (a restart must not undo an admin's change).
+func (s *Server) ensure(ctx context.Context, obj runtime.Object, g schema.GroupVersionResource) error {
+	res := s.reg.byGVR[g]
+	m, _ := metaOf(obj)
+	if _, _, err := s.getObject(ctx, res, m.GetNamespace(), m.GetName()); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	wc := &writeCtx{s: s, res: res}
+	if _, err := s.createObject(ctx, wc, obj, "bonsai", false); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes/scheme"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"bonsai.dev/bonsai/store"
+)
+
+// maxBodyBytes is kube-apiserver's request body limit (3 MiB).
+const maxBodyBytes = 3 << 20
+
+// readBody reads a request body up to the limit; over it is 413.
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading request body: %v", err))
+	}
+	if len(b) > maxBodyBytes {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", maxBodyBytes))
+	}
+	return b, nil
+}
+
+// bodyToJSON turns a JSON or YAML body into JSON.
+func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/yaml", "application/apply-patch+yaml":
+		j, err := yaml.YAMLToJSON(body)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error converting YAML to JSON: %v", err))
+		}
+		return j, nil
+	case "", "application/json", "application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "*/*":
+		return body, nil
+	}
+	return nil, unsupportedMediaType(ct)
+}
+
+var protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// decodeRequest decodes a create/update body (JSON, YAML or Kubernetes
+// protobuf, which recent client-go sends by default) into obj.
+func decodeRequest(w http.ResponseWriter, r *http.Request, body []byte, obj runtime.Object, fv fieldValidation) error {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/vnd.kubernetes.protobuf" {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		if _, _, err := protobufSerializer.Decode(body, nil, obj); err != nil {
+			return apierrors.NewBadRequest("error decoding protobuf request body: " + err.Error())
+		}
+		if obj.GetObjectKind().GroupVersionKind().Empty() {
+			obj.GetObjectKind().SetGroupVersionKind(gvk)
+		}
+		return nil
+	}
+	j, err := bodyToJSON(r, body)
+	if err != nil {
+		return err
+	}
+	return decodeInto(w, j, obj, fv)
+}
+
+// fieldValidation is the ?fieldValidation= directive.
+type fieldValidation string
+
+const (
+	validationIgnore fieldValidation = "Ignore"
+	validationWarn   fieldValidation = "Warn"
+	validationStrict fieldValidation = "Strict"
+)
+
+func parseFieldValidation(r *http.Request) (fieldValidation, error) {
+	switch v := r.URL.Query().Get("fieldValidation"); v {
+	case "":
+		return validationWarn, nil
+	case "Ignore", "Warn", "Strict":
+		return fieldValidation(v), nil
+	default:
+		return "", apierrors.NewBadRequest(fmt.Sprintf("fieldValidation must be one of Ignore, Warn or Strict, got %q", v))
+	}
+}
+
+// decodeInto decodes a JSON request body into obj, reporting unknown and
+// duplicate fields per fieldValidation: Strict fails with 400, Warn adds a
+// Warning header.
+func decodeInto(w http.ResponseWriter, data []byte, obj runtime.Object, fv fieldValidation) error {
+	strictErrs, err := kjson.UnmarshalStrict(data, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return apierrors.NewBadRequest(decodeErrorMessage(err))
+	}
+	if len(strictErrs) == 0 || fv == validationIgnore {
+		return nil
+	}
+	if fv == validationStrict {
+		msgs := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			msgs[i] = e.Error()
+		}
+		return apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
+	}
+	for _, e := range strictErrs {
+		addWarning(w, e.Error())
+	}
+	return nil
+}
+
+func decodeErrorMessage(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Sprintf("error decoding request body: %v at offset %d", syn, syn.Offset)
+	}
+	return "error decoding request body: " + err.Error()
+}
+
+// addWarning adds a Warning header as kube-apiserver does (299 code).
+func addWarning(w http.ResponseWriter, msg string) {
+	w.Header().Add("Warning", fmt.Sprintf("299 - %q", msg))
+}
+
+// decodeStored decodes a stored value and stamps its resourceVersion.
+func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
+	obj := res.newObject()
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, obj); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+	}
+	setResourceVersion(obj, kv.Revision)
+	return obj, nil
+}
+
+func setResourceVersion(obj runtime.Object, rev uint64) {
+	if m, err := metaOf(obj); err == nil {
+		m.SetResourceVersion(fmt.Sprint(rev))
+	}
+}
+
+// encodeForStore serialises an object without its resourceVersion: the
+// store's revision is the resourceVersion.
+func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	rv := m.GetResourceVersion()
+	m.SetResourceVersion("")
+	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	b, err := json.Marshal(obj)
+	m.SetResourceVersion(rv)
+	return b, err
+}
+
+// output formats a response can take.
+type outputFormat int
+
+const (
+	outJSON outputFormat = iota
+	outYAML
+	outTable
+	outPartialMetadata
+)
+
+// negotiate picks the response format from Accept, as kube-apiserver
+// would; protobuf-only clients get 406.
+func negotiate(r *http.Request) (outputFormat, error) {
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return outJSON, nil
+	}
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json", "*/*", "application/*":
+			switch params["as"] {
+			case "":
+				return outJSON, nil
+			case "Table":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return outTable, nil
+				}
+			case "PartialObjectMetadata", "PartialObjectMetadataList":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return outPartialMetadata, nil
+				}
+			}
+		case "application/yaml":
+			if params["as"] == "" {
+				return outYAML, nil
+			}
+		}
+	}
+	return 0, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+		Message: "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io"}}
+}
+
+// writeObject writes obj with the given HTTP code in the negotiated format.
+func writeObject(w http.ResponseWriter, code int, obj any, format outputFormat) {
+	var body []byte
+	var err error
+	ct := "application/json"
+	if format == outYAML {
+		ct = "application/yaml"
+		body, err = yaml.Marshal(obj)
+	} else {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		err = enc.Encode(obj)
+		body = buf.Bytes()
+	}
+	if err != nil {
+		writeError(w, apierrors.NewInternalError(err))
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(body)
+}
+
+// writeError answers with the Status of an API error, or a 500 for any
+// other error.
+func writeError(w http.ResponseWriter, err error) {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		st = apierrors.NewInternalError(err)
+	}
+	s := st.Status()
+	writeStatus(w, &s)
+}
+
+// qualified is how Kubernetes names a resource in messages: "pods",
+// "deployments.apps".
+func qualified(res *resource) schema.GroupResource {
+	return schema.GroupResource{Group: res.gvr.Group, Resource: res.gvr.Resource}
+}
+
+// storeError maps a store error to the API error kube-apiserver returns.
+func storeError(err error, res *resource, name string) error {
+	gr := qualified(res)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return apierrors.NewNotFound(gr, name)
+	case errors.Is(err, store.ErrExists):
+		return apierrors.NewAlreadyExists(gr, name)
+	case errors.Is(err, store.ErrConflict):
+		return apierrors.NewConflict(gr, name, errors.New(optimisticLockMsg))
+	case errors.Is(err, store.ErrCompacted):
+		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
+	case errors.Is(err, store.ErrFutureRevision):
+		return apierrors.NewTimeoutError("Too large resource version", 1)
+	case errors.Is(err, store.ErrInvalidContinue):
+		return apierrors.NewBadRequest("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+	case errors.Is(err, store.ErrInvalidKey):
+		return apierrors.NewBadRequest(err.Error())
+	}
+	return apierrors.NewInternalError(err)
+}
+
+const optimisticLockMsg = "the object has been modified; please apply your changes to the latest version and try again"
+
+func invalid(res *resource, name string, errs field.ErrorList) error {
+	return apierrors.NewInvalid(schema.GroupKind{Group: res.gvr.Group, Kind: res.kind}, name, errs)
+}
+
+func metaOf(obj runtime.Object) (metav1.Object, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T has no object metadata", obj)
+	}
+	return m, nil
+}
+
+func unsupportedMediaType(ct string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+		Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got %q)", ct)}}
+}

@@ -1,0 +1,408 @@
+package apiserver
+
+import (
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// defaulter applies Kubernetes' defaults to built-in objects, as the
+// generated SetDefaults_* functions of kube-apiserver do. It is also the
+// field manager's defaulter, so server-side apply compares defaulted
+// objects, as upstream does.
+type defaulter struct{}
+
+func (defaulter) Default(obj runtime.Object) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		defaultPodSpec(&o.Spec)
+	case *corev1.PodTemplate:
+		defaultPodSpec(&o.Template.Spec)
+	case *corev1.ReplicationController:
+		if o.Spec.Replicas == nil {
+			o.Spec.Replicas = ptrTo[int32](1)
+		}
+		if o.Spec.Template != nil {
+			defaultPodSpec(&o.Spec.Template.Spec)
+			if len(o.Spec.Selector) == 0 {
+				o.Spec.Selector = o.Spec.Template.Labels
+			}
+		}
+	case *corev1.Service:
+		defaultService(o)
+	case *corev1.Secret:
+		if o.Type == "" {
+			o.Type = corev1.SecretTypeOpaque
+		}
+	case *corev1.Namespace:
+		if o.Status.Phase == "" {
+			o.Status.Phase = corev1.NamespaceActive
+		}
+	case *appsv1.Deployment:
+		defaultDeployment(o)
+	case *appsv1.ReplicaSet:
+		if o.Spec.Replicas == nil {
+			o.Spec.Replicas = ptrTo[int32](1)
+		}
+		defaultPodSpec(&o.Spec.Template.Spec)
+	case *appsv1.StatefulSet:
+		defaultStatefulSet(o)
+	case *appsv1.DaemonSet:
+		defaultDaemonSet(o)
+	case *batchv1.Job:
+		defaultJobSpec(&o.Spec)
+	case *batchv1.CronJob:
+		defaultCronJob(o)
+	}
+}
+
+func defaultPodSpec(s *corev1.PodSpec) {
+	if s.RestartPolicy == "" {
+		s.RestartPolicy = corev1.RestartPolicyAlways
+	}
+	if s.DNSPolicy == "" {
+		s.DNSPolicy = corev1.DNSClusterFirst
+	}
+	if s.SchedulerName == "" {
+		s.SchedulerName = corev1.DefaultSchedulerName
+	}
+	if s.TerminationGracePeriodSeconds == nil {
+		s.TerminationGracePeriodSeconds = ptrTo[int64](corev1.DefaultTerminationGracePeriodSeconds)
+	}
+	if s.SecurityContext == nil {
+		s.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	if s.EnableServiceLinks == nil {
+		s.EnableServiceLinks = ptrTo(corev1.DefaultEnableServiceLinks)
+	}
+	if s.HostNetwork {
+		for i := range s.Containers {
+			defaultHostNetworkPorts(s.Containers[i].Ports)
+		}
+		for i := range s.InitContainers {
+			defaultHostNetworkPorts(s.InitContainers[i].Ports)
+		}
+	}
+	for i := range s.InitContainers {
+		defaultContainer(&s.InitContainers[i])
+	}
+	for i := range s.Containers {
+		defaultContainer(&s.Containers[i])
+	}
+	for i := range s.EphemeralContainers {
+		c := &s.EphemeralContainers[i].EphemeralContainerCommon
+		if c.TerminationMessagePath == "" {
+			c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+		}
+		if c.TerminationMessagePolicy == "" {
+			c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+		}
+		if c.ImagePullPolicy == "" {
+			c.ImagePullPolicy = defaultPullPolicy(c.Image)
+		}
+	}
+	for i := range s.Volumes {
+		defaultVolume(&s.Volumes[i])
+	}
+}
+
+// defaultHostNetworkPorts: with host networking the host port is the
+// container port.
+func defaultHostNetworkPorts(ports []corev1.ContainerPort) {
+	for i := range ports {
+		if ports[i].HostPort == 0 {
+			ports[i].HostPort = ports[i].ContainerPort
+		}
+	}
+}
+
+func defaultPullPolicy(image string) corev1.PullPolicy {
+	// The tag is what follows the last ":" after the last "/"; a digest
+	// pins the image.
+	if strings.Contains(image, "@") {
+		return corev1.PullIfNotPresent
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	if i := strings.LastIndex(name, ":"); i < 0 || name[i+1:] == "latest" {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+func defaultContainer(c *corev1.Container) {
+	if c.TerminationMessagePath == "" {
+		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	}
+	if c.TerminationMessagePolicy == "" {
+		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	}
+	if c.ImagePullPolicy == "" {
+		c.ImagePullPolicy = defaultPullPolicy(c.Image)
+	}
+	for i := range c.Ports {
+		if c.Ports[i].Protocol == "" {
+			c.Ports[i].Protocol = corev1.ProtocolTCP
+		}
+	}
+	for i := range c.Env {
+		if f := c.Env[i].ValueFrom; f != nil && f.FieldRef != nil && f.FieldRef.APIVersion == "" {
+			f.FieldRef.APIVersion = "v1"
+		}
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		defaultProbe(p)
+	}
+}
+
+func defaultProbe(p *corev1.Probe) {
+	if p == nil {
+		return
+	}
+	if p.TimeoutSeconds == 0 {
+		p.TimeoutSeconds = 1
+	}
+	if p.PeriodSeconds == 0 {
+		p.PeriodSeconds = 10
+	}
+	if p.SuccessThreshold == 0 {
+		p.SuccessThreshold = 1
+	}
+	if p.FailureThreshold == 0 {
+		p.FailureThreshold = 3
+	}
+	if h := p.HTTPGet; h != nil {
+		if h.Path == "" {
+			h.Path = "/"
+		}
+		if h.Scheme == "" {
+			h.Scheme = corev1.URISchemeHTTP
+		}
+	}
+	if g := p.GRPC; g != nil && g.Service == nil {
+		g.Service = ptrTo("")
+	}
+}
+
+func defaultVolume(v *corev1.Volume) {
+	mode := ptrTo[int32](corev1.SecretVolumeSourceDefaultMode)
+	switch {
+	case v.ConfigMap != nil && v.ConfigMap.DefaultMode == nil:
+		v.ConfigMap.DefaultMode = mode
+	case v.Secret != nil && v.Secret.DefaultMode == nil:
+		v.Secret.DefaultMode = mode
+	case v.Projected != nil && v.Projected.DefaultMode == nil:
+		v.Projected.DefaultMode = mode
+	case v.DownwardAPI != nil && v.DownwardAPI.DefaultMode == nil:
+		v.DownwardAPI.DefaultMode = mode
+	case v.HostPath != nil && v.HostPath.Type == nil:
+		v.HostPath.Type = ptrTo(corev1.HostPathUnset)
+	case v.EmptyDir == nil && v.VolumeSource == (corev1.VolumeSource{}):
+		v.EmptyDir = &corev1.EmptyDirVolumeSource{}
+	}
+	if v.DownwardAPI != nil {
+		for i := range v.DownwardAPI.Items {
+			if f := v.DownwardAPI.Items[i].FieldRef; f != nil && f.APIVersion == "" {
+				f.APIVersion = "v1"
+			}
+		}
+	}
+	if v.Projected != nil {
+		for i := range v.Projected.Sources {
+			src := &v.Projected.Sources[i]
+			if t := src.ServiceAccountToken; t != nil && t.ExpirationSeconds == nil {
+				t.ExpirationSeconds = ptrTo[int64](3600)
+			}
+			if d := src.DownwardAPI; d != nil {
+				for j := range d.Items {
+					if f := d.Items[j].FieldRef; f != nil && f.APIVersion == "" {
+						f.APIVersion = "v1"
+					}
+				}
+			}
+		}
+	}
+}
+
+func defaultService(s *corev1.Service) {
+	if s.Spec.Type == "" {
+		s.Spec.Type = corev1.ServiceTypeClusterIP
+	}
+	if s.Spec.SessionAffinity == "" {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	}
+	if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		if s.Spec.SessionAffinityConfig == nil {
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{}
+		}
+		if s.Spec.SessionAffinityConfig.ClientIP == nil {
+			s.Spec.SessionAffinityConfig.ClientIP = &corev1.ClientIPConfig{}
+		}
+		if s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
+			s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = ptrTo[int32](corev1.DefaultClientIPServiceAffinitySeconds)
+		}
+	}
+	for i := range s.Spec.Ports {
+		p := &s.Spec.Ports[i]
+		if p.Protocol == "" {
+			p.Protocol = corev1.ProtocolTCP
+		}
+		if p.TargetPort == (intstr.IntOrString{}) {
+			p.TargetPort = intstr.FromInt32(p.Port)
+		}
+	}
+	if s.Spec.Type != corev1.ServiceTypeExternalName && s.Spec.InternalTrafficPolicy == nil {
+		s.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicyCluster)
+	}
+	if (s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer) && s.Spec.ExternalTrafficPolicy == "" {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	}
+	if s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.AllocateLoadBalancerNodePorts == nil {
+		s.Spec.AllocateLoadBalancerNodePorts = ptrTo(true)
+	}
+}
+
+func defaultDeployment(d *appsv1.Deployment) {
+	if d.Spec.Replicas == nil {
+		d.Spec.Replicas = ptrTo[int32](1)
+	}
+	st := &d.Spec.Strategy
+	if st.Type == "" {
+		st.Type = appsv1.RollingUpdateDeploymentStrategyType
+	}
+	if st.Type == appsv1.RollingUpdateDeploymentStrategyType {
+		if st.RollingUpdate == nil {
+			st.RollingUpdate = &appsv1.RollingUpdateDeployment{}
+		}
+		if st.RollingUpdate.MaxUnavailable == nil {
+			st.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromString("25%"))
+		}
+		if st.RollingUpdate.MaxSurge == nil {
+			st.RollingUpdate.MaxSurge = ptrTo(intstr.FromString("25%"))
+		}
+	}
+	if d.Spec.RevisionHistoryLimit == nil {
+		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
+	}
+	if d.Spec.ProgressDeadlineSeconds == nil {
+		d.Spec.ProgressDeadlineSeconds = ptrTo[int32](600)
+	}
+	defaultPodSpec(&d.Spec.Template.Spec)
+}
+
+func defaultStatefulSet(s *appsv1.StatefulSet) {
+	if s.Spec.Replicas == nil {
+		s.Spec.Replicas = ptrTo[int32](1)
+	}
+	if s.Spec.PodManagementPolicy == "" {
+		s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
+	}
+	if s.Spec.UpdateStrategy.Type == "" {
+		s.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
+	}
+	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType {
+		if s.Spec.UpdateStrategy.RollingUpdate == nil {
+			s.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{}
+		}
+		if s.Spec.UpdateStrategy.RollingUpdate.Partition == nil {
+			s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](0)
+		}
+		if s.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable == nil {
+			s.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromInt32(1))
+		}
+	}
+	if s.Spec.RevisionHistoryLimit == nil {
+		s.Spec.RevisionHistoryLimit = ptrTo[int32](10)
+	}
+	if s.Spec.PersistentVolumeClaimRetentionPolicy == nil {
+		s.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{}
+	}
+	p := s.Spec.PersistentVolumeClaimRetentionPolicy
+	if p.WhenDeleted == "" {
+		p.WhenDeleted = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	}
+	if p.WhenScaled == "" {
+		p.WhenScaled = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	}
+	for i := range s.Spec.VolumeClaimTemplates {
+		pvc := &s.Spec.VolumeClaimTemplates[i]
+		if pvc.Spec.VolumeMode == nil {
+			pvc.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
+		}
+		if pvc.Status.Phase == "" {
+			pvc.Status.Phase = corev1.ClaimPending
+		}
+	}
+	defaultPodSpec(&s.Spec.Template.Spec)
+}
+
+func defaultDaemonSet(d *appsv1.DaemonSet) {
+	if d.Spec.UpdateStrategy.Type == "" {
+		d.Spec.UpdateStrategy.Type = appsv1.RollingUpdateDaemonSetStrategyType
+	}
+	if d.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
+		if d.Spec.UpdateStrategy.RollingUpdate == nil {
+			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{}
+		}
+		if d.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable == nil {
+			d.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromInt32(1))
+		}
+		if d.Spec.UpdateStrategy.RollingUpdate.MaxSurge == nil {
+			d.Spec.UpdateStrategy.RollingUpdate.MaxSurge = ptrTo(intstr.FromInt32(0))
+		}
+	}
+	if d.Spec.RevisionHistoryLimit == nil {
+		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
+	}
+	defaultPodSpec(&d.Spec.Template.Spec)
+}
+
+func defaultJobSpec(s *batchv1.JobSpec) {
+	if s.Completions == nil && s.Parallelism == nil {
+		s.Completions = ptrTo[int32](1)
+		s.Parallelism = ptrTo[int32](1)
+	}
+	if s.Parallelism == nil {
+		s.Parallelism = ptrTo[int32](1)
+	}
+	if s.BackoffLimit == nil {
+		if s.BackoffLimitPerIndex != nil {
+			s.BackoffLimit = ptrTo[int32](2147483647)
+		} else {
+			s.BackoffLimit = ptrTo[int32](6)
+		}
+	}
+	if s.CompletionMode == nil {
+		s.CompletionMode = ptrTo(batchv1.NonIndexedCompletion)
+	}
+	if s.Suspend == nil {
+		s.Suspend = ptrTo(false)
+	}
+	if s.PodReplacementPolicy == nil {
+		if s.PodFailurePolicy != nil {
+			s.PodReplacementPolicy = ptrTo(batchv1.Failed)
+		} else {
+			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
+		}
+	}
+	defaultPodSpec(&s.Template.Spec)
+}
+
+func defaultCronJob(c *batchv1.CronJob) {
+	if c.Spec.ConcurrencyPolicy == "" {
+		c.Spec.ConcurrencyPolicy = batchv1.AllowConcurrent
+	}
+	if c.Spec.Suspend == nil {
+		c.Spec.Suspend = ptrTo(false)
+	}
+	if c.Spec.SuccessfulJobsHistoryLimit == nil {
+		c.Spec.SuccessfulJobsHistoryLimit = ptrTo[int32](3)
+	}
+	if c.Spec.FailedJobsHistoryLimit == nil {
+		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
+	}
+	defaultJobSpec(&c.Spec.JobTemplate.Spec)
+}

@@ -1,0 +1,284 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// deleteOptions reads DeleteOptions from the body (as kubectl sends them)
+// or from the query, and validates them.
+func deleteOptions(r *http.Request, res *resource) (*metav1.DeleteOptions, error) {
+	opts := &metav1.DeleteOptions{}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > 0 {
+		if err := decodeRequest(nil, r, body, opts, validationIgnore); err != nil {
+			return nil, err
+		}
+	}
+	q := r.URL.Query()
+	if v := q.Get("gracePeriodSeconds"); v != "" {
+		g, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid gracePeriodSeconds %q", v))
+		}
+		opts.GracePeriodSeconds = &g
+	}
+	if v := q.Get("propagationPolicy"); v != "" {
+		p := metav1.DeletionPropagation(v)
+		opts.PropagationPolicy = &p
+	}
+	if v := q.Get("orphanDependents"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid orphanDependents %q", v))
+		}
+		opts.OrphanDependents = &b
+	}
+	if dry, err := dryRun(r); err != nil {
+		return nil, err
+	} else if dry {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var errs field.ErrorList
+	if opts.OrphanDependents != nil && opts.PropagationPolicy != nil {
+		errs = append(errs, field.Invalid(field.NewPath("propagationPolicy"), *opts.PropagationPolicy, "orphanDependents and deletionPropagation cannot be both set"))
+	}
+	if p := opts.PropagationPolicy; p != nil && *p != metav1.DeletePropagationOrphan && *p != metav1.DeletePropagationBackground && *p != metav1.DeletePropagationForeground {
+		errs = append(errs, field.NotSupported(field.NewPath("propagationPolicy"), *p, []string{string(metav1.DeletePropagationForeground), string(metav1.DeletePropagationBackground), string(metav1.DeletePropagationOrphan), "nil"}))
+	}
+	if g := opts.GracePeriodSeconds; g != nil && *g < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("gracePeriodSeconds"), *g, "must be greater than or equal to 0"))
+	}
+	for _, d := range opts.DryRun {
+		if d != metav1.DryRunAll {
+			errs = append(errs, field.NotSupported(field.NewPath("dryRun"), d, []string{metav1.DryRunAll}))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("DeleteOptions").GroupKind(), "", errs)
+	}
+	return opts, nil
+}
+
+// gracefulStrategy is implemented by kinds whose deletion waits (pods).
+// gracePeriod returns how long, given what the client asked for.
+type gracefulStrategy interface {
+	gracePeriod(obj runtime.Object, requested *int64) int64
+}
+
+// deletionBlocker is implemented by kinds with their own finalizers outside
+// metadata (namespaces' spec.finalizers).
+type deletionBlocker interface {
+	blocksDeletion(obj runtime.Object) bool
+	// markDeleting records the start of deletion on the object.
+	markDeleting(obj runtime.Object)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	opts, err := deleteOptions(r, res)
+	if err != nil {
+		return err
+	}
+	out, deleted, err := s.deleteObject(r.Context(), res, ri.namespace, ri.name, opts)
+	if err != nil {
+		return err
+	}
+	if deleted && !res.returnDeleted {
+		m, _ := metaOf(out)
+		writeStatus(w, &metav1.Status{Code: http.StatusOK, Details: &metav1.StatusDetails{
+			Name: ri.name, Group: res.gvr.Group, Kind: res.gvr.Resource, UID: m.GetUID(),
+		}})
+		return nil
+	}
+	code := http.StatusOK
+	if !deleted && opts.OrphanDependents != nil && !*opts.OrphanDependents {
+		code = http.StatusAccepted
+	}
+	return s.respond(w, r, code, res, out, format)
+}
+
+// deleteObject deletes one object, or marks it deleting when finalizers or
+// a grace period hold it. deleted says whether it is gone.
+func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, name string, opts *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	dry := len(opts.DryRun) > 0
+	for attempt := 0; ; attempt++ {
+		old, rev, err := s.getObject(ctx, res, namespace, name)
+		if err != nil {
+			return nil, false, err
+		}
+		m, _ := metaOf(old)
+		if p := opts.Preconditions; p != nil {
+			if p.UID != nil && *p.UID != m.GetUID() {
+				return nil, false, apierrors.NewConflict(qualified(res), name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, m.GetUID()))
+			}
+			if p.ResourceVersion != nil && *p.ResourceVersion != m.GetResourceVersion() {
+				return nil, false, apierrors.NewConflict(qualified(res), name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.GetResourceVersion()))
+			}
+		}
+		obj := old.DeepCopyObject()
+		m, _ = metaOf(obj)
+		finalizersChanged := updateDeletionFinalizers(m, opts)
+		var grace int64
+		if g, ok := res.strategy.(gracefulStrategy); ok {
+			grace = g.gracePeriod(obj, opts.GracePeriodSeconds)
+		}
+		blocker, hasBlocker := res.strategy.(deletionBlocker)
+		pending := len(m.GetFinalizers()) > 0 || grace > 0 || (hasBlocker && blocker.blocksDeletion(obj))
+		if pending {
+			now := time.Now()
+			changed := finalizersChanged
+			if m.GetDeletionTimestamp() == nil {
+				ts := metav1.NewTime(now.Add(time.Duration(grace) * time.Second).Truncate(time.Second))
+				m.SetDeletionTimestamp(&ts)
+				m.SetDeletionGracePeriodSeconds(&grace)
+				if res.strategy.tracksGeneration() {
+					m.SetGeneration(m.GetGeneration() + 1)
+				}
+				changed = true
+			} else if cur := m.GetDeletionGracePeriodSeconds(); cur != nil && grace < *cur {
+				// A shorter grace period overrides a longer one.
+				ts := metav1.NewTime(now.Add(time.Duration(grace) * time.Second).Truncate(time.Second))
+				if ts.Before(m.GetDeletionTimestamp()) {
+					m.SetDeletionTimestamp(&ts)
+				}
+				m.SetDeletionGracePeriodSeconds(&grace)
+				changed = true
+			}
+			if hasBlocker {
+				blocker.markDeleting(obj)
+				changed = true
+			}
+			// Once nothing holds it (grace 0, no finalizers), delete below.
+			if len(m.GetFinalizers()) > 0 || grace > 0 || (hasBlocker && blocker.blocksDeletion(obj)) {
+				if !changed || dry {
+					return obj, false, nil
+				}
+				data, err := encodeForStore(res, obj)
+				if err != nil {
+					return nil, false, apierrors.NewInternalError(err)
+				}
+				newRev, err := s.cfg.Store.Update(ctx, res.key(namespace, name), data, rev)
+				if err != nil {
+					if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+						continue
+					}
+					return nil, false, storeError(err, res, name)
+				}
+				setResourceVersion(obj, newRev)
+				return obj, false, nil
+			}
+		}
+		if dry {
+			return obj, true, nil
+		}
+		kv, err := s.cfg.Store.Delete(ctx, res.key(namespace, name), rev)
+		if err != nil {
+			if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+				continue
+			}
+			return nil, false, storeError(err, res, name)
+		}
+		setResourceVersion(obj, kv.Revision)
+		return obj, true, nil
+	}
+}
+
+// updateDeletionFinalizers adds the garbage collector's finalizer for the
+// requested propagation, as kube-apiserver does; it reports a change.
+func updateDeletionFinalizers(m metav1.Object, opts *metav1.DeleteOptions) bool {
+	var policy metav1.DeletionPropagation
+	switch {
+	case opts.PropagationPolicy != nil:
+		policy = *opts.PropagationPolicy
+	case opts.OrphanDependents != nil && *opts.OrphanDependents:
+		policy = metav1.DeletePropagationOrphan
+	case opts.OrphanDependents != nil:
+		policy = metav1.DeletePropagationBackground
+	}
+	fins := m.GetFinalizers()
+	has := func(f string) bool { return contains(fins, f) }
+	without := func(f string) []string {
+		var out []string
+		for _, x := range fins {
+			if x != f {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	before := len(fins)
+	switch policy {
+	case metav1.DeletePropagationOrphan:
+		fins = without(metav1.FinalizerDeleteDependents)
+		if !has(metav1.FinalizerOrphanDependents) {
+			fins = append(fins, metav1.FinalizerOrphanDependents)
+		}
+	case metav1.DeletePropagationForeground:
+		fins = without(metav1.FinalizerOrphanDependents)
+		if !has(metav1.FinalizerDeleteDependents) {
+			fins = append(fins, metav1.FinalizerDeleteDependents)
+		}
+	case metav1.DeletePropagationBackground:
+		fins = without(metav1.FinalizerOrphanDependents)
+		fins = without(metav1.FinalizerDeleteDependents)
+	default:
+		return false
+	}
+	// Only objects that are not yet deleting pick up GC finalizers.
+	if m.GetDeletionTimestamp() != nil && len(fins) > before {
+		return false
+	}
+	changed := len(fins) != before || !equalStrings(fins, m.GetFinalizers())
+	m.SetFinalizers(fins)
+	return changed
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	opts, err := deleteOptions(r, res)
+	if err != nil {
+		return err
+	}
+	lo, err := parseListOptions(r, res)
+	if err != nil {
+		return err
+	}
+	items, _, err := s.listObjects(r.Context(), res, ri.namespace, lo)
+	if err != nil {
+		return err
+	}
+	for _, obj := range items {
+		m, _ := metaOf(obj)
+		if _, _, err := s.deleteObject(r.Context(), res, m.GetNamespace(), m.GetName(), opts); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	writeStatus(w, &metav1.Status{Code: http.StatusOK})
+	return nil
+}

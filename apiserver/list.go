@@ -1,0 +1,219 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"bonsai.dev/bonsai/store"
+)
+
+// listOptions are a list's or watch's query parameters, parsed and checked.
+type listOptions struct {
+	labels          labels.Selector
+	fields          fields.Selector
+	limit           int64
+	cont            string
+	rv              string
+	rvMatch         metav1.ResourceVersionMatch
+	timeoutSeconds  int64
+	bookmarks       bool
+	sendInitial     *bool
+	filtering       bool
+	resourceVersion uint64 // rv parsed, 0 when empty or "0"
+}
+
+func parseListOptions(r *http.Request, res *resource) (listOptions, error) {
+	q := r.URL.Query()
+	var o listOptions
+	var err error
+	if o.labels, err = labels.Parse(q.Get("labelSelector")); err != nil {
+		return o, apierrors.NewBadRequest(fmt.Sprintf("unable to parse requirement: %v", err))
+	}
+	if o.fields, err = fields.ParseSelector(q.Get("fieldSelector")); err != nil {
+		return o, apierrors.NewBadRequest(fmt.Sprintf("invalid field selector: %v", err))
+	}
+	for _, req := range o.fields.Requirements() {
+		if !res.supportsField(req.Field) {
+			return o, apierrors.NewBadRequest(fmt.Sprintf("field label not supported: %s", req.Field))
+		}
+	}
+	o.filtering = !o.labels.Empty() || !o.fields.Empty()
+	if v := q.Get("limit"); v != "" {
+		if o.limit, err = strconv.ParseInt(v, 10, 64); err != nil || o.limit < 0 {
+			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid limit %q", v))
+		}
+	}
+	o.cont = q.Get("continue")
+	o.rv = q.Get("resourceVersion")
+	o.rvMatch = metav1.ResourceVersionMatch(q.Get("resourceVersionMatch"))
+	if o.rv != "" {
+		if o.resourceVersion, err = strconv.ParseUint(o.rv, 10, 64); err != nil {
+			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version: %q", o.rv))
+		}
+	}
+	switch o.rvMatch {
+	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
+	default:
+		return o, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: Unsupported value: %q", o.rvMatch))
+	}
+	if o.rvMatch != "" && o.rv == "" {
+		return o, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
+	}
+	if o.rvMatch == metav1.ResourceVersionMatchExact && o.resourceVersion == 0 {
+		return o, apierrors.NewBadRequest("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")
+	}
+	if o.cont != "" && o.rv != "" && o.rv != "0" {
+		return o, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+	}
+	if v := q.Get("timeoutSeconds"); v != "" {
+		if o.timeoutSeconds, err = strconv.ParseInt(v, 10, 64); err != nil || o.timeoutSeconds < 0 {
+			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid timeoutSeconds %q", v))
+		}
+	}
+	if v := q.Get("allowWatchBookmarks"); v != "" {
+		o.bookmarks, _ = strconv.ParseBool(v)
+	}
+	if v := q.Get("sendInitialEvents"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid sendInitialEvents %q", v))
+		}
+		o.sendInitial = &b
+	}
+	return o, nil
+}
+
+// matches applies the label and field selectors.
+func (res *resource) matches(o *listOptions, obj runtime.Object) bool {
+	if !o.filtering {
+		return true
+	}
+	m, err := metaOf(obj)
+	if err != nil {
+		return false
+	}
+	if !o.labels.Matches(labels.Set(m.GetLabels())) {
+		return false
+	}
+	return o.fields.Empty() || o.fields.Matches(res.fieldSet(obj, m))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	o, err := parseListOptions(r, res)
+	if err != nil {
+		return err
+	}
+	items, lm, err := s.listObjects(r.Context(), res, ri.namespace, o)
+	if err != nil {
+		return err
+	}
+	switch format {
+	case outTable:
+		t, err := s.table(r, res, items, lm.ResourceVersion, lm.Continue)
+		if err != nil {
+			return err
+		}
+		t.ListMeta.RemainingItemCount = lm.RemainingItemCount
+		writeObject(w, http.StatusOK, t, outJSON)
+		return nil
+	case outPartialMetadata:
+		pl := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}, ListMeta: lm}
+		for _, it := range items {
+			pl.Items = append(pl.Items, *partialMetadata(it))
+		}
+		writeObject(w, http.StatusOK, pl, outJSON)
+		return nil
+	}
+	list := res.newList()
+	if err := meta.SetList(list, items); err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	la, _ := meta.ListAccessor(list)
+	la.SetResourceVersion(lm.ResourceVersion)
+	la.SetContinue(lm.Continue)
+	la.SetRemainingItemCount(lm.RemainingItemCount)
+	list.GetObjectKind().SetGroupVersionKind(res.gvr.GroupVersion().WithKind(res.listKind))
+	writeObject(w, http.StatusOK, list, format)
+	return nil
+}
+
+// listObjects reads a resource's objects in namespace ("" for all) that
+// match o, a page at a time from the store, all at one revision.
+func (s *Server) listObjects(ctx context.Context, res *resource, namespace string, o listOptions) ([]runtime.Object, metav1.ListMeta, error) {
+	prefix := res.prefix(namespace)
+	so := store.ListOptions{Continue: o.cont}
+	if o.cont == "" {
+		current, err := s.cfg.Store.CurrentRevision(ctx)
+		if err != nil {
+			return nil, metav1.ListMeta{}, apierrors.NewInternalError(err)
+		}
+		switch {
+		case o.rvMatch == metav1.ResourceVersionMatchExact,
+			o.rvMatch == "" && o.resourceVersion > 0 && o.limit > 0:
+			so.Revision = o.resourceVersion
+		case o.resourceVersion > current:
+			return nil, metav1.ListMeta{}, apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", o.resourceVersion, current), 1)
+		}
+	}
+	// Without filtering the store pages for us; with it, read in chunks
+	// until the page is full.
+	chunk := o.limit
+	if o.filtering && chunk > 0 && chunk < 500 {
+		chunk = 500
+	}
+	so.Limit = chunk
+	var items []runtime.Object
+	var lm metav1.ListMeta
+	for {
+		page, err := s.cfg.Store.List(ctx, prefix, so)
+		if err != nil {
+			if errors.Is(err, store.ErrCompacted) && o.cont != "" {
+				return nil, lm, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+			}
+			return nil, lm, storeError(err, res, "")
+		}
+		lm.ResourceVersion = strconv.FormatUint(page.Revision, 10)
+		for i, kv := range page.Items {
+			obj, err := decodeStored(res, kv)
+			if err != nil {
+				return nil, lm, apierrors.NewInternalError(err)
+			}
+			if !res.matches(&o, obj) {
+				continue
+			}
+			items = append(items, obj)
+			if o.limit > 0 && int64(len(items)) == o.limit {
+				more := i < len(page.Items)-1 || page.Continue != ""
+				if more {
+					if lm.Continue, err = store.EncodeContinue(prefix, kv.Key+"\x00", page.Revision); err != nil {
+						return nil, lm, apierrors.NewInternalError(err)
+					}
+					if !o.filtering {
+						lm.RemainingItemCount = ptrTo(page.RemainingCount + int64(len(page.Items)-1-i))
+					}
+				}
+				return items, lm, nil
+			}
+		}
+		if page.Continue == "" {
+			return items, lm, nil
+		}
+		so = store.ListOptions{Continue: page.Continue, Limit: chunk}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,186 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// applyPatch applies a PATCH body to old (nil when the object does not
+// exist: only apply may create). conditional reports whether the patch
+// pins a resourceVersion.
+func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, fv fieldValidation, manager string) (runtime.Object, bool, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/apply-patch+yaml" {
+		return s.applyServerSide(w, r, res, ri, old, body, fv)
+	}
+	if old == nil {
+		return nil, false, apierrors.NewNotFound(qualified(res), ri.name)
+	}
+	if r.URL.Query().Get("force") != "" {
+		return nil, false, apierrors.NewBadRequest("force is only allowed for apply patches")
+	}
+	current, err := json.Marshal(old)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	patched, _, err := s.patchJSON(r, res, ri, current, body, res.newObject())
+	if err != nil {
+		return nil, false, err
+	}
+	obj := res.newObject()
+	if err := decodeInto(w, patched, obj, fv); err != nil {
+		return nil, false, err
+	}
+	m, _ := metaOf(obj)
+	om, _ := metaOf(old)
+	if m.GetName() != ri.name {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), ri.name))
+	}
+	// The patch pins the version only if it changed resourceVersion.
+	conditional := m.GetResourceVersion() != om.GetResourceVersion()
+	return obj, conditional, nil
+}
+
+// patchJSON applies a JSON, merge or strategic merge patch to current;
+// schema is the Go type strategic merge patch reads its merge keys from.
+func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, current, body []byte, schema any) ([]byte, string, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var patched []byte
+	var err error
+	switch ct {
+	case "application/json-patch+json":
+		p, err := jsonpatch.DecodePatch(body)
+		if err != nil {
+			return nil, ct, apierrors.NewBadRequest(err.Error())
+		}
+		if patched, err = p.Apply(current); err != nil {
+			return nil, ct, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", qualified(res), ri.name, err.Error(), 0, false)
+		}
+	case "application/merge-patch+json":
+		if patched, err = jsonpatch.MergePatch(current, body); err != nil {
+			return nil, ct, apierrors.NewBadRequest(err.Error())
+		}
+	case "application/strategic-merge-patch+json":
+		if patched, err = strategicpatch.StrategicMergePatch(current, body, schema); err != nil {
+			return nil, ct, apierrors.NewBadRequest(err.Error())
+		}
+	default:
+		return nil, ct, unsupportedMediaType(ct)
+	}
+	return patched, ct, nil
+}
+
+// applyServerSide runs server-side apply through Kubernetes' own field
+// manager, so ownership and conflicts are exactly upstream's.
+func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, fv fieldValidation) (runtime.Object, bool, error) {
+	q := r.URL.Query()
+	manager := q.Get("fieldManager")
+	if manager == "" {
+		return nil, false, apierrors.NewBadRequest("PATCH requests of type application/apply-patch+yaml must specify a fieldManager")
+	}
+	force := false
+	if f := q.Get("force"); f != "" {
+		var err error
+		if force, err = strconv.ParseBool(f); err != nil {
+			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("invalid force value %q", f))
+		}
+	}
+	j, err := yaml.YAMLToJSON(body)
+	if err != nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	}
+	patchObj := &unstructured.Unstructured{}
+	if err := patchObj.UnmarshalJSON(j); err != nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("error decoding apply configuration: %v", err))
+	}
+	if gvk := patchObj.GroupVersionKind(); gvk != res.gvk() {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the apply configuration's apiVersion/kind %s does not match %s", gvk, res.gvk()))
+	}
+	if patchObj.GetName() != ri.name {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", patchObj.GetName(), ri.name))
+	}
+	// Validate fields of the configuration itself as a typed decode would.
+	if err := decodeInto(w, j, res.newObject(), fv); err != nil {
+		return nil, false, err
+	}
+	fm, err := res.fieldManager(ri.subresource)
+	if err != nil {
+		return nil, false, apierrors.NewInternalError(err)
+	}
+	live := old
+	if live == nil {
+		live = res.newObject()
+		if m, err := metaOf(live); err == nil {
+			m.SetNamespace(ri.namespace)
+			m.SetName(ri.name)
+		}
+		live.GetObjectKind().SetGroupVersionKind(res.gvk())
+	}
+	out, err := fm.Apply(live, patchObj, manager, force)
+	if err != nil {
+		return nil, false, err
+	}
+	conditional := patchObj.GetResourceVersion() != ""
+	if m, err := metaOf(out); err == nil && conditional {
+		m.SetResourceVersion(patchObj.GetResourceVersion())
+	}
+	return out, conditional, nil
+}
+
+// fieldManagers are built on first use: the type converter parses the
+// schema of every built-in type, which is too slow for start-up.
+var (
+	typeConverterOnce sync.Once
+	typeConverter     managedfields.TypeConverter
+)
+
+func builtinTypeConverter() managedfields.TypeConverter {
+	typeConverterOnce.Do(func() { typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme) })
+	return typeConverter
+}
+
+func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager, error) {
+	r.fmMu.Lock()
+	defer r.fmMu.Unlock()
+	if fm, ok := r.fms[subresource]; ok {
+		return fm, nil
+	}
+	fm, err := managedfields.NewDefaultFieldManager(builtinTypeConverter(), scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.fms == nil {
+		r.fms = map[string]*managedfields.FieldManager{}
+	}
+	r.fms[subresource] = fm
+	return fm, nil
+}
+
+// trackManagedFields records manager's ownership of what this write set,
+// as every kube-apiserver write does.
+func (s *Server) trackManagedFields(res *resource, subresource string, obj, old runtime.Object, manager string) (runtime.Object, error) {
+	fm, err := res.fieldManager(subresource)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	live := old
+	if live == nil {
+		live = res.newObject()
+		live.GetObjectKind().SetGroupVersionKind(res.gvk())
+	}
+	return fm.UpdateNoErrors(live, obj, manager), nil
+}

@@ -1,0 +1,90 @@
+package apiserver
+
+import (
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// requestInfo is what a resource request asks for, parsed from its path and
+// method the way kube-apiserver's RequestInfoFactory does.
+type requestInfo struct {
+	verb        string // get list watch create update patch delete deletecollection
+	gvr         schema.GroupVersionResource
+	namespace   string
+	name        string
+	subresource string
+}
+
+// namespaceSubresources are the subresources of a namespace itself, which
+// would otherwise read as a resource inside it.
+var namespaceSubresources = map[string]bool{"status": true, "finalize": true}
+
+// parseResourcePath parses /api/v1/... and /apis/<g>/<v>/... paths. ok is
+// false for paths that are not resource requests (discovery and such).
+func parseResourcePath(method, path string, watchParam bool) (requestInfo, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var ri requestInfo
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		ri.gvr.Version, parts = parts[1], parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		ri.gvr.Group, ri.gvr.Version, parts = parts[1], parts[2], parts[3:]
+	default:
+		return ri, false
+	}
+	watchPath := false
+	if parts[0] == "watch" {
+		watchPath, parts = true, parts[1:]
+		if len(parts) == 0 {
+			return ri, false
+		}
+	}
+	if parts[0] == "namespaces" && len(parts) > 1 {
+		if len(parts) > 2 && !namespaceSubresources[parts[2]] {
+			ri.namespace, parts = parts[1], parts[2:]
+		}
+	}
+	for _, p := range parts {
+		if p == "" {
+			return ri, false
+		}
+	}
+	switch len(parts) {
+	case 1:
+		ri.gvr.Resource = parts[0]
+	case 2:
+		ri.gvr.Resource, ri.name = parts[0], parts[1]
+	case 3:
+		ri.gvr.Resource, ri.name, ri.subresource = parts[0], parts[1], parts[2]
+	default:
+		return ri, false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		switch {
+		case watchPath || watchParam:
+			ri.verb = "watch"
+		case ri.name == "":
+			ri.verb = "list"
+		default:
+			ri.verb = "get"
+		}
+	case http.MethodPost:
+		ri.verb = "create"
+	case http.MethodPut:
+		ri.verb = "update"
+	case http.MethodPatch:
+		ri.verb = "patch"
+	case http.MethodDelete:
+		if ri.name == "" {
+			ri.verb = "deletecollection"
+		} else {
+			ri.verb = "delete"
+		}
+	default:
+		ri.verb = strings.ToLower(method)
+	}
+	return ri, true
+}

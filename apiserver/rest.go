@@ -1,0 +1,571 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+)
+
+// serveResource is the entry of every /api/v1/... and /apis/g/v/... request
+// that names a resource.
+func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ri, ok := parseResourcePath(r.Method, r.URL.Path, q.Get("watch") == "true" || q.Get("watch") == "1")
+	if !ok {
+		writeError(w, notFoundPath())
+		return
+	}
+	res := s.reg.byGVR[ri.gvr]
+	if res == nil || (ri.namespace != "" && !res.namespaced) {
+		writeError(w, notFoundPath())
+		return
+	}
+	if ri.subresource != "" && !res.hasSubresource(ri.subresource) {
+		writeError(w, notFoundPath())
+		return
+	}
+	if err := s.dispatch(w, r, ri, res); err != nil {
+		writeError(w, err)
+	}
+}
+
+func notFoundPath() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource",
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeUnexpectedServerResponse, Message: "404 page not found"}}},
+	}}
+}
+
+func methodNotSupported(res *resource, verb string) error {
+	return apierrors.NewMethodNotSupported(qualified(res), verb)
+}
+
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	switch ri.subresource {
+	case "":
+	case "status":
+		switch ri.verb {
+		case "get":
+			return s.get(w, r, ri, res)
+		case "update", "patch":
+			return s.update(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
+	case "scale":
+		return s.serveScale(w, r, ri, res)
+	case "binding":
+		if ri.verb == "create" {
+			return s.createBinding(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
+	case "finalize":
+		if ri.verb == "update" {
+			return s.update(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
+	case "ephemeralcontainers":
+		switch ri.verb {
+		case "get":
+			return s.get(w, r, ri, res)
+		case "update", "patch":
+			return s.update(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
+	default:
+		return methodNotSupported(res, ri.verb)
+	}
+	if res.namespaced && ri.namespace == "" && ri.verb != "list" && ri.verb != "watch" {
+		return notFoundPath()
+	}
+	switch ri.verb {
+	case "get":
+		return s.get(w, r, ri, res)
+	case "list":
+		return s.list(w, r, ri, res)
+	case "watch":
+		return s.watch(w, r, ri, res)
+	case "create":
+		if ri.name != "" {
+			return methodNotSupported(res, "create")
+		}
+		return s.create(w, r, ri, res)
+	case "update", "patch":
+		return s.update(w, r, ri, res)
+	case "delete":
+		return s.delete(w, r, ri, res)
+	case "deletecollection":
+		if res.noCollection {
+			return methodNotSupported(res, "deletecollection")
+		}
+		return s.deleteCollection(w, r, ri, res)
+	}
+	return methodNotSupported(res, ri.verb)
+}
+
+// getObject reads one object.
+func (s *Server) getObject(ctx context.Context, res *resource, namespace, name string) (runtime.Object, uint64, error) {
+	kv, err := s.cfg.Store.Get(ctx, res.key(namespace, name))
+	if err != nil {
+		return nil, 0, storeError(err, res, name)
+	}
+	obj, err := decodeStored(res, kv)
+	if err != nil {
+		return nil, 0, apierrors.NewInternalError(err)
+	}
+	return obj, kv.Revision, nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	obj, _, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+	if err != nil {
+		return err
+	}
+	return s.respond(w, r, http.StatusOK, res, obj, format)
+}
+
+// respond writes one object in the negotiated format.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, res *resource, obj runtime.Object, format outputFormat) error {
+	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	switch format {
+	case outTable:
+		t, err := s.table(r, res, []runtime.Object{obj}, "", "")
+		if err != nil {
+			return err
+		}
+		writeObject(w, code, t, outJSON)
+	case outPartialMetadata:
+		writeObject(w, code, partialMetadata(obj), outJSON)
+	default:
+		writeObject(w, code, obj, format)
+	}
+	return nil
+}
+
+func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
+	m, _ := metaOf(obj)
+	p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
+	if om, ok := m.(*metav1.ObjectMeta); ok {
+		p.ObjectMeta = *om
+	} else if a, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
+		if om, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			p.ObjectMeta = *om
+		}
+	}
+	return p
+}
+
+// dryRun parses ?dryRun: only "All" is defined.
+func dryRun(r *http.Request) (bool, error) {
+	vals := r.URL.Query()["dryRun"]
+	for _, v := range vals {
+		if v != "All" {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("Invalid dry run value: %q (supported: All)", v))
+		}
+	}
+	return len(vals) > 0, nil
+}
+
+// generateNameChars is the alphabet Kubernetes uses for generated name
+// suffixes: no vowels, no confusable digits.
+const generateNameChars = "bcdfghjklmnpqrstvwxz2456789"
+
+func generateName(base string) string {
+	const maxBase = 63 - 5
+	if len(base) > maxBase {
+		base = base[:maxBase]
+	}
+	b := make([]byte, 5)
+	for i := range b {
+		n, _ := rand.Int(rand.Reader, big.NewInt(int64(len(generateNameChars))))
+		b[i] = generateNameChars[n.Int64()]
+	}
+	return base + string(b)
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	fv, err := parseFieldValidation(r)
+	if err != nil {
+		return err
+	}
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	obj := res.newObject()
+	if err := decodeRequest(w, r, body, obj, fv); err != nil {
+		return err
+	}
+	if err := checkKind(obj, res); err != nil {
+		return err
+	}
+	m, _ := metaOf(obj)
+	if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+		return err
+	}
+	if m.GetName() == "" && m.GetGenerateName() != "" {
+		m.SetName(generateName(m.GetGenerateName()))
+	}
+	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	out, err := s.createObject(r.Context(), wc, obj, fieldManager(r), false)
+	if err != nil {
+		return err
+	}
+	return s.respond(w, r, http.StatusCreated, res, out, format)
+}
+
+// createObject runs the create path shared by POST, PUT-as-create and
+// apply-as-create: system fields, strategy, validation, store.
+func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Object, manager string, applied bool) (runtime.Object, error) {
+	res := wc.res
+	m, _ := metaOf(obj)
+	m.SetUID(types.UID(uuid.NewUUID()))
+	m.SetCreationTimestamp(metav1.NewTime(time.Now().Truncate(time.Second)))
+	m.SetResourceVersion("")
+	m.SetDeletionTimestamp(nil)
+	m.SetDeletionGracePeriodSeconds(nil)
+	m.SetSelfLink("")
+	defaulter{}.Default(obj)
+	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
+		return nil, err
+	}
+	if res.strategy.tracksGeneration() {
+		m.SetGeneration(1)
+	} else {
+		m.SetGeneration(0)
+	}
+	errs := validateMeta(res, m)
+	errs = append(errs, res.strategy.validate(wc, obj)...)
+	if len(errs) > 0 {
+		return nil, invalid(res, m.GetName(), errs)
+	}
+	if !applied {
+		var err error
+		if obj, err = s.trackManagedFields(res, "", obj, nil, manager); err != nil {
+			return nil, err
+		}
+		m, _ = metaOf(obj)
+	}
+	if wc.dryRun {
+		return obj, nil
+	}
+	data, err := encodeForStore(res, obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	rev, err := s.cfg.Store.Create(ctx, res.key(m.GetNamespace(), m.GetName()), data)
+	if err != nil {
+		return nil, storeError(err, res, m.GetName())
+	}
+	setResourceVersion(obj, rev)
+	return obj, nil
+}
+
+// checkKind refuses a body whose apiVersion/kind name another type.
+func checkKind(obj runtime.Object, res *resource) error {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	want := res.gvk()
+	if gvk.Kind != "" && gvk.Kind != want.Kind {
+		return apierrors.NewBadRequest(fmt.Sprintf("the object provided is unrecognized (must be of type %s): couldn't get version/kind; json parse error: kind %q does not match %q", want.Kind, gvk.Kind, want.Kind))
+	}
+	if v := obj.GetObjectKind().GroupVersionKind().GroupVersion(); gvk.Version != "" && v != want.GroupVersion() {
+		return apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", v.String(), want.GroupVersion().String()))
+	}
+	obj.GetObjectKind().SetGroupVersionKind(want)
+	return nil
+}
+
+// admitNamespace checks the object's namespace against the URL and the
+// namespace lifecycle: creating into a missing namespace is 404, into a
+// terminating one 403.
+func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestInfo, m metav1.Object) error {
+	if !res.namespaced {
+		m.SetNamespace("")
+		return nil
+	}
+	switch ns := m.GetNamespace(); {
+	case ns == "":
+		m.SetNamespace(ri.namespace)
+	case ns != ri.namespace:
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	nsRes := s.reg.byGVR[gvr("", "v1", "namespaces")]
+	obj, _, err := s.getObject(ctx, nsRes, "", ri.namespace)
+	if err != nil {
+		return err
+	}
+	if ns := obj.(*corev1.Namespace); ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		return apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+	}
+	return nil
+}
+
+// validateMeta validates metadata with Kubernetes' own rules.
+func validateMeta(res *resource, m metav1.Object) field.ErrorList {
+	nameFn := apivalidation.NameIsDNSSubdomain
+	switch res.gvr.Resource {
+	case "namespaces":
+		nameFn = apivalidation.ValidateNamespaceName
+	case "services":
+		nameFn = apivalidation.NameIsDNS1035Label
+	}
+	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
+}
+
+func fieldManager(r *http.Request) string {
+	if fm := r.URL.Query().Get("fieldManager"); fm != "" {
+		return fm
+	}
+	// Kubernetes derives a manager from the user agent's program name.
+	ua := r.UserAgent()
+	for i, c := range ua {
+		if c == '/' {
+			return ua[:i]
+		}
+	}
+	if ua == "" {
+		return "unknown"
+	}
+	return ua
+}
+
+// update serves PUT and PATCH of the main resource and its status-like
+// subresources. It retries on conflict when the client set no
+// resourceVersion precondition.
+func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	fv, err := parseFieldValidation(r)
+	if err != nil {
+		return err
+	}
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	manager := fieldManager(r)
+	for attempt := 0; ; attempt++ {
+		old, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+		notFound := apierrors.IsNotFound(err)
+		if err != nil && !notFound {
+			return err
+		}
+		var obj runtime.Object
+		var conditional bool
+		applied := isApply(r)
+		if r.Method == http.MethodPatch {
+			obj, conditional, err = s.applyPatch(w, r, res, ri, old, body, fv, manager)
+			if err != nil {
+				return err
+			}
+			if obj == nil { // apply created nothing and found nothing
+				return apierrors.NewNotFound(qualified(res), ri.name)
+			}
+			if notFound {
+				// Only apply creates.
+				m, _ := metaOf(obj)
+				if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+					return err
+				}
+				out, err := s.createObject(r.Context(), wc, obj, manager, true)
+				if err != nil {
+					return err
+				}
+				return s.respond(w, r, http.StatusCreated, res, out, format)
+			}
+		} else {
+			obj = res.newObject()
+			if err := decodeRequest(w, r, body, obj, fv); err != nil {
+				return err
+			}
+			if err := checkKind(obj, res); err != nil {
+				return err
+			}
+			m, _ := metaOf(obj)
+			if m.GetName() != ri.name {
+				return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), ri.name))
+			}
+			if res.namespaced && m.GetNamespace() != "" && m.GetNamespace() != ri.namespace {
+				return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+			}
+			conditional = m.GetResourceVersion() != ""
+			if notFound {
+				if !res.allowCreateOnUpdate || ri.subresource != "" {
+					return err
+				}
+				if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+					return err
+				}
+				out, err := s.createObject(r.Context(), wc, obj, manager, false)
+				if err != nil {
+					return err
+				}
+				return s.respond(w, r, http.StatusCreated, res, out, format)
+			}
+		}
+		out, err := s.updateObject(r.Context(), wc, ri, obj, old, rev, manager, conditional, applied)
+		if apierrors.IsConflict(err) && !conditional && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return s.respond(w, r, http.StatusOK, res, out, format)
+	}
+}
+
+// updateObject writes obj over old (read at rev).
+func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo, obj, old runtime.Object, rev uint64, manager string, conditional, applied bool) (runtime.Object, error) {
+	res := wc.res
+	m, _ := metaOf(obj)
+	om, _ := metaOf(old)
+	if conditional && m.GetResourceVersion() != strconv.FormatUint(rev, 10) {
+		return nil, apierrors.NewConflict(qualified(res), ri.name, errors.New(optimisticLockMsg))
+	}
+	if res.namespaced {
+		m.SetNamespace(ri.namespace)
+	}
+	// System fields are the server's.
+	if m.GetUID() != "" && m.GetUID() != om.GetUID() {
+		return nil, apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", m.GetUID(), om.GetUID()))
+	}
+	m.SetUID(om.GetUID())
+	m.SetCreationTimestamp(om.GetCreationTimestamp())
+	m.SetDeletionTimestamp(om.GetDeletionTimestamp())
+	m.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
+	m.SetGeneration(om.GetGeneration())
+	m.SetSelfLink("")
+	switch ri.subresource {
+	case "status":
+		// Only status moves: everything else is the stored object's.
+		merged := old.DeepCopyObject()
+		copyField(merged, obj, "Status")
+		mm, _ := metaOf(merged)
+		mm.SetManagedFields(m.GetManagedFields())
+		mm.SetResourceVersion(m.GetResourceVersion())
+		resetMetaForStatus(mm, om)
+		obj, m = merged, mm
+		if st, ok := res.strategy.(statusStrategy); ok {
+			if err := st.prepareForStatusUpdate(wc, obj, old); err != nil {
+				return nil, err
+			}
+		}
+	case "finalize":
+		merged := old.DeepCopyObject()
+		copyField(merged, obj, "Spec")
+		obj = merged
+		m, _ = metaOf(obj)
+	case "ephemeralcontainers":
+		merged := old.DeepCopyObject().(*corev1.Pod)
+		merged.Spec.EphemeralContainers = obj.(*corev1.Pod).Spec.EphemeralContainers
+		obj = merged
+		m, _ = metaOf(obj)
+	default:
+		defaulter{}.Default(obj)
+		if err := res.strategy.prepareForUpdate(wc, obj, old); err != nil {
+			return nil, err
+		}
+		if res.strategy.tracksGeneration() && specChanged(obj, old) {
+			m.SetGeneration(om.GetGeneration() + 1)
+		}
+	}
+	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, om, field.NewPath("metadata"))
+	errs = append(errs, validateMeta(res, m)...)
+	if ri.subresource == "" {
+		errs = append(errs, res.strategy.validateUpdate(wc, obj, old)...)
+	}
+	if len(errs) > 0 {
+		return nil, invalid(res, ri.name, errs)
+	}
+	if !applied {
+		var err error
+		if obj, err = s.trackManagedFields(res, ri.subresource, obj, old, manager); err != nil {
+			return nil, err
+		}
+		m, _ = metaOf(obj)
+	}
+	// An object marked for deletion goes once its last finalizer does.
+	if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && deletionGraceElapsed(m) {
+		if wc.dryRun {
+			return obj, nil
+		}
+		kv, err := s.cfg.Store.Delete(ctx, res.key(ri.namespace, ri.name), rev)
+		if err != nil {
+			return nil, storeError(err, res, ri.name)
+		}
+		setResourceVersion(obj, kv.Revision)
+		return obj, nil
+	}
+	data, err := encodeForStore(res, obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	oldData, _ := encodeForStore(res, old)
+	if string(data) == string(oldData) {
+		// A no-op write changes nothing, not even the resourceVersion.
+		setResourceVersion(obj, rev)
+		return obj, nil
+	}
+	if wc.dryRun {
+		return obj, nil
+	}
+	newRev, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev)
+	if err != nil {
+		return nil, storeError(err, res, ri.name)
+	}
+	setResourceVersion(obj, newRev)
+	return obj, nil
+}
+
+// statusStrategy is implemented by kinds with rules for status writes.
+type statusStrategy interface {
+	prepareForStatusUpdate(w *writeCtx, obj, old runtime.Object) error
+}
+
+// deletionGraceElapsed: an object with a grace period (a terminating pod)
+// is removed only by a delete with grace 0, not by losing its finalizers
+// early.
+func deletionGraceElapsed(m metav1.Object) bool {
+	g := m.GetDeletionGracePeriodSeconds()
+	return g == nil || *g == 0
+}
+
+func isApply(r *http.Request) bool {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return r.Method == http.MethodPatch && ct == "application/apply-patch+yaml"
+}

@@ -1,0 +1,527 @@
+package apiserver
+
+import (
+	"reflect"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// ---- namespaces
+
+type namespaceStrategy struct{ defaultStrategy }
+
+const namespaceNameLabel = "kubernetes.io/metadata.name"
+
+func (namespaceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	ns := obj.(*corev1.Namespace)
+	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+	ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
+	setNamespaceNameLabel(ns)
+	return nil
+}
+
+func (namespaceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	ns, o := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+	ns.Status = o.Status
+	ns.Spec.Finalizers = o.Spec.Finalizers
+	setNamespaceNameLabel(ns)
+	return nil
+}
+
+func setNamespaceNameLabel(ns *corev1.Namespace) {
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[namespaceNameLabel] = ns.Name
+}
+
+func (namespaceStrategy) blocksDeletion(obj runtime.Object) bool {
+	return len(obj.(*corev1.Namespace).Spec.Finalizers) > 0
+}
+
+func (namespaceStrategy) markDeleting(obj runtime.Object) {
+	obj.(*corev1.Namespace).Status.Phase = corev1.NamespaceTerminating
+}
+
+// ---- nodes
+
+type nodeStrategy struct{ defaultStrategy }
+
+// The kubelet registers its node with status; keep it.
+func (nodeStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error { return nil }
+
+func (nodeStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	n, o := obj.(*corev1.Node), old.(*corev1.Node)
+	var errs field.ErrorList
+	if o.Spec.PodCIDR != "" && n.Spec.PodCIDR != o.Spec.PodCIDR {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "podCIDR"), "node updates may not change podCIDR except from \"\" to valid"))
+	}
+	return errs
+}
+
+// ---- pods
+
+type podStrategy struct{ generationStrategy }
+
+func (podStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	p := obj.(*corev1.Pod)
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(p)}
+	// What kube-apiserver's admission adds to every pod: the service
+	// account, the default NoExecute tolerations and the priority.
+	if p.Spec.ServiceAccountName == "" {
+		p.Spec.ServiceAccountName = "default"
+	}
+	p.Spec.DeprecatedServiceAccount = p.Spec.ServiceAccountName
+	addDefaultToleration(p, corev1.TaintNodeNotReady)
+	addDefaultToleration(p, corev1.TaintNodeUnreachable)
+	if p.Spec.Priority == nil {
+		p.Spec.Priority = ptrTo(priorityOf(p.Spec.PriorityClassName))
+	}
+	if p.Spec.PreemptionPolicy == nil {
+		p.Spec.PreemptionPolicy = ptrTo(corev1.PreemptLowerPriority)
+	}
+	return nil
+}
+
+// Kubernetes' built-in priority classes.
+func priorityOf(class string) int32 {
+	switch class {
+	case "system-node-critical":
+		return 2000001000
+	case "system-cluster-critical":
+		return 2000000000
+	}
+	return 0
+}
+
+func addDefaultToleration(p *corev1.Pod, key string) {
+	for _, t := range p.Spec.Tolerations {
+		if (t.Key == key || t.Key == "") && (t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") && (t.Operator == corev1.TolerationOpExists || t.Key == "") {
+			return
+		}
+	}
+	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{
+		Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo[int64](300),
+	})
+}
+
+func qosClass(p *corev1.Pod) corev1.PodQOSClass {
+	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
+	guaranteed := true
+	all := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
+	for _, c := range all {
+		for k, v := range c.Resources.Requests {
+			if k == corev1.ResourceCPU || k == corev1.ResourceMemory {
+				if !v.IsZero() {
+					requests[k] = v
+				}
+			}
+		}
+		has := 0
+		for k, v := range c.Resources.Limits {
+			if k == corev1.ResourceCPU || k == corev1.ResourceMemory {
+				if !v.IsZero() {
+					limits[k] = v
+					has++
+				}
+			}
+		}
+		if has < 2 {
+			guaranteed = false
+		}
+		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, okR := c.Resources.Requests[k]
+			lim, okL := c.Resources.Limits[k]
+			if okR && okL && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case len(requests) == 0 && len(limits) == 0:
+		return corev1.PodQOSBestEffort
+	case guaranteed:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}
+
+func (podStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	obj.(*corev1.Pod).Status = old.(*corev1.Pod).Status
+	return nil
+}
+
+// gracePeriod: an unscheduled or finished pod goes at once; a running one
+// waits for its kubelet, as long as the client or the pod spec says.
+func (podStrategy) gracePeriod(obj runtime.Object, requested *int64) int64 {
+	p := obj.(*corev1.Pod)
+	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return 0
+	}
+	if requested != nil {
+		return *requested
+	}
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return *p.Spec.TerminationGracePeriodSeconds
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds
+}
+
+func (podStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	return validatePodSpec(&obj.(*corev1.Pod).Spec, field.NewPath("spec"))
+}
+
+// validateUpdate allows only the fields Kubernetes lets change on a pod.
+func (podStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	p, o := obj.(*corev1.Pod), old.(*corev1.Pod)
+	errs := validatePodSpec(&p.Spec, field.NewPath("spec"))
+	mutable := p.Spec.DeepCopy()
+	for i := range mutable.Containers {
+		if i < len(o.Spec.Containers) {
+			mutable.Containers[i].Image = o.Spec.Containers[i].Image
+		}
+	}
+	for i := range mutable.InitContainers {
+		if i < len(o.Spec.InitContainers) {
+			mutable.InitContainers[i].Image = o.Spec.InitContainers[i].Image
+		}
+	}
+	mutable.ActiveDeadlineSeconds = o.Spec.ActiveDeadlineSeconds
+	mutable.TerminationGracePeriodSeconds = o.Spec.TerminationGracePeriodSeconds
+	if len(mutable.Tolerations) >= len(o.Spec.Tolerations) && apiequality.Semantic.DeepEqual(mutable.Tolerations[:len(o.Spec.Tolerations)], o.Spec.Tolerations) {
+		mutable.Tolerations = o.Spec.Tolerations
+	}
+	// The scheduler's binding and the kubelet's ephemeral containers are
+	// set through their own subresources.
+	mutable.EphemeralContainers = o.Spec.EphemeralContainers
+	if o.Spec.NodeName == "" {
+		mutable.NodeName = ""
+		cp := o.Spec.DeepCopy()
+		cp.NodeName = ""
+		if !apiequality.Semantic.DeepEqual(mutable, cp) {
+			errs = append(errs, podUpdateForbidden())
+		}
+		return errs
+	}
+	if !apiequality.Semantic.DeepEqual(mutable, &o.Spec) {
+		errs = append(errs, podUpdateForbidden())
+	}
+	return errs
+}
+
+func podUpdateForbidden() *field.Error {
+	return field.Forbidden(field.NewPath("spec"), "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)")
+}
+
+func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(s.Containers) == 0 {
+		errs = append(errs, field.Required(path.Child("containers"), ""))
+	}
+	names := map[string]bool{}
+	check := func(cs []corev1.Container, p *field.Path) {
+		for i, c := range cs {
+			cp := p.Index(i)
+			if c.Name == "" {
+				errs = append(errs, field.Required(cp.Child("name"), ""))
+			} else {
+				for _, msg := range validation.IsDNS1123Label(c.Name) {
+					errs = append(errs, field.Invalid(cp.Child("name"), c.Name, msg))
+				}
+				if names[c.Name] {
+					errs = append(errs, field.Duplicate(cp.Child("name"), c.Name))
+				}
+				names[c.Name] = true
+			}
+			if c.Image == "" {
+				errs = append(errs, field.Required(cp.Child("image"), ""))
+			}
+			for j, port := range c.Ports {
+				pp := cp.Child("ports").Index(j)
+				for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
+					errs = append(errs, field.Invalid(pp.Child("containerPort"), port.ContainerPort, msg))
+				}
+				if port.HostPort != 0 {
+					for _, msg := range validation.IsValidPortNum(int(port.HostPort)) {
+						errs = append(errs, field.Invalid(pp.Child("hostPort"), port.HostPort, msg))
+					}
+				}
+				if port.Name != "" {
+					for _, msg := range validation.IsValidPortName(port.Name) {
+						errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
+					}
+				}
+				switch port.Protocol {
+				case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+				default:
+					errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []string{"SCTP", "TCP", "UDP"}))
+				}
+			}
+		}
+	}
+	check(s.InitContainers, path.Child("initContainers"))
+	check(s.Containers, path.Child("containers"))
+	switch s.RestartPolicy {
+	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("restartPolicy"), s.RestartPolicy, []string{"Always", "Never", "OnFailure"}))
+	}
+	switch s.DNSPolicy {
+	case corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault, corev1.DNSNone:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("dnsPolicy"), s.DNSPolicy, []string{"ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"}))
+	}
+	vols := map[string]bool{}
+	for i, v := range s.Volumes {
+		vp := path.Child("volumes").Index(i)
+		for _, msg := range validation.IsDNS1123Label(v.Name) {
+			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, msg))
+		}
+		if vols[v.Name] {
+			errs = append(errs, field.Duplicate(vp.Child("name"), v.Name))
+		}
+		vols[v.Name] = true
+	}
+	for i, c := range s.Containers {
+		for j, m := range c.VolumeMounts {
+			if !vols[m.Name] {
+				errs = append(errs, field.NotFound(path.Child("containers").Index(i).Child("volumeMounts").Index(j).Child("name"), m.Name))
+			}
+		}
+	}
+	return errs
+}
+
+// ---- secrets
+
+type secretStrategy struct{ defaultStrategy }
+
+func (secretStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	foldStringData(obj.(*corev1.Secret))
+	return nil
+}
+
+func (secretStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	foldStringData(obj.(*corev1.Secret))
+	return nil
+}
+
+// foldStringData moves stringData into data, as the API does on write.
+func foldStringData(s *corev1.Secret) {
+	if len(s.StringData) == 0 {
+		return
+	}
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	for k, v := range s.StringData {
+		s.Data[k] = []byte(v)
+	}
+	s.StringData = nil
+}
+
+func (secretStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	s := obj.(*corev1.Secret)
+	var errs field.ErrorList
+	total := 0
+	for k, v := range s.Data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	if total > corev1.MaxSecretSize {
+		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
+	}
+	return errs
+}
+
+func (st secretStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	s, o := obj.(*corev1.Secret), old.(*corev1.Secret)
+	errs := st.validate(w, obj)
+	if s.Type != o.Type {
+		errs = append(errs, field.Invalid(field.NewPath("type"), s.Type, "field is immutable"))
+	}
+	if o.Immutable != nil && *o.Immutable {
+		if s.Immutable == nil || !*s.Immutable || !reflect.DeepEqual(s.Data, o.Data) {
+			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+		}
+	}
+	return errs
+}
+
+// ---- workloads
+
+// selectorStrategy validates a workload's selector against its template.
+func validateSelector(sel *metav1.LabelSelector, template map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if sel == nil {
+		return append(errs, field.Required(path.Child("selector"), ""))
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return append(errs, field.Invalid(path.Child("selector"), sel, err.Error()))
+	}
+	if s.Empty() {
+		errs = append(errs, field.Invalid(path.Child("selector"), sel, "empty selector is invalid for deployment"))
+	} else if !s.Matches(labels.Set(template)) {
+		errs = append(errs, field.Invalid(path.Child("template", "metadata", "labels"), template, "`selector` does not match template `labels`"))
+	}
+	return errs
+}
+
+func validateSelectorImmutable(sel, old *metav1.LabelSelector, path *field.Path) field.ErrorList {
+	if !apiequality.Semantic.DeepEqual(sel, old) {
+		return field.ErrorList{field.Invalid(path.Child("selector"), sel, "field is immutable")}
+	}
+	return nil
+}
+
+func validateReplicas(n *int32, path *field.Path) field.ErrorList {
+	if n != nil && *n < 0 {
+		return field.ErrorList{field.Invalid(path.Child("replicas"), *n, "must be greater than or equal to 0")}
+	}
+	return nil
+}
+
+type deploymentStrategy struct{ generationStrategy }
+
+func (deploymentStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	d := obj.(*appsv1.Deployment)
+	p := field.NewPath("spec")
+	errs := validateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
+	errs = append(errs, validateReplicas(d.Spec.Replicas, p)...)
+	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st deploymentStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	return append(errs, validateSelectorImmutable(obj.(*appsv1.Deployment).Spec.Selector, old.(*appsv1.Deployment).Spec.Selector, field.NewPath("spec"))...)
+}
+
+type replicaSetStrategy struct{ generationStrategy }
+
+func (replicaSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	r := obj.(*appsv1.ReplicaSet)
+	p := field.NewPath("spec")
+	errs := validateSelector(r.Spec.Selector, r.Spec.Template.Labels, p)
+	errs = append(errs, validateReplicas(r.Spec.Replicas, p)...)
+	return append(errs, validatePodSpec(&r.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st replicaSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	return append(errs, validateSelectorImmutable(obj.(*appsv1.ReplicaSet).Spec.Selector, old.(*appsv1.ReplicaSet).Spec.Selector, field.NewPath("spec"))...)
+}
+
+type statefulSetStrategy struct{ generationStrategy }
+
+func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	s := obj.(*appsv1.StatefulSet)
+	p := field.NewPath("spec")
+	errs := validateSelector(s.Spec.Selector, s.Spec.Template.Labels, p)
+	errs = append(errs, validateReplicas(s.Spec.Replicas, p)...)
+	return append(errs, validatePodSpec(&s.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	s, o := obj.(*appsv1.StatefulSet), old.(*appsv1.StatefulSet)
+	p := field.NewPath("spec")
+	errs = append(errs, validateSelectorImmutable(s.Spec.Selector, o.Spec.Selector, p)...)
+	if s.Spec.ServiceName != o.Spec.ServiceName || s.Spec.PodManagementPolicy != o.Spec.PodManagementPolicy || !apiequality.Semantic.DeepEqual(s.Spec.VolumeClaimTemplates, o.Spec.VolumeClaimTemplates) {
+		errs = append(errs, field.Forbidden(p, "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"))
+	}
+	return errs
+}
+
+type daemonSetStrategy struct{ generationStrategy }
+
+func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	d := obj.(*appsv1.DaemonSet)
+	p := field.NewPath("spec")
+	errs := validateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
+	if d.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
+		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), d.Spec.Template.Spec.RestartPolicy, []string{"Always"}))
+	}
+	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st daemonSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	return append(errs, validateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
+}
+
+type jobStrategy struct{ generationStrategy }
+
+// Job labels that tie pods to their Job, set by the API server unless the
+// Job asks to choose its own selector.
+const (
+	jobControllerUIDLabel = "batch.kubernetes.io/controller-uid"
+	jobNameLabel          = "batch.kubernetes.io/job-name"
+)
+
+func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	j := obj.(*batchv1.Job)
+	j.Status = batchv1.JobStatus{}
+	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
+		uid := string(j.UID)
+		if j.Spec.Template.Labels == nil {
+			j.Spec.Template.Labels = map[string]string{}
+		}
+		for k, v := range map[string]string{jobControllerUIDLabel: uid, jobNameLabel: j.Name, "controller-uid": uid, "job-name": j.Name} {
+			j.Spec.Template.Labels[k] = v
+		}
+		if j.Spec.Selector == nil {
+			j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{jobControllerUIDLabel: uid}}
+		}
+	}
+	return nil
+}
+
+func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	j := obj.(*batchv1.Job)
+	p := field.NewPath("spec")
+	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
+	if rp := j.Spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
+	}
+	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
+	errs := st.validate(w, obj)
+	p := field.NewPath("spec")
+	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
+	if !apiequality.Semantic.DeepEqual(j.Spec.Completions, o.Spec.Completions) {
+		errs = append(errs, field.Invalid(p.Child("completions"), j.Spec.Completions, "field is immutable"))
+	}
+	return errs
+}
+
+type cronJobStrategy struct{ generationStrategy }
+
+func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	c := obj.(*batchv1.CronJob)
+	var errs field.ErrorList
+	if c.Spec.Schedule == "" {
+		errs = append(errs, field.Required(field.NewPath("spec", "schedule"), ""))
+	}
+	if len(c.Name) > 52 {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, "must be no more than 52 characters"))
+	}
+	return errs
+}
+
+func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	return st.validate(w, obj)
+}

@@ -1,0 +1,110 @@
+package apiserver
+
+import (
+	"reflect"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// strategy holds one kind's rules: what a client may set, defaults, and
+// validation. The generic handlers call it; it never touches the store.
+type strategy interface {
+	// prepareForCreate clears what clients may not set on create (status,
+	// mostly) and applies defaults.
+	prepareForCreate(w *writeCtx, obj runtime.Object) error
+	// prepareForUpdate carries over what an update of the main resource
+	// may not change (status) and applies defaults.
+	prepareForUpdate(w *writeCtx, obj, old runtime.Object) error
+	validate(w *writeCtx, obj runtime.Object) field.ErrorList
+	validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList
+	// tracksGeneration: metadata.generation starts at 1 and grows with
+	// every spec change.
+	tracksGeneration() bool
+}
+
+// writeCtx is what a strategy may consult about the write in progress.
+type writeCtx struct {
+	s      *Server
+	res    *resource
+	dryRun bool
+}
+
+// defaultStrategy suits kinds without rules of their own: status (if any)
+// is reset on create and kept on update of the main resource.
+type defaultStrategy struct{}
+
+func (defaultStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	if w.res.hasSubresource("status") {
+		resetField(obj, "Status")
+	}
+	return nil
+}
+
+func (defaultStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	if w.res.hasSubresource("status") {
+		copyField(obj, old, "Status")
+	}
+	return nil
+}
+
+func (defaultStrategy) validate(*writeCtx, runtime.Object) field.ErrorList { return nil }
+func (defaultStrategy) validateUpdate(*writeCtx, runtime.Object, runtime.Object) field.ErrorList {
+	return nil
+}
+func (defaultStrategy) tracksGeneration() bool { return false }
+
+// generationStrategy is defaultStrategy for kinds whose generation counts
+// spec changes.
+type generationStrategy struct{ defaultStrategy }
+
+func (generationStrategy) tracksGeneration() bool { return true }
+
+// structField returns obj's exported field name, if obj is a pointer to a
+// struct that has it.
+func structField(obj runtime.Object, name string) (reflect.Value, bool) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	f := v.Elem().FieldByName(name)
+	return f, f.IsValid() && f.CanSet()
+}
+
+func resetField(obj runtime.Object, name string) {
+	if f, ok := structField(obj, name); ok {
+		f.Set(reflect.Zero(f.Type()))
+	}
+}
+
+func copyField(dst, src runtime.Object, name string) {
+	d, ok1 := structField(dst, name)
+	s, ok2 := structField(src, name)
+	if ok1 && ok2 {
+		d.Set(s)
+	}
+}
+
+// specChanged reports whether obj's Spec differs from old's; kinds without a
+// Spec compare everything but metadata and status.
+func specChanged(obj, old runtime.Object) bool {
+	a, ok1 := structField(obj, "Spec")
+	b, ok2 := structField(old, "Spec")
+	if ok1 && ok2 {
+		return !apiequality.Semantic.DeepEqual(a.Interface(), b.Interface())
+	}
+	return false
+}
+
+// resetMetaForStatus keeps what a status write may not change, as
+// kube-apiserver's ResetObjectMetaForStatus does.
+func resetMetaForStatus(m, old metav1.Object) {
+	m.SetDeletionTimestamp(old.GetDeletionTimestamp())
+	m.SetGeneration(old.GetGeneration())
+	m.SetLabels(old.GetLabels())
+	m.SetAnnotations(old.GetAnnotations())
+	m.SetFinalizers(old.GetFinalizers())
+	m.SetOwnerReferences(old.GetOwnerReferences())
+}

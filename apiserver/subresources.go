@@ -1,0 +1,193 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+)
+
+// scaleOf reads the Scale of a workload object.
+func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
+	sc := &autoscalingv1.Scale{TypeMeta: metav1.TypeMeta{Kind: "Scale", APIVersion: "autoscaling/v1"}}
+	m, _ := metaOf(obj)
+	sc.ObjectMeta = metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(), CreationTimestamp: m.GetCreationTimestamp()}
+	var sel *metav1.LabelSelector
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
+	case *appsv1.ReplicaSet:
+		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
+	case *appsv1.StatefulSet:
+		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
+	case *corev1.ReplicationController:
+		sc.Spec.Replicas, sc.Status.Replicas = deref(o.Spec.Replicas), o.Status.Replicas
+		sc.Status.Selector = selectorString(o.Spec.Selector)
+		return sc, nil
+	default:
+		return nil, fmt.Errorf("%T has no scale", obj)
+	}
+	if s, err := metav1.LabelSelectorAsSelector(sel); err == nil {
+		sc.Status.Selector = s.String()
+	}
+	return sc, nil
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func setReplicas(obj runtime.Object, n int32) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		o.Spec.Replicas = &n
+	case *appsv1.ReplicaSet:
+		o.Spec.Replicas = &n
+	case *appsv1.StatefulSet:
+		o.Spec.Replicas = &n
+	case *corev1.ReplicationController:
+		o.Spec.Replicas = &n
+	}
+}
+
+// serveScale serves the scale subresource (get, update, patch) of
+// workloads, so kubectl scale works.
+func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r)
+	if err != nil {
+		return err
+	}
+	scaleRes := &resource{gvr: gvr("autoscaling", "v1", "scales"), kind: "Scale"}
+	for attempt := 0; ; attempt++ {
+		obj, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+		if err != nil {
+			return err
+		}
+		sc, err := scaleOf(obj)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		switch ri.verb {
+		case "get":
+			writeObject(w, http.StatusOK, sc, format)
+			return nil
+		case "update", "patch":
+		default:
+			return methodNotSupported(res, ri.verb)
+		}
+		body, err := readBody(r)
+		if err != nil {
+			return err
+		}
+		var next autoscalingv1.Scale
+		if ri.verb == "patch" {
+			cur, _ := json.Marshal(sc)
+			patched, _, err := s.patchJSON(r, res, ri, cur, body, &autoscalingv1.Scale{})
+			if err != nil {
+				return err
+			}
+			if err := kjson.UnmarshalCaseSensitivePreserveInts(patched, &next); err != nil {
+				return apierrors.NewBadRequest(err.Error())
+			}
+		} else if err := decodeRequest(nil, r, body, &next, validationIgnore); err != nil {
+			return err
+		}
+		if next.Spec.Replicas < 0 {
+			return invalid(scaleRes, ri.name, field.ErrorList{field.Invalid(field.NewPath("spec", "replicas"), next.Spec.Replicas, "must be greater than or equal to 0")})
+		}
+		conditional := next.ResourceVersion != "" && next.ResourceVersion != sc.ResourceVersion
+		if conditional {
+			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf(optimisticLockMsg))
+		}
+		updated := obj.DeepCopyObject()
+		setReplicas(updated, next.Spec.Replicas)
+		dry, err := dryRun(r)
+		if err != nil {
+			return err
+		}
+		wc := &writeCtx{s: s, res: res, dryRun: dry}
+		out, err := s.updateObject(r.Context(), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, fieldManager(r), false, false)
+		if apierrors.IsConflict(err) && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		sc, _ = scaleOf(out)
+		writeObject(w, http.StatusOK, sc, format)
+		return nil
+	}
+}
+
+// createBinding binds a pod to a node (pods/binding), as the scheduler
+// does: once only, and with the PodScheduled condition set.
+func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var b corev1.Binding
+	if err := decodeRequest(nil, r, body, &b, validationIgnore); err != nil {
+		return err
+	}
+	if b.Target.Kind != "" && b.Target.Kind != "Node" {
+		return invalid(&resource{gvr: gvr("", "v1", "bindings"), kind: "Binding"}, ri.name, field.ErrorList{field.NotSupported(field.NewPath("target", "kind"), b.Target.Kind, []string{"Node", "<empty>"})})
+	}
+	if b.Target.Name == "" {
+		return invalid(&resource{gvr: gvr("", "v1", "bindings"), kind: "Binding"}, ri.name, field.ErrorList{field.Required(field.NewPath("target", "name"), "")})
+	}
+	for attempt := 0; ; attempt++ {
+		obj, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+		if err != nil {
+			return err
+		}
+		pod := obj.(*corev1.Pod)
+		if pod.DeletionTimestamp != nil {
+			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", ri.name))
+		}
+		if pod.Spec.NodeName != "" {
+			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("pod %s is already assigned to node %q", ri.name, pod.Spec.NodeName))
+		}
+		if b.UID != "" && b.UID != pod.UID {
+			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", b.UID, pod.UID))
+		}
+		pod.Spec.NodeName = b.Target.Name
+		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+		data, err := encodeForStore(res, pod)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		if _, err := s.cfg.Store.Update(r.Context(), res.key(ri.namespace, ri.name), data, rev); err != nil {
+			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < 10 {
+				continue
+			}
+			return storeError(err, res, ri.name)
+		}
+		writeStatus(w, &metav1.Status{Code: http.StatusCreated})
+		return nil
+	}
+}
+
+func setPodCondition(st *corev1.PodStatus, c corev1.PodCondition) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == c.Type {
+			if st.Conditions[i].Status == c.Status {
+				return
+			}
+			st.Conditions[i] = c
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, c)
+}
