@@ -124,7 +124,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	log.Info("bonsai server is up",
 		"version", version,
 		"kubernetes", apiserver.KubernetesVersion(),
-		"address", "https://"+ln.Addr().String(),
+		"address", "https://"+net.JoinHostPort(cfg.BindAddress.String(), strconv.Itoa(cfg.Port)),
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
