@@ -195,6 +195,7 @@ func run() int {
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		if err := enc.Encode(map[string]any{"rows": rows, "notes": b.notes}); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 1
