@@ -62,12 +62,12 @@ test: deps vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: deps go-check
-	$(GO) build -o bin/bonsai-bench ./e2e/bench
-	bin/bonsai-bench $(BENCH_FLAGS)
+	@$(GO) build -o bin/bonsai-bench ./e2e/bench
+	@bin/bonsai-bench $(BENCH_FLAGS)
 
 # The store's long garbage-collection test: make churn CHURN=10m.
 churn: go-check
-	$(GO) build -o bin/bonsai-bench ./e2e/bench
+	@$(GO) build -o bin/bonsai-bench ./e2e/bench
 	bin/bonsai-bench -churn $(CHURN)
 
 size: build
