@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/tools/clientcmd"
@@ -443,8 +444,25 @@ func TestServer(t *testing.T) {
 				t.Errorf("/readyz?verbose lacks %q:\n%s", want, body)
 			}
 		}
-		if code, _, body := get(t, admin, s.url("/api"), ""); code == http.StatusUnauthorized {
-			t.Errorf("GET /api as admin: 401 %s", body)
+		if code, _, body := get(t, admin, s.url("/api"), ""); code != http.StatusOK {
+			t.Errorf("GET /api as admin: %d %s", code, body)
+		}
+	})
+
+	t.Run("kubernetes service", func(t *testing.T) {
+		code, _, body := get(t, admin, s.url("/api/v1/namespaces/default/endpoints/kubernetes"), "")
+		if code != http.StatusOK {
+			t.Fatalf("GET endpoints/kubernetes: %d %s", code, body)
+		}
+		var ep corev1.Endpoints
+		if err := json.Unmarshal(body, &ep); err != nil {
+			t.Fatal(err)
+		}
+		// bonsai tells the API server where it listens: the bind address
+		// and --https-listen-port.
+		if len(ep.Subsets) != 1 || len(ep.Subsets[0].Addresses) != 1 || len(ep.Subsets[0].Ports) != 1 ||
+			ep.Subsets[0].Addresses[0].IP != "127.0.0.1" || int(ep.Subsets[0].Ports[0].Port) != s.port {
+			t.Errorf("endpoints/kubernetes subsets %+v, want 127.0.0.1:%d", ep.Subsets, s.port)
 		}
 	})
 

@@ -100,8 +100,11 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		ClusterCIDR:   cfg.ClusterCIDR,
 		NodePortRange: cfg.NodePortRange,
 		ClusterDomain: cfg.ClusterDomain,
-		Version:       version,
-		Logger:        log,
+		// The kubernetes Service's endpoint: how pods reach this server.
+		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
+		SecurePort:       cfg.Port,
+		Version:          version,
+		Logger:           log,
 	})
 	if err != nil {
 		return err
