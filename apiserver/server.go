@@ -119,4 +119,8 @@ func (s *Server) routes(r chi.Router) {
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {
 		r.HandleFunc(p, s.serveAPITree)
 	}
+	oa := s.openAPI()
+	r.Get("/openapi/v2", oa.ServeV2)
+	r.Get("/openapi/v3", oa.ServeV3)
+	r.Get("/openapi/v3/*", oa.ServeV3)
 }
