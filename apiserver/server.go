@@ -49,6 +49,7 @@ type Server struct {
 	allocMu sync.Mutex // service IP and node port allocation
 	log     *slog.Logger
 	handler http.Handler
+	metrics *metrics
 	ctx     context.Context
 	cancel  context.CancelFunc
 
@@ -77,10 +78,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.ClusterDomain = "cluster.local"
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources())}
+	s.metrics = newMetrics(s.reg, cfg.Store)
+	s.cfg.Store = instrumentedStore{Store: cfg.Store, m: s.metrics}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withAuthentication(r)
+	s.handler = s.withMetrics(s.withAuthentication(r))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	if err := s.bootstrap(bctx); err != nil {
@@ -116,6 +119,7 @@ func (s *Server) routes(r chi.Router) {
 		r.Get(p, s.serveHealth)
 	}
 	r.Get("/version", s.serveVersion)
+	r.Get("/metrics", s.serveMetrics)
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {
 		r.HandleFunc(p, s.serveAPITree)
 	}
