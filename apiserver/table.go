@@ -2,272 +2,91 @@ package apiserver
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
 
-// printer renders one kind's rows: columns (with priority 1 for -o wide
-// only) and cells per object.
+// printer renders one kind's rows: columns (priority 1 is -o wide only)
+// and the cells of an object. kube-apiserver always prints the wide
+// columns and lets kubectl hide them, so cells cover every column.
 type printer struct {
 	columns []metav1.TableColumnDefinition
 	cells   func(obj runtime.Object) []any
+	// conditions, if set, are the row's conditions (pods mark finished
+	// rows Completed so clients can tell them apart).
+	conditions func(obj runtime.Object) []metav1.TableRowCondition
 }
 
-func col(name, typ, desc string, priority int32) metav1.TableColumnDefinition {
-	c := metav1.TableColumnDefinition{Name: name, Type: typ, Description: desc, Priority: priority}
+// Column types as Table defines them; a cell's Go type follows its
+// column's: string, int64 for integer, bool for boolean, an RFC 3339
+// string for date.
+const (
+	tString  = "string"
+	tInteger = "integer"
+	tBoolean = "boolean"
+	tDate    = "date"
+)
+
+func col(name, typ, desc string) metav1.TableColumnDefinition {
+	c := metav1.TableColumnDefinition{Name: name, Type: typ, Description: desc}
 	if name == "Name" {
 		c.Format = "name"
 	}
 	return c
 }
 
-func age(m metav1.Object) string {
-	ts := m.GetCreationTimestamp()
-	if ts.IsZero() {
+func wide(c metav1.TableColumnDefinition) metav1.TableColumnDefinition {
+	c.Priority = 1
+	return c
+}
+
+// Descriptions come from the API types' own documentation, as upstream's do.
+var (
+	objectMetaDoc = metav1.ObjectMeta{}.SwaggerDoc()
+	nameCol       = col("Name", tString, objectMetaDoc["name"])
+	ageCol        = col("Age", tString, objectMetaDoc["creationTimestamp"])
+	containersCol = wide(col("Containers", tString, "Names of each container in the template."))
+	imagesCol     = wide(col("Images", tString, "Images referenced by each container in the template."))
+)
+
+func cols(cs ...metav1.TableColumnDefinition) []metav1.TableColumnDefinition { return cs }
+
+func since(t time.Time) string {
+	if t.IsZero() {
 		return "<unknown>"
 	}
-	return duration.HumanDuration(time.Since(ts.Time))
+	return duration.HumanDuration(time.Since(t))
 }
+
+func age(m metav1.Object) string { return since(m.GetCreationTimestamp().Time) }
 
 func orNone(s string) string {
 	if s == "" {
 		return "<none>"
 	}
 	return s
-}
-
-// printers hold kube-apiserver's columns for the kinds kubectl users see
-// most; every other kind gets Name and Created At, as upstream's default.
-var printers = map[string]printer{
-	"pods": {
-		columns: []metav1.TableColumnDefinition{
-			col("Name", "string", "Name must be unique within a namespace.", 0),
-			col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0),
-			col("Status", "string", "The aggregate status of the containers in this pod.", 0),
-			col("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
-			col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
-			col("IP", "string", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
-			col("Node", "string", "NodeName is a request to schedule this pod onto a specific node.", 1),
-			col("Nominated Node", "string", "nominatedNodeName is set when this pod preempts other pods on the node.", 1),
-			col("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
-		},
-		cells: func(o runtime.Object) []any {
-			p := o.(*corev1.Pod)
-			ready, restarts := 0, int32(0)
-			for _, cs := range p.Status.ContainerStatuses {
-				if cs.Ready {
-					ready++
-				}
-				restarts += cs.RestartCount
-			}
-			return []any{p.Name, fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers)), podStatusReason(p), fmt.Sprint(restarts), age(p),
-				orNone(p.Status.PodIP), orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), readinessGates(p)}
-		},
-	},
-	"namespaces": {
-		columns: []metav1.TableColumnDefinition{col("Name", "string", "Name", 0), col("Status", "string", "The status of the namespace", 0), col("Age", "string", "Age", 0)},
-		cells: func(o runtime.Object) []any {
-			n := o.(*corev1.Namespace)
-			return []any{n.Name, string(n.Status.Phase), age(n)}
-		},
-	},
-	"configmaps": {
-		columns: []metav1.TableColumnDefinition{col("Name", "string", "Name", 0), col("Data", "string", "Data", 0), col("Age", "string", "Age", 0)},
-		cells: func(o runtime.Object) []any {
-			c := o.(*corev1.ConfigMap)
-			return []any{c.Name, int64(len(c.Data) + len(c.BinaryData)), age(c)}
-		},
-	},
-	"secrets": {
-		columns: []metav1.TableColumnDefinition{col("Name", "string", "Name", 0), col("Type", "string", "The type of the secret", 0), col("Data", "string", "The number of entries in the secret", 0), col("Age", "string", "Age", 0)},
-		cells: func(o runtime.Object) []any {
-			s := o.(*corev1.Secret)
-			return []any{s.Name, string(s.Type), int64(len(s.Data)), age(s)}
-		},
-	},
-	"services": {
-		columns: []metav1.TableColumnDefinition{
-			col("Name", "string", "Name", 0), col("Type", "string", "The type of the service", 0),
-			col("Cluster-IP", "string", "The cluster ip of the service", 0), col("External-IP", "string", "The external ip of the service", 0),
-			col("Port(s)", "string", "The ports of the service", 0), col("Age", "string", "Age", 0), col("Selector", "string", "The selector of the service", 1),
-		},
-		cells: func(o runtime.Object) []any {
-			s := o.(*corev1.Service)
-			ext := "<none>"
-			if len(s.Spec.ExternalIPs) > 0 {
-				ext = strings.Join(s.Spec.ExternalIPs, ",")
-			} else if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
-				ext = "<pending>"
-				var ips []string
-				for _, in := range s.Status.LoadBalancer.Ingress {
-					ips = append(ips, in.IP+in.Hostname)
-				}
-				if len(ips) > 0 {
-					ext = strings.Join(ips, ",")
-				}
-			} else if s.Spec.Type == corev1.ServiceTypeExternalName {
-				ext = s.Spec.ExternalName
-			}
-			var ports []string
-			for _, p := range s.Spec.Ports {
-				if p.NodePort != 0 {
-					ports = append(ports, fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol))
-				} else {
-					ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
-				}
-			}
-			cip := s.Spec.ClusterIP
-			if cip == "" {
-				cip = "<none>"
-			}
-			return []any{s.Name, string(s.Spec.Type), cip, ext, orNone(strings.Join(ports, ",")), age(s), orNone(selectorString(s.Spec.Selector))}
-		},
-	},
-	"deployments": {
-		columns: []metav1.TableColumnDefinition{
-			col("Name", "string", "Name", 0), col("Ready", "string", "Number of the pod with ready state", 0),
-			col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
-			col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
-			col("Age", "string", "Age", 0), col("Containers", "string", "Names of each container in the template.", 1),
-			col("Images", "string", "Images referenced by each container in the template.", 1), col("Selector", "string", "Label selector for pods.", 1),
-		},
-		cells: func(o runtime.Object) []any {
-			d := o.(*appsv1.Deployment)
-			want := int32(1)
-			if d.Spec.Replicas != nil {
-				want = *d.Spec.Replicas
-			}
-			names, images := containerColumns(d.Spec.Template.Spec.Containers)
-			sel, _ := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-			s := "<none>"
-			if sel != nil && !sel.Empty() {
-				s = sel.String()
-			}
-			return []any{d.Name, fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, want), int64(d.Status.UpdatedReplicas), int64(d.Status.AvailableReplicas), age(d), names, images, s}
-		},
-	},
-	"nodes": {
-		columns: []metav1.TableColumnDefinition{
-			col("Name", "string", "Name", 0), col("Status", "string", "The status of the node", 0), col("Roles", "string", "The roles of the node", 0),
-			col("Age", "string", "Age", 0), col("Version", "string", "Kubelet Version reported by the node.", 0),
-			col("Internal-IP", "string", "List of internal IPs", 1), col("External-IP", "string", "List of external IPs", 1),
-			col("OS-Image", "string", "OS Image reported by the node", 1), col("Kernel-Version", "string", "Kernel version reported by the node", 1),
-			col("Container-Runtime", "string", "Container runtime version", 1),
-		},
-		cells: func(o runtime.Object) []any {
-			n := o.(*corev1.Node)
-			status := "Unknown"
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					if c.Status == corev1.ConditionTrue {
-						status = "Ready"
-					} else {
-						status = "NotReady"
-					}
-				}
-			}
-			if n.Spec.Unschedulable {
-				status += ",SchedulingDisabled"
-			}
-			var roles []string
-			for k := range n.Labels {
-				if r, ok := strings.CutPrefix(k, "node-role.kubernetes.io/"); ok && r != "" {
-					roles = append(roles, r)
-				}
-			}
-			sort.Strings(roles)
-			var in, ext []string
-			for _, a := range n.Status.Addresses {
-				switch a.Type {
-				case corev1.NodeInternalIP:
-					in = append(in, a.Address)
-				case corev1.NodeExternalIP:
-					ext = append(ext, a.Address)
-				}
-			}
-			ni := n.Status.NodeInfo
-			return []any{n.Name, status, orNone(strings.Join(roles, ",")), age(n), ni.KubeletVersion, orNone(strings.Join(in, ",")), orNone(strings.Join(ext, ",")), orNone(ni.OSImage), orNone(ni.KernelVersion), orNone(ni.ContainerRuntimeVersion)}
-		},
-	},
-}
-
-func containerColumns(cs []corev1.Container) (string, string) {
-	var names, images []string
-	for _, c := range cs {
-		names, images = append(names, c.Name), append(images, c.Image)
-	}
-	return strings.Join(names, ","), strings.Join(images, ",")
-}
-
-func selectorString(sel map[string]string) string {
-	keys := make([]string, 0, len(sel))
-	for k := range sel {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + sel[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-func readinessGates(p *corev1.Pod) string {
-	if len(p.Spec.ReadinessGates) == 0 {
-		return "<none>"
-	}
-	ok := 0
-	for _, g := range p.Spec.ReadinessGates {
-		for _, c := range p.Status.Conditions {
-			if c.Type == g.ConditionType && c.Status == corev1.ConditionTrue {
-				ok++
-			}
-		}
-	}
-	return fmt.Sprintf("%d/%d", ok, len(p.Spec.ReadinessGates))
-}
-
-// podStatusReason is the STATUS column: the phase, or the reason a
-// container is waiting or terminated, or Terminating.
-func podStatusReason(p *corev1.Pod) string {
-	reason := string(p.Status.Phase)
-	if p.Status.Reason != "" {
-		reason = p.Status.Reason
-	}
-	for i := len(p.Status.InitContainerStatuses) - 1; i >= 0; i-- {
-		cs := p.Status.InitContainerStatuses[i]
-		switch {
-		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0:
-			continue
-		case cs.State.Terminated != nil:
-			return "Init:" + orDefault(cs.State.Terminated.Reason, fmt.Sprintf("ExitCode:%d", cs.State.Terminated.ExitCode))
-		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "" && cs.State.Waiting.Reason != "PodInitializing":
-			return "Init:" + cs.State.Waiting.Reason
-		default:
-			return fmt.Sprintf("Init:%d/%d", i, len(p.Spec.InitContainers))
-		}
-	}
-	for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
-		cs := p.Status.ContainerStatuses[i]
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			reason = cs.State.Waiting.Reason
-		} else if cs.State.Terminated != nil && cs.State.Terminated.Reason != "" {
-			reason = cs.State.Terminated.Reason
-		}
-	}
-	if p.DeletionTimestamp != nil {
-		reason = "Terminating"
-	}
-	return reason
 }
 
 func orDefault(s, d string) string {
@@ -277,24 +96,1067 @@ func orDefault(s, d string) string {
 	return s
 }
 
+func boolWord(b *bool) string {
+	switch {
+	case b == nil:
+		return "<unset>"
+	case *b:
+		return "True"
+	}
+	return "False"
+}
+
+func replicasOr1(r *int32) int64 {
+	if r == nil {
+		return 1
+	}
+	return int64(*r)
+}
+
+func containerColumns(cs []corev1.Container) (string, string) {
+	names, images := make([]string, len(cs)), make([]string, len(cs))
+	for i, c := range cs {
+		names[i], images[i] = c.Name, c.Image
+	}
+	return strings.Join(names, ","), strings.Join(images, ",")
+}
+
+// withContainers appends the wide Containers and Images cells.
+func withContainers(cells []any, cs []corev1.Container) []any {
+	names, images := containerColumns(cs)
+	return append(cells, names, images)
+}
+
+// moreList joins up to three items and counts the rest, as kubectl shows
+// long lists of addresses and ports.
+func moreList(items []string, total int, empty string) string {
+	const max = 3
+	if len(items) == 0 {
+		return empty
+	}
+	s := strings.Join(items, ",")
+	if total > max {
+		s += fmt.Sprintf(" + %d more...", total-max)
+	}
+	return s
+}
+
+// printers is keyed by group and resource: the same resource name can
+// mean different types in two groups (events in core and events.k8s.io).
+var printers = map[schema.GroupResource]printer{
+	{Resource: "pods"}:                                        podPrinter,
+	{Resource: "namespaces"}:                                  namespacePrinter,
+	{Resource: "nodes"}:                                       nodePrinter,
+	{Resource: "services"}:                                    servicePrinter,
+	{Resource: "endpoints"}:                                   endpointsPrinter,
+	{Resource: "configmaps"}:                                  configMapPrinter,
+	{Resource: "secrets"}:                                     secretPrinter,
+	{Resource: "serviceaccounts"}:                             serviceAccountPrinter,
+	{Resource: "events"}:                                      coreEventPrinter,
+	{Resource: "limitranges"}:                                 defaultPrinter, // upstream has no columns of its own
+	{Resource: "resourcequotas"}:                              resourceQuotaPrinter,
+	{Resource: "podtemplates"}:                                podTemplatePrinter,
+	{Resource: "persistentvolumes"}:                           persistentVolumePrinter,
+	{Resource: "persistentvolumeclaims"}:                      persistentVolumeClaimPrinter,
+	{Resource: "replicationcontrollers"}:                      replicationControllerPrinter,
+	{Group: "apps", Resource: "deployments"}:                  deploymentPrinter,
+	{Group: "apps", Resource: "replicasets"}:                  replicaSetPrinter,
+	{Group: "apps", Resource: "statefulsets"}:                 statefulSetPrinter,
+	{Group: "apps", Resource: "daemonsets"}:                   daemonSetPrinter,
+	{Group: "apps", Resource: "controllerrevisions"}:          controllerRevisionPrinter,
+	{Group: "events.k8s.io", Resource: "events"}:              eventsV1Printer,
+	{Group: "batch", Resource: "jobs"}:                        jobPrinter,
+	{Group: "batch", Resource: "cronjobs"}:                    cronJobPrinter,
+	{Group: "coordination.k8s.io", Resource: "leases"}:        leasePrinter,
+	{Group: "discovery.k8s.io", Resource: "endpointslices"}:   endpointSlicePrinter,
+	{Group: "networking.k8s.io", Resource: "ingresses"}:       ingressPrinter,
+	{Group: "networking.k8s.io", Resource: "ingressclasses"}:  ingressClassPrinter,
+	{Group: "networking.k8s.io", Resource: "networkpolicies"}: networkPolicyPrinter,
+	{Group: "policy", Resource: "poddisruptionbudgets"}:       pdbPrinter,
+	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}: priorityClassPrinter,
+	{Group: "storage.k8s.io", Resource: "storageclasses"}:     storageClassPrinter,
+	{Group: "node.k8s.io", Resource: "runtimeclasses"}:        runtimeClassPrinter,
+}
+
+// defaultPrinter is what kube-apiserver prints for kinds without columns
+// of their own.
 var defaultPrinter = printer{
-	columns: []metav1.TableColumnDefinition{
-		col("Name", "string", "Name must be unique within a namespace.", 0),
-		{Name: "Created At", Type: "date", Description: "CreationTimestamp is a timestamp representing the server time when this object was created."},
-	},
+	columns: cols(nameCol, col("Created At", tDate, objectMetaDoc["creationTimestamp"])),
 	cells: func(o runtime.Object) []any {
 		m, _ := metaOf(o)
 		return []any{m.GetName(), m.GetCreationTimestamp().UTC().Format(time.RFC3339)}
 	},
 }
 
+// --- core/v1 ---
+
+var podPrinter = printer{
+	columns: cols(nameCol,
+		col("Ready", tString, "The aggregate readiness state of this pod for accepting traffic."),
+		col("Status", tString, "The aggregate status of the containers in this pod."),
+		col("Restarts", tString, "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+		ageCol,
+		wide(col("IP", tString, corev1.PodStatus{}.SwaggerDoc()["podIP"])),
+		wide(col("Node", tString, corev1.PodSpec{}.SwaggerDoc()["nodeName"])),
+		wide(col("Nominated Node", tString, corev1.PodStatus{}.SwaggerDoc()["nominatedNodeName"])),
+		wide(col("Readiness Gates", tString, corev1.PodSpec{}.SwaggerDoc()["readinessGates"])),
+	),
+	cells: func(o runtime.Object) []any {
+		p := o.(*corev1.Pod)
+		s := summarizePod(p)
+		ip := p.Status.PodIP
+		if len(p.Status.PodIPs) > 0 {
+			ip = p.Status.PodIPs[0].IP
+		}
+		return []any{p.Name, fmt.Sprintf("%d/%d", s.ready, s.total), s.reason, s.restarts, age(p),
+			orNone(ip), orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), readinessGates(p)}
+	},
+	conditions: func(o runtime.Object) []metav1.TableRowCondition {
+		switch o.(*corev1.Pod).Status.Phase {
+		case corev1.PodSucceeded:
+			return []metav1.TableRowCondition{{Type: metav1.RowCompleted, Status: metav1.ConditionTrue, Reason: string(corev1.PodSucceeded), Message: "The pod has completed successfully."}}
+		case corev1.PodFailed:
+			return []metav1.TableRowCondition{{Type: metav1.RowCompleted, Status: metav1.ConditionTrue, Reason: string(corev1.PodFailed), Message: "The pod failed."}}
+		}
+		return nil
+	},
+}
+
+type podSummary struct {
+	ready, total int
+	reason       string
+	restarts     string
+}
+
+// summarizePod computes READY, STATUS and RESTARTS the way kubectl users
+// know them: init progress (Init:1/2, Init:CrashLoopBackOff), the last
+// container's waiting or terminated reason (CrashLoopBackOff, Completed,
+// Error), Terminating, and when the last restart was.
+func summarizePod(p *corev1.Pod) podSummary {
+	reason := orDefault(p.Status.Reason, string(p.Status.Phase))
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonSchedulingGated {
+			reason = corev1.PodReasonSchedulingGated
+		}
+	}
+	// Sidecars (restartable init containers) count as the pod's
+	// containers, and their restarts count after initialization.
+	total := len(p.Spec.Containers)
+	sidecar := map[string]bool{}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecar[c.Name] = true
+			total++
+		}
+	}
+	ready, restarts, sidecarRestarts := 0, 0, 0
+	var lastRestart, lastSidecarRestart time.Time
+	initializing := false
+	for i, cs := range p.Status.InitContainerStatuses {
+		restarts += int(cs.RestartCount)
+		lastRestart = laterRestart(lastRestart, cs)
+		if sidecar[cs.Name] {
+			sidecarRestarts += int(cs.RestartCount)
+			lastSidecarRestart = laterRestart(lastSidecarRestart, cs)
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 {
+			continue
+		}
+		if sidecar[cs.Name] && cs.Started != nil && *cs.Started {
+			if cs.Ready {
+				ready++
+			}
+			continue
+		}
+		initializing = true
+		switch t, w := cs.State.Terminated, cs.State.Waiting; {
+		case t != nil && t.Reason != "":
+			reason = "Init:" + t.Reason
+		case t != nil && t.Signal != 0:
+			reason = fmt.Sprintf("Init:Signal:%d", t.Signal)
+		case t != nil:
+			reason = fmt.Sprintf("Init:ExitCode:%d", t.ExitCode)
+		case w != nil && w.Reason != "" && w.Reason != "PodInitializing":
+			reason = "Init:" + w.Reason
+		default:
+			reason = fmt.Sprintf("Init:%d/%d", i, len(p.Spec.InitContainers))
+		}
+		break
+	}
+	if !initializing || podCondition(p, corev1.PodInitialized) {
+		restarts, lastRestart = sidecarRestarts, lastSidecarRestart
+		running := false
+		for i := len(p.Status.ContainerStatuses) - 1; i >= 0; i-- {
+			cs := p.Status.ContainerStatuses[i]
+			restarts += int(cs.RestartCount)
+			lastRestart = laterRestart(lastRestart, cs)
+			switch t, w := cs.State.Terminated, cs.State.Waiting; {
+			case w != nil && w.Reason != "":
+				reason = w.Reason
+			case t != nil && t.Reason != "":
+				reason = t.Reason
+			case t != nil && t.Signal != 0:
+				reason = fmt.Sprintf("Signal:%d", t.Signal)
+			case t != nil:
+				reason = fmt.Sprintf("ExitCode:%d", t.ExitCode)
+			case cs.Ready && cs.State.Running != nil:
+				running = true
+				ready++
+			}
+		}
+		// A pod whose last container completed while others still run is
+		// not complete.
+		if reason == "Completed" && running {
+			reason = "NotReady"
+			if podCondition(p, corev1.PodReady) {
+				reason = "Running"
+			}
+		}
+	}
+	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	switch {
+	case p.DeletionTimestamp != nil && p.Status.Reason == "NodeLost":
+		reason = "Unknown"
+	case p.DeletionTimestamp != nil && !terminal:
+		reason = "Terminating"
+	}
+	rs := strconv.Itoa(restarts)
+	if restarts != 0 && !lastRestart.IsZero() {
+		rs = fmt.Sprintf("%d (%s ago)", restarts, since(lastRestart))
+	}
+	return podSummary{ready: ready, total: total, reason: reason, restarts: rs}
+}
+
+func laterRestart(t time.Time, cs corev1.ContainerStatus) time.Time {
+	if lt := cs.LastTerminationState.Terminated; lt != nil && t.Before(lt.FinishedAt.Time) {
+		return lt.FinishedAt.Time
+	}
+	return t
+}
+
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func readinessGates(p *corev1.Pod) string {
+	if len(p.Spec.ReadinessGates) == 0 {
+		return "<none>"
+	}
+	ok := 0
+	for _, g := range p.Spec.ReadinessGates {
+		for _, c := range p.Status.Conditions {
+			if c.Type == g.ConditionType {
+				if c.Status == corev1.ConditionTrue {
+					ok++
+				}
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d/%d", ok, len(p.Spec.ReadinessGates))
+}
+
+var namespacePrinter = printer{
+	columns: cols(nameCol, col("Status", tString, "The status of the namespace"), ageCol),
+	cells: func(o runtime.Object) []any {
+		n := o.(*corev1.Namespace)
+		return []any{n.Name, string(n.Status.Phase), age(n)}
+	},
+}
+
+var nodePrinter = printer{
+	columns: cols(nameCol,
+		col("Status", tString, "The status of the node"),
+		col("Roles", tString, "The roles of the node"),
+		ageCol,
+		col("Version", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["kubeletVersion"]),
+		wide(col("Internal-IP", tString, corev1.NodeStatus{}.SwaggerDoc()["addresses"])),
+		wide(col("External-IP", tString, corev1.NodeStatus{}.SwaggerDoc()["addresses"])),
+		wide(col("OS-Image", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["osImage"])),
+		wide(col("Kernel-Version", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["kernelVersion"])),
+		wide(col("Container-Runtime", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["containerRuntimeVersion"])),
+	),
+	cells: func(o runtime.Object) []any {
+		n := o.(*corev1.Node)
+		status := "Unknown"
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				status = "NotReady"
+				if c.Status == corev1.ConditionTrue {
+					status = "Ready"
+				}
+			}
+		}
+		if n.Spec.Unschedulable {
+			status += ",SchedulingDisabled"
+		}
+		ni := n.Status.NodeInfo
+		return []any{n.Name, status, orNone(strings.Join(nodeRoles(n), ",")), age(n), ni.KubeletVersion,
+			nodeAddress(n, corev1.NodeInternalIP), nodeAddress(n, corev1.NodeExternalIP),
+			orDefault(ni.OSImage, "<unknown>"), orDefault(ni.KernelVersion, "<unknown>"), orDefault(ni.ContainerRuntimeVersion, "<unknown>")}
+	},
+}
+
+// nodeRoles reads both role label conventions: node-role.kubernetes.io/<role>
+// and the older kubernetes.io/role=<role>.
+func nodeRoles(n *corev1.Node) []string {
+	set := map[string]bool{}
+	for k, v := range n.Labels {
+		if r, ok := strings.CutPrefix(k, "node-role.kubernetes.io/"); ok && r != "" {
+			set[r] = true
+		} else if k == "kubernetes.io/role" && v != "" {
+			set[v] = true
+		}
+	}
+	roles := make([]string, 0, len(set))
+	for r := range set {
+		roles = append(roles, r)
+	}
+	sort.Strings(roles)
+	return roles
+}
+
+// nodeAddress is the node's first address of a type: kubectl shows one.
+func nodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == typ {
+			return a.Address
+		}
+	}
+	return "<none>"
+}
+
+var servicePrinter = printer{
+	columns: cols(nameCol,
+		col("Type", tString, corev1.ServiceSpec{}.SwaggerDoc()["type"]),
+		col("Cluster-IP", tString, corev1.ServiceSpec{}.SwaggerDoc()["clusterIP"]),
+		col("External-IP", tString, corev1.ServiceSpec{}.SwaggerDoc()["externalIPs"]),
+		col("Port(s)", tString, corev1.ServiceSpec{}.SwaggerDoc()["ports"]),
+		ageCol,
+		wide(col("Selector", tString, corev1.ServiceSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		s := o.(*corev1.Service)
+		cip := "<none>"
+		if len(s.Spec.ClusterIPs) > 0 {
+			cip = s.Spec.ClusterIPs[0]
+		}
+		ports := make([]string, len(s.Spec.Ports))
+		for i, p := range s.Spec.Ports {
+			if p.NodePort > 0 {
+				ports[i] = fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, p.Protocol)
+			} else {
+				ports[i] = fmt.Sprintf("%d/%s", p.Port, p.Protocol)
+			}
+		}
+		return []any{s.Name, string(s.Spec.Type), cip, serviceExternalIP(s), orNone(strings.Join(ports, ",")), age(s), labels.FormatLabels(s.Spec.Selector)}
+	},
+}
+
+func serviceExternalIP(s *corev1.Service) string {
+	switch s.Spec.Type {
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
+		return orNone(strings.Join(s.Spec.ExternalIPs, ","))
+	case corev1.ServiceTypeLoadBalancer:
+		var lb []string
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			lb = append(lb, orDefault(in.IP, in.Hostname))
+		}
+		all := append(uniqueSorted(lb), s.Spec.ExternalIPs...)
+		if len(all) == 0 {
+			return "<pending>"
+		}
+		return strings.Join(all, ",")
+	case corev1.ServiceTypeExternalName:
+		return s.Spec.ExternalName
+	}
+	return "<unknown>"
+}
+
+func uniqueSorted(xs []string) []string {
+	set := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if x != "" && !set[x] {
+			set[x] = true
+			out = append(out, x)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var endpointsPrinter = printer{
+	columns: cols(nameCol, col("Endpoints", tString, corev1.Endpoints{}.SwaggerDoc()["subsets"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		e := o.(*corev1.Endpoints)
+		return []any{e.Name, formatEndpoints(e), age(e)}
+	},
+}
+
+// formatEndpoints lists ip:port for every port of every subset (bare IPs
+// for headless subsets without ports), three at most.
+func formatEndpoints(e *corev1.Endpoints) string {
+	if len(e.Subsets) == 0 {
+		return "<none>"
+	}
+	var list []string
+	total := 0
+	add := func(s string) {
+		if len(list) < 3 {
+			list = append(list, s)
+		}
+		total++
+	}
+	for _, ss := range e.Subsets {
+		if len(ss.Ports) == 0 {
+			for _, a := range ss.Addresses {
+				add(a.IP)
+			}
+			continue
+		}
+		for _, p := range ss.Ports {
+			for _, a := range ss.Addresses {
+				add(net.JoinHostPort(a.IP, strconv.Itoa(int(p.Port))))
+			}
+		}
+	}
+	return moreList(list, total, "")
+}
+
+var configMapPrinter = printer{
+	columns: cols(nameCol, col("Data", tInteger, corev1.ConfigMap{}.SwaggerDoc()["data"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		c := o.(*corev1.ConfigMap)
+		return []any{c.Name, int64(len(c.Data) + len(c.BinaryData)), age(c)}
+	},
+}
+
+var secretPrinter = printer{
+	columns: cols(nameCol, col("Type", tString, corev1.Secret{}.SwaggerDoc()["type"]), col("Data", tInteger, corev1.Secret{}.SwaggerDoc()["data"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		s := o.(*corev1.Secret)
+		return []any{s.Name, string(s.Type), int64(len(s.Data)), age(s)}
+	},
+}
+
+var serviceAccountPrinter = printer{
+	columns: cols(nameCol, col("Secrets", tInteger, corev1.ServiceAccount{}.SwaggerDoc()["secrets"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		s := o.(*corev1.ServiceAccount)
+		return []any{s.Name, int64(len(s.Secrets)), age(s)}
+	},
+}
+
+// Both event APIs print alike, as kube-apiserver stores them as one type.
+var eventColumns = cols(
+	col("Last Seen", tString, corev1.Event{}.SwaggerDoc()["lastTimestamp"]),
+	col("Type", tString, corev1.Event{}.SwaggerDoc()["type"]),
+	col("Reason", tString, corev1.Event{}.SwaggerDoc()["reason"]),
+	col("Object", tString, corev1.Event{}.SwaggerDoc()["involvedObject"]),
+	wide(col("Subobject", tString, corev1.ObjectReference{}.SwaggerDoc()["fieldPath"])),
+	wide(col("Source", tString, corev1.Event{}.SwaggerDoc()["source"])),
+	col("Message", tString, corev1.Event{}.SwaggerDoc()["message"]),
+	wide(col("First Seen", tString, corev1.Event{}.SwaggerDoc()["firstTimestamp"])),
+	wide(col("Count", tInteger, corev1.Event{}.SwaggerDoc()["count"])),
+	wide(col("Name", tString, objectMetaDoc["name"])),
+)
+
+var coreEventPrinter = printer{
+	columns: eventColumns,
+	cells:   func(o runtime.Object) []any { return eventCells(o.(*corev1.Event)) },
+}
+
+var eventsV1Printer = printer{
+	columns: eventColumns,
+	cells: func(o runtime.Object) []any {
+		e := o.(*eventsv1.Event)
+		return eventCells(&corev1.Event{
+			ObjectMeta:          e.ObjectMeta,
+			InvolvedObject:      e.Regarding,
+			Reason:              e.Reason,
+			Message:             e.Note,
+			Source:              e.DeprecatedSource,
+			FirstTimestamp:      e.DeprecatedFirstTimestamp,
+			LastTimestamp:       e.DeprecatedLastTimestamp,
+			Count:               e.DeprecatedCount,
+			Type:                e.Type,
+			EventTime:           e.EventTime,
+			Series:              eventSeries(e.Series),
+			ReportingController: e.ReportingController,
+			ReportingInstance:   e.ReportingInstance,
+		})
+	},
+}
+
+func eventSeries(s *eventsv1.EventSeries) *corev1.EventSeries {
+	if s == nil {
+		return nil
+	}
+	return &corev1.EventSeries{Count: s.Count, LastObservedTime: s.LastObservedTime}
+}
+
+func eventCells(e *corev1.Event) []any {
+	first := since(e.FirstTimestamp.Time)
+	if e.FirstTimestamp.IsZero() {
+		first = since(e.EventTime.Time)
+	}
+	last := since(e.LastTimestamp.Time)
+	if e.LastTimestamp.IsZero() {
+		last = first
+	}
+	count := e.Count
+	if e.Series != nil {
+		last, count = since(e.Series.LastObservedTime.Time), e.Series.Count
+	} else if count == 0 {
+		// Events of the new API that happened once carry no count.
+		count = 1
+	}
+	target := strings.ToLower(e.InvolvedObject.Kind)
+	if e.InvolvedObject.Name != "" {
+		target += "/" + e.InvolvedObject.Name
+	}
+	component := orDefault(e.Source.Component, e.ReportingController)
+	source := component
+	if host := orDefault(e.Source.Host, e.ReportingInstance); host != "" {
+		source += ", " + host
+	}
+	return []any{last, e.Type, e.Reason, target, e.InvolvedObject.FieldPath, source, strings.TrimSpace(e.Message), first, int64(count), e.Name}
+}
+
+// resourceQuotaPrinter has Age last, as since Kubernetes 1.33.
+var resourceQuotaPrinter = printer{
+	columns: cols(nameCol,
+		col("Request", tString, "Request represents a minimum amount of cpu/memory that a container may consume."),
+		col("Limit", tString, "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node."),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		q := o.(*corev1.ResourceQuota)
+		names := make([]string, 0, len(q.Status.Hard))
+		for n := range q.Status.Hard {
+			names = append(names, string(n))
+		}
+		sort.Strings(names)
+		var req, lim []string
+		for _, n := range names {
+			used, hard := q.Status.Used[corev1.ResourceName(n)], q.Status.Hard[corev1.ResourceName(n)]
+			s := fmt.Sprintf("%s: %s/%s", n, used.String(), hard.String())
+			if strings.HasPrefix(n, "limits.") {
+				lim = append(lim, s)
+			} else {
+				req = append(req, s)
+			}
+		}
+		return []any{q.Name, strings.Join(req, ", "), strings.Join(lim, ", "), age(q)}
+	},
+}
+
+var podTemplatePrinter = printer{
+	columns: cols(nameCol,
+		col("Containers", tString, "Names of each container in the template."),
+		col("Images", tString, "Images referenced by each container in the template."),
+		col("Pod Labels", tString, "The labels for the pod template."),
+	),
+	cells: func(o runtime.Object) []any {
+		t := o.(*corev1.PodTemplate)
+		return append(withContainers([]any{t.Name}, t.Template.Spec.Containers), labels.FormatLabels(t.Template.Labels))
+	},
+}
+
+var persistentVolumePrinter = printer{
+	columns: cols(nameCol,
+		col("Capacity", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["capacity"]),
+		col("Access Modes", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["accessModes"]),
+		col("Reclaim Policy", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["persistentVolumeReclaimPolicy"]),
+		col("Status", tString, corev1.PersistentVolumeStatus{}.SwaggerDoc()["phase"]),
+		col("Claim", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["claimRef"]),
+		col("StorageClass", tString, "StorageClass of the pv"),
+		col("VolumeAttributesClass", tString, "VolumeAttributesClass of the pv"),
+		col("Reason", tString, corev1.PersistentVolumeStatus{}.SwaggerDoc()["reason"]),
+		ageCol,
+		wide(col("VolumeMode", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["volumeMode"])),
+	),
+	cells: func(o runtime.Object) []any {
+		pv := o.(*corev1.PersistentVolume)
+		claim := ""
+		if r := pv.Spec.ClaimRef; r != nil {
+			claim = r.Namespace + "/" + r.Name
+		}
+		phase := string(pv.Status.Phase)
+		if pv.DeletionTimestamp != nil {
+			phase = "Terminating"
+		}
+		size := pv.Spec.Capacity[corev1.ResourceStorage]
+		class := pv.Annotations[corev1.BetaStorageClassAnnotation]
+		if class == "" {
+			class = pv.Spec.StorageClassName
+		}
+		return []any{pv.Name, size.String(), accessModes(pv.Spec.AccessModes), string(pv.Spec.PersistentVolumeReclaimPolicy),
+			phase, claim, class, strOr(pv.Spec.VolumeAttributesClassName, "<unset>"), pv.Status.Reason, age(pv), volumeMode(pv.Spec.VolumeMode)}
+	},
+}
+
+var persistentVolumeClaimPrinter = printer{
+	columns: cols(nameCol,
+		col("Status", tString, corev1.PersistentVolumeClaimStatus{}.SwaggerDoc()["phase"]),
+		col("Volume", tString, corev1.PersistentVolumeClaimSpec{}.SwaggerDoc()["volumeName"]),
+		col("Capacity", tString, corev1.PersistentVolumeClaimStatus{}.SwaggerDoc()["capacity"]),
+		col("Access Modes", tString, corev1.PersistentVolumeClaimStatus{}.SwaggerDoc()["accessModes"]),
+		col("StorageClass", tString, "StorageClass of the pvc"),
+		col("VolumeAttributesClass", tString, "VolumeAttributesClass of the pvc"),
+		ageCol,
+		wide(col("VolumeMode", tString, corev1.PersistentVolumeClaimSpec{}.SwaggerDoc()["volumeMode"])),
+	),
+	cells: func(o runtime.Object) []any {
+		c := o.(*corev1.PersistentVolumeClaim)
+		phase := string(c.Status.Phase)
+		if c.DeletionTimestamp != nil {
+			phase = "Terminating"
+		}
+		// Capacity and modes are the bound volume's; unbound claims show
+		// neither.
+		capacity, modes := "", ""
+		if c.Spec.VolumeName != "" {
+			q := c.Status.Capacity[corev1.ResourceStorage]
+			capacity, modes = q.String(), accessModes(c.Status.AccessModes)
+		}
+		class := c.Annotations[corev1.BetaStorageClassAnnotation]
+		if class == "" {
+			class = strOr(c.Spec.StorageClassName, "")
+		}
+		return []any{c.Name, phase, c.Spec.VolumeName, capacity, modes, class,
+			strOr(c.Spec.VolumeAttributesClassName, "<unset>"), age(c), volumeMode(c.Spec.VolumeMode)}
+	},
+}
+
+func strOr(s *string, d string) string {
+	if s == nil {
+		return d
+	}
+	return *s
+}
+
+func volumeMode(m *corev1.PersistentVolumeMode) string {
+	if m == nil {
+		return "<unset>"
+	}
+	return string(*m)
+}
+
+// accessModes abbreviates access modes in a fixed order, once each.
+func accessModes(modes []corev1.PersistentVolumeAccessMode) string {
+	var out []string
+	for _, m := range []struct {
+		mode  corev1.PersistentVolumeAccessMode
+		short string
+	}{{corev1.ReadWriteOnce, "RWO"}, {corev1.ReadOnlyMany, "ROX"}, {corev1.ReadWriteMany, "RWX"}, {corev1.ReadWriteOncePod, "RWOP"}} {
+		for _, x := range modes {
+			if x == m.mode {
+				out = append(out, m.short)
+				break
+			}
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+var replicationControllerPrinter = printer{
+	columns: cols(nameCol,
+		col("Desired", tInteger, corev1.ReplicationControllerSpec{}.SwaggerDoc()["replicas"]),
+		col("Current", tInteger, corev1.ReplicationControllerStatus{}.SwaggerDoc()["replicas"]),
+		col("Ready", tInteger, corev1.ReplicationControllerStatus{}.SwaggerDoc()["readyReplicas"]),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, corev1.ReplicationControllerSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		rc := o.(*corev1.ReplicationController)
+		var cs []corev1.Container
+		if rc.Spec.Template != nil {
+			cs = rc.Spec.Template.Spec.Containers
+		}
+		cells := []any{rc.Name, replicasOr1(rc.Spec.Replicas), int64(rc.Status.Replicas), int64(rc.Status.ReadyReplicas), age(rc)}
+		return append(withContainers(cells, cs), labels.FormatLabels(rc.Spec.Selector))
+	},
+}
+
+// --- apps/v1 ---
+
+var deploymentPrinter = printer{
+	columns: cols(nameCol,
+		col("Ready", tString, "Number of the pod with ready state"),
+		col("Up-to-date", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["updatedReplicas"]),
+		col("Available", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["availableReplicas"]),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, appsv1.DeploymentSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		d := o.(*appsv1.Deployment)
+		// Unlike the other workloads, an empty selector prints empty here.
+		sel := "<invalid>"
+		if s, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
+			sel = s.String()
+		}
+		cells := []any{d.Name, fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, replicasOr1(d.Spec.Replicas)), int64(d.Status.UpdatedReplicas), int64(d.Status.AvailableReplicas), age(d)}
+		return append(withContainers(cells, d.Spec.Template.Spec.Containers), sel)
+	},
+}
+
+var replicaSetPrinter = printer{
+	columns: cols(nameCol,
+		col("Desired", tInteger, appsv1.ReplicaSetSpec{}.SwaggerDoc()["replicas"]),
+		col("Current", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["replicas"]),
+		col("Ready", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["readyReplicas"]),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, appsv1.ReplicaSetSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		rs := o.(*appsv1.ReplicaSet)
+		cells := []any{rs.Name, replicasOr1(rs.Spec.Replicas), int64(rs.Status.Replicas), int64(rs.Status.ReadyReplicas), age(rs)}
+		return append(withContainers(cells, rs.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(rs.Spec.Selector))
+	},
+}
+
+var statefulSetPrinter = printer{
+	columns: cols(nameCol, col("Ready", tString, "Number of the pod with ready state"), ageCol, containersCol, imagesCol),
+	cells: func(o runtime.Object) []any {
+		s := o.(*appsv1.StatefulSet)
+		cells := []any{s.Name, fmt.Sprintf("%d/%d", s.Status.ReadyReplicas, replicasOr1(s.Spec.Replicas)), age(s)}
+		return withContainers(cells, s.Spec.Template.Spec.Containers)
+	},
+}
+
+var daemonSetPrinter = printer{
+	columns: cols(nameCol,
+		col("Desired", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["desiredNumberScheduled"]),
+		col("Current", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["currentNumberScheduled"]),
+		col("Ready", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["numberReady"]),
+		col("Up-to-date", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["updatedNumberScheduled"]),
+		col("Available", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["numberAvailable"]),
+		col("Node Selector", tString, corev1.PodSpec{}.SwaggerDoc()["nodeSelector"]),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, appsv1.DaemonSetSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		d := o.(*appsv1.DaemonSet)
+		st := d.Status
+		cells := []any{d.Name, int64(st.DesiredNumberScheduled), int64(st.CurrentNumberScheduled), int64(st.NumberReady),
+			int64(st.UpdatedNumberScheduled), int64(st.NumberAvailable), labels.FormatLabels(d.Spec.Template.Spec.NodeSelector), age(d)}
+		return append(withContainers(cells, d.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(d.Spec.Selector))
+	},
+}
+
+var controllerRevisionPrinter = printer{
+	columns: cols(nameCol,
+		col("Controller", tString, "Controller of the object"),
+		col("Revision", tInteger, appsv1.ControllerRevision{}.SwaggerDoc()["revision"]),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		r := o.(*appsv1.ControllerRevision)
+		controller := "<none>"
+		if ref := metav1.GetControllerOf(r); ref != nil {
+			gk := schema.GroupKind{Kind: ref.Kind}
+			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil {
+				gk.Group = gv.Group
+			}
+			controller = ref.Name
+			if !gk.Empty() {
+				controller = strings.ToLower(gk.String()) + "/" + ref.Name
+			}
+		}
+		return []any{r.Name, controller, r.Revision, age(r)}
+	},
+}
+
+// --- batch/v1 ---
+
+var jobPrinter = printer{
+	columns: cols(nameCol,
+		col("Status", tString, "Status of the job."),
+		col("Completions", tString, batchv1.JobStatus{}.SwaggerDoc()["succeeded"]),
+		col("Duration", tString, "Time required to complete the job."),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		j := o.(*batchv1.Job)
+		var completions string
+		switch {
+		case j.Spec.Completions != nil:
+			completions = fmt.Sprintf("%d/%d", j.Status.Succeeded, *j.Spec.Completions)
+		case j.Spec.Parallelism != nil && *j.Spec.Parallelism > 1:
+			completions = fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, *j.Spec.Parallelism)
+		default:
+			completions = fmt.Sprintf("%d/1", j.Status.Succeeded)
+		}
+		var dur string
+		switch st := j.Status; {
+		case st.StartTime == nil:
+		case st.CompletionTime == nil:
+			dur = duration.HumanDuration(time.Since(st.StartTime.Time))
+		default:
+			dur = duration.HumanDuration(st.CompletionTime.Sub(st.StartTime.Time))
+		}
+		cells := []any{j.Name, jobStatus(j), completions, dur, age(j)}
+		return append(withContainers(cells, j.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(j.Spec.Selector))
+	},
+}
+
+func jobStatus(j *batchv1.Job) string {
+	has := func(t batchv1.JobConditionType) bool {
+		for _, c := range j.Status.Conditions {
+			if c.Type == t {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}
+	switch {
+	case has(batchv1.JobComplete):
+		return "Complete"
+	case has(batchv1.JobFailed):
+		return "Failed"
+	case j.DeletionTimestamp != nil:
+		return "Terminating"
+	case has(batchv1.JobSuspended):
+		return "Suspended"
+	case has(batchv1.JobFailureTarget):
+		return "FailureTarget"
+	}
+	return "Running"
+}
+
+var cronJobPrinter = printer{
+	columns: cols(nameCol,
+		col("Schedule", tString, batchv1.CronJobSpec{}.SwaggerDoc()["schedule"]),
+		col("Timezone", tString, batchv1.CronJobSpec{}.SwaggerDoc()["timeZone"]),
+		// Upstream declares this boolean but prints True/False words.
+		col("Suspend", tString, batchv1.CronJobSpec{}.SwaggerDoc()["suspend"]),
+		col("Active", tInteger, batchv1.CronJobStatus{}.SwaggerDoc()["active"]),
+		col("Last Schedule", tString, batchv1.CronJobStatus{}.SwaggerDoc()["lastScheduleTime"]),
+		ageCol, containersCol, imagesCol,
+		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
+	),
+	cells: func(o runtime.Object) []any {
+		c := o.(*batchv1.CronJob)
+		last := "<none>"
+		if t := c.Status.LastScheduleTime; t != nil {
+			last = since(t.Time)
+		}
+		js := c.Spec.JobTemplate.Spec
+		cells := []any{c.Name, c.Spec.Schedule, strOr(c.Spec.TimeZone, "<none>"), boolWord(c.Spec.Suspend), int64(len(c.Status.Active)), last, age(c)}
+		return append(withContainers(cells, js.Template.Spec.Containers), metav1.FormatLabelSelector(js.Selector))
+	},
+}
+
+// --- other groups ---
+
+var leasePrinter = printer{
+	columns: cols(nameCol, col("Holder", tString, coordinationv1.LeaseSpec{}.SwaggerDoc()["holderIdentity"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		l := o.(*coordinationv1.Lease)
+		return []any{l.Name, strOr(l.Spec.HolderIdentity, ""), age(l)}
+	},
+}
+
+var endpointSlicePrinter = printer{
+	columns: cols(nameCol,
+		col("AddressType", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
+		col("Ports", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["ports"]),
+		col("Endpoints", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["endpoints"]),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		s := o.(*discoveryv1.EndpointSlice)
+		var ports []string
+		for _, p := range s.Ports {
+			if len(ports) == 3 {
+				break
+			}
+			switch {
+			case p.Port != nil:
+				ports = append(ports, strconv.Itoa(int(*p.Port)))
+			case p.Name != nil:
+				ports = append(ports, *p.Name)
+			default:
+				ports = append(ports, "*")
+			}
+		}
+		var addrs []string
+		total := 0
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				if len(addrs) < 3 {
+					addrs = append(addrs, a)
+				}
+				total++
+			}
+		}
+		return []any{s.Name, string(s.AddressType), moreList(ports, len(s.Ports), "<unset>"), moreList(addrs, total, "<unset>"), age(s)}
+	},
+}
+
+var ingressPrinter = printer{
+	columns: cols(nameCol,
+		col("Class", tString, "The name of the IngressClass resource that should be used for additional configuration"),
+		col("Hosts", tString, "Hosts that incoming requests are matched against before the ingress rule"),
+		col("Address", tString, "Address is a list containing ingress points for the load-balancer"),
+		col("Ports", tString, "Ports of TLS configurations that open"),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		in := o.(*networkingv1.Ingress)
+		// Up to three hosts; "more" counts every rule after them, with a
+		// host or not.
+		var hosts []string
+		more := false
+		for _, r := range in.Spec.Rules {
+			if len(hosts) == 3 {
+				more = true
+				break
+			}
+			if r.Host != "" {
+				hosts = append(hosts, r.Host)
+			}
+		}
+		h := strings.Join(hosts, ",")
+		switch {
+		case len(hosts) == 0:
+			h = "*"
+		case more:
+			h += fmt.Sprintf(" + %d more...", len(in.Spec.Rules)-3)
+		}
+		var lb []string
+		for _, x := range in.Status.LoadBalancer.Ingress {
+			lb = append(lb, orDefault(x.IP, x.Hostname))
+		}
+		ports := "80"
+		if len(in.Spec.TLS) > 0 {
+			ports = "80, 443"
+		}
+		return []any{in.Name, strOr(in.Spec.IngressClassName, "<none>"), h, strings.Join(uniqueSorted(lb), ","), ports, age(in)}
+	},
+}
+
+var ingressClassPrinter = printer{
+	columns: cols(nameCol,
+		col("Controller", tString, "Controller that is responsible for handling this class"),
+		col("Parameters", tString, "A reference to a resource with additional parameters"),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		c := o.(*networkingv1.IngressClass)
+		params := "<none>"
+		if p := c.Spec.Parameters; p != nil {
+			params = p.Kind
+			if p.APIGroup != nil {
+				params += "." + *p.APIGroup
+			}
+			params += "/" + p.Name
+		}
+		return []any{c.Name, c.Spec.Controller, params, age(c)}
+	},
+}
+
+var networkPolicyPrinter = printer{
+	columns: cols(nameCol, col("Pod-Selector", tString, networkingv1.NetworkPolicySpec{}.SwaggerDoc()["podSelector"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		n := o.(*networkingv1.NetworkPolicy)
+		return []any{n.Name, metav1.FormatLabelSelector(&n.Spec.PodSelector), age(n)}
+	},
+}
+
+var pdbPrinter = printer{
+	columns: cols(nameCol,
+		col("Min Available", tString, "The minimum number of pods that must be available."),
+		col("Max Unavailable", tString, "The maximum number of pods that may be unavailable."),
+		col("Allowed Disruptions", tInteger, "Calculated number of pods that may be disrupted at this time."),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		p := o.(*policyv1.PodDisruptionBudget)
+		minA, maxU := "N/A", "N/A"
+		if p.Spec.MinAvailable != nil {
+			minA = p.Spec.MinAvailable.String()
+		}
+		if p.Spec.MaxUnavailable != nil {
+			maxU = p.Spec.MaxUnavailable.String()
+		}
+		return []any{p.Name, minA, maxU, int64(p.Status.DisruptionsAllowed), age(p)}
+	},
+}
+
+var priorityClassPrinter = printer{
+	columns: cols(nameCol,
+		col("Value", tInteger, schedulingv1.PriorityClass{}.SwaggerDoc()["value"]),
+		col("Global-Default", tBoolean, schedulingv1.PriorityClass{}.SwaggerDoc()["globalDefault"]),
+		ageCol,
+		col("PreemptionPolicy", tString, schedulingv1.PriorityClass{}.SwaggerDoc()["preemptionPolicy"]),
+	),
+	cells: func(o runtime.Object) []any {
+		p := o.(*schedulingv1.PriorityClass)
+		policy := ""
+		if p.PreemptionPolicy != nil {
+			policy = string(*p.PreemptionPolicy)
+		}
+		return []any{p.Name, int64(p.Value), p.GlobalDefault, age(p), policy}
+	},
+}
+
+var storageClassPrinter = printer{
+	columns: cols(nameCol,
+		col("Provisioner", tString, storagev1.StorageClass{}.SwaggerDoc()["provisioner"]),
+		col("ReclaimPolicy", tString, storagev1.StorageClass{}.SwaggerDoc()["reclaimPolicy"]),
+		col("VolumeBindingMode", tString, storagev1.StorageClass{}.SwaggerDoc()["volumeBindingMode"]),
+		col("AllowVolumeExpansion", tBoolean, storagev1.StorageClass{}.SwaggerDoc()["allowVolumeExpansion"]),
+		ageCol,
+	),
+	cells: func(o runtime.Object) []any {
+		c := o.(*storagev1.StorageClass)
+		name := c.Name
+		if c.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" || c.Annotations["storageclass.beta.kubernetes.io/is-default-class"] == "true" {
+			name += " (default)"
+		}
+		reclaim := string(corev1.PersistentVolumeReclaimDelete)
+		if c.ReclaimPolicy != nil {
+			reclaim = string(*c.ReclaimPolicy)
+		}
+		binding := string(storagev1.VolumeBindingImmediate)
+		if c.VolumeBindingMode != nil {
+			binding = string(*c.VolumeBindingMode)
+		}
+		expand := c.AllowVolumeExpansion != nil && *c.AllowVolumeExpansion
+		return []any{name, c.Provisioner, reclaim, binding, expand, age(c)}
+	},
+}
+
+var runtimeClassPrinter = printer{
+	columns: cols(nameCol, col("Handler", tString, nodev1.RuntimeClass{}.SwaggerDoc()["handler"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		r := o.(*nodev1.RuntimeClass)
+		return []any{r.Name, r.Handler, age(r)}
+	},
+}
+
+// printerFor is the printer of a resource; kinds without one (none of the
+// built-in ones) get upstream's default.
+func printerFor(gr schema.GroupResource) printer {
+	if p, ok := printers[gr]; ok {
+		return p
+	}
+	return defaultPrinter
+}
+
 // table renders objects as a server-side Table. includeObject=None|
 // Metadata|Object says what each row carries (Metadata by default).
 func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv, cont string) (*metav1.Table, error) {
-	p, ok := printers[res.gvr.Resource]
-	if !ok || res.gvr.Group != groupOfPrinter(res.gvr.Resource) {
-		p = defaultPrinter
-	}
+	p := printerFor(res.gvr.GroupResource())
 	include := metav1.IncludeMetadata
 	switch v := r.URL.Query().Get("includeObject"); v {
 	case "", "Metadata":
@@ -310,6 +1172,9 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 	t.Rows = make([]metav1.TableRow, 0, len(objs))
 	for _, o := range objs {
 		row := metav1.TableRow{Cells: p.cells(o)}
+		if p.conditions != nil {
+			row.Conditions = p.conditions(o)
+		}
 		switch include {
 		case metav1.IncludeMetadata:
 			row.Object.Object = partialMetadata(o)
@@ -322,11 +1187,17 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 	return t, nil
 }
 
-// groupOfPrinter keeps a printer to its own group: "events" in core and in
-// events.k8s.io print differently.
-func groupOfPrinter(resource string) string {
-	if resource == "deployments" {
-		return "apps"
+// selectorString formats a map selector with sorted keys; the scale
+// subresource uses it too.
+func selectorString(sel map[string]string) string {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
 	}
-	return ""
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + sel[k]
+	}
+	return strings.Join(parts, ",")
 }
