@@ -23,8 +23,11 @@ type BadgerOptions struct {
 	// Dir holds the database (bonsai uses <data-dir>/db).
 	Dir string
 	// MemoryMB is the memory budget for memtables and caches. The default
-	// (24) keeps a store of 10,000 small objects well under 40 MB RSS on a
-	// 512 MB device; raise it on larger machines for more cache.
+	// (24) keeps a store of 10,000 small objects under 40 MB RSS on a
+	// 512 MB device. Raising it helps more than cache hits: a memtable of
+	// a sixth of it flushes into larger tables, and fewer, larger tables
+	// cost fewer compaction writes (measured: 16 MB memtables write ~20%
+	// less per update than 4 MB ones, but badger's arenas are resident).
 	MemoryMB int
 	// CompactInterval is how often history is compacted (default 1m).
 	CompactInterval time.Duration
@@ -187,7 +190,7 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		WithIndexCacheSize(mem / 6).
 		WithBaseTableSize(1 << 20).
 		WithBaseLevelSize(4 << 20).
-		WithValueThreshold(16 << 10).
+		WithValueThreshold(64 << 10).
 		WithValueLogFileSize(64 << 20).
 		WithNumCompactors(2).
 		WithDetectConflicts(false).

@@ -40,17 +40,20 @@ type storeParams struct {
 
 func storeParamsFor(quick bool) storeParams {
 	p := storeParams{
-		warmup:       50,
-		creates:      2000,
-		tputWriters:  []int{1, 8, 64},
-		tputFor:      3 * time.Second,
-		watchers:     100,
-		watchWrites:  300,
-		watchRate:    100,
-		listObjects:  10000,
-		listRuns:     5,
-		updateKeys:   1000,
-		updates:      20000,
+		warmup:      50,
+		creates:     2000,
+		tputWriters: []int{1, 8, 64},
+		tputFor:     3 * time.Second,
+		watchers:    100,
+		watchWrites: 300,
+		watchRate:   100,
+		listObjects: 10000,
+		listRuns:    5,
+		updateKeys:  1000,
+		// Long enough that both stores reach steady state: a short phase
+		// ends before an LSM's compactions (or bbolt's page rewrites) catch
+		// up, and would flatter whichever store defers the most.
+		updates:      100000,
 		loadWriters:  64,
 		valueSize:    1024,
 		rssObjects:   10000,
