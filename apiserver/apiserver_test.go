@@ -622,3 +622,27 @@ func TestHTTPWatchOverTCP(t *testing.T) {
 		t.Fatal("no event over TCP")
 	}
 }
+
+func TestNamespaceLifecycleAndConfigMapValidation(t *testing.T) {
+	e := newTestEnv(t)
+	for _, ns := range []string{"default", "kube-system", "kube-public"} {
+		err := e.cs.CoreV1().Namespaces().Delete(e.ctx, ns, metav1.DeleteOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "this namespace may not be deleted") {
+			t.Errorf("delete namespace %s: %v", ns, err)
+		}
+	}
+	_, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("bad-key", map[string]string{"not/valid": "x"}), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "data[not/valid]") {
+		t.Fatalf("invalid configmap key: %v", err)
+	}
+	imm := cm("imm", map[string]string{"a": "1"})
+	imm.Immutable = ptrTo(true)
+	c, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, imm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Data["a"] = "2"
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Update(e.ctx, c, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("update of an immutable configmap: %v", err)
+	}
+}

@@ -116,6 +116,9 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 // a grace period hold it. deleted says whether it is gone.
 func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, name string, opts *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	dry := len(opts.DryRun) > 0
+	if err := admitDelete(res, namespace, name); err != nil {
+		return nil, false, err
+	}
 	for attempt := 0; ; attempt++ {
 		old, rev, err := s.getObject(ctx, res, namespace, name)
 		if err != nil {

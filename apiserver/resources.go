@@ -166,7 +166,7 @@ func builtinResources() []*resource {
 		{gvr: gvr("", "v1", "pods"), kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: all, subresources: []string{"status", "binding", "eviction", "ephemeralcontainers"}, strategy: podStrategy{}, returnDeleted: true, fields: fieldsPod},
 		{gvr: gvr("", "v1", "services"), kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: all, subresources: []string{"status"}, strategy: serviceStrategy{}, noCollection: true},
 		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
-		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}},
+		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
 		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},
 		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}},
 		{gvr: gvr("", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}, fields: fieldsEvent},

@@ -1,0 +1,77 @@
+package apiserver
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// immortalNamespaces may not be deleted, as kube-apiserver's
+// NamespaceLifecycle admission refuses it.
+var immortalNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true}
+
+// admitDelete refuses deletions that Kubernetes' admission refuses.
+func admitDelete(res *resource, namespace, name string) error {
+	if res.gvr.Group == "" && res.gvr.Resource == "namespaces" && immortalNamespaces[name] {
+		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("this namespace may not be deleted"))
+	}
+	return nil
+}
+
+// configMapStrategy validates ConfigMap keys and size as Kubernetes does.
+type configMapStrategy struct{ defaultStrategy }
+
+func (configMapStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	c := obj.(*corev1.ConfigMap)
+	var errs field.ErrorList
+	total := 0
+	for k, v := range c.Data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
+		}
+		if _, dup := c.BinaryData[k]; dup {
+			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, "duplicate of key present in binaryData"))
+		}
+		total += len(v)
+	}
+	for k, v := range c.BinaryData {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	if total > corev1.MaxSecretSize {
+		errs = append(errs, field.TooLong(field.NewPath(""), "", corev1.MaxSecretSize))
+	}
+	return errs
+}
+
+func (st configMapStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	c, o := obj.(*corev1.ConfigMap), old.(*corev1.ConfigMap)
+	if o.Immutable != nil && *o.Immutable {
+		if c.Immutable == nil || !*c.Immutable {
+			errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+		}
+		if !equalStringMaps(c.Data, o.Data) || len(c.BinaryData) != len(o.BinaryData) {
+			errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+		}
+	}
+	return errs
+}
+
+func equalStringMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
