@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/applyconfigurations"
@@ -50,14 +51,19 @@ func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resourc
 	if m.GetName() != ri.name {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), ri.name))
 	}
-	// The patch pins the version only if it changed resourceVersion.
-	conditional := m.GetResourceVersion() != om.GetResourceVersion()
+	// The patch pins the version only if it set resourceVersion to another
+	// value. One that removed it asks for an unconditional update, as
+	// kube-apiserver reads a missing resourceVersion: kubectl apply sends
+	// "resourceVersion":null whenever last-applied holds one (after
+	// kubectl replace of an exported object, for one).
+	rv := m.GetResourceVersion()
+	conditional := rv != "" && rv != om.GetResourceVersion()
 	return obj, conditional, nil
 }
 
 // patchJSON applies a JSON, merge or strategic merge patch to current;
-// schema is the Go type strategic merge patch reads its merge keys from.
-func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, current, body []byte, schema any) ([]byte, string, error) {
+// dataStruct is the Go type strategic merge patch reads its merge keys from.
+func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, current, body []byte, dataStruct any) ([]byte, string, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var patched []byte
 	var err error
@@ -68,14 +74,16 @@ func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, curre
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
 		if patched, err = p.Apply(current); err != nil {
-			return nil, ct, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", qualified(res), ri.name, err.Error(), 0, false)
+			// kube-apiserver names neither resource nor object here, and
+			// drops the patch library's message: clients print the same.
+			return nil, ct, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
 		}
 	case "application/merge-patch+json":
 		if patched, err = jsonpatch.MergePatch(current, body); err != nil {
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
 	case "application/strategic-merge-patch+json":
-		if patched, err = strategicpatch.StrategicMergePatch(current, body, schema); err != nil {
+		if patched, err = strategicpatch.StrategicMergePatch(current, body, dataStruct); err != nil {
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
 	default:

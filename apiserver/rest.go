@@ -456,6 +456,12 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 	if conditional && m.GetResourceVersion() != strconv.FormatUint(rev, 10) {
 		return nil, apierrors.NewConflict(qualified(res), ri.name, errors.New(optimisticLockMsg))
 	}
+	if !conditional {
+		// An unconditional write applies to what was read, as
+		// kube-apiserver's AllowUnconditionalUpdate does; metadata
+		// validation then finds the resourceVersion an update needs.
+		m.SetResourceVersion(strconv.FormatUint(rev, 10))
+	}
 	if res.namespaced {
 		m.SetNamespace(ri.namespace)
 	}
