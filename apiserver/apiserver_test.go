@@ -14,6 +14,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -644,5 +647,30 @@ func TestNamespaceLifecycleAndConfigMapValidation(t *testing.T) {
 	c.Data["a"] = "2"
 	if _, err := e.cs.CoreV1().ConfigMaps("default").Update(e.ctx, c, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
 		t.Fatalf("update of an immutable configmap: %v", err)
+	}
+}
+
+func TestMoreDefaults(t *testing.T) {
+	e := newTestEnv(t)
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Create(e.ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: apiresource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil || *pvc.Spec.VolumeMode != corev1.PersistentVolumeFilesystem || pvc.Status.Phase != corev1.ClaimPending {
+		t.Fatalf("pvc defaults: %+v %v", pvc, err)
+	}
+	np, err := e.cs.NetworkingV1().NetworkPolicies("default").Create(e.ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "np"},
+		Spec: networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil || !cmp.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{"Ingress", "Egress"}) || *np.Spec.Egress[0].Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Fatalf("network policy defaults: %+v %v", np.Spec, err)
+	}
+	sc, err := e.cs.StorageV1().StorageClasses().Create(e.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "example.com/local"}, metav1.CreateOptions{})
+	if err != nil || *sc.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete || *sc.VolumeBindingMode != storagev1.VolumeBindingImmediate {
+		t.Fatalf("storage class defaults: %+v %v", sc, err)
 	}
 }

@@ -6,6 +6,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -57,6 +61,74 @@ func (defaulter) Default(obj runtime.Object) {
 		defaultJobSpec(&o.Spec)
 	case *batchv1.CronJob:
 		defaultCronJob(o)
+	case *corev1.PersistentVolumeClaim:
+		if o.Spec.VolumeMode == nil {
+			o.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
+		}
+	case *corev1.PersistentVolume:
+		if o.Spec.PersistentVolumeReclaimPolicy == "" {
+			o.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+		}
+		if o.Spec.VolumeMode == nil {
+			o.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
+		}
+		if o.Spec.HostPath != nil && o.Spec.HostPath.Type == nil {
+			o.Spec.HostPath.Type = ptrTo(corev1.HostPathUnset)
+		}
+	case *corev1.Endpoints:
+		for i := range o.Subsets {
+			for j := range o.Subsets[i].Ports {
+				if o.Subsets[i].Ports[j].Protocol == "" {
+					o.Subsets[i].Ports[j].Protocol = corev1.ProtocolTCP
+				}
+			}
+		}
+	case *discoveryv1.EndpointSlice:
+		for i := range o.Ports {
+			if o.Ports[i].Protocol == nil {
+				o.Ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
+			}
+			if o.Ports[i].Name == nil {
+				o.Ports[i].Name = ptrTo("")
+			}
+		}
+	case *networkingv1.NetworkPolicy:
+		defaultNetworkPolicy(o)
+	case *storagev1.StorageClass:
+		if o.ReclaimPolicy == nil {
+			o.ReclaimPolicy = ptrTo(corev1.PersistentVolumeReclaimDelete)
+		}
+		if o.VolumeBindingMode == nil {
+			o.VolumeBindingMode = ptrTo(storagev1.VolumeBindingImmediate)
+		}
+	case *schedulingv1.PriorityClass:
+		if o.PreemptionPolicy == nil {
+			o.PreemptionPolicy = ptrTo(corev1.PreemptLowerPriority)
+		}
+	}
+}
+
+// defaultNetworkPolicy: policyTypes says Ingress, plus Egress when egress
+// rules are given, and ports default to TCP.
+func defaultNetworkPolicy(np *networkingv1.NetworkPolicy) {
+	if len(np.Spec.PolicyTypes) == 0 {
+		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		if len(np.Spec.Egress) > 0 {
+			np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+		}
+	}
+	tcp := func(ports []networkingv1.NetworkPolicyPort) {
+		for i := range ports {
+			if ports[i].Protocol == nil {
+				ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
+			}
+		}
+	}
+	for i := range np.Spec.Ingress {
+		tcp(np.Spec.Ingress[i].Ports)
+	}
+	for i := range np.Spec.Egress {
+		tcp(np.Spec.Egress[i].Ports)
 	}
 }
 

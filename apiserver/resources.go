@@ -173,8 +173,8 @@ func builtinResources() []*resource {
 		{gvr: gvr("", "v1", "limitranges"), kind: "LimitRange", namespaced: true, shortNames: []string{"limits"}},
 		{gvr: gvr("", "v1", "resourcequotas"), kind: "ResourceQuota", namespaced: true, shortNames: []string{"quota"}, subresources: []string{"status"}},
 		{gvr: gvr("", "v1", "podtemplates"), kind: "PodTemplate", namespaced: true},
-		{gvr: gvr("", "v1", "persistentvolumes"), kind: "PersistentVolume", shortNames: []string{"pv"}, subresources: []string{"status"}},
-		{gvr: gvr("", "v1", "persistentvolumeclaims"), kind: "PersistentVolumeClaim", namespaced: true, shortNames: []string{"pvc"}, subresources: []string{"status"}},
+		{gvr: gvr("", "v1", "persistentvolumes"), kind: "PersistentVolume", shortNames: []string{"pv"}, subresources: []string{"status"}, strategy: persistentVolumeStrategy{}},
+		{gvr: gvr("", "v1", "persistentvolumeclaims"), kind: "PersistentVolumeClaim", namespaced: true, shortNames: []string{"pvc"}, subresources: []string{"status"}, strategy: claimStrategy{}},
 		{gvr: gvr("", "v1", "replicationcontrollers"), kind: "ReplicationController", namespaced: true, shortNames: []string{"rc"}, categories: all, subresources: []string{"status", "scale"}},
 		// apps/v1
 		{gvr: gvr("apps", "v1", "deployments"), kind: "Deployment", namespaced: true, shortNames: []string{"deploy"}, categories: all, subresources: []string{"status", "scale"}, strategy: deploymentStrategy{}},
