@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -672,5 +673,44 @@ func TestMoreDefaults(t *testing.T) {
 	sc, err := e.cs.StorageV1().StorageClasses().Create(e.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "example.com/local"}, metav1.CreateOptions{})
 	if err != nil || *sc.ReclaimPolicy != corev1.PersistentVolumeReclaimDelete || *sc.VolumeBindingMode != storagev1.VolumeBindingImmediate {
 		t.Fatalf("storage class defaults: %+v %v", sc, err)
+	}
+}
+
+func TestEventsShareStorageAcrossAPIs(t *testing.T) {
+	e := newTestEnv(t)
+	w, err := e.cs.EventsV1().Events("default").Watch(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	core, err := e.cs.CoreV1().Events("default").Create(e.ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "e1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "p", Namespace: "default"},
+		Reason:         "Pulled", Message: "pulled image", Type: "Normal", Count: 3,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := e.cs.EventsV1().Events("default").Get(e.ctx, "e1", metav1.GetOptions{})
+	if err != nil || ev.Note != "pulled image" || ev.Regarding.Name != "p" || ev.DeprecatedCount != 3 || ev.ResourceVersion != core.ResourceVersion {
+		t.Fatalf("core event through events.k8s.io: %+v %v", ev, err)
+	}
+	select {
+	case we := <-w.ResultChan():
+		if got, ok := we.Object.(*eventsv1.Event); we.Type != watch.Added || !ok || got.Note != "pulled image" {
+			t.Fatalf("watch event %v %#v", we.Type, we.Object)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("events.k8s.io watch saw no event")
+	}
+	if _, err := e.cs.EventsV1().Events("default").Create(e.ctx, &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2"}, EventTime: metav1.NowMicro(), Regarding: corev1.ObjectReference{Kind: "Node", Name: "n"},
+		Reason: "Started", Note: "started", Type: "Normal", Action: "Start", ReportingController: "bonsai/kubelet", ReportingInstance: "n",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.cs.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Message != "started" || list.Items[0].ReportingController != "bonsai/kubelet" {
+		t.Fatalf("events.k8s.io event through core: %+v %v", list.Items, err)
 	}
 }

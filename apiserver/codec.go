@@ -136,6 +136,15 @@ func addWarning(w http.ResponseWriter, msg string) {
 
 // decodeStored decodes a stored value and stamps its resourceVersion.
 func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
+	if res.storage != nil {
+		obj, err := decodeStored(res.storage, kv)
+		if err != nil {
+			return nil, err
+		}
+		out := res.fromStorage(obj)
+		out.GetObjectKind().SetGroupVersionKind(res.gvk())
+		return out, nil
+	}
 	obj := res.newObject()
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, obj); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
@@ -153,6 +162,9 @@ func setResourceVersion(obj runtime.Object, rev uint64) {
 // encodeForStore serialises an object without its resourceVersion: the
 // store's revision is the resourceVersion.
 func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
+	if res.storage != nil {
+		return encodeForStore(res.storage, res.toStorage(obj))
+	}
 	m, err := metaOf(obj)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,14 @@ type resource struct {
 	// metadata.namespace, with how to read each from an object.
 	fields map[string]func(runtime.Object) string
 
+	// storedAs names another resource whose objects this one shows in
+	// another form (events.k8s.io Events are core Events): keys, storage
+	// encoding and watch events are that resource's, converted with
+	// toStorage and fromStorage.
+	storedAs               schema.GroupVersionResource
+	storage                *resource
+	toStorage, fromStorage func(runtime.Object) runtime.Object
+
 	fmMu sync.Mutex
 	fms  map[string]*managedfields.FieldManager
 }
@@ -56,12 +64,18 @@ func (r *resource) hasSubresource(s string) bool {
 
 // key is the store key of one object.
 func (r *resource) key(namespace, name string) string {
+	if r.storage != nil {
+		return r.storage.key(namespace, name)
+	}
 	return store.ObjectKey{Group: r.gvr.Group, Resource: r.gvr.Resource, Namespace: namespace, Name: name}.String()
 }
 
 // prefix is the store prefix of the resource's objects in namespace ("":
 // all namespaces, or a cluster-scoped resource).
 func (r *resource) prefix(namespace string) string {
+	if r.storage != nil {
+		return r.storage.prefix(namespace)
+	}
 	return store.ObjectKey{Group: r.gvr.Group, Resource: r.gvr.Resource, Namespace: namespace}.NamespacePrefix()
 }
 
@@ -116,6 +130,11 @@ func newRegistry(resources []*resource) *registry {
 		g := &reg.groups[i]
 		if !contains(g.versions, r.gvr.Version) {
 			g.versions = append(g.versions, r.gvr.Version)
+		}
+	}
+	for _, r := range resources {
+		if !r.storedAs.Empty() {
+			r.storage = reg.byGVR[r.storedAs]
 		}
 	}
 	return reg
@@ -182,8 +201,9 @@ func builtinResources() []*resource {
 		{gvr: gvr("apps", "v1", "statefulsets"), kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"}, categories: all, subresources: []string{"status", "scale"}, strategy: statefulSetStrategy{}},
 		{gvr: gvr("apps", "v1", "daemonsets"), kind: "DaemonSet", namespaced: true, shortNames: []string{"ds"}, categories: all, subresources: []string{"status"}, strategy: daemonSetStrategy{}},
 		{gvr: gvr("apps", "v1", "controllerrevisions"), kind: "ControllerRevision", namespaced: true},
-		// events.k8s.io/v1 is served from its own keys for now.
-		{gvr: gvr("events.k8s.io", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}},
+		// events.k8s.io/v1 shows the core Events.
+		{gvr: gvr("events.k8s.io", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"},
+			storedAs: gvr("", "v1", "events"), toStorage: eventToCore, fromStorage: eventFromCore},
 		// batch/v1
 		{gvr: gvr("batch", "v1", "jobs"), kind: "Job", namespaced: true, categories: all, subresources: []string{"status"}, strategy: jobStrategy{}},
 		{gvr: gvr("batch", "v1", "cronjobs"), kind: "CronJob", namespaced: true, shortNames: []string{"cj"}, categories: all, subresources: []string{"status"}, strategy: cronJobStrategy{}},
