@@ -714,3 +714,25 @@ func TestEventsShareStorageAcrossAPIs(t *testing.T) {
 		t.Fatalf("events.k8s.io event through core: %+v %v", list.Items, err)
 	}
 }
+
+func TestPodResourceValidation(t *testing.T) {
+	e := newTestEnv(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("2"), corev1.ResourceMemory: apiresource.MustParse("-1Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("1")},
+		}}}}}
+	_, err := e.cs.CoreV1().Pods("default").Create(e.ctx, pod, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("bad resources: %v", err)
+	}
+	causes := map[string]bool{}
+	for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+		causes[c.Field] = true
+	}
+	for _, f := range []string{"spec.containers[0].resources.requests[memory]", "spec.containers[0].resources.requests[cpu]"} {
+		if !causes[f] {
+			t.Errorf("no cause for %s in %v", f, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -244,6 +245,7 @@ func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
 			if c.Image == "" {
 				errs = append(errs, field.Required(cp.Child("image"), ""))
 			}
+			errs = append(errs, validateResources(c.Resources, cp.Child("resources"))...)
 			for j, port := range c.Ports {
 				pp := cp.Child("ports").Index(j)
 				for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
@@ -524,4 +526,26 @@ func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList
 
 func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
 	return st.validate(w, obj)
+}
+
+// validateResources checks container requests and limits as Kubernetes
+// does: no negative quantity, no request above its limit.
+func validateResources(r corev1.ResourceRequirements, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, part := range []struct {
+		name string
+		list corev1.ResourceList
+	}{{"limits", r.Limits}, {"requests", r.Requests}} {
+		for name, q := range part.list {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(path.Child(part.name).Key(string(name)), q.String(), "must be greater than or equal to 0"))
+			}
+		}
+	}
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			errs = append(errs, field.Invalid(path.Child("requests").Key(string(name)), req.String(), fmt.Sprintf("must be less than or equal to %s limit of %s", name, lim.String())))
+		}
+	}
+	return errs
 }
