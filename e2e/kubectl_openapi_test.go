@@ -65,30 +65,12 @@ spec:
     targetPort: 80
 `
 
-// kubectls finds the oldest and newest kubectl the machine has; kubectl
-// validates with the server's OpenAPI differently across versions (1.27
-// still downloads v2, 1.33 reads only v3).
-func kubectls(t *testing.T) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, v := range []string{"1.27", "1.33"} {
-		p := "/usr/lib/google-cloud-sdk/bin/kubectl." + v
-		if _, err := os.Stat(p); err == nil {
-			out[v] = p
-		}
-	}
-	if len(out) == 0 {
-		if p, err := exec.LookPath("kubectl"); err == nil {
-			out["path"] = p
-		}
-	}
-	testenv.Require(t, len(out) > 0, "kubectl on PATH or in /usr/lib/google-cloud-sdk/bin")
-	return out
-}
-
 func TestKubectlOpenAPI(t *testing.T) {
-	for version, bin := range kubectls(t) {
-		t.Run(version, func(t *testing.T) {
+	// kubectl validates with the server's OpenAPI differently across
+	// versions (1.27 still downloads v2, 1.33 reads only v3).
+	for _, kc := range testenv.Kubectls(t) {
+		bin := kc.Path
+		t.Run(kc.Version, func(t *testing.T) {
 			s := startServer(t, t.TempDir())
 			manifest := filepath.Join(t.TempDir(), "app.yaml")
 			if err := os.WriteFile(manifest, []byte(openAPIManifest), 0o600); err != nil {
