@@ -135,7 +135,8 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		}
 		obj := old.DeepCopyObject()
 		m, _ = metaOf(obj)
-		finalizersChanged := updateDeletionFinalizers(m, opts)
+		_, graceful := res.strategy.(gracefulStrategy)
+		finalizersChanged := updateDeletionFinalizers(m, opts, graceful)
 		var grace int64
 		if g, ok := res.strategy.(gracefulStrategy); ok {
 			grace = g.gracePeriod(obj, opts.GracePeriodSeconds)
@@ -203,7 +204,8 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 
 // updateDeletionFinalizers adds the garbage collector's finalizer for the
 // requested propagation, as kube-apiserver does; it reports a change.
-func updateDeletionFinalizers(m metav1.Object, opts *metav1.DeleteOptions) bool {
+// graceful says the kind has graceful deletion (pods).
+func updateDeletionFinalizers(m metav1.Object, opts *metav1.DeleteOptions, graceful bool) bool {
 	var policy metav1.DeletionPropagation
 	switch {
 	case opts.PropagationPolicy != nil:
@@ -242,8 +244,14 @@ func updateDeletionFinalizers(m metav1.Object, opts *metav1.DeleteOptions) bool 
 	default:
 		return false
 	}
-	// Only objects that are not yet deleting pick up GC finalizers.
-	if m.GetDeletionTimestamp() != nil && len(fins) > before {
+	// kube-apiserver sets the GC finalizers on every delete of a kind
+	// without graceful deletion, even one already deleting (the rule
+	// against new finalizers on a deleting object is update validation,
+	// which delete does not run): kubectl delete --cascade=orphan of an
+	// object held by another finalizer adds "orphan". A pod whose
+	// graceful deletion is under way gets no new ones.
+	pendingGrace := m.GetDeletionGracePeriodSeconds() != nil && *m.GetDeletionGracePeriodSeconds() > 0
+	if graceful && m.GetDeletionTimestamp() != nil && pendingGrace && len(fins) > before {
 		return false
 	}
 	changed := len(fins) != before || !equalStrings(fins, m.GetFinalizers())

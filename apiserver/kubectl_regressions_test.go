@@ -90,3 +90,51 @@ func TestFailedJSONPatchTestOperation(t *testing.T) {
 		t.Errorf("failed patch changed the object: %+v", got.Data)
 	}
 }
+
+// kubectl delete --cascade=orphan|foreground of an object that another
+// finalizer already holds in deletion: kube-apiserver sets the garbage
+// collector's finalizers on every delete (they are not subject to the
+// update rule against new finalizers on a deleting object), so the
+// collector later orphans or deletes the dependents as asked.
+func TestDeleteCascadeOfADeletingObject(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	held := cm("held", nil)
+	held.Finalizers = []string{"example.com/hold"}
+	if _, err := cms.Create(e.ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	finalizers := func() []string {
+		t.Helper()
+		got, err := cms.Get(e.ctx, "held", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.DeletionTimestamp == nil {
+			t.Fatalf("no deletionTimestamp after a delete: %+v", got.ObjectMeta)
+		}
+		return got.Finalizers
+	}
+	for _, step := range []struct {
+		policy metav1.DeletionPropagation
+		want   []string
+	}{
+		{metav1.DeletePropagationBackground, []string{"example.com/hold"}},
+		{metav1.DeletePropagationOrphan, []string{"example.com/hold", metav1.FinalizerOrphanDependents}},
+		{metav1.DeletePropagationForeground, []string{"example.com/hold", metav1.FinalizerDeleteDependents}},
+		{metav1.DeletePropagationBackground, []string{"example.com/hold"}},
+	} {
+		if err := cms.Delete(e.ctx, "held", metav1.DeleteOptions{PropagationPolicy: &step.policy}); err != nil {
+			t.Fatalf("delete %s: %v", step.policy, err)
+		}
+		if got := finalizers(); !equalStrings(got, step.want) {
+			t.Errorf("finalizers after a %s delete: %v, want %v", step.policy, got, step.want)
+		}
+	}
+	// The no-new-finalizers rule still holds for updates.
+	got, _ := cms.Get(e.ctx, "held", metav1.GetOptions{})
+	got.Finalizers = append(got.Finalizers, "example.com/late")
+	if _, err := cms.Update(e.ctx, got, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("update adding a finalizer to a deleting object: %v, want Invalid", err)
+	}
+}
