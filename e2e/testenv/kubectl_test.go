@@ -17,8 +17,9 @@ func TestKubectls(t *testing.T) {
 		t.Errorf("Kubectls = %+v, want oldest first", ks)
 	}
 	for _, k := range ks {
-		out, err := exec.Command(k.Path, "version", "--client").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "Client Version: v"+k.Version+".") {
+		// 1.27 prints a Go struct without -o; JSON reads the same everywhere.
+		out, err := exec.Command(k.Path, "version", "--client", "-o", "json").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"gitVersion": "v`+k.Version+".") {
 			t.Errorf("%s version --client: %v\n%s", k.Path, err, out)
 		}
 		t.Logf("kubectl %s at %s", k.Version, k.Path)
