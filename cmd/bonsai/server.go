@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,6 +135,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if !cfg.DisableAgent {
 		log.Warn("the node agent is not part of this build yet; running the control plane only")
 	}
+	// Start-up (certificates, type registration, bootstrap writes) leaves
+	// garbage the steady state never needs; hand it back to the OS now
+	// rather than whenever the scavenger gets to it.
+	go func() {
+		time.Sleep(2 * time.Second)
+		debug.FreeOSMemory()
+	}()
 
 	var serveErr error
 	select {
