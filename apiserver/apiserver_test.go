@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -734,5 +736,56 @@ func TestPodResourceValidation(t *testing.T) {
 		if !causes[f] {
 			t.Errorf("no cause for %s in %v", f, err)
 		}
+	}
+}
+
+func TestEvictionHonoursDisruptionBudget(t *testing.T) {
+	e := newTestEnv(t)
+	pods := e.cs.CoreV1().Pods("default")
+	mk := func(name string) {
+		p, err := pods.Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "db"}},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		if _, err := pods.UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("db-0")
+	mk("db-1")
+	pdbs := e.cs.PolicyV1().PodDisruptionBudgets("default")
+	pdb, err := pdbs.Create(e.ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evict := func(name string) error {
+		return pods.EvictV1(e.ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
+	}
+	// No disruption controller has computed the budget: nothing may go.
+	if err := evict("db-0"); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "would violate the pod's disruption budget") {
+		t.Fatalf("eviction against an uncomputed budget: %v", err)
+	}
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 1, CurrentHealthy: 2, DesiredHealthy: 1, ExpectedPods: 2}
+	if _, err := pdbs.UpdateStatus(e.ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := evict("db-0"); err != nil {
+		t.Fatalf("eviction within the budget: %v", err)
+	}
+	if p, _ := pods.Get(e.ctx, "db-0", metav1.GetOptions{}); p.DeletionTimestamp == nil {
+		t.Fatal("evicted pod is not terminating")
+	}
+	got, _ := pdbs.Get(e.ctx, "db", metav1.GetOptions{})
+	if got.Status.DisruptionsAllowed != 0 || got.Status.DisruptedPods["db-0"].Time.IsZero() {
+		t.Fatalf("budget after eviction: %+v", got.Status)
+	}
+	if err := evict("db-1"); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("second eviction past the budget: %v", err)
+	}
+	if err := evict("missing"); !apierrors.IsNotFound(err) {
+		t.Fatalf("eviction of a missing pod: %v", err)
 	}
 }

@@ -74,6 +74,11 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 			return s.createBinding(w, r, ri, res)
 		}
 		return methodNotSupported(res, ri.verb)
+	case "eviction":
+		if ri.verb == "create" {
+			return s.createEviction(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
 	case "finalize":
 		if ri.verb == "update" {
 			return s.update(w, r, ri, res)
