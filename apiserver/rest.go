@@ -207,23 +207,37 @@ func generateName(base string) string {
 	return base + string(b)
 }
 
+// writeParams are what every write request carries besides its body's
+// object: the response format, field validation, dry run and the body.
+type writeParams struct {
+	format outputFormat
+	fv     fieldValidation
+	dry    bool
+	body   []byte
+}
+
+func parseWrite(r *http.Request) (writeParams, error) {
+	var p writeParams
+	var err error
+	if p.format, err = negotiate(r); err != nil {
+		return p, err
+	}
+	if p.fv, err = parseFieldValidation(r); err != nil {
+		return p, err
+	}
+	if p.dry, err = dryRun(r); err != nil {
+		return p, err
+	}
+	p.body, err = readBody(r)
+	return p, err
+}
+
 func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	p, err := parseWrite(r)
 	if err != nil {
 		return err
 	}
-	fv, err := parseFieldValidation(r)
-	if err != nil {
-		return err
-	}
-	dry, err := dryRun(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
+	format, fv, dry, body := p.format, p.fv, p.dry, p.body
 	obj := res.newObject()
 	if err := decodeRequest(w, r, body, obj, fv); err != nil {
 		return err
@@ -365,22 +379,11 @@ func fieldManager(r *http.Request) string {
 // subresources. It retries on conflict when the client set no
 // resourceVersion precondition.
 func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	p, err := parseWrite(r)
 	if err != nil {
 		return err
 	}
-	fv, err := parseFieldValidation(r)
-	if err != nil {
-		return err
-	}
-	dry, err := dryRun(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
+	format, fv, dry, body := p.format, p.fv, p.dry, p.body
 	wc := &writeCtx{s: s, res: res, dryRun: dry}
 	manager := fieldManager(r)
 	for attempt := 0; ; attempt++ {

@@ -394,14 +394,20 @@ func validateReplicas(n *int32, path *field.Path) field.ErrorList {
 	return nil
 }
 
+// validateWorkload checks what Deployments, ReplicaSets and StatefulSets
+// share: a selector matching the template, replicas, the pod template.
+func validateWorkload(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec, replicas *int32) field.ErrorList {
+	p := field.NewPath("spec")
+	errs := validateSelector(sel, tmpl.Labels, p)
+	errs = append(errs, validateReplicas(replicas, p)...)
+	return append(errs, validatePodSpec(&tmpl.Spec, p.Child("template", "spec"))...)
+}
+
 type deploymentStrategy struct{ generationStrategy }
 
 func (deploymentStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	d := obj.(*appsv1.Deployment)
-	p := field.NewPath("spec")
-	errs := validateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
-	errs = append(errs, validateReplicas(d.Spec.Replicas, p)...)
-	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return validateWorkload(d.Spec.Selector, &d.Spec.Template, d.Spec.Replicas)
 }
 
 func (st deploymentStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -413,10 +419,7 @@ type replicaSetStrategy struct{ generationStrategy }
 
 func (replicaSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	r := obj.(*appsv1.ReplicaSet)
-	p := field.NewPath("spec")
-	errs := validateSelector(r.Spec.Selector, r.Spec.Template.Labels, p)
-	errs = append(errs, validateReplicas(r.Spec.Replicas, p)...)
-	return append(errs, validatePodSpec(&r.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return validateWorkload(r.Spec.Selector, &r.Spec.Template, r.Spec.Replicas)
 }
 
 func (st replicaSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -428,10 +431,7 @@ type statefulSetStrategy struct{ generationStrategy }
 
 func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
-	p := field.NewPath("spec")
-	errs := validateSelector(s.Spec.Selector, s.Spec.Template.Labels, p)
-	errs = append(errs, validateReplicas(s.Spec.Replicas, p)...)
-	return append(errs, validatePodSpec(&s.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
 }
 
 func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
