@@ -683,26 +683,6 @@ func apiWatch(ctx context.Context, p apiParams, ac *apiClients, res *apiResults)
 			return err
 		}
 	}
-	done := make(chan struct{})
-	go func() { received.Wait(); close(done) }()
-	select {
-	case <-done:
-	case err := <-errs:
-		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("watchers did not receive all %d events within 30s", p.watchWrites)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	var all []time.Duration
-	for _, l := range lats {
-		all = append(all, l...)
-	}
-	res.watchP50, res.watchP99 = ms(percentile(all, 0.50)), ms(percentile(all, 0.99))
-	return nil
+	res.watchP50, res.watchP99, err = watchLatencies(ctx, &received, errs, lats, p.watchWrites)
+	return err
 }

@@ -384,28 +384,34 @@ func phaseWatch(ctx context.Context, be *backend, p storeParams, _ *bench) error
 			return err
 		}
 	}
+	be.watchP50, be.watchP99, err = watchLatencies(ctx, &received, errs, lats, p.watchWrites)
+	return err
+}
+
+// watchLatencies waits until every watcher has received every write (or
+// one failed), then summarises the delivery latencies they measured.
+func watchLatencies(ctx context.Context, received *sync.WaitGroup, errs chan error, lats [][]time.Duration, writes int) (p50, p99 *float64, err error) {
 	done := make(chan struct{})
 	go func() { received.Wait(); close(done) }()
 	select {
 	case <-done:
 	case err := <-errs:
-		return err
+		return nil, nil, err
 	case <-time.After(30 * time.Second):
-		return fmt.Errorf("watchers did not receive all %d events within 30s", p.watchWrites)
+		return nil, nil, fmt.Errorf("watchers did not receive all %d events within 30s", writes)
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	select {
 	case err := <-errs:
-		return err
+		return nil, nil, err
 	default:
 	}
 	var all []time.Duration
 	for _, l := range lats {
 		all = append(all, l...)
 	}
-	be.watchP50, be.watchP99 = ms(percentile(all, 0.50)), ms(percentile(all, 0.99))
-	return nil
+	return ms(percentile(all, 0.50)), ms(percentile(all, 0.99)), nil
 }
 
 func phaseList(ctx context.Context, be *backend, p storeParams, _ *bench) error {
