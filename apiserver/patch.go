@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -73,7 +74,7 @@ func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, curre
 		if err != nil {
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
-		if patched, err = p.Apply(current); err != nil {
+		if patched, err = applyJSONPatch(p, current); err != nil {
 			// kube-apiserver names neither resource nor object here, and
 			// drops the patch library's message: clients print the same.
 			return nil, ct, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
@@ -90,6 +91,18 @@ func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, curre
 		return nil, ct, unsupportedMediaType(ct)
 	}
 	return patched, ct, nil
+}
+
+// applyJSONPatch applies a JSON patch, turning the library's panics on
+// malformed operations (an operation on the root without a value
+// dereferences nil) into an error, so bad input is a 4xx, never a crash.
+func applyJSONPatch(p jsonpatch.Patch, doc []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("invalid JSON patch: %v", r)
+		}
+	}()
+	return p.Apply(doc)
 }
 
 // applyServerSide runs server-side apply through Kubernetes' own field
@@ -140,7 +153,13 @@ func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *re
 	}
 	out, err := fm.Apply(live, patchObj, manager, force)
 	if err != nil {
-		return nil, false, err
+		var st apierrors.APIStatus
+		if errors.As(err, &st) {
+			return nil, false, err // conflicts are 409 already
+		}
+		// What is left is an apply configuration the schema cannot take
+		// (a field it does not declare): the client's error, not ours.
+		return nil, false, apierrors.NewBadRequest(err.Error())
 	}
 	conditional := patchObj.GetResourceVersion() != ""
 	if m, err := metaOf(out); err == nil && conditional {
