@@ -789,3 +789,34 @@ func TestEvictionHonoursDisruptionBudget(t *testing.T) {
 		t.Fatalf("eviction of a missing pod: %v", err)
 	}
 }
+
+func TestProtobufResponses(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("pb", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ accept, want string }{
+		{"application/vnd.kubernetes.protobuf, application/json", "application/vnd.kubernetes.protobuf"},
+		{"application/json", "application/json"},
+		{"", "application/json"},
+	} {
+		for _, path := range []string{"/api/v1/namespaces/default/configmaps/pb", "/api/v1/namespaces/default/configmaps"} {
+			r := httptestGet(path)
+			r.Header.Set("Accept", tc.accept)
+			rr := httptest.NewRecorder()
+			e.s.Handler().ServeHTTP(rr, r)
+			if rr.Code != 200 || rr.Header().Get("Content-Type") != tc.want {
+				t.Fatalf("GET %s Accept %q: %d %q", path, tc.accept, rr.Code, rr.Header().Get("Content-Type"))
+			}
+			if tc.want == protobufContentType {
+				obj, _, err := protobufSerializer.Decode(rr.Body.Bytes(), nil, nil)
+				if err != nil {
+					t.Fatalf("protobuf answer of %s: %v", path, err)
+				}
+				if c, ok := obj.(*corev1.ConfigMap); ok && c.Data["a"] != "1" {
+					t.Fatalf("protobuf configmap: %+v", c)
+				}
+			}
+		}
+	}
+}

@@ -185,7 +185,12 @@ const (
 	outYAML
 	outTable
 	outPartialMetadata
+	// outProtobuf is Kubernetes' protobuf, which client-go asks for first:
+	// several times cheaper to encode here and to decode in the client.
+	outProtobuf
 )
+
+const protobufContentType = "application/vnd.kubernetes.protobuf"
 
 // negotiate picks the response format from Accept, as kube-apiserver
 // would; protobuf-only clients get 406.
@@ -217,6 +222,10 @@ func negotiate(r *http.Request) (outputFormat, error) {
 			if params["as"] == "" {
 				return outYAML, nil
 			}
+		case protobufContentType:
+			if params["as"] == "" {
+				return outProtobuf, nil
+			}
 		}
 	}
 	return 0, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
@@ -228,10 +237,17 @@ func writeObject(w http.ResponseWriter, code int, obj any, format outputFormat) 
 	var body []byte
 	var err error
 	ct := "application/json"
-	if format == outYAML {
+	ro, typed := obj.(runtime.Object)
+	switch {
+	case format == outYAML:
 		ct = "application/yaml"
 		body, err = yaml.Marshal(obj)
-	} else {
+	case format == outProtobuf && typed:
+		ct = protobufContentType
+		var buf bytes.Buffer
+		err = protobufSerializer.Encode(ro, &buf)
+		body = buf.Bytes()
+	default:
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		err = enc.Encode(obj)

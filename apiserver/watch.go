@@ -36,7 +36,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if err != nil {
 		return err
 	}
-	if format == outYAML {
+	if format == outYAML || format == outProtobuf {
+		// Watch streams are JSON; clients decode by the content type.
 		format = outJSON
 	}
 	o, err := parseListOptions(r, res)
