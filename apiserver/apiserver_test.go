@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -818,5 +819,107 @@ func TestProtobufResponses(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestManyWatchersShareEvents runs JSON, table and selector watchers of
+// one resource at once: each must get every event it is owed, and (under
+// -race) none may change the event objects they share.
+func TestManyWatchersShareEvents(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	const writes = 30
+	type result struct {
+		name string
+		n    int
+		err  error
+	}
+	results := make(chan result, 32)
+	watchRaw := func(name, query, accept string, want int) {
+		req, _ := http.NewRequestWithContext(e.ctx, "GET", srv.URL+"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1&"+query, nil)
+		req.Header.Set("Accept", accept)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			results <- result{name, 0, err}
+			return
+		}
+		defer resp.Body.Close()
+		dec := json.NewDecoder(resp.Body)
+		n := 0
+		for n < want {
+			var ev struct {
+				Type   string          `json:"type"`
+				Object json.RawMessage `json:"object"`
+			}
+			if err := dec.Decode(&ev); err != nil {
+				results <- result{name, n, err}
+				return
+			}
+			if strings.HasPrefix(name, "table") && !strings.Contains(string(ev.Object), `"kind":"Table"`) {
+				results <- result{name, n, fmt.Errorf("not a table: %.100s", ev.Object)}
+				return
+			}
+			n++
+		}
+		results <- result{name, n, nil}
+	}
+	for i := 0; i < 10; i++ {
+		go watchRaw(fmt.Sprintf("json-%d", i), "", "application/json", writes)
+	}
+	go watchRaw("table", "", "application/json;as=Table;v=v1;g=meta.k8s.io", writes)
+	go watchRaw("selector", "labelSelector=even%3Dyes", "application/json", writes/2)
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < writes; i++ {
+		c := cm(fmt.Sprintf("s-%02d", i), nil)
+		if i%2 == 0 {
+			c.Labels = map[string]string{"even": "yes"}
+		}
+		if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 12; i++ {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Errorf("%s: %v after %d events", r.name, r.err, r.n)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("watchers did not finish")
+		}
+	}
+}
+
+func TestProtobufWatchStream(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(e.ctx, "GET", srv.URL+"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1", nil)
+	req.Header.Set("Accept", "application/vnd.kubernetes.protobuf;stream=watch, application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/vnd.kubernetes.protobuf;stream=watch" {
+		t.Fatalf("content type %q", ct)
+	}
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("pbw", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	frames := protobuf.LengthDelimitedFramer.NewFrameReader(resp.Body)
+	buf := make([]byte, 64<<10)
+	n, err := frames.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var we metav1.WatchEvent
+	if _, _, err := protobufRaw.Decode(buf[:n], nil, &we); err != nil {
+		t.Fatalf("frame: %v", err)
+	}
+	obj, _, err := protobufSerializer.Decode(we.Object.Raw, nil, nil)
+	if err != nil || we.Type != "ADDED" || obj.(*corev1.ConfigMap).Name != "pbw" {
+		t.Fatalf("event %s %#v %v", we.Type, obj, err)
 	}
 }

@@ -54,7 +54,12 @@ func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
 	return nil, unsupportedMediaType(ct)
 }
 
-var protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+var (
+	protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+	// protobufRaw writes the frames of protobuf watch streams: WatchEvents
+	// without the envelope, their objects with it, as Kubernetes does.
+	protobufRaw = protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+)
 
 // decodeRequest decodes a create/update body (JSON, YAML or Kubernetes
 // protobuf, which recent client-go sends by default) into obj.

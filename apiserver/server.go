@@ -46,7 +46,8 @@ type PortRange struct{ Base, Max int }
 type Server struct {
 	cfg     Config
 	reg     *registry
-	allocMu sync.Mutex // service IP and node port allocation
+	events  *eventCache // watch events decoded and encoded once
+	allocMu sync.Mutex  // service IP and node port allocation
 	log     *slog.Logger
 	handler http.Handler
 	metrics *metrics
@@ -81,6 +82,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.cfg.Store = instrumentedStore{Store: cfg.Store, m: s.metrics}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
+	s.events = newEventCache(512)
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withMetrics(s.withAuthentication(r))

@@ -1,10 +1,12 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -36,8 +39,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if err != nil {
 		return err
 	}
-	if format == outYAML || format == outProtobuf {
-		// Watch streams are JSON; clients decode by the content type.
+	if format == outYAML {
 		format = outJSON
 	}
 	o, err := parseListOptions(r, res)
@@ -94,9 +96,16 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		return apierrors.NewInternalError(err)
 	}
 
-	w.Header().Set("Content-Type", "application/json")
+	if format == outProtobuf {
+		w.Header().Set("Content-Type", protobufContentType+";stream=watch")
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w)}
+	if format == outProtobuf {
+		sw.frames = protobuf.LengthDelimitedFramer.NewFrameWriter(w)
+	}
 	sw.flusher, _ = w.(http.Flusher)
 
 	sw2, err := s.cfg.Store.Watch(ctx, res.prefix(ri.namespace), start)
@@ -151,12 +160,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 				return nil
 			}
 			last = ev.Revision
-			typ, obj, err := filterEvent(res, &o, ev)
+			typ, shared, err := s.filterEvent(res, &o, ev)
 			if err != nil {
 				sw.sendStatus(apierrors.NewInternalError(err))
 				return nil
 			}
-			if obj != nil && !sw.send(typ, obj) {
+			if shared != nil && !sw.sendShared(typ, shared) {
 				return nil
 			}
 		}
@@ -165,12 +174,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 
 // filterEvent turns a store event into the watch event this watcher sees:
 // with selectors, an object that starts or stops matching is ADDED or
-// DELETED, and one that never matches is nothing (nil).
-func filterEvent(res *resource, o *listOptions, ev store.Event) (watch.EventType, runtime.Object, error) {
-	kv := store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}
-	obj, err := decodeStored(res, kv)
-	if err != nil {
-		return "", nil, err
+// DELETED, and one that never matches is nothing (nil). The returned event
+// is shared with other watchers and must not be changed.
+func (s *Server) filterEvent(res *resource, o *listOptions, ev store.Event) (watch.EventType, *sharedEvent, error) {
+	e := s.events.get(res, ev)
+	if e.err != nil {
+		return "", nil, e.err
 	}
 	var typ watch.EventType
 	switch ev.Type {
@@ -182,27 +191,27 @@ func filterEvent(res *resource, o *listOptions, ev store.Event) (watch.EventType
 		typ = watch.Deleted
 	}
 	if !o.filtering {
-		return typ, obj, nil
+		return typ, e, nil
 	}
-	cur := res.matches(o, obj)
+	cur := res.matches(o, e.obj)
 	if ev.Type != store.Modified {
 		if !cur {
 			return "", nil, nil
 		}
-		return typ, obj, nil
+		return typ, e, nil
 	}
-	prev, err := decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.PrevValue, Revision: ev.Revision})
+	prev, err := e.previous(res, ev)
 	if err != nil {
 		return "", nil, err
 	}
 	was := res.matches(o, prev)
 	switch {
 	case was && cur:
-		return watch.Modified, obj, nil
+		return watch.Modified, e, nil
 	case was:
-		return watch.Deleted, obj, nil
+		return watch.Deleted, e, nil
 	case cur:
-		return watch.Added, obj, nil
+		return watch.Added, e, nil
 	}
 	return "", nil, nil
 }
@@ -217,6 +226,7 @@ type watchStream struct {
 	enc     *json.Encoder
 	flusher http.Flusher
 	tableN  int
+	frames  io.Writer // protobuf streams: length-delimited frames
 }
 
 func (sw *watchStream) flush() {
@@ -226,7 +236,32 @@ func (sw *watchStream) flush() {
 }
 
 func (sw *watchStream) write(ev watchEvent) bool {
+	if sw.frames != nil {
+		obj, ok := ev.Object.(runtime.Object)
+		if !ok {
+			return false
+		}
+		var b bytes.Buffer
+		if err := protobufSerializer.Encode(obj, &b); err != nil {
+			return false
+		}
+		return sw.writeFrame(ev.Type, b.Bytes())
+	}
 	if err := sw.enc.Encode(ev); err != nil {
+		return false
+	}
+	sw.flush()
+	return true
+}
+
+// writeFrame writes one protobuf watch frame around an encoded object.
+func (sw *watchStream) writeFrame(typ watch.EventType, obj []byte) bool {
+	var b bytes.Buffer
+	we := &metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
+	if err := protobufRaw.Encode(we, &b); err != nil {
+		return false
+	}
+	if _, err := sw.frames.Write(b.Bytes()); err != nil {
 		return false
 	}
 	sw.flush()
@@ -246,6 +281,34 @@ func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
 		return sw.write(watchEvent{Type: typ, Object: partialMetadata(obj)})
 	}
 	return sw.write(watchEvent{Type: typ, Object: obj})
+}
+
+// sendShared sends an event decoded and encoded once for all watchers:
+// JSON watchers get the shared bytes; tables and metadata are built from
+// a copy, since the shared object must stay untouched.
+func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
+	if sw.format == outProtobuf {
+		pb, err := e.protobuf()
+		if err != nil {
+			return false
+		}
+		return sw.writeFrame(typ, pb)
+	}
+	if sw.format == outJSON {
+		var b bytes.Buffer
+		b.Grow(len(e.json) + 32)
+		b.WriteString(`{"type":"`)
+		b.WriteString(string(typ))
+		b.WriteString(`","object":`)
+		b.Write(e.json)
+		b.WriteString("}\n")
+		if _, err := sw.w.Write(b.Bytes()); err != nil {
+			return false
+		}
+		sw.flush()
+		return true
+	}
+	return sw.send(typ, e.obj.DeepCopyObject())
 }
 
 // bookmark sends an object of the watched kind carrying only the
