@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,9 +44,6 @@ type bench struct {
 	quick bool
 	// dir is this run's own dir under -dir; removed at the end.
 	dir string
-	// self re-executes this program for measurements that need a clean
-	// process (RSS).
-	self string
 	// notes are printed under the table (peer versions, file system).
 	notes    []string
 	noteKeys map[string]bool
@@ -103,35 +99,21 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	var (
-		only     = flag.String("only", "", "comma-separated suites to run (default: all): "+suiteNames())
-		quick    = flag.Bool("quick", false, "short run: fewer samples, shorter phases")
-		baseDir  = flag.String("dir", "/var/tmp/bonsai-bench", "base dir for data dirs; must be on a real disk")
-		asJSON   = flag.Bool("json", false, "print the rows as JSON instead of a table")
-		churn    = flag.Duration("churn", 0, "instead of the table: update 1,000 keys for this long and track the data dir's size")
-		churnW   = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
-		childRSS = flag.String("child-store-rss", "", "internal: open a badger store in this dir, fill it, print VmRSS")
+		only    = flag.String("only", "", "comma-separated suites to run (default: all): "+suiteNames())
+		quick   = flag.Bool("quick", false, "short run: fewer samples, shorter phases")
+		baseDir = flag.String("dir", "/var/tmp/bonsai-bench", "base dir for data dirs; must be on a real disk")
+		asJSON  = flag.Bool("json", false, "print the rows as JSON instead of a table")
+		churn   = flag.Duration("churn", 0, "instead of the table: update 1,000 keys for this long and track the data dir's size")
+		churnW  = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
 	)
 	flag.Parse()
 	// badger's warnings are worth seeing; its routine chatter is not.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
-	if *childRSS != "" {
-		if err := childStoreRSS(*childRSS); err != nil {
-			fmt.Fprintln(os.Stderr, "bench child:", err)
-			return 1
-		}
-		return 0
-	}
-
 	selected, err := selectSuites(*only)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
 	}
 	if err := os.MkdirAll(*baseDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -142,7 +124,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
-	b := &bench{quick: *quick, dir: runDir, self: self}
+	b := &bench{quick: *quick, dir: runDir}
 	b.onCleanup(func() { os.RemoveAll(runDir) })
 	defer b.cleanup()
 
@@ -277,11 +259,3 @@ func execCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 }
 
 func splitLines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
-
-// settle lets background work finish and hands freed memory back to the
-// OS, so an RSS reading is the steady state and not a high-water mark.
-func settle() {
-	time.Sleep(2 * time.Second)
-	runtime.GC()
-	debug.FreeOSMemory()
-}

@@ -488,11 +488,18 @@ func phaseDiskPerUpdate(ctx context.Context, be *backend, p storeParams, _ *benc
 	return nil
 }
 
-// measureBadgerRSS runs the store in a child process, so the figure is the
-// store's and not what earlier phases left in this process.
+// measureBadgerRSS runs the store in a child process that links nothing
+// but the store (e2e/bench/storerss), so the figure is the store's: not
+// what earlier phases left in this process, nor the pages the bench's own
+// client libraries touch at start.
 func measureBadgerRSS(ctx context.Context, b *bench, be *backend) error {
+	p := storeParamsFor(false)
 	dir := filepath.Join(b.dir, "rss-badger")
-	cmd := execCommand(ctx, b.self, "-child-store-rss", dir)
+	bin := filepath.Join(b.dir, "storerss")
+	if err := execCommand(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./e2e/bench/storerss").Run(); err != nil {
+		return fmt.Errorf("build storerss: %v", err)
+	}
+	cmd := execCommand(ctx, bin, "-dir", dir, "-objects", fmt.Sprint(p.rssObjects), "-size", fmt.Sprint(p.rssValueSize))
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("child: %w", err)
@@ -505,27 +512,6 @@ func measureBadgerRSS(ctx context.Context, b *bench, be *backend) error {
 		}
 	}
 	return fmt.Errorf("child printed no VmRSS_kB line: %q", out)
-}
-
-// childStoreRSS is the child's side of measureBadgerRSS: the store with its
-// default options, holding the objects, settled and garbage collected.
-func childStoreRSS(dir string) error {
-	p := storeParamsFor(false)
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if _, err := load(context.Background(), st, "/registry/bench/rss/", p.rssObjects, p.rssValueSize, 16); err != nil {
-		return err
-	}
-	settle()
-	rss, err := rssBytes("self")
-	if err != nil {
-		return err
-	}
-	fmt.Printf("VmRSS_kB %d\n", rss>>10)
-	return nil
 }
 
 // measureEtcdRSS gives the peer the same objects in a fresh etcd.
