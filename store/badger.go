@@ -149,6 +149,7 @@ type badgerStore struct {
 	closed bool
 
 	committed atomic.Uint64 // every write at or below is durable and readable
+	written   atomic.Uint64 // every write at or below is in badger, maybe not yet synced
 	// lastEvent is the revision of the newest event. Compactions take
 	// revisions too; retention counts from here so they do not creep.
 	lastEvent atomic.Uint64
@@ -323,6 +324,7 @@ func (s *badgerStore) load() error {
 	}
 	s.rev = maxVersion
 	s.committed.Store(maxVersion)
+	s.written.Store(maxVersion)
 	// Leftovers of a compaction torn by a crash sit below the compacted
 	// revision; the next compaction sweeps from the first of them.
 	fit := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
@@ -445,12 +447,23 @@ func (s *badgerStore) Delete(ctx context.Context, key string, rev uint64) (KeyVa
 	return KeyValue{Key: key, Value: op.prev, Revision: op.rev}, nil
 }
 
-// commitLoop is the only writer of badger. It takes every queued write,
-// writes them as one batch at their revisions, syncs once, and only then
-// acknowledges them and publishes their events: concurrent writers share one
-// fsync.
+// commitLoop is the only writer of badger. It takes every queued write and
+// writes them at their revisions; syncLoop then fsyncs and only after that
+// acknowledges them and publishes their events, in revision order. The two
+// overlap: the next batch is written while the previous one syncs, and
+// concurrent writers share each fsync.
 func (s *badgerStore) commitLoop() {
 	defer s.commitWG.Done()
+	syncs := make(chan syncBatch, 2)
+	synced := make(chan struct{})
+	go func() {
+		defer close(synced)
+		s.syncLoop(syncs)
+	}()
+	defer func() {
+		close(syncs)
+		<-synced
+	}()
 	for {
 		s.mu.Lock()
 		batch := s.queue
@@ -465,27 +478,76 @@ func (s *badgerStore) commitLoop() {
 			continue
 		}
 		events, err := s.commit(batch)
+		if err == nil {
+			s.written.Store(batch[len(batch)-1].rev)
+		}
+		syncs <- syncBatch{batch: batch, events: events, err: err}
+	}
+}
+
+// syncBatch is a written batch waiting for its fsync.
+type syncBatch struct {
+	batch  []*writeOp
+	events []Event
+	err    error
+}
+
+// syncLoop makes written batches durable, one fsync for every batch that
+// is waiting, then acknowledges them. After a failure nothing more is
+// acknowledged as written.
+func (s *badgerStore) syncLoop(in <-chan syncBatch) {
+	var failed error
+	for b := range in {
+		batches := []syncBatch{b}
+		for more := true; more; {
+			select {
+			case nb, ok := <-in:
+				if !ok {
+					more = false
+					break
+				}
+				batches = append(batches, nb)
+			default:
+				more = false
+			}
+		}
+		for _, nb := range batches {
+			if failed == nil && nb.err != nil {
+				failed = nb.err
+			}
+		}
+		if failed == nil {
+			failed = s.db.Sync()
+		}
+		for _, nb := range batches {
+			s.finish(nb, failed)
+		}
+	}
+}
+
+// finish acknowledges a batch: on success it becomes readable and its
+// events are published; on failure the store refuses further writes.
+func (s *badgerStore) finish(b syncBatch, err error) {
+	if err != nil {
+		s.mu.Lock()
+		if s.failed == nil {
+			s.failed = fmt.Errorf("store failed, restart bonsai: %w", err)
+			s.log.Error("store write failed; refusing further writes", "err", err)
+		}
+		s.mu.Unlock()
+	} else {
+		last := b.batch[len(b.batch)-1].rev
+		if len(b.events) > 0 {
+			s.lastEvent.Store(b.events[len(b.events)-1].Revision)
+		}
+		s.committed.Store(last)
+		s.hub.publish(b.events, last)
+	}
+	for _, op := range b.batch {
 		if err != nil {
-			s.mu.Lock()
-			if s.failed == nil {
-				s.failed = fmt.Errorf("store failed, restart bonsai: %w", err)
-				s.log.Error("store write failed; refusing further writes", "err", err)
-			}
-			s.mu.Unlock()
-		} else {
-			last := batch[len(batch)-1].rev
-			if len(events) > 0 {
-				s.lastEvent.Store(events[len(events)-1].Revision)
-			}
-			s.committed.Store(last)
-			s.hub.publish(events, last)
+			op.err = err
 		}
-		for _, op := range batch {
-			if err != nil {
-				op.err = err
-			}
-			close(op.done)
-		}
+		close(op.done)
 	}
 }
 
@@ -497,7 +559,9 @@ func (s *badgerStore) commitLoop() {
 // lose both properties: badger writes its entries in map order, unmarked.)
 func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 	now := time.Now()
-	readTxn := s.db.NewTransactionAt(s.committed.Load(), false)
+	// Earlier batches may be written but not yet synced: read previous
+	// values at the last written revision, not the last durable one.
+	readTxn := s.db.NewTransactionAt(s.written.Load(), false)
 	defer readTxn.Discard()
 	// Values written earlier in this batch, for later ops' previous values.
 	inBatch := map[string][]byte{}
@@ -571,9 +635,6 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 	wg.Wait()
 	if firstErr != nil {
 		return nil, firstErr
-	}
-	if err := s.db.Sync(); err != nil {
-		return nil, err
 	}
 	return events, nil
 }
