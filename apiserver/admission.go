@@ -6,7 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -27,22 +26,13 @@ type configMapStrategy struct{ defaultStrategy }
 
 func (configMapStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*corev1.ConfigMap)
-	var errs field.ErrorList
-	total := 0
-	for k, v := range c.Data {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
-		}
+	errs, total := validateDataKeys(c.Data, field.NewPath("data"))
+	binErrs, binTotal := validateDataKeys(c.BinaryData, field.NewPath("binaryData"))
+	errs, total = append(errs, binErrs...), total+binTotal
+	for k := range c.Data {
 		if _, dup := c.BinaryData[k]; dup {
 			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, "duplicate of key present in binaryData"))
 		}
-		total += len(v)
-	}
-	for k, v := range c.BinaryData {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("binaryData").Key(k), k, msg))
-		}
-		total += len(v)
 	}
 	if total > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath(""), "", corev1.MaxSecretSize))

@@ -166,16 +166,8 @@ func defaultPodSpec(s *corev1.PodSpec) {
 		defaultContainer(&s.Containers[i])
 	}
 	for i := range s.EphemeralContainers {
-		c := &s.EphemeralContainers[i].EphemeralContainerCommon
-		if c.TerminationMessagePath == "" {
-			c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-		}
-		if c.TerminationMessagePolicy == "" {
-			c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-		}
-		if c.ImagePullPolicy == "" {
-			c.ImagePullPolicy = defaultPullPolicy(c.Image)
-		}
+		// EphemeralContainerCommon has exactly Container's fields.
+		defaultContainer((*corev1.Container)(&s.EphemeralContainers[i].EphemeralContainerCommon))
 	}
 	for i := range s.Volumes {
 		defaultVolume(&s.Volumes[i])

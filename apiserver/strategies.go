@@ -331,19 +331,25 @@ func foldStringData(s *corev1.Secret) {
 }
 
 func (secretStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	s := obj.(*corev1.Secret)
-	var errs field.ErrorList
-	total := 0
-	for k, v := range s.Data {
-		for _, msg := range validation.IsConfigMapKey(k) {
-			errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
-		}
-		total += len(v)
-	}
+	errs, total := validateDataKeys(obj.(*corev1.Secret).Data, field.NewPath("data"))
 	if total > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
 	}
 	return errs
+}
+
+// validateDataKeys checks ConfigMap and Secret keys as Kubernetes does and
+// returns the size of the values.
+func validateDataKeys[V string | []byte](data map[string]V, path *field.Path) (field.ErrorList, int) {
+	var errs field.ErrorList
+	total := 0
+	for k, v := range data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			errs = append(errs, field.Invalid(path.Key(k), k, msg))
+		}
+		total += len(v)
+	}
+	return errs, total
 }
 
 func (st secretStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
