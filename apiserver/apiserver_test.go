@@ -7,16 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -921,5 +924,77 @@ func TestProtobufWatchStream(t *testing.T) {
 	obj, _, err := protobufSerializer.Decode(we.Object.Raw, nil, nil)
 	if err != nil || we.Type != "ADDED" || obj.(*corev1.ConfigMap).Name != "pbw" {
 		t.Fatalf("event %s %#v %v", we.Type, obj, err)
+	}
+}
+
+func TestValidationOfMoreKinds(t *testing.T) {
+	e := newTestEnv(t)
+	causes := func(err error) []string {
+		t.Helper()
+		if !apierrors.IsInvalid(err) {
+			t.Fatalf("want 422 Invalid, got %v", err)
+		}
+		var out []string
+		for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+			out = append(out, c.Field)
+		}
+		sort.Strings(out)
+		return out
+	}
+	prefix := networkingv1.PathTypePrefix
+	_, err := e.cs.NetworkingV1().Ingresses("default").Create(e.ctx, &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "ing"},
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "Not_A_Host", IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{
+			{Path: "relative", PathType: &prefix, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 70000}}}},
+			{Path: "/x", Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}}},
+		}}}}}},
+	}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{
+		"spec.rules[0].host", "spec.rules[0].http.paths[0].backend.service.port.number",
+		"spec.rules[0].http.paths[0].path", "spec.rules[0].http.paths[1].pathType",
+	}, causes(err)); diff != "" {
+		t.Errorf("ingress causes: %s", diff)
+	}
+	_, err = e.cs.NetworkingV1().NetworkPolicies("default").Create(e.ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "np"},
+		Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+			{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"192.168.0.0/16"}}},
+			{IPBlock: &networkingv1.IPBlock{CIDR: "nope"}},
+		}}}},
+	}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{"spec.ingress[0].from[0].ipBlock.except[0]", "spec.ingress[0].from[1].ipBlock.cidr"}, causes(err)); diff != "" {
+		t.Errorf("network policy causes: %s", diff)
+	}
+	_, err = e.cs.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "pdb"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromString("150%")), MaxUnavailable: ptrTo(intstr.FromInt32(1))},
+	}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{"spec", "spec.minAvailable"}, causes(err)); diff != "" {
+		t.Errorf("pdb causes: %s", diff)
+	}
+	_, err = e.cs.CoordinationV1().Leases("default").Create(e.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l"}, Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptrTo[int32](0)}}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{"spec.leaseDurationSeconds"}, causes(err)); diff != "" {
+		t.Errorf("lease causes: %s", diff)
+	}
+	_, err = e.cs.SchedulingV1().PriorityClasses().Create(e.ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "system-mine"}, Value: 2000000000}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{"metadata.name", "value"}, causes(err)); diff != "" {
+		t.Errorf("priority class causes: %s", diff)
+	}
+	pc, err := e.cs.SchedulingV1().PriorityClasses().Create(e.ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "high"}, Value: 1000}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Value = 2000
+	if _, err := e.cs.SchedulingV1().PriorityClasses().Update(e.ctx, pc, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("changing a priority class's value: %v", err)
+	}
+	// Valid objects of these kinds are accepted.
+	if _, err := e.cs.NetworkingV1().Ingresses("default").Create(e.ctx, &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "ok"},
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "*.example.com", IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{
+			{Path: "/", PathType: &prefix, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Name: "http"}}}},
+		}}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("valid ingress: %v", err)
 	}
 }

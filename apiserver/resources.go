@@ -208,17 +208,17 @@ func builtinResources() []*resource {
 		{gvr: gvr("batch", "v1", "jobs"), kind: "Job", namespaced: true, categories: all, subresources: []string{"status"}, strategy: jobStrategy{}},
 		{gvr: gvr("batch", "v1", "cronjobs"), kind: "CronJob", namespaced: true, shortNames: []string{"cj"}, categories: all, subresources: []string{"status"}, strategy: cronJobStrategy{}},
 		// coordination.k8s.io/v1
-		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true},
+		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true, strategy: leaseStrategy{}},
 		// discovery.k8s.io/v1
 		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true},
 		// networking.k8s.io/v1
-		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}},
+		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
 		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},
-		{gvr: gvr("networking.k8s.io", "v1", "networkpolicies"), kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}},
+		{gvr: gvr("networking.k8s.io", "v1", "networkpolicies"), kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}, strategy: networkPolicyStrategy{}},
 		// policy/v1
-		{gvr: gvr("policy", "v1", "poddisruptionbudgets"), kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}, subresources: []string{"status"}},
+		{gvr: gvr("policy", "v1", "poddisruptionbudgets"), kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}, subresources: []string{"status"}, strategy: pdbStrategy{}},
 		// scheduling.k8s.io/v1
-		{gvr: gvr("scheduling.k8s.io", "v1", "priorityclasses"), kind: "PriorityClass", shortNames: []string{"pc"}},
+		{gvr: gvr("scheduling.k8s.io", "v1", "priorityclasses"), kind: "PriorityClass", shortNames: []string{"pc"}, strategy: priorityClassStrategy{}},
 		// storage.k8s.io/v1
 		{gvr: gvr("storage.k8s.io", "v1", "storageclasses"), kind: "StorageClass", shortNames: []string{"sc"}},
 		// node.k8s.io/v1
