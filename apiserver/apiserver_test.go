@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -996,5 +997,37 @@ func TestValidationOfMoreKinds(t *testing.T) {
 		}}}}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("valid ingress: %v", err)
+	}
+}
+
+// TestBookmarksFollowStoreProgress: a watch of a quiet resource gets
+// bookmarks at the store's revision, not its last event's.
+func TestBookmarksFollowStoreProgress(t *testing.T) {
+	e := newTestEnv(t)
+	e.s.bookmarkEvery = 50 * time.Millisecond
+	w, err := e.cs.CoreV1().ConfigMaps("default").Watch(e.ctx, metav1.ListOptions{AllowWatchBookmarks: true, ResourceVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	sec, err := e.cs.CoreV1().Secrets("default").Create(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := strconv.ParseUint(sec.ResourceVersion, 10, 64)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Bookmark {
+				continue
+			}
+			rv, _ := strconv.ParseUint(ev.Object.(*corev1.ConfigMap).ResourceVersion, 10, 64)
+			if rv >= want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no bookmark reached the secret's revision %d", want)
+		}
 	}
 }

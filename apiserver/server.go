@@ -44,15 +44,17 @@ type PortRange struct{ Base, Max int }
 
 // Server is the API server.
 type Server struct {
-	cfg     Config
-	reg     *registry
-	events  *eventCache // watch events decoded and encoded once
-	allocMu sync.Mutex  // service IP and node port allocation
-	log     *slog.Logger
-	handler http.Handler
-	metrics *metrics
-	ctx     context.Context
-	cancel  context.CancelFunc
+	cfg    Config
+	reg    *registry
+	events *eventCache // watch events decoded and encoded once
+	// bookmarkEvery is how often watches that allow bookmarks get one.
+	bookmarkEvery time.Duration
+	allocMu       sync.Mutex // service IP and node port allocation
+	log           *slog.Logger
+	handler       http.Handler
+	metrics       *metrics
+	ctx           context.Context
+	cancel        context.CancelFunc
 
 	// watches is cancelled to end every open watch (clients re-watch).
 	watchMu     sync.Mutex
@@ -83,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 	s.cfg.Store = instrumentedStore{Store: cfg.Store, m: s.metrics}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
+	s.bookmarkEvery = defaultBookmarkInterval
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withMetrics(s.withAuthentication(r))

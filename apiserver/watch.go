@@ -22,8 +22,9 @@ import (
 	"bonsai.dev/bonsai/store"
 )
 
-// bookmarkInterval is how often a watch that asked for bookmarks gets one.
-const bookmarkInterval = 30 * time.Second
+// defaultBookmarkInterval is how often a watch that asked for bookmarks
+// gets one.
+const defaultBookmarkInterval = 30 * time.Second
 
 // initialEventsEndAnnotation marks the bookmark that ends a watch's initial
 // events (sendInitialEvents=true), as client-go's watch-list expects.
@@ -134,7 +135,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	}
 	var tick <-chan time.Time
 	if o.bookmarks {
-		t := time.NewTicker(bookmarkInterval)
+		t := time.NewTicker(s.bookmarkEvery)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -145,6 +146,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		case <-ended:
 			return nil
 		case <-tick:
+			// With nothing left to deliver, the watch has seen everything
+			// up to the store's progress, even if its resource was quiet:
+			// the bookmark says so, and a resume from it needs no re-list
+			// after the old revision is compacted.
+			if p := sw2.Progress(); p > last && len(sw2.Events()) == 0 {
+				last = p
+			}
 			if !sw.bookmark(last, false) {
 				return nil
 			}

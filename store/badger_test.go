@@ -275,3 +275,31 @@ func dirSize(t *testing.T, dir string) int64 {
 	})
 	return n
 }
+
+// TestBadgerWatchProgressPassesOtherWrites: a watcher of a quiet prefix
+// still progresses with the store, so its bookmarks stay recent.
+func TestBadgerWatchProgressPassesOtherWrites(t *testing.T) {
+	s := openBadger(t, store.BadgerOptions{Dir: t.TempDir()})
+	defer s.Close()
+	w, err := s.Watch(ctx, "/registry/quiet/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var r uint64
+	for i := 0; i < 50; i++ {
+		r = mustCreate(t, s, fmt.Sprintf("/registry/busy/k%d", i), "x")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Progress() < r {
+		if time.Now().After(deadline) {
+			t.Fatalf("progress %d, writes elsewhere reached %d", w.Progress(), r)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case ev := <-w.Events():
+		t.Fatalf("event from another prefix: %+v", ev)
+	default:
+	}
+}

@@ -66,6 +66,7 @@ func TestConformance(t *testing.T) {
 		{"Compacted", testCompacted},
 		{"ManyWatchers", testManyWatchers},
 		{"SlowWatcher", testSlowWatcher},
+		{"WatchProgress", testWatchProgress},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -573,5 +574,29 @@ func testSlowWatcher(t *testing.T, open func(*testing.T, int) store.Store) {
 		if got[i].Revision <= got[i-1].Revision {
 			t.Fatalf("slow watcher events out of order at %d", i)
 		}
+	}
+}
+
+// testWatchProgress: progress covers every delivered event and never
+// claims a revision the store has not reached.
+func testWatchProgress(t *testing.T, open func(*testing.T, int) store.Store) {
+	s := open(t, 0)
+	w, err := s.Watch(ctx, "/registry/quiet/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	mustCreate(t, s, "/registry/busy/x", "x")
+	r := mustCreate(t, s, "/registry/quiet/y", "y")
+	if got := collect(t, w, 1); got[0].Revision != r {
+		t.Fatalf("event %+v, want revision %d", got[0], r)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Progress() < r && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cur, _ := s.CurrentRevision(ctx)
+	if p := w.Progress(); p < r || p > cur {
+		t.Fatalf("progress %d after delivering %d (current %d)", p, r, cur)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -316,11 +317,14 @@ func (s *etcdStore) compactLoop() {
 }
 
 type etcdWatcher struct {
-	out    chan Event
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{}
+	out      chan Event
+	err      error
+	cancel   context.CancelFunc
+	done     chan struct{}
+	progress atomic.Uint64
 }
+
+func (w *etcdWatcher) Progress() uint64 { return w.progress.Load() }
 
 func (w *etcdWatcher) Events() <-chan Event { return w.out }
 func (w *etcdWatcher) Err() error {
@@ -353,14 +357,15 @@ func (s *etcdStore) Watch(ctx context.Context, prefix string, rev uint64) (Watch
 		}
 	}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := s.cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1), clientv3.WithPrevKV())
+	wch := s.cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	w := &etcdWatcher{out: make(chan Event, 100), cancel: cancel, done: make(chan struct{})}
 	var first []Event
 	go func() {
 		defer close(w.done)
 		defer close(w.out)
 		defer cancel()
-		w.err = s.pump(ctx, wch, w.out, first)
+		w.progress.Store(rev)
+		w.err = s.pump(ctx, wch, w.out, first, &w.progress)
 	}()
 	return w, nil
 }
@@ -397,8 +402,14 @@ func convertEtcdEvents(evs []*clientv3.Event) []Event {
 
 // pump moves events from etcd to the watcher's channel through a bounded
 // queue: a consumer that lets MaxWatchLag events pile up is ended.
-func (s *etcdStore) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- Event, pending []Event) error {
+func (s *etcdStore) pump(ctx context.Context, wch clientv3.WatchChan, out chan<- Event, pending []Event, progress *atomic.Uint64) error {
+	// seen is the newest revision etcd has answered at; once everything
+	// queued is sent, the watcher has progressed to it.
+	var seen uint64
 	for {
+		if len(pending) == 0 && seen > progress.Load() {
+			progress.Store(seen)
+		}
 		var send chan<- Event
 		var next Event
 		if len(pending) > 0 {
@@ -416,6 +427,15 @@ func (s *etcdStore) pump(ctx context.Context, wch clientv3.WatchChan, out chan<-
 				return err
 			}
 			pending = append(pending, convertEtcdEvents(resp.Events)...)
+			// Only a progress notification vouches for every event up to its
+			// header revision; an event response from a watcher still
+			// catching up may carry a newer one.
+			if n := len(resp.Events); n > 0 {
+				seen = max(seen, uint64(resp.Events[n-1].Kv.ModRevision))
+			}
+			if resp.IsProgressNotify() {
+				seen = max(seen, uint64(resp.Header.Revision))
+			}
 			if len(pending) > s.opts.MaxWatchLag {
 				return ErrWatcherTooSlow
 			}

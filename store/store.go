@@ -97,6 +97,11 @@ type Watcher interface {
 	Events() <-chan Event
 	Err() error
 	Stop()
+	// Progress is a revision up to which every event under the watched
+	// prefix has been put on Events: once Events is drained, the watcher
+	// has seen everything at or below it, even if nothing under the prefix
+	// changed (what bookmarks carry).
+	Progress() uint64
 }
 
 // ListOptions narrow a List.

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // logReader reads committed events with revisions in (after, upTo] from
@@ -106,11 +107,14 @@ func (h *watchHub) readRing(after uint64, limit int) (evs []Event, last uint64, 
 }
 
 type hubWatcher struct {
-	out    chan Event
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{}
+	out      chan Event
+	err      error
+	cancel   context.CancelFunc
+	done     chan struct{}
+	progress atomic.Uint64
 }
+
+func (w *hubWatcher) Progress() uint64 { return w.progress.Load() }
 
 func (w *hubWatcher) Events() <-chan Event { return w.out }
 func (w *hubWatcher) Err() error {
@@ -130,14 +134,15 @@ func (h *watchHub) watch(ctx context.Context, prefix string, after uint64) *hubW
 	go func() {
 		defer close(w.done)
 		defer close(w.out)
-		w.err = h.run(ctx, w.out, prefix, after)
+		w.err = h.run(ctx, w.out, prefix, after, &w.progress)
 	}()
 	return w
 }
 
 const watchReadBatch = 256
 
-func (h *watchHub) run(ctx context.Context, out chan<- Event, prefix string, cursor uint64) error {
+func (h *watchHub) run(ctx context.Context, out chan<- Event, prefix string, cursor uint64, progress *atomic.Uint64) error {
+	progress.Store(cursor)
 	send := func(evs []Event) error {
 		for _, ev := range evs {
 			if !strings.HasPrefix(ev.Key, prefix) {
@@ -171,12 +176,14 @@ func (h *watchHub) run(ctx context.Context, out chan<- Event, prefix string, cur
 			if len(evs) == 0 {
 				// Nothing under history up to last: jump there.
 				cursor = last
+				progress.Store(cursor)
 				continue
 			}
 			if err := send(evs); err != nil {
 				return nilIfCancelled(err)
 			}
 			cursor = evs[len(evs)-1].Revision
+			progress.Store(cursor)
 			continue
 		}
 		live = true
@@ -185,6 +192,7 @@ func (h *watchHub) run(ctx context.Context, out chan<- Event, prefix string, cur
 				return nilIfCancelled(err)
 			}
 			cursor = evs[len(evs)-1].Revision
+			progress.Store(cursor)
 			continue
 		}
 		if closed {
@@ -192,6 +200,7 @@ func (h *watchHub) run(ctx context.Context, out chan<- Event, prefix string, cur
 		}
 		// Caught up: nothing in the ring above cursor up to last.
 		cursor = last
+		progress.Store(cursor)
 		select {
 		case <-wait:
 		case <-ctx.Done():
