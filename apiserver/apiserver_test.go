@@ -1031,3 +1031,36 @@ func TestBookmarksFollowStoreProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminatingNamespaceWaitsForFinalize: a Terminating namespace goes
+// only once spec.finalizers is empty (the namespace controller's
+// /finalize), not on any other update.
+func TestTerminatingNamespaceWaitsForFinalize(t *testing.T) {
+	e := newTestEnv(t)
+	nss := e.cs.CoreV1().Namespaces()
+	if _, err := nss.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nss.Delete(e.ctx, "t", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := nss.Get(e.ctx, "t", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["touched"] = "yes"
+	if _, err := nss.Update(e.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns, err = nss.Get(e.ctx, "t", metav1.GetOptions{})
+	if err != nil || ns.Status.Phase != corev1.NamespaceTerminating || ns.Labels["touched"] != "yes" {
+		t.Fatalf("terminating namespace after a label update: %+v %v", ns, err)
+	}
+	ns.Spec.Finalizers = nil
+	if _, err := nss.Finalize(e.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nss.Get(e.ctx, "t", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("namespace after finalize: %v", err)
+	}
+}

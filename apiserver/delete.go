@@ -168,7 +168,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				changed = true
 			}
 			// Once nothing holds it (grace 0, no finalizers), delete below.
-			if len(m.GetFinalizers()) > 0 || grace > 0 || (hasBlocker && blocker.blocksDeletion(obj)) {
+			if heldFromDeletion(res, obj, m) {
 				if !changed || dry {
 					return obj, false, nil
 				}

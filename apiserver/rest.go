@@ -532,8 +532,8 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 		}
 		m, _ = metaOf(obj)
 	}
-	// An object marked for deletion goes once its last finalizer does.
-	if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && deletionGraceElapsed(m) {
+	// An object marked for deletion goes once nothing holds it any more.
+	if m.GetDeletionTimestamp() != nil && !heldFromDeletion(res, obj, m) {
 		if wc.dryRun {
 			return obj, nil
 		}
@@ -570,12 +570,19 @@ type statusStrategy interface {
 	prepareForStatusUpdate(w *writeCtx, obj, old runtime.Object) error
 }
 
-// deletionGraceElapsed: an object with a grace period (a terminating pod)
-// is removed only by a delete with grace 0, not by losing its finalizers
-// early.
-func deletionGraceElapsed(m metav1.Object) bool {
-	g := m.GetDeletionGracePeriodSeconds()
-	return g == nil || *g == 0
+// heldFromDeletion reports what keeps an object marked for deletion in
+// the store: finalizers; a grace period still running (a terminating pod
+// goes only by a delete with grace 0); the kind's own finalizers outside
+// metadata (a namespace's spec.finalizers, which /finalize clears).
+func heldFromDeletion(res *resource, obj runtime.Object, m metav1.Object) bool {
+	if len(m.GetFinalizers()) > 0 {
+		return true
+	}
+	if g := m.GetDeletionGracePeriodSeconds(); g != nil && *g > 0 {
+		return true
+	}
+	b, ok := res.strategy.(deletionBlocker)
+	return ok && b.blocksDeletion(obj)
 }
 
 func isApply(r *http.Request) bool {
