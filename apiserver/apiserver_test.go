@@ -1064,3 +1064,23 @@ func TestTerminatingNamespaceWaitsForFinalize(t *testing.T) {
 		t.Fatalf("namespace after finalize: %v", err)
 	}
 }
+
+func TestGenerateNameRetriesCollisions(t *testing.T) {
+	e := newTestEnv(t)
+	calls := 0
+	newGeneratedName = func(base string) string {
+		calls++
+		if calls <= 3 {
+			return base + "taken"
+		}
+		return generateName(base)
+	}
+	defer func() { newGeneratedName = generateName }()
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("gen-taken", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "gen-"}}, metav1.CreateOptions{})
+	if err != nil || got.Name == "gen-taken" || !strings.HasPrefix(got.Name, "gen-") || calls != 4 {
+		t.Fatalf("generated name after collisions: %q %v (%d tries)", got.Name, err, calls)
+	}
+}

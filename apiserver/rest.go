@@ -194,6 +194,10 @@ func dryRun(r *http.Request) (bool, error) {
 // suffixes: no vowels, no confusable digits.
 const generateNameChars = "bcdfghjklmnpqrstvwxz2456789"
 
+// newGeneratedName makes a name from generateName; tests replace it to
+// force collisions.
+var newGeneratedName = generateName
+
 func generateName(base string) string {
 	const maxBase = 63 - 5
 	if len(base) > maxBase {
@@ -249,15 +253,26 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 	if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
 		return err
 	}
-	if m.GetName() == "" && m.GetGenerateName() != "" {
-		m.SetName(generateName(m.GetGenerateName()))
-	}
+	generated := m.GetName() == "" && m.GetGenerateName() != ""
 	wc := &writeCtx{s: s, res: res, dryRun: dry}
-	out, err := s.createObject(r.Context(), wc, obj, fieldManager(r), false)
-	if err != nil {
-		return err
+	// A generated name that is taken is the server's problem, not the
+	// client's: try others, as kube-apiserver does (RetryGenerateName).
+	for attempt := 0; ; attempt++ {
+		in := obj
+		if generated {
+			in = obj.DeepCopyObject()
+			mi, _ := metaOf(in)
+			mi.SetName(newGeneratedName(mi.GetGenerateName()))
+		}
+		out, err := s.createObject(r.Context(), wc, in, fieldManager(r), false)
+		if generated && apierrors.IsAlreadyExists(err) && attempt < 7 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return s.respond(w, r, http.StatusCreated, res, out, format)
 	}
-	return s.respond(w, r, http.StatusCreated, res, out, format)
 }
 
 // createObject runs the create path shared by POST, PUT-as-create and
