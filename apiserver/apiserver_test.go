@@ -1084,3 +1084,16 @@ func TestGenerateNameRetriesCollisions(t *testing.T) {
 		t.Fatalf("generated name after collisions: %q %v (%d tries)", got.Name, err, calls)
 	}
 }
+
+func TestCreateRefusesResourceVersion(t *testing.T) {
+	e := newTestEnv(t)
+	c := cm("with-rv", nil)
+	c.ResourceVersion = "5"
+	_, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, c, metav1.CreateOptions{})
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "resourceVersion should not be set on objects to be created") {
+		t.Fatalf("create with a resourceVersion: %v", err)
+	}
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Get(e.ctx, "with-rv", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("refused create stored something: %v", err)
+	}
+}

@@ -253,6 +253,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 	if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
 		return err
 	}
+	if m.GetResourceVersion() != "" {
+		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
 	wc := &writeCtx{s: s, res: res, dryRun: dry}
 	// A generated name that is taken is the server's problem, not the
