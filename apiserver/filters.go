@@ -12,12 +12,6 @@ import (
 
 type userKey struct{}
 
-// UserFrom returns the authenticated user of a request's context.
-func UserFrom(ctx context.Context) (*authn.User, bool) {
-	u, ok := ctx.Value(userKey{}).(*authn.User)
-	return u, ok
-}
-
 // publicPaths answer anonymous requests, as kube-apiserver's default RBAC
 // (system:public-info-viewer) allows.
 var publicPaths = map[string]bool{"/healthz": true, "/livez": true, "/readyz": true, "/version": true}

@@ -1,38 +1,11 @@
 package apiserver
 
 import (
-	"context"
-	"sync"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/openapi"
 )
-
-// openAPIHandlers holds each server's OpenAPI handler by its resource table,
-// so that whoever changes the table can invalidate the documents without
-// the handler living in Server itself.
-var openAPIHandlers sync.Map // *registry → *openapi.Handler
-
-// openAPI returns the server's OpenAPI handler, created on first use and
-// forgotten when the server shuts down.
-func (s *Server) openAPI() *openapi.Handler {
-	h := openapi.NewHandler(s.reg.openAPIResources)
-	if v, loaded := openAPIHandlers.LoadOrStore(s.reg, h); loaded {
-		return v.(*openapi.Handler)
-	}
-	context.AfterFunc(s.ctx, func() { openAPIHandlers.Delete(s.reg) })
-	return h
-}
-
-// invalidateOpenAPI makes the next OpenAPI request rebuild the documents;
-// call it after adding or removing resources.
-func (reg *registry) invalidateOpenAPI() {
-	if v, ok := openAPIHandlers.Load(reg); ok {
-		v.(*openapi.Handler).Invalidate()
-	}
-}
 
 // openAPIResources describes the table for the OpenAPI documents.
 func (reg *registry) openAPIResources() []openapi.Resource {

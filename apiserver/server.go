@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -128,7 +129,8 @@ func (s *Server) routes(r chi.Router) {
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {
 		r.HandleFunc(p, s.serveAPITree)
 	}
-	oa := s.openAPI()
+	// The documents are built on the first request, not at start.
+	oa := openapi.NewHandler(s.reg.openAPIResources)
 	r.Get("/openapi/v2", oa.ServeV2)
 	r.Get("/openapi/v3", oa.ServeV3)
 	r.Get("/openapi/v3/*", oa.ServeV3)
