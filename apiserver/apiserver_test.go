@@ -1097,3 +1097,23 @@ func TestCreateRefusesResourceVersion(t *testing.T) {
 		t.Fatalf("refused create stored something: %v", err)
 	}
 }
+
+// TestNoNewFinalizersWhileDeleting: once deletion has started, finalizers
+// may only go, as Kubernetes' metadata validation requires.
+func TestNoNewFinalizersWhileDeleting(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	c := cm("fin", nil)
+	c.Finalizers = []string{"example.com/a"}
+	if _, err := cms.Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms.Delete(e.ctx, "fin", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := cms.Get(e.ctx, "fin", metav1.GetOptions{})
+	got.Finalizers = append(got.Finalizers, "example.com/b")
+	if _, err := cms.Update(e.ctx, got, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "no new finalizers can be added if the object is being deleted") {
+		t.Fatalf("adding a finalizer while deleting: %v", err)
+	}
+}
