@@ -1117,3 +1117,43 @@ func TestNoNewFinalizersWhileDeleting(t *testing.T) {
 		t.Fatalf("adding a finalizer while deleting: %v", err)
 	}
 }
+
+// TestLegacyWatchPaths: /api/v1/watch/... streams like ?watch=true, for a
+// collection and for one named object.
+func TestLegacyWatchPaths(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	for _, path := range []string{"/api/v1/watch/namespaces/default/configmaps", "/api/v1/watch/namespaces/default/configmaps/legacy"} {
+		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path+"?resourceVersion=1", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("legacy-%d", time.Now().UnixNano())
+		if strings.HasSuffix(path, "/legacy") {
+			name = "legacy"
+		}
+		e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("other-"+name, nil), metav1.CreateOptions{})
+		if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm(name, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(resp.Body)
+		var ev struct {
+			Type   string
+			Object corev1.ConfigMap
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if strings.HasSuffix(path, "/legacy") && ev.Object.Name != "legacy" {
+			t.Fatalf("%s streamed %s", path, ev.Object.Name)
+		}
+		if ev.Type != "ADDED" {
+			t.Fatalf("%s: %s", path, ev.Type)
+		}
+		resp.Body.Close()
+		cancel()
+	}
+}
