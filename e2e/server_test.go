@@ -113,13 +113,21 @@ func startServer(t *testing.T, dataDir string, extra ...string) *server {
 }
 
 func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, error) {
-	args := append([]string{"server",
+	args := []string{"server",
 		"--data-dir", dataDir,
 		"--https-listen-port", fmt.Sprint(port),
 		"--bind-address", "127.0.0.1",
-		"--disable-agent",
 		"--config", emptyConfig(t),
-	}, extra...)
+	}
+	// The control plane alone, unless the test picks a node runtime.
+	agent := false
+	for _, a := range extra {
+		agent = agent || strings.HasPrefix(a, "--runtime")
+	}
+	if !agent {
+		args = append(args, "--disable-agent")
+	}
+	args = append(args, extra...)
 	logf, err := os.CreateTemp(t.TempDir(), "stderr-")
 	if err != nil {
 		return nil, err

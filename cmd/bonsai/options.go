@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -46,6 +47,11 @@ type serverOptions struct {
 	clusterDomain     string
 	logFormat         string
 	logLevel          string
+	runtime           string
+	nodeName          string
+	nodeLabels        []string
+	nodeTaints        []string
+	maxPods           int
 }
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
@@ -67,6 +73,11 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "DNS domain of the cluster")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.runtime, "runtime", "containerd", "container runtime of this host's node: containerd, or simulated (pods go Running at once, no containers)")
+	fs.StringVar(&o.nodeName, "node-name", "", "name of this host's Node (default: the host name)")
+	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
+	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
+	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -87,6 +98,11 @@ type serverConfig struct {
 	ClusterDomain string
 	LogFormat     string
 	LogLevel      slog.Level
+	Runtime       string
+	NodeName      string
+	NodeLabels    map[string]string
+	NodeTaints    []corev1.Taint
+	MaxPods       int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -238,6 +254,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	if errs := validation.IsDNS1123Subdomain(o.clusterDomain); len(errs) > 0 {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
 	}
+	if err := o.validateNode(c); err != nil {
+		return nil, err
+	}
 
 	for _, san := range o.tlsSANs {
 		san = strings.TrimSpace(san)
@@ -343,4 +362,57 @@ func parseCIDR(flag, s string) (netip.Prefix, error) {
 // oneLine keeps an error on the single stderr line bonsai promises.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// validateNode checks the flags of this host's node agent.
+func (o *serverOptions) validateNode(c *serverConfig) error {
+	switch o.runtime {
+	case "containerd", "simulated":
+		c.Runtime = o.runtime
+	default:
+		return fmt.Errorf("--runtime %q: must be containerd or simulated", o.runtime)
+	}
+	c.NodeName = o.nodeName
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node-name: not given and the host name is unknown: %v", err)
+		}
+		c.NodeName = strings.ToLower(h)
+	}
+	if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name %q: %s", c.NodeName, strings.Join(errs, "; "))
+	}
+	if o.maxPods < 1 {
+		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
+	}
+	c.MaxPods = o.maxPods
+	c.NodeLabels = map[string]string{}
+	for _, l := range o.nodeLabels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			return fmt.Errorf("--node-labels %q: want key=value", l)
+		}
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return fmt.Errorf("--node-labels %q: %s", l, strings.Join(errs, "; "))
+		}
+		c.NodeLabels[k] = v
+	}
+	for _, t := range o.nodeTaints {
+		kv, effect, ok := strings.Cut(t, ":")
+		if !ok {
+			return fmt.Errorf("--node-taints %q: want key=value:Effect", t)
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		switch corev1.TaintEffect(effect) {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			return fmt.Errorf("--node-taints %q: effect must be NoSchedule, PreferNoSchedule or NoExecute", t)
+		}
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return fmt.Errorf("--node-taints %q: %s", t, strings.Join(errs, "; "))
+		}
+		c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)})
+	}
+	return nil
 }

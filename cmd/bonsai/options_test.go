@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -69,6 +70,10 @@ func TestServerDefaults(t *testing.T) {
 		ClusterDomain: "cluster.local",
 		LogFormat:     "text",
 		LogLevel:      slog.LevelInfo,
+		Runtime:       "containerd",
+		NodeName:      hostName(t),
+		NodeLabels:    map[string]string{},
+		MaxPods:       110,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -84,7 +89,9 @@ func TestServerFlags(t *testing.T) {
 		"--token-file", tokens, "--datastore-endpoint", "http://127.0.0.1:2379",
 		"--service-cidr", "fd00:43::/108", "--cluster-cidr", "10.244.0.0/16",
 		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
-		"--log-format", "json", "--log-level", "debug")
+		"--log-format", "json", "--log-level", "debug",
+		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
+		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +111,14 @@ func TestServerFlags(t *testing.T) {
 		ClusterDomain: "edge.internal",
 		LogFormat:     "json",
 		LogLevel:      slog.LevelDebug,
+		Runtime:       "simulated",
+		NodeName:      "edge-1",
+		NodeLabels:    map[string]string{"site": "plant-7", "tier": "edge"},
+		NodeTaints: []corev1.Taint{
+			{Key: "dedicated", Value: "cam", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
+		},
+		MaxPods: 50,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -139,6 +154,13 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--cluster-domain", "-bad.local"}, []string{"--cluster-domain"}},
 		{[]string{"--cluster-domain", ""}, []string{"--cluster-domain"}},
 		{[]string{"--log-level", "verbose"}, []string{"--log-level", "verbose"}},
+		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
+		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
+		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
+		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
+		{[]string{"--node-taints", "k=v"}, []string{"--node-taints", "key=value:Effect"}},
+		{[]string{"--node-taints", "k=v:Sometimes"}, []string{"--node-taints", "effect"}},
 		{[]string{"--log-format", "xml"}, []string{"--log-format", "xml"}},
 		{[]string{"--token-file", filepath.Join(dir, "missing.csv")}, []string{"--token-file", "missing.csv"}},
 		{[]string{"--token-file", dir}, []string{"--token-file"}},
@@ -271,6 +293,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--log-format string`, `(default "text")`,
 		`--log-level string`, `(default "info")`,
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
+		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
+		`--node-taints strings`, `--max-pods int`, `(default 110)`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
@@ -332,4 +356,12 @@ func TestLockDataDir(t *testing.T) {
 	if _, err := lockDataDir(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("data dir that is a file: %v", err)
 	}
+}
+
+func hostName(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ToLower(h)
 }

@@ -20,11 +20,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -133,7 +135,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
 	if !cfg.DisableAgent {
-		log.Warn("the node agent is not part of this build yet; running the control plane only")
+		startAgent(ctx, cfg, api, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
 	// garbage the steady state never needs; hand it back to the OS now
@@ -283,4 +285,30 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// startAgent runs this host's node agent in-process, as its own node
+// identity through the whole handler chain.
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+	if cfg.Runtime != "simulated" {
+		log.Warn("the containerd runtime is not part of this build yet; running the control plane only (use --runtime=simulated for a simulated node, or --disable-agent)")
+		return
+	}
+	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
+	client, err := kubernetes.NewForConfig(api.ClientConfig(user))
+	if err != nil {
+		log.Error("node agent", "err", err)
+		return
+	}
+	go func() {
+		err := kubelet.Run(ctx, kubelet.Config{
+			NodeName: cfg.NodeName, Client: client, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
+			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
+			ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
+			Logger: log,
+		})
+		if err != nil {
+			log.Error("node agent stopped", "err", err)
+		}
+	}()
 }

@@ -1,0 +1,300 @@
+// Package kubelet is bonsai's node agent: it registers its Node, keeps the
+// node's Lease fresh and reports node status, and (as it grows) runs the
+// node's pods through a runtime. It talks to the API server only through
+// client-go, exactly as a remote kubelet would; it never touches the store.
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// statusInterval is how often node status is posted when nothing changed.
+const statusInterval = 5 * time.Minute
+
+// Config is what the node agent needs.
+type Config struct {
+	NodeName string
+	Client   kubernetes.Interface
+	// Labels are added to the well-known ones; Taints are set when the
+	// Node is first registered only, as --register-with-taints does.
+	Labels       map[string]string
+	Taints       []corev1.Taint
+	MaxPods      int
+	Address      netip.Addr
+	DataDir      string // its file system is the node's ephemeral storage
+	ControlPlane bool
+	// RuntimeVersion is reported in nodeInfo ("simulated://..." for the
+	// simulated runtime); KubeletVersion is the Kubernetes version served.
+	RuntimeVersion string
+	KubeletVersion string
+	Clock          clock.Clock
+	Logger         *slog.Logger
+}
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg     Config
+	mu      sync.Mutex
+	uid     types.UID
+	lastSet []corev1.NodeCondition
+	lastAt  time.Time
+}
+
+// Run registers the node and keeps its heartbeats going until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPods <= 0 {
+		cfg.MaxPods = 110
+	}
+	a := &Agent{cfg: cfg}
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
+	go l.run(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-cfg.Clock.After(10 * time.Second):
+		}
+		if err := a.postStatus(ctx, false); err != nil {
+			cfg.Logger.Warn("posting node status failed", "node", cfg.NodeName, "err", err)
+		}
+	}
+}
+
+func (a *Agent) nodeUID() (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return string(a.uid), a.uid != ""
+}
+
+// register creates the Node, or takes over an existing one of the same
+// name (a restart), then posts its status.
+func (a *Agent) register(ctx context.Context) error {
+	nodes := a.cfg.Client.CoreV1().Nodes()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: a.labels()}, Spec: corev1.NodeSpec{Taints: a.cfg.Taints}}
+	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		existing, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
+		}
+		for k, v := range a.labels() {
+			if existing.Labels == nil {
+				existing.Labels = map[string]string{}
+			}
+			existing.Labels[k] = v
+		}
+		if created, err = nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
+		}
+	case err != nil:
+		return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
+	}
+	a.mu.Lock()
+	a.uid = created.UID
+	a.mu.Unlock()
+	a.cfg.Logger.Info("node registered", "node", a.cfg.NodeName, "runtime", a.cfg.RuntimeVersion)
+	return a.postStatus(ctx, true)
+}
+
+func (a *Agent) labels() map[string]string {
+	l := map[string]string{
+		corev1.LabelHostname:      a.cfg.NodeName,
+		corev1.LabelOSStable:      runtime.GOOS,
+		corev1.LabelArchStable:    runtime.GOARCH,
+		"beta.kubernetes.io/os":   runtime.GOOS,
+		"beta.kubernetes.io/arch": runtime.GOARCH,
+	}
+	if a.cfg.ControlPlane {
+		l["node-role.kubernetes.io/control-plane"] = ""
+	}
+	for k, v := range a.cfg.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+// postStatus writes node status when a condition changed, when forced, or
+// when statusInterval has passed since the last post.
+func (a *Agent) postStatus(ctx context.Context, force bool) error {
+	now := a.cfg.Clock.Now()
+	status := a.status(now)
+	a.mu.Lock()
+	changed := !sameConditions(a.lastSet, status.Conditions)
+	due := force || changed || now.Sub(a.lastAt) >= statusInterval
+	a.mu.Unlock()
+	if !due {
+		return nil
+	}
+	nodes := a.cfg.Client.CoreV1().Nodes()
+	node, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	// Keep each condition's transition time unless its status changed.
+	for i := range status.Conditions {
+		c := &status.Conditions[i]
+		for _, old := range node.Status.Conditions {
+			if old.Type == c.Type && old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	node.Status = status
+	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.lastSet, a.lastAt = status.Conditions, now
+	a.mu.Unlock()
+	return nil
+}
+
+func sameConditions(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason {
+			return false
+		}
+	}
+	return true
+}
+
+// Eviction thresholds the kubelet keeps free by default: what allocatable
+// leaves out of capacity.
+var (
+	evictionMemory  = resource.MustParse("100Mi")
+	evictionDiskPct = int64(10)
+)
+
+// status reads the host: capacity and allocatable, addresses, node info
+// and the pressure conditions.
+func (a *Agent) status(now time.Time) corev1.NodeStatus {
+	memTotal, memAvail := meminfo()
+	var fsTotal, fsFree int64
+	var st syscall.Statfs_t
+	if syscall.Statfs(a.cfg.DataDir, &st) == nil {
+		fsTotal, fsFree = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(memTotal, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(int64(a.cfg.MaxPods), resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(fsTotal, resource.BinarySI),
+		"hugepages-1Gi":                 *resource.NewQuantity(0, resource.BinarySI),
+		"hugepages-2Mi":                 *resource.NewQuantity(0, resource.BinarySI),
+	}
+	allocatable := capacity.DeepCopy()
+	mem := capacity[corev1.ResourceMemory]
+	mem.Sub(evictionMemory)
+	allocatable[corev1.ResourceMemory] = mem
+	allocatable[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(fsTotal-fsTotal*evictionDiskPct/100, resource.BinarySI)
+
+	hb := metav1.NewTime(now)
+	cond := func(t corev1.NodeConditionType, pressure bool, reasonOK, msgOK, reasonBad, msgBad string) corev1.NodeCondition {
+		c := corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse, Reason: reasonOK, Message: msgOK, LastHeartbeatTime: hb, LastTransitionTime: hb}
+		if pressure {
+			c.Status, c.Reason, c.Message = corev1.ConditionTrue, reasonBad, msgBad
+		}
+		return c
+	}
+	conditions := []corev1.NodeCondition{
+		cond(corev1.NodeMemoryPressure, memAvail < evictionMemory.Value(), "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+		cond(corev1.NodeDiskPressure, fsTotal > 0 && fsFree*100 < fsTotal*evictionDiskPct, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"),
+		cond(corev1.NodePIDPressure, false, "KubeletHasSufficientPID", "kubelet has sufficient PID available", "", ""),
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb},
+	}
+	addresses := []corev1.NodeAddress{}
+	if a.cfg.Address.IsValid() {
+		addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.cfg.Address.String()})
+	}
+	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: a.cfg.NodeName})
+	var uts syscall.Utsname
+	syscall.Uname(&uts)
+	return corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: allocatable,
+		Conditions:  conditions,
+		Addresses:   addresses,
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID:               readTrim("/etc/machine-id"),
+			BootID:                  readTrim("/proc/sys/kernel/random/boot_id"),
+			KernelVersion:           utsString(uts.Release[:]),
+			OSImage:                 osImage(),
+			OperatingSystem:         runtime.GOOS,
+			Architecture:            runtime.GOARCH,
+			ContainerRuntimeVersion: a.cfg.RuntimeVersion,
+			KubeletVersion:          a.cfg.KubeletVersion,
+		},
+	}
+}
+
+// meminfo returns MemTotal and MemAvailable in bytes.
+func meminfo() (total, avail int64) {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+			total = kb << 10
+		} else if _, err := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); err == nil {
+			avail = kb << 10
+		}
+	}
+	return total, avail
+}
+
+func osImage() string {
+	b, _ := os.ReadFile("/etc/os-release")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return "Linux"
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+func utsString(b []int8) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }

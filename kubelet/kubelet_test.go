@@ -1,0 +1,145 @@
+package kubelet
+
+import (
+	"context"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/store"
+)
+
+func TestLeaseRetryBackoff(t *testing.T) {
+	// After a renewal at the normal interval, failures back off from 200 ms
+	// doubling to a 7 s cap.
+	var got []time.Duration
+	d := leaseRenewInterval
+	for i := 0; i < 8; i++ {
+		d = nextRetry(d)
+		got = append(got, d)
+	}
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond, 7 * time.Second, 7 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("back-off (-want +got):\n%s", diff)
+	}
+	if nextRetry(0) != leaseRetryFirst {
+		t.Fatal("a failure of the first renewal does not start at 200 ms")
+	}
+}
+
+func TestRegistersNodeAndRenewsLease(t *testing.T) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := apiserver.New(apiserver.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	cs := kubernetes.NewForConfigOrDie(srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}}))
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{
+			NodeName: "n1", Client: cs, Labels: map[string]string{"site": "edge"},
+			Taints:  []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
+			Address: netip.MustParseAddr("127.0.0.1"), DataDir: t.TempDir(), ControlPlane: true,
+			RuntimeVersion: "simulated://0.1", KubeletVersion: "v1.37.2", Clock: clk,
+		})
+	}()
+	node := waitFor(t, func() (*corev1.Node, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return n, err == nil && len(n.Status.Conditions) > 0
+	})
+	wantLabels := map[string]string{
+		"kubernetes.io/hostname": "n1", "kubernetes.io/os": runtime.GOOS, "kubernetes.io/arch": runtime.GOARCH,
+		"beta.kubernetes.io/os": runtime.GOOS, "beta.kubernetes.io/arch": runtime.GOARCH,
+		"node-role.kubernetes.io/control-plane": "", "site": "edge",
+	}
+	if diff := cmp.Diff(wantLabels, node.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != "dedicated" {
+		t.Errorf("taints: %+v", node.Spec.Taints)
+	}
+	if p := node.Status.Capacity[corev1.ResourcePods]; p.Value() != 110 {
+		t.Errorf("pods capacity %s", p.String())
+	}
+	if c := node.Status.Capacity[corev1.ResourceCPU]; c.Value() != int64(runtime.NumCPU()) {
+		t.Errorf("cpu capacity %s", c.String())
+	}
+	memCap, memAlloc := node.Status.Capacity[corev1.ResourceMemory], node.Status.Allocatable[corev1.ResourceMemory]
+	memCap.Sub(resource.MustParse("100Mi"))
+	if memCap.Cmp(memAlloc) != 0 || memAlloc.Sign() <= 0 {
+		t.Errorf("allocatable memory %s, capacity less 100Mi is %s", memAlloc.String(), memCap.String())
+	}
+	var ready *corev1.NodeCondition
+	for i, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = &node.Status.Conditions[i]
+		}
+	}
+	if ready == nil || ready.Status != corev1.ConditionTrue || ready.Reason != "KubeletReady" || ready.Message != "kubelet is posting ready status" {
+		t.Errorf("Ready condition: %+v", ready)
+	}
+	if ni := node.Status.NodeInfo; ni.ContainerRuntimeVersion != "simulated://0.1" || ni.KubeletVersion != "v1.37.2" || ni.KernelVersion == "" || ni.OperatingSystem != "linux" {
+		t.Errorf("node info: %+v", ni)
+	}
+
+	// The lease: created on the first tick, renewed every 10 s.
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(time.Millisecond)
+	lease := waitForLease(t, cs, clk.Now())
+	if *lease.Spec.HolderIdentity != "n1" || *lease.Spec.LeaseDurationSeconds != 40 {
+		t.Errorf("lease spec: %+v", lease.Spec)
+	}
+	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != node.UID || lease.OwnerReferences[0].Kind != "Node" {
+		t.Errorf("lease owner: %+v", lease.OwnerReferences)
+	}
+	clk.Step(leaseRenewInterval)
+	waitForLease(t, cs, clk.Now())
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor[T any](t *testing.T, f func() (T, bool)) T {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, ok := f()
+		if ok {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitForLease(t *testing.T, cs kubernetes.Interface, renewed time.Time) *coordinationv1.Lease {
+	t.Helper()
+	return waitFor(t, func() (*coordinationv1.Lease, bool) {
+		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), "n1", metav1.GetOptions{})
+		return l, err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Equal(renewed)
+	})
+}
