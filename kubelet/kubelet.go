@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
 
@@ -31,7 +30,9 @@ const statusInterval = 5 * time.Minute
 // Config is what the node agent needs.
 type Config struct {
 	NodeName string
-	Client   kubernetes.Interface
+	// Client is what the agent uses of the API: the core and coordination
+	// groups only, so the binary links no other group's client.
+	Client *Client
 	// Labels are added to the well-known ones; Taints are set when the
 	// Node is first registered only, as --register-with-taints does.
 	Labels       map[string]string
@@ -95,12 +96,12 @@ func (a *Agent) nodeUID() (string, bool) {
 // register creates the Node, or takes over an existing one of the same
 // name (a restart), then posts its status.
 func (a *Agent) register(ctx context.Context) error {
-	nodes := a.cfg.Client.CoreV1().Nodes()
+	c := a.cfg.Client
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: a.labels()}, Spec: corev1.NodeSpec{Taints: a.cfg.Taints}}
-	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
+	created, err := c.createNode(ctx, node)
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		existing, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+		existing, err := c.getNode(ctx, a.cfg.NodeName)
 		if err != nil {
 			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 		}
@@ -110,7 +111,7 @@ func (a *Agent) register(ctx context.Context) error {
 			}
 			existing.Labels[k] = v
 		}
-		if created, err = nodes.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+		if created, err = c.updateNode(ctx, existing); err != nil {
 			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 		}
 	case err != nil:
@@ -152,8 +153,7 @@ func (a *Agent) postStatus(ctx context.Context, force bool) error {
 	if !due {
 		return nil
 	}
-	nodes := a.cfg.Client.CoreV1().Nodes()
-	node, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+	node, err := a.cfg.Client.getNode(ctx, a.cfg.NodeName)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (a *Agent) postStatus(ctx context.Context, force bool) error {
 		}
 	}
 	node.Status = status
-	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	if _, err := a.cfg.Client.updateNodeStatus(ctx, node); err != nil {
 		return err
 	}
 	a.mu.Lock()

@@ -49,14 +49,19 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	cs := kubernetes.NewForConfigOrDie(srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}}))
+	restCfg := srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	cs := kubernetes.NewForConfigOrDie(restCfg)
+	agentClient, err := NewClient(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{
-			NodeName: "n1", Client: cs, Labels: map[string]string{"site": "edge"},
+			NodeName: "n1", Client: agentClient, Labels: map[string]string{"site": "edge"},
 			Taints:  []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
 			Address: netip.MustParseAddr("127.0.0.1"), DataDir: t.TempDir(), ControlPlane: true,
 			RuntimeVersion: "simulated://0.1", KubeletVersion: "v1.37.2", Clock: clk,

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
 
@@ -25,7 +24,7 @@ const (
 // heartbeat the node lifecycle controller watches. A failed renewal is
 // retried with exponential back-off (200 ms doubling to 7 s).
 type leaseRenewer struct {
-	client   kubernetes.Interface
+	client   *Client
 	nodeName string
 	nodeUID  func() (string, bool) // for the Lease's owner reference
 	clock    clock.Clock
@@ -59,9 +58,8 @@ func nextRetry(prev time.Duration) time.Duration {
 }
 
 func (l *leaseRenewer) renew(ctx context.Context) error {
-	leases := l.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(l.clock.Now())
-	lease, err := leases.Get(ctx, l.nodeName, metav1.GetOptions{})
+	lease, err := l.client.getLease(ctx, l.nodeName)
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: l.nodeName, Namespace: corev1.NamespaceNodeLease},
@@ -72,7 +70,7 @@ func (l *leaseRenewer) renew(ctx context.Context) error {
 			},
 		}
 		l.setOwner(lease)
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		_, err = l.client.createLease(ctx, lease)
 		return err
 	}
 	if err != nil {
@@ -82,7 +80,7 @@ func (l *leaseRenewer) renew(ctx context.Context) error {
 	lease.Spec.LeaseDurationSeconds = ptr(int32(leaseDuration / time.Second))
 	lease.Spec.RenewTime = &now
 	l.setOwner(lease)
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	_, err = l.client.updateLease(ctx, lease)
 	return err
 }
 

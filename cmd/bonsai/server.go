@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
@@ -295,7 +294,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 		return
 	}
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
-	client, err := kubernetes.NewForConfig(api.ClientConfig(user))
+	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {
 		log.Error("node agent", "err", err)
 		return
