@@ -51,22 +51,32 @@ type testEnv struct {
 	close func()
 }
 
-func newTestEnv(t *testing.T) *testEnv {
-	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+// newTestServer is a server over a fresh badger store, both closed when
+// the test or benchmark ends.
+func newTestServer(tb testing.TB) (*Server, store.Store) {
+	tb.Helper()
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: tb.TempDir()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
 	if err != nil {
-		t.Fatal(err)
+		st.Close()
+		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { s.Shutdown(); st.Close() })
+	return s, st
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	s, st := newTestServer(t)
 	cfg := s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}})
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	env := &testEnv{s: s, st: st, cs: cs, dyn: dyn, cfg: cfg, ctx: ctx}
-	t.Cleanup(func() { cancel(); s.Shutdown(); st.Close() })
+	t.Cleanup(cancel)
 	return env
 }
 

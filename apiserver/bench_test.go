@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,24 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"bonsai.dev/bonsai/store"
 )
 
 // BenchmarkCreateConfigMap measures the whole handler chain for a ConfigMap
 // create (decode, defaulting, validation, managed fields, store, encode),
 // without TLS or a client: the server's own cost per create.
 func BenchmarkCreateConfigMap(b *testing.B) {
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown()
+	s, _ := newTestServer(b)
 	h := s.Handler()
 	data := strings.Repeat("x", 900)
 	var n atomic.Int64
@@ -59,16 +47,7 @@ func BenchmarkCreateConfigMap(b *testing.B) {
 // clients" row in one process: 64 clientsets over TLS (one connection
 // each) creating ConfigMaps, so a CPU profile shows client and server.
 func BenchmarkCreateClientGo64(b *testing.B) {
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown()
+	s, _ := newTestServer(b)
 	srv := httptest.NewTLSServer(s.Handler())
 	defer srv.Close()
 	const clients = 64
