@@ -1,8 +1,9 @@
 // Package netplugin is bonsai's built-in pod network: a Linux bridge, a veth
 // per pod into a network namespace, addresses from the node's pod CIDR,
-// masquerade for traffic leaving the cluster CIDR and hostPort mappings.
-// It talks to the kernel through rtnetlink and nftables from Go; it runs
-// no ip, nft or iptables binary and no CNI plugin.
+// masquerade for traffic leaving the cluster CIDR, routes to the other
+// nodes' pod CIDRs and hostPort mappings. It talks to the kernel through
+// rtnetlink and nftables from Go; it runs no ip, nft or iptables binary and
+// no CNI plugin.
 //
 // It owns, and changes nothing outside of:
 //   - the bridge named in Config.Bridge and the veths attached to it (the
@@ -11,6 +12,8 @@
 //   - the namespaces bind-mounted under Config.NetnsDir, and that directory's
 //     own mount (made a shared bind mount of itself, as ip-netns does);
 //   - the IPAM state under Config.DataDir/ipam;
+//   - routes in the main table with protocol routeProtocol whose destination
+//     lies in Config.ClusterCIDR;
 //   - the sysctls net.ipv4.ip_forward and net.ipv4.conf.<bridge>.route_localnet
 //     (set to 1; they are left set on Destroy, as other software may rely on
 //     forwarding too).

@@ -166,6 +166,15 @@ func removeEverything(t *testing.T, cfg Config) {
 			t.Errorf("cleanup: delete nftables table %s: %v", cfg.Table, err)
 		}
 	}
+	if routes, err := retryDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
+	}); err == nil {
+		for _, r := range routes {
+			if d, ok := ipNetToPrefix(r.Dst); ok && cfg.ClusterCIDR.Contains(d.Addr()) {
+				netlink.RouteDel(&r)
+			}
+		}
+	}
 }
 
 // newTestNetwork starts a network on cfg and closes it at the end of the

@@ -47,6 +47,7 @@ type Network struct {
 	nl *netlink.Handle
 
 	podLocks keyedMutex
+	routesMu sync.Mutex
 
 	// life is held shared by every operation and exclusively by Close, so
 	// Close waits for them and none starts after it.
@@ -704,7 +705,8 @@ func (n *Network) Close() error {
 	return errors.Join(n.rules.close(), n.ipam.close())
 }
 
-// Destroy removes the bridge, the nftables table and the NetnsDir mount.
+// Destroy removes the bridge, the nftables table, the routes SetRoutes
+// made and the NetnsDir mount.
 // It leaves pods' veths and namespaces to Teardown (or GC), which should
 // run first; and the IPAM state, which belongs to the data dir.
 func (n *Network) Destroy(ctx context.Context) error {
@@ -714,6 +716,11 @@ func (n *Network) Destroy(ctx context.Context) error {
 	defer n.life.RUnlock()
 	var errs []error
 	if err := n.rules.destroy(); err != nil {
+		errs = append(errs, err)
+	}
+	n.routesMu.Lock()
+	defer n.routesMu.Unlock()
+	if err := n.setRoutesLocked(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
 	if err := n.deleteLink(n.cfg.Bridge); err != nil {

@@ -624,6 +624,98 @@ func TestConcurrentPods(t *testing.T) {
 	}
 }
 
+func TestSetRoutes(t *testing.T) {
+	cfg := testConfig(t)
+	n := newTestNetwork(t, cfg)
+
+	// Other nodes live behind a veth pair (both ends on the host) on a
+	// benchmarking-range subnet (198.18.0.0/15): routes to them carry no
+	// traffic anywhere.
+	suffix := randomHex(8)
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = "bd" + suffix
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "bp" + suffix}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.deleteLink(attrs.Name) })
+	link, err := netlink.LinkByName(attrs.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := byte(cfg.ClusterCIDR.Addr().As4()[1])
+	nodeNet := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, x, 1}), 24)
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: prefixToIPNet(nodeNet)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bd" + suffix, "bp" + suffix} {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			err = netlink.LinkSetUp(l)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := func(i byte) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, x, i}) }
+	podCIDR := func(i byte) netip.Prefix { return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, x, i, 0}), 24) }
+
+	ours := func() map[netip.Prefix]netip.Addr {
+		t.Helper()
+		routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[netip.Prefix]netip.Addr{}
+		for _, r := range routes {
+			dst, _ := ipNetToPrefix(r.Dst)
+			if cfg.ClusterCIDR.Contains(dst.Addr()) {
+				gw, _ := netip.AddrFromSlice(r.Gw)
+				out[dst] = gw
+			}
+		}
+		return out
+	}
+
+	steps := []map[netip.Prefix]netip.Addr{
+		{podCIDR(5): node(5), podCIDR(6): node(6)},
+		{podCIDR(6): node(7), podCIDR(8): node(8)}, // 5 gone, 6 moved, 8 new
+		{},
+	}
+	for i, want := range steps {
+		if err := n.SetRoutes(ctx, want); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if diff := cmp.Diff(want, ours(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+			t.Errorf("step %d: routes (-want +got):\n%s", i, diff)
+		}
+	}
+
+	bad := []struct {
+		routes  map[netip.Prefix]netip.Addr
+		wantErr string
+	}{
+		{map[netip.Prefix]netip.Addr{netip.MustParsePrefix("192.168.77.0/24"): node(5)}, "not inside the cluster CIDR"},
+		{map[netip.Prefix]netip.Addr{cfg.PodCIDR: node(5)}, "overlaps this node's pod CIDR"},
+		{map[netip.Prefix]netip.Addr{netip.PrefixFrom(podCIDR(9).Addr().Next(), 24): node(5)}, "canonical form"},
+		{map[netip.Prefix]netip.Addr{podCIDR(9): netip.MustParseAddr("203.0.113.9")}, "route " + podCIDR(9).String() + " via 203.0.113.9"},
+	}
+	for _, tt := range bad {
+		if err := n.SetRoutes(ctx, tt.routes); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("SetRoutes(%v): err = %v, want it to contain %q", tt.routes, err, tt.wantErr)
+		}
+	}
+
+	if err := n.SetRoutes(ctx, steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ours(); len(got) != 0 {
+		t.Errorf("routes after Destroy: %v", got)
+	}
+}
+
 func TestDestroy(t *testing.T) {
 	cfg := testConfig(t)
 	n := newTestNetwork(t, cfg)
