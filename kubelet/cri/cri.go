@@ -161,3 +161,13 @@ type ContainerStatus struct {
 	Reason  string
 	LogPath string
 }
+
+// Labels the kubelet puts on every container (the names the real kubelet
+// uses, so `ctr` users recognise them); finding a pod's containers by them
+// is how the kubelet's servers (logs, exec, attach) resolve a request.
+const (
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelContainerName = "io.kubernetes.container.name"
+)
