@@ -22,6 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/netplugin"
 )
 
 // statusInterval is how often node status is posted when nothing changed.
@@ -47,6 +50,23 @@ type Config struct {
 	KubeletVersion string
 	Clock          clock.Clock
 	Logger         *slog.Logger
+
+	// Runtime runs the node's pods; nil registers the node only.
+	Runtime cri.Runtime
+	// Network is the pod network's configuration; the kubelet fills in
+	// the pod CIDR the server allocated to the node and starts it.
+	Network *netplugin.Config
+	// RootDir holds pod dirs (volumes) and container logs.
+	RootDir       string
+	ClusterDNS    string
+	ClusterDomain string
+
+	nodeMemory      int64
+	nodeAllocatable corev1.ResourceList
+}
+
+func (c *Config) allocatable(name corev1.ResourceName) resource.Quantity {
+	return c.nodeAllocatable[name]
 }
 
 // Agent is a running node agent.
@@ -75,6 +95,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
+	if cfg.Runtime != nil {
+		go func() {
+			if err := a.runPods(ctx); err != nil && ctx.Err() == nil {
+				cfg.Logger.Error("the node cannot run pods", "node", cfg.NodeName, "err", err)
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():

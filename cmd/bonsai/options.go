@@ -52,7 +52,11 @@ type serverOptions struct {
 	nodeLabels        []string
 	nodeTaints        []string
 	maxPods           int
+	runtimeEndpoint   string
+	podBridge         string
 }
+
+const defaultPodBridge = "bonsai0"
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.configFile, "config", defaultConfigFile, "YAML file whose keys are these flags' names (read only if it exists unless given explicitly); flags given on the command line win")
@@ -78,6 +82,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
+	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
+	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -103,6 +109,10 @@ type serverConfig struct {
 	NodeLabels    map[string]string
 	NodeTaints    []corev1.Taint
 	MaxPods       int
+	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
+	// network's bridge and nftables table.
+	RuntimeEndpoint string
+	PodBridge       string
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -387,6 +397,14 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
 	}
 	c.MaxPods = o.maxPods
+	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
+	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {
+		return fmt.Errorf("--container-runtime-endpoint %q: must be an absolute path to a unix socket", o.runtimeEndpoint)
+	}
+	if errs := validation.IsDNS1123Label(o.podBridge); len(o.podBridge) > 15 || len(errs) > 0 {
+		return fmt.Errorf("--pod-bridge %q: must be a lower-case name of at most 15 letters, digits and '-'", o.podBridge)
+	}
+	c.PodBridge = o.podBridge
 	c.NodeLabels = map[string]string{}
 	for _, l := range o.nodeLabels {
 		k, v, ok := strings.Cut(l, "=")

@@ -74,6 +74,9 @@ func TestServerDefaults(t *testing.T) {
 		NodeName:      hostName(t),
 		NodeLabels:    map[string]string{},
 		MaxPods:       110,
+
+		RuntimeEndpoint: "/run/containerd/containerd.sock",
+		PodBridge:       "bonsai0",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -91,7 +94,8 @@ func TestServerFlags(t *testing.T) {
 		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
 		"--log-format", "json", "--log-level", "debug",
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
-		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50")
+		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
+		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +122,9 @@ func TestServerFlags(t *testing.T) {
 			{Key: "dedicated", Value: "cam", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
 		},
-		MaxPods: 50,
+		MaxPods:         50,
+		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
+		PodBridge:       "edge0",
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -157,6 +163,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
+		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
+		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
 		{[]string{"--node-taints", "k=v"}, []string{"--node-taints", "key=value:Effect"}},

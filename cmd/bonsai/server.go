@@ -133,8 +133,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
+	stopAgent := func() {}
 	if !cfg.DisableAgent {
-		startAgent(ctx, cfg, api, log)
+		stopAgent = startAgent(ctx, cfg, api, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
 	// garbage the steady state never needs; hand it back to the OS now
@@ -167,6 +168,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 			serveErr = err
 		}
 	}
+	stopAgent()
 	storeOpen = false
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
@@ -288,26 +290,50 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 
 // startAgent runs this host's node agent in-process, as its own node
 // identity through the whole handler chain.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
-	if cfg.Runtime != "simulated" {
-		log.Warn("the containerd runtime is not part of this build yet; running the control plane only (use --runtime=simulated for a simulated node, or --disable-agent)")
-		return
+// The returned stop ends what the agent started outside the process
+// (its runtime connection, a containerd of its own); pods keep running.
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) func() {
+	stop := func() {}
+	kcfg := kubelet.Config{
+		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
+		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
+		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
+		Logger: log,
+	}
+	if cfg.Runtime == "containerd" {
+		rt, stopRuntime, err := connectRuntime(ctx, cfg, log)
+		if err != nil {
+			log.Error("the node is not registered: its container runtime is unavailable", "node", cfg.NodeName, "err", err)
+			return stop
+		}
+		v, err := rt.Version(ctx)
+		if err != nil {
+			stopRuntime()
+			log.Error("the node is not registered: its container runtime is unavailable", "node", cfg.NodeName, "err", err)
+			return stop
+		}
+		stop = stopRuntime
+		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
+		kcfg.Network = podNetwork(cfg)
+		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
+		kcfg.ClusterDNS, kcfg.ClusterDomain = clusterDNS(cfg.ServiceCIDR), cfg.ClusterDomain
 	}
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {
 		log.Error("node agent", "err", err)
-		return
+		return stop
 	}
+	kcfg.Client = client
+	done := make(chan struct{})
 	go func() {
-		err := kubelet.Run(ctx, kubelet.Config{
-			NodeName: cfg.NodeName, Client: client, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
-			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
-			ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
-			Logger: log,
-		})
-		if err != nil {
+		defer close(done)
+		if err := kubelet.Run(ctx, kcfg); err != nil {
 			log.Error("node agent stopped", "err", err)
 		}
 	}()
+	return func() {
+		<-done
+		stop()
+	}
 }
