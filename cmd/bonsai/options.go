@@ -52,6 +52,7 @@ type serverOptions struct {
 	nodeLabels        []string
 	nodeTaints        []string
 	maxPods           int
+	nodeCIDRMaskSize  int
 }
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
@@ -78,6 +79,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
+	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -103,6 +105,8 @@ type serverConfig struct {
 	NodeLabels    map[string]string
 	NodeTaints    []corev1.Taint
 	MaxPods       int
+	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
+	NodeCIDRMaskSize int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -230,13 +234,8 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	if c.ClusterCIDR, err = parseCIDR("--cluster-cidr", o.clusterCIDR); err != nil {
 		return nil, err
 	}
-	// Each node gets a /24 (IPv4) or /64 (IPv6) of the cluster CIDR.
-	nodeBits := 24
-	if c.ClusterCIDR.Addr().Is6() {
-		nodeBits = 64
-	}
-	if c.ClusterCIDR.Bits() > nodeBits {
-		return nil, fmt.Errorf("--cluster-cidr %s: too small; each node takes a /%d", o.clusterCIDR, nodeBits)
+	if err := o.validateNodeCIDRMask(c); err != nil {
+		return nil, err
 	}
 	if c.ServiceCIDR.Overlaps(c.ClusterCIDR) {
 		return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", o.clusterCIDR, o.serviceCIDR)
@@ -414,5 +413,33 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		}
 		c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)})
 	}
+	return nil
+}
+
+// validateNodeCIDRMask checks --node-cidr-mask-size against --cluster-cidr,
+// with kube-controller-manager's defaults: a /24 (IPv4) or /64 (IPv6) per
+// node.
+func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
+	v6 := c.ClusterCIDR.Addr().Is6()
+	mask, maxMask := o.nodeCIDRMaskSize, 30
+	if v6 {
+		maxMask = 126
+	}
+	switch {
+	case mask == 0 && v6:
+		mask = 64
+	case mask == 0:
+		mask = 24
+	case mask < 0 || mask > maxMask:
+		return fmt.Errorf("--node-cidr-mask-size %d: must be between 1 and %d for an %s --cluster-cidr (a node CIDR needs room for pods)", mask, maxMask, map[bool]string{false: "IPv4", true: "IPv6"}[v6])
+	}
+	if c.ClusterCIDR.Bits() > mask {
+		return fmt.Errorf("--cluster-cidr %s: too small for --node-cidr-mask-size %d; each node takes a /%d", o.clusterCIDR, mask, mask)
+	}
+	// The allocator keeps a bitmap of node CIDRs: 2^24 of them is 2 MB.
+	if mask-c.ClusterCIDR.Bits() > 24 {
+		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
+	}
+	c.NodeCIDRMaskSize = mask
 	return nil
 }

@@ -74,6 +74,8 @@ func TestServerDefaults(t *testing.T) {
 		NodeName:      hostName(t),
 		NodeLabels:    map[string]string{},
 		MaxPods:       110,
+
+		NodeCIDRMaskSize: 24,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -91,7 +93,8 @@ func TestServerFlags(t *testing.T) {
 		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
 		"--log-format", "json", "--log-level", "debug",
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
-		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50")
+		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
+		"--node-cidr-mask-size", "26")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +122,8 @@ func TestServerFlags(t *testing.T) {
 			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
 		},
 		MaxPods: 50,
+
+		NodeCIDRMaskSize: 26,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -142,6 +147,12 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--cluster-cidr", "10.42.0.0/25"}, []string{"--cluster-cidr", "too small"}},
 		{[]string{"--cluster-cidr", "10.43.0.0/16"}, []string{"--cluster-cidr", "overlaps --service-cidr"}},
 		{[]string{"--cluster-cidr", "x/y"}, []string{"--cluster-cidr"}},
+		{[]string{"--node-cidr-mask-size", "31"}, []string{"--node-cidr-mask-size", "between 1 and 30"}},
+		{[]string{"--node-cidr-mask-size", "-1"}, []string{"--node-cidr-mask-size"}},
+		{[]string{"--node-cidr-mask-size", "x"}, []string{"--node-cidr-mask-size"}},
+		{[]string{"--node-cidr-mask-size", "15"}, []string{"--cluster-cidr", "too small", "--node-cidr-mask-size 15"}},
+		{[]string{"--cluster-cidr", "fd00:42::/56", "--node-cidr-mask-size", "127"}, []string{"--node-cidr-mask-size", "IPv6"}},
+		{[]string{"--cluster-cidr", "fd00:42::/32", "--node-cidr-mask-size", "64"}, []string{"--node-cidr-mask-size", "2^24"}},
 		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
 		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
 		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
@@ -295,6 +306,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
 		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
+		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
@@ -364,4 +376,28 @@ func hostName(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.ToLower(h)
+}
+
+func TestNodeCIDRMaskSizeDefaults(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 24},
+		{[]string{"--cluster-cidr", "10.128.0.0/9"}, 24},
+		{[]string{"--cluster-cidr", "10.128.0.0/9", "--node-cidr-mask-size", "30"}, 30},
+		{[]string{"--cluster-cidr", "10.42.0.0/24", "--node-cidr-mask-size", "24"}, 24},
+		{[]string{"--cluster-cidr", "fd00:42::/48", "--service-cidr", "fd00:43::/108"}, 64},
+		{[]string{"--cluster-cidr", "fd00:42::/112", "--service-cidr", "fd00:43::/108", "--node-cidr-mask-size", "120"}, 120},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if got.NodeCIDRMaskSize != tc.want {
+			t.Errorf("%v: mask size %d, want %d", tc.args, got.NodeCIDRMaskSize, tc.want)
+		}
+	}
 }

@@ -133,6 +133,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
+	if err := startControllers(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if !cfg.DisableAgent {
 		startAgent(ctx, cfg, api, log)
 	}
