@@ -53,6 +53,7 @@ type serverOptions struct {
 	nodeTaints        []string
 	maxPods           int
 	nodeCIDRMaskSize  int
+	simulatedNodes    int
 }
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
@@ -80,6 +81,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
+	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -107,6 +109,8 @@ type serverConfig struct {
 	MaxPods       int
 	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
 	NodeCIDRMaskSize int
+	// SimulatedNodes is how many sim-<i> nodes to create.
+	SimulatedNodes int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -254,6 +258,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
 	}
 	if err := o.validateNode(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateSimulated(c); err != nil {
 		return nil, err
 	}
 

@@ -153,6 +153,10 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--node-cidr-mask-size", "15"}, []string{"--cluster-cidr", "too small", "--node-cidr-mask-size 15"}},
 		{[]string{"--cluster-cidr", "fd00:42::/56", "--node-cidr-mask-size", "127"}, []string{"--node-cidr-mask-size", "IPv6"}},
 		{[]string{"--cluster-cidr", "fd00:42::/32", "--node-cidr-mask-size", "64"}, []string{"--node-cidr-mask-size", "2^24"}},
+		{[]string{"--simulated-nodes", "-1"}, []string{"--simulated-nodes", "between 0 and 100000"}},
+		{[]string{"--simulated-nodes", "1000000"}, []string{"--simulated-nodes", "between 0 and 100000"}},
+		{[]string{"--simulated-nodes", "ten"}, []string{"--simulated-nodes"}},
+		{[]string{"--simulated-nodes", "256"}, []string{"--simulated-nodes 256", "--cluster-cidr 10.42.0.0/16 holds only 256"}},
 		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
 		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
 		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
@@ -306,7 +310,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
 		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
-		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`,
+		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
@@ -398,6 +402,28 @@ func TestNodeCIDRMaskSizeDefaults(t *testing.T) {
 		}
 		if got.NodeCIDRMaskSize != tc.want {
 			t.Errorf("%v: mask size %d, want %d", tc.args, got.NodeCIDRMaskSize, tc.want)
+		}
+	}
+}
+
+func TestSimulatedNodesFlag(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--simulated-nodes", "255"}, 255},
+		{[]string{"--simulated-nodes", "10000", "--cluster-cidr", "10.128.0.0/9"}, 10000},
+		{[]string{"--simulated-nodes", "1000", "--node-cidr-mask-size", "26"}, 1000},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if got.SimulatedNodes != tc.want {
+			t.Errorf("%v: %d simulated nodes, want %d", tc.args, got.SimulatedNodes, tc.want)
 		}
 	}
 }

@@ -136,6 +136,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err := startControllers(ctx, cfg, api, log); err != nil {
 		return err
 	}
+	if err := startSimulator(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if !cfg.DisableAgent {
 		startAgent(ctx, cfg, api, log)
 	}
@@ -307,7 +310,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 			NodeName: cfg.NodeName, Client: client, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
 			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
 			ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
-			Logger: log,
+			Simulated: true, Logger: log,
 		})
 		if err != nil {
 			log.Error("node agent stopped", "err", err)
