@@ -465,6 +465,15 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		}
 		out, err := s.updateObject(r.Context(), wc, ri, obj, old, rev, manager, conditional, applied)
 		if apierrors.IsConflict(err) && !conditional && attempt < 10 {
+			// The write that beat this one is queued in the store but not
+			// yet readable (it waits for its fsync): reading again at once
+			// would find the same old revision. Wait a little longer each
+			// time, a few milliseconds being one fsync.
+			select {
+			case <-time.After(min(time.Millisecond<<attempt, 50*time.Millisecond)):
+			case <-r.Context().Done():
+				return r.Context().Err()
+			}
 			continue
 		}
 		if err != nil {

@@ -21,9 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/netplugin"
 )
 
@@ -63,6 +65,12 @@ type Config struct {
 
 	nodeMemory      int64
 	nodeAllocatable corev1.ResourceList
+
+	// Simulated hands the node to the simulator (kubelet/simulator): it
+	// is registered with the bonsai.dev/simulated annotation and the
+	// host's status, and from then on the simulator alone renews its
+	// Lease and posts its status, so Run returns once it is registered.
+	Simulated bool
 }
 
 func (c *Config) allocatable(name corev1.ResourceName) resource.Quantity {
@@ -92,6 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 	a := &Agent{cfg: cfg}
 	if err := a.register(ctx); err != nil {
 		return err
+	}
+	if cfg.Simulated {
+		return nil
 	}
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
@@ -125,7 +136,15 @@ func (a *Agent) nodeUID() (string, bool) {
 func (a *Agent) register(ctx context.Context) error {
 	c := a.cfg.Client
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: a.labels()}, Spec: corev1.NodeSpec{Taints: a.cfg.Taints}}
+	if a.cfg.Simulated {
+		// Status goes in with the create: the simulator, which may see
+		// the node at once, keeps the host's capacity rather than
+		// posting its defaults first.
+		node.Annotations = map[string]string{simulator.AnnotationSimulated: "true"}
+		node.Status = a.status(a.cfg.Clock.Now())
+	}
 	created, err := c.createNode(ctx, node)
+	fresh := err == nil
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		existing, err := c.getNode(ctx, a.cfg.NodeName)
@@ -138,6 +157,16 @@ func (a *Agent) register(ctx context.Context) error {
 			}
 			existing.Labels[k] = v
 		}
+		// The runtime may have changed since the last start: exactly one
+		// of the simulator and this agent keeps the node alive.
+		if a.cfg.Simulated {
+			if existing.Annotations == nil {
+				existing.Annotations = map[string]string{}
+			}
+			existing.Annotations[simulator.AnnotationSimulated] = "true"
+		} else {
+			delete(existing.Annotations, simulator.AnnotationSimulated)
+		}
 		if created, err = c.updateNode(ctx, existing); err != nil {
 			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 		}
@@ -148,6 +177,13 @@ func (a *Agent) register(ctx context.Context) error {
 	a.uid = created.UID
 	a.mu.Unlock()
 	a.cfg.Logger.Info("node registered", "node", a.cfg.NodeName, "runtime", a.cfg.RuntimeVersion)
+	if a.cfg.Simulated {
+		if fresh {
+			return nil
+		}
+		// The simulator may post between this agent's read and write.
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.postStatus(ctx, true) })
+	}
 	return a.postStatus(ctx, true)
 }
 

@@ -54,6 +54,8 @@ type serverOptions struct {
 	maxPods           int
 	runtimeEndpoint   string
 	podBridge         string
+	nodeCIDRMaskSize  int
+	simulatedNodes    int
 }
 
 const defaultPodBridge = "bonsai0"
@@ -84,6 +86,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
+	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
+	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -113,6 +117,10 @@ type serverConfig struct {
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
 	PodBridge       string
+	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
+	NodeCIDRMaskSize int
+	// SimulatedNodes is how many sim-<i> nodes to create.
+	SimulatedNodes int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -240,13 +248,8 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	if c.ClusterCIDR, err = parseCIDR("--cluster-cidr", o.clusterCIDR); err != nil {
 		return nil, err
 	}
-	// Each node gets a /24 (IPv4) or /64 (IPv6) of the cluster CIDR.
-	nodeBits := 24
-	if c.ClusterCIDR.Addr().Is6() {
-		nodeBits = 64
-	}
-	if c.ClusterCIDR.Bits() > nodeBits {
-		return nil, fmt.Errorf("--cluster-cidr %s: too small; each node takes a /%d", o.clusterCIDR, nodeBits)
+	if err := o.validateNodeCIDRMask(c); err != nil {
+		return nil, err
 	}
 	if c.ServiceCIDR.Overlaps(c.ClusterCIDR) {
 		return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", o.clusterCIDR, o.serviceCIDR)
@@ -265,6 +268,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
 	}
 	if err := o.validateNode(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateSimulated(c); err != nil {
 		return nil, err
 	}
 
@@ -432,5 +438,33 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		}
 		c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)})
 	}
+	return nil
+}
+
+// validateNodeCIDRMask checks --node-cidr-mask-size against --cluster-cidr,
+// with kube-controller-manager's defaults: a /24 (IPv4) or /64 (IPv6) per
+// node.
+func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
+	v6 := c.ClusterCIDR.Addr().Is6()
+	mask, maxMask := o.nodeCIDRMaskSize, 30
+	if v6 {
+		maxMask = 126
+	}
+	switch {
+	case mask == 0 && v6:
+		mask = 64
+	case mask == 0:
+		mask = 24
+	case mask < 0 || mask > maxMask:
+		return fmt.Errorf("--node-cidr-mask-size %d: must be between 1 and %d for an %s --cluster-cidr (a node CIDR needs room for pods)", mask, maxMask, map[bool]string{false: "IPv4", true: "IPv6"}[v6])
+	}
+	if c.ClusterCIDR.Bits() > mask {
+		return fmt.Errorf("--cluster-cidr %s: too small for --node-cidr-mask-size %d; each node takes a /%d", o.clusterCIDR, mask, mask)
+	}
+	// The allocator keeps a bitmap of node CIDRs: 2^24 of them is 2 MB.
+	if mask-c.ClusterCIDR.Bits() > 24 {
+		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
+	}
+	c.NodeCIDRMaskSize = mask
 	return nil
 }

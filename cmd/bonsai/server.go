@@ -134,6 +134,12 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
 	stopAgent := func() {}
+	if err := startControllers(ctx, cfg, api, log); err != nil {
+		return err
+	}
+	if err := startSimulator(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if !cfg.DisableAgent {
 		stopAgent = startAgent(ctx, cfg, api, log)
 	}
@@ -298,7 +304,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
 		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
-		Logger: log,
+		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
 	if cfg.Runtime == "containerd" {
 		rt, stopRuntime, err := connectRuntime(ctx, cfg, log)
