@@ -33,6 +33,7 @@ const podImage = "bonsai.test/busybox:1"
 // bonsai under the data dir), its own bridge and nftables table, and the
 // busybox test image imported from <data-dir>/images at start.
 type podEnv struct {
+	t      *testing.T // the test the server belongs to, not a subtest
 	s      *server
 	cs     kubernetes.Interface
 	node   string
@@ -59,7 +60,7 @@ func startPodEnv(t *testing.T) *podEnv {
 	b := make([]byte, 3)
 	rand.Read(b)
 	bridge := "bz" + hex.EncodeToString(b)
-	env := &podEnv{node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
+	env := &podEnv{t: t, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
 	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge,
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
@@ -81,7 +82,7 @@ func (e *podEnv) restart(t *testing.T) {
 	if code, _ := e.s.sigterm(t); code != 0 {
 		t.Fatalf("bonsai exited %d on SIGTERM:\n%s", code, e.s.stderrText())
 	}
-	e.s = startServer(t, e.s.dataDir, e.args...)
+	e.s = startServer(e.t, e.s.dataDir, e.args...)
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(e.s.kubeconfig(t).raw)
 	if err != nil {
 		t.Fatal(err)

@@ -181,10 +181,10 @@ func (a *Agent) register(ctx context.Context) error {
 		if fresh {
 			return nil
 		}
-		// The simulator may post between this agent's read and write.
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.postStatus(ctx, true) })
 	}
-	return a.postStatus(ctx, true)
+	// The node IPAM controller (or the simulator) may write the Node
+	// between this agent's read and write.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.postStatus(ctx, true) })
 }
 
 func (a *Agent) labels() map[string]string {
