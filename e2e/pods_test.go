@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,7 +35,8 @@ const podImage = "bonsai.test/busybox:1"
 // bonsai under the data dir), its own bridge and nftables table, and the
 // busybox test image imported from <data-dir>/images at start.
 type podEnv struct {
-	t      *testing.T // the test the server belongs to, not a subtest
+	t        *testing.T // the test the server belongs to, not a subtest
+	registry *testenv.Registry
 	s      *server
 	cs     kubernetes.Interface
 	node   string
@@ -57,10 +60,16 @@ func startPodEnv(t *testing.T) *podEnv {
 	if err := os.WriteFile(filepath.Join(dir, "images", "busybox.tar"), img, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A local registry that registries.yaml mirrors registry.bonsai.test to.
+	reg := testenv.StartRegistry(t)
+	regYAML := fmt.Sprintf("mirrors:\n  registry.bonsai.test:\n    endpoint:\n      - http://%s\n", reg.Addr)
+	if err := os.WriteFile(filepath.Join(dir, "registries.yaml"), []byte(regYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	b := make([]byte, 3)
 	rand.Read(b)
 	bridge := "bz" + hex.EncodeToString(b)
-	env := &podEnv{t: t, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
+	env := &podEnv{t: t, registry: reg, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
 	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge,
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
@@ -512,6 +521,75 @@ func TestPods(t *testing.T) {
 			t.Fatalf("hostPort after restart: %v", err)
 		}
 		conn.Close()
+	})
+
+	t.Run("pull through registries.yaml from a local registry", func(t *testing.T) {
+		bb, err := testenv.BusyboxPath()
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer, config, err := testenv.BusyboxLayer(bb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.registry.Push("tools/pulled", "2", layer, config); err != nil {
+			t.Fatal(err)
+		}
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "pulled"},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main",
+				Image: "registry.bonsai.test/tools/pulled:2", ImagePullPolicy: corev1.PullAlways, Command: sh("echo pulled-ok")}}},
+		})
+		p = e.waitPod(t, p.Name, 60*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		if got := e.logText(t, p, "main", 0); got != "pulled-ok\n" {
+			t.Fatalf("log %q", got)
+		}
+		if !hasEvent(e.events(t, p.Name), "Pulled", "Successfully pulled image \"registry.bonsai.test/tools/pulled:2\"") {
+			t.Fatalf("events: %+v", e.events(t, p.Name))
+		}
+		// An image nobody serves fails with Kubernetes' reasons.
+		bad := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "badimage"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.bonsai.test/tools/missing:1"}}},
+		})
+		e.waitPod(t, bad.Name, 30*time.Second, "in ErrImagePull or ImagePullBackOff", func(p *corev1.Pod) bool {
+			cs := p.Status.ContainerStatuses
+			return len(cs) == 1 && cs[0].State.Waiting != nil && (cs[0].State.Waiting.Reason == "ErrImagePull" || cs[0].State.Waiting.Reason == "ImagePullBackOff")
+		})
+	})
+
+	t.Run("bonsai images import and list", func(t *testing.T) {
+		bb, _ := testenv.BusyboxPath()
+		archive, err := testenv.BuildBusyboxImage(bb, "bonsai.test/by-hand:3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(archive)
+		zw.Close()
+		file := filepath.Join(t.TempDir(), "by-hand.tar.gz")
+		if err := os.WriteFile(file, gz.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bonsaiBin, "images", "import", "--data-dir", e.s.dataDir, "--container-runtime-endpoint", "/nonexistent.sock", file).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "imported docker.io/bonsai.test/by-hand:3") && !strings.Contains(string(out), "imported bonsai.test/by-hand:3") {
+			t.Fatalf("images import: %v\n%s", err, out)
+		}
+		out, err = exec.Command(bonsaiBin, "images", "list", "--data-dir", e.s.dataDir, "--container-runtime-endpoint", "/nonexistent.sock").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "by-hand:3") || !strings.Contains(string(out), "busybox:1") {
+			t.Fatalf("images list: %v\n%s", err, out)
+		}
+		out, err = exec.Command(bonsaiBin, "images", "import", "--data-dir", e.s.dataDir, filepath.Join(t.TempDir(), "missing.tar")).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "missing.tar") {
+			t.Fatalf("import of a missing file: %v\n%s", err, out)
+		}
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "by-hand"},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main",
+				Image: "bonsai.test/by-hand:3", ImagePullPolicy: corev1.PullNever, Command: sh("true")}}},
+		})
+		e.waitPod(t, p.Name, 30*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	})
 
 	t.Run("crash loop back-off", func(t *testing.T) {
