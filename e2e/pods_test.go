@@ -37,11 +37,11 @@ const podImage = "bonsai.test/busybox:1"
 type podEnv struct {
 	t        *testing.T // the test the server belongs to, not a subtest
 	registry *testenv.Registry
-	s      *server
-	cs     kubernetes.Interface
-	node   string
-	bridge string
-	args   []string
+	s        *server
+	cs       kubernetes.Interface
+	node     string
+	bridge   string
+	args     []string
 }
 
 func startPodEnv(t *testing.T) *podEnv {
@@ -550,7 +550,7 @@ func TestPods(t *testing.T) {
 		// An image nobody serves fails with Kubernetes' reasons.
 		bad := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "badimage"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.bonsai.test/tools/missing:1"}}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.bonsai.test/tools/missing:1"}}},
 		})
 		e.waitPod(t, bad.Name, 30*time.Second, "in ErrImagePull or ImagePullBackOff", func(p *corev1.Pod) bool {
 			cs := p.Status.ContainerStatuses
