@@ -592,6 +592,51 @@ func TestPods(t *testing.T) {
 		e.waitPod(t, p.Name, 30*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	})
 
+	t.Run("static pod with its mirror", func(t *testing.T) {
+		dir := filepath.Join(e.s.dataDir, "pod-manifests")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		manifest := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-web\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: " + podImage + "\n    imagePullPolicy: Never\n    command: [sleep, '3600']\n"
+		if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte(manifest), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("kind: Pod\nspec: [\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		name := "static-web-" + e.node
+		p := e.waitPod(t, name, 30*time.Second, "Running as a mirror pod", running)
+		if p.Annotations["kubernetes.io/config.mirror"] == "" || p.Annotations["kubernetes.io/config.source"] != "file" || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].Kind != "Node" {
+			t.Fatalf("mirror pod: annotations %v owners %v", p.Annotations, p.OwnerReferences)
+		}
+		id := p.Status.ContainerStatuses[0].ContainerID
+		// Deleting the mirror does not stop the static pod: it comes back.
+		if err := e.cs.CoreV1().Pods("default").Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p = e.waitPod(t, name, 30*time.Second, "mirrored again", func(q *corev1.Pod) bool { return q.UID != p.UID && running(q) })
+		if got := p.Status.ContainerStatuses[0].ContainerID; got != id {
+			t.Fatalf("container changed from %s to %s when the mirror was deleted", id, got)
+		}
+		if !strings.Contains(e.s.stderrText(), "broken.yaml") {
+			t.Errorf("the invalid manifest was not reported:\n%s", e.s.stderrText())
+		}
+		// Removing the file ends it.
+		os.Remove(filepath.Join(dir, "web.yaml"))
+		os.Remove(filepath.Join(dir, "broken.yaml"))
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := e.cs.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("static pod still there after its manifest was removed: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
 	t.Run("crash loop back-off", func(t *testing.T) {
 		p := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crasher"},

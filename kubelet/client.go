@@ -84,6 +84,11 @@ func (c *Client) getPod(ctx context.Context, ns, name string) (*corev1.Pod, erro
 	return out, c.core.Get().Namespace(ns).Resource("pods").Name(name).Do(ctx).Into(out)
 }
 
+func (c *Client) createPod(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+	out := &corev1.Pod{}
+	return out, c.core.Post().Namespace(p.Namespace).Resource("pods").Body(p).Do(ctx).Into(out)
+}
+
 func (c *Client) updatePodStatus(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	out := &corev1.Pod{}
 	return out, c.core.Put().Namespace(p.Namespace).Resource("pods").Name(p.Name).SubResource("status").Body(p).Do(ctx).Into(out)

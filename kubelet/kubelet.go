@@ -62,6 +62,8 @@ type Config struct {
 	RootDir       string
 	ClusterDNS    string
 	ClusterDomain string
+	// PodManifestPath holds static pod manifests ("" = none).
+	PodManifestPath string
 
 	nodeMemory      int64
 	nodeAllocatable corev1.ResourceList

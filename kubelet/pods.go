@@ -34,6 +34,8 @@ type podManager struct {
 	client *Client
 	log    *slog.Logger
 	ctx    context.Context
+	// nodeUID owns mirror pods.
+	nodeUID types.UID
 
 	backoff *flowcontrol.Backoff
 
@@ -95,7 +97,12 @@ func (m *podManager) run(ctx context.Context) {
 }
 
 // observe hands the newest pod to its worker, starting one if needed.
+// Mirror pods are the static pods' shadows: their workers are fed from
+// the manifests.
 func (m *podManager) observe(pod *corev1.Pod, deleted bool) {
+	if isMirror(pod) {
+		return
+	}
 	m.mu.Lock()
 	w, ok := m.workers[pod.UID]
 	if !ok {
@@ -107,6 +114,27 @@ func (m *podManager) observe(pod *corev1.Pod, deleted bool) {
 	}
 	m.mu.Unlock()
 	w.update(pod, deleted)
+}
+
+// observeStatic feeds a static pod's worker; its status goes to the
+// mirror pod, whose API UID is mirrorUID.
+func (m *podManager) observeStatic(pod *corev1.Pod, mirrorUID types.UID) {
+	m.mu.Lock()
+	w, ok := m.workers[pod.UID]
+	if !ok {
+		w = newPodWorker(m, pod)
+		m.workers[pod.UID] = w
+		go w.run()
+	}
+	m.mu.Unlock()
+	w.mu.Lock()
+	w.apiUID = mirrorUID
+	changed := w.pod == nil || w.pod.ResourceVersion != pod.ResourceVersion
+	w.pod = pod
+	w.mu.Unlock()
+	if changed {
+		w.wake()
+	}
 }
 
 // runtimeEvents wakes the worker of a pod whose container exited.

@@ -34,6 +34,9 @@ type podWorker struct {
 	pod     *corev1.Pod
 	deleted bool
 	kick    chan struct{}
+	// apiUID is the UID of the API object status goes to when it is not
+	// the pod's own: a static pod's mirror.
+	apiUID types.UID
 
 	sandbox   *cri.Sandbox
 	podIPs    []string
@@ -468,8 +471,8 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		}
 	}
 	removePodDir(w.podDir())
-	if !deleted {
-		if err := w.m.client.deletePod(ctx, pod); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
+		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			w.m.log.Warn("completing pod deletion", "pod", podKey(pod), "err", err)
 			return time.Second, false
 		}
@@ -512,6 +515,19 @@ func containerGrace(pod *corev1.Pod) time.Duration {
 	return 30 * time.Second
 }
 
+// apiObject is the pod as the API knows it: for a static pod, its mirror.
+func (w *podWorker) apiObject(pod *corev1.Pod) *corev1.Pod {
+	w.mu.Lock()
+	uid := w.apiUID
+	w.mu.Unlock()
+	if uid == "" || pod == nil {
+		return pod
+	}
+	p := pod.DeepCopy()
+	p.UID = uid
+	return p
+}
+
 func rvOf(p *corev1.Pod) uint64 {
 	rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
 	return rv
@@ -530,12 +546,12 @@ func (w *podWorker) postStatus(ctx context.Context, pod *corev1.Pod, st corev1.P
 	if apiequality.Semantic.DeepEqual(pod.Status, st) {
 		return
 	}
-	p := pod.DeepCopy()
+	p := w.apiObject(pod).DeepCopy()
 	p.Status = st
 	updated, err := w.m.client.updatePodStatus(ctx, p)
 	if apierrors.IsConflict(err) {
 		fresh, gerr := w.m.client.getPod(ctx, pod.Namespace, pod.Name)
-		if gerr != nil || fresh.UID != pod.UID {
+		if gerr != nil || fresh.UID != p.UID {
 			return
 		}
 		fresh.Status = st
@@ -549,7 +565,7 @@ func (w *podWorker) postStatus(ctx context.Context, pod *corev1.Pod, st corev1.P
 	}
 	// Keep the newer of what the informer delivered and what we wrote.
 	w.mu.Lock()
-	if w.pod != nil && w.pod.UID == updated.UID && rvOf(updated) > rvOf(w.pod) {
+	if w.pod != nil && w.apiUID == "" && w.pod.UID == updated.UID && rvOf(updated) > rvOf(w.pod) {
 		w.pod = updated
 	}
 	w.mu.Unlock()

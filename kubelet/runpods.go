@@ -36,6 +36,12 @@ func (a *Agent) runPods(ctx context.Context) error {
 	cfg.nodeAllocatable = st.Allocatable
 	m := newPodManager(cfg)
 	m.net, m.ctx = network, ctx
+	if uid, ok := a.nodeUID(); ok {
+		m.nodeUID = typesUID(uid)
+	}
+	if cfg.PodManifestPath != "" {
+		(&staticPods{m: m, dir: cfg.PodManifestPath}).start(ctx)
+	}
 	m.run(ctx)
 	return nil
 }

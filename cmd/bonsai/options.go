@@ -54,6 +54,7 @@ type serverOptions struct {
 	maxPods           int
 	runtimeEndpoint   string
 	podBridge         string
+	podManifestPath   string
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
 }
@@ -86,6 +87,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
+	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 }
@@ -117,6 +119,7 @@ type serverConfig struct {
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
 	PodBridge       string
+	PodManifestPath string
 	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
 	NodeCIDRMaskSize int
 	// SimulatedNodes is how many sim-<i> nodes to create.
@@ -411,6 +414,10 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--pod-bridge %q: must be a lower-case name of at most 15 letters, digits and '-'", o.podBridge)
 	}
 	c.PodBridge = o.podBridge
+	c.PodManifestPath = o.podManifestPath
+	if c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath) {
+		return fmt.Errorf("--pod-manifest-path %q: must be an absolute path", o.podManifestPath)
+	}
 	c.NodeLabels = map[string]string{}
 	for _, l := range o.nodeLabels {
 		k, v, ok := strings.Cut(l, "=")

@@ -180,6 +180,7 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
 		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
 		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
+		{[]string{"--pod-manifest-path", "manifests"}, []string{"--pod-manifest-path", "absolute"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
 		{[]string{"--node-taints", "k=v"}, []string{"--node-taints", "key=value:Effect"}},

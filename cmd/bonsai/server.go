@@ -323,6 +323,10 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 		kcfg.Network = podNetwork(cfg)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
 		kcfg.ClusterDNS, kcfg.ClusterDomain = clusterDNS(cfg.ServiceCIDR), cfg.ClusterDomain
+		kcfg.PodManifestPath = cfg.PodManifestPath
+		if kcfg.PodManifestPath == "" {
+			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
+		}
 	}
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
