@@ -64,6 +64,9 @@ type Config struct {
 	ClusterDomain string
 	// PodManifestPath holds static pod manifests ("" = none).
 	PodManifestPath string
+	// ImageFS is a path on the file system the runtime keeps images on,
+	// watched by image garbage collection ("" = no collection).
+	ImageFS string
 
 	nodeMemory      int64
 	nodeAllocatable corev1.ResourceList

@@ -39,6 +39,10 @@ func (a *Agent) runPods(ctx context.Context) error {
 	if uid, ok := a.nodeUID(); ok {
 		m.nodeUID = typesUID(uid)
 	}
+	if cfg.ImageFS != "" {
+		gc := &imageGC{rt: cfg.Runtime, usage: fsUsage(cfg.ImageFS), log: cfg.Logger, now: time.Now}
+		go gc.run(ctx)
+	}
 	if cfg.PodManifestPath != "" {
 		(&staticPods{m: m, dir: cfg.PodManifestPath}).start(ctx)
 	}

@@ -18,15 +18,18 @@ import (
 // when that socket is absent and containerd is installed, starts one of
 // bonsai's own under <data-dir>/containerd. stop closes the connection and
 // stops a containerd bonsai started; containers keep running either way.
-func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (cri.Runtime, func(), error) {
+//
+// imageFS is where that containerd keeps its images (its root).
+func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (rt cri.Runtime, stop func(), imageFS string, err error) {
 	endpoint := cfg.RuntimeEndpoint
+	imageFS = "/var/lib/containerd"
 	var daemon *containerd.Daemon
 	if _, err := os.Stat(endpoint); errors.Is(err, os.ErrNotExist) {
 		d, derr := containerd.StartDaemon(ctx, filepath.Join(cfg.DataDir, "containerd"), log)
 		if derr != nil {
-			return nil, nil, fmt.Errorf("container runtime: %s does not exist and bonsai could not start containerd itself: %v (install the Debian packages containerd and runc, or use --runtime=simulated or --disable-agent)", endpoint, derr)
+			return nil, nil, "", fmt.Errorf("container runtime: %s does not exist and bonsai could not start containerd itself: %v (install the Debian packages containerd and runc, or use --runtime=simulated or --disable-agent)", endpoint, derr)
 		}
-		daemon, endpoint = d, d.Socket
+		daemon, endpoint, imageFS = d, d.Socket, filepath.Join(d.Dir, "root")
 		log.Info("started containerd as a child of bonsai", "socket", d.Socket, "pid", d.PID(), "log", filepath.Join(d.Dir, "containerd.log"))
 	}
 	regs, err := containerd.LoadRegistries(filepath.Join(cfg.DataDir, "registries.yaml"))
@@ -34,9 +37,9 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (c
 		if daemon != nil {
 			daemon.Stop()
 		}
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	rt, err := containerd.New(ctx, containerd.Config{
+	crt, err := containerd.New(ctx, containerd.Config{
 		Endpoint: endpoint, Namespace: "k8s.io", StateDir: filepath.Join(cfg.DataDir, "agent", "io"),
 		Logger: log, Hosts: regs,
 	})
@@ -44,16 +47,16 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (c
 		if daemon != nil {
 			daemon.Stop()
 		}
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	importImages(ctx, rt, filepath.Join(cfg.DataDir, "images"), log)
-	stop := func() {
-		rt.Close()
+	importImages(ctx, crt, filepath.Join(cfg.DataDir, "images"), log)
+	stop = func() {
+		crt.Close()
 		if daemon != nil {
 			daemon.Stop()
 		}
 	}
-	return rt, stop, nil
+	return crt, stop, imageFS, nil
 }
 
 // podNetwork is the built-in pod network's configuration for this host.

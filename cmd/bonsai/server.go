@@ -307,7 +307,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
 	if cfg.Runtime == "containerd" {
-		rt, stopRuntime, err := connectRuntime(ctx, cfg, log)
+		rt, stopRuntime, imageFS, err := connectRuntime(ctx, cfg, log)
 		if err != nil {
 			log.Error("the node is not registered: its container runtime is unavailable", "node", cfg.NodeName, "err", err)
 			return stop
@@ -323,6 +323,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 		kcfg.Network = podNetwork(cfg)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
 		kcfg.ClusterDNS, kcfg.ClusterDomain = clusterDNS(cfg.ServiceCIDR), cfg.ClusterDomain
+		kcfg.ImageFS = imageFS
 		kcfg.PodManifestPath = cfg.PodManifestPath
 		if kcfg.PodManifestPath == "" {
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
