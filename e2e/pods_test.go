@@ -286,7 +286,7 @@ func TestPods(t *testing.T) {
 		p := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "printenv"},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-				Name: "main", Command: sh("echo GREETING=$GREETING; echo POD=$POD_NAME; echo IP=$POD_IP"),
+				Name: "main", Command: sh("echo GREETING=$GREETING; echo POD=$POD_NAME; echo IP=$POD_IP; echo API=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"),
 				Env: []corev1.EnvVar{{Name: "WHO", Value: "edge"}, {Name: "GREETING", Value: "hello-$(WHO)"},
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 					{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
@@ -298,7 +298,7 @@ func TestPods(t *testing.T) {
 			t.Fatalf("status: %s", statusSummary(p))
 		}
 		got := e.logText(t, p, "main", 0)
-		want := fmt.Sprintf("GREETING=hello-edge\nPOD=printenv\nIP=%s\n", p.Status.PodIP)
+		want := fmt.Sprintf("GREETING=hello-edge\nPOD=printenv\nIP=%s\nAPI=10.43.0.1:443\n", p.Status.PodIP)
 		if got != want {
 			t.Fatalf("log = %q, want %q", got, want)
 		}

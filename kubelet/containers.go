@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"bonsai.dev/bonsai/kubelet/containerd"
@@ -274,6 +276,9 @@ func (w *podWorker) envFor(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 		}
 		vals[k] = v
 	}
+	for _, kv := range w.serviceEnv(ctx, pod) {
+		set(kv[0], kv[1])
+	}
 	for _, from := range c.EnvFrom {
 		switch {
 		case from.ConfigMapRef != nil:
@@ -321,6 +326,62 @@ func (w *podWorker) envFor(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 }
 
 func optional(b *bool) bool { return b != nil && *b }
+
+// serviceEnv is the Docker-links style variables for the services of the
+// pod's namespace (with enableServiceLinks, the default) and the master
+// service "kubernetes" always, as the kubelet sets them.
+func (w *podWorker) serviceEnv(ctx context.Context, pod *corev1.Pod) [][2]string {
+	var svcs []corev1.Service
+	links := pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
+	if links {
+		if l, err := w.m.client.listServices(ctx, pod.Namespace); err == nil {
+			svcs = append(svcs, l.Items...)
+		}
+	}
+	if pod.Namespace != metav1.NamespaceDefault || !links {
+		if l, err := w.m.client.listServices(ctx, metav1.NamespaceDefault); err == nil {
+			for _, s := range l.Items {
+				if s.Name == "kubernetes" {
+					svcs = append(svcs, s)
+				}
+			}
+		}
+	}
+	sort.Slice(svcs, func(i, j int) bool { return svcs[i].Name < svcs[j].Name })
+	var out [][2]string
+	for _, s := range svcs {
+		ip := s.Spec.ClusterIP
+		if ip == "" || ip == corev1.ClusterIPNone || len(s.Spec.Ports) == 0 {
+			continue
+		}
+		name := strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+		first := s.Spec.Ports[0]
+		out = append(out, [2]string{name + "_SERVICE_HOST", ip}, [2]string{name + "_SERVICE_PORT", strconv.Itoa(int(first.Port))})
+		for _, p := range s.Spec.Ports {
+			if p.Name != "" {
+				out = append(out, [2]string{name + "_SERVICE_PORT_" + strings.ToUpper(strings.ReplaceAll(p.Name, "-", "_")), strconv.Itoa(int(p.Port))})
+			}
+		}
+		proto := strings.ToLower(string(first.Protocol))
+		if proto == "" {
+			proto = "tcp"
+		}
+		out = append(out, [2]string{name + "_PORT", fmt.Sprintf("%s://%s", proto, net.JoinHostPort(ip, strconv.Itoa(int(first.Port))))})
+		for _, p := range s.Spec.Ports {
+			pr := strings.ToLower(string(p.Protocol))
+			if pr == "" {
+				pr = "tcp"
+			}
+			prefix := fmt.Sprintf("%s_PORT_%d_%s", name, p.Port, strings.ToUpper(pr))
+			out = append(out,
+				[2]string{prefix, fmt.Sprintf("%s://%s", pr, net.JoinHostPort(ip, strconv.Itoa(int(p.Port))))},
+				[2]string{prefix + "_PROTO", pr},
+				[2]string{prefix + "_PORT", strconv.Itoa(int(p.Port))},
+				[2]string{prefix + "_ADDR", ip})
+		}
+	}
+	return out
+}
 
 func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource) (string, bool, error) {
 	switch {
