@@ -149,6 +149,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	go func() {
 		time.Sleep(2 * time.Second)
 		debug.FreeOSMemory()
+		pageOutBinary()
 	}()
 
 	var serveErr error
