@@ -637,6 +637,48 @@ func TestPods(t *testing.T) {
 		}
 	})
 
+	t.Run("security context and active deadline", func(t *testing.T) {
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "locked-down"},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr(int64(65534)), RunAsGroup: ptr(int64(65534))},
+				Containers: []corev1.Container{{Name: "main",
+					Command: sh("echo uid=$(id -u) gid=$(id -g); touch /rootfs-file 2>/dev/null && echo rootfs-writable || echo rootfs-readonly; echo bye > /dev/termination-log"),
+					SecurityContext: &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr(true), AllowPrivilegeEscalation: ptr(false),
+						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+				}}},
+		})
+		p = e.waitPod(t, p.Name, 30*time.Second, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+		if got := e.logText(t, p, "main", 0); got != "uid=65534 gid=65534\nrootfs-readonly\n" {
+			t.Fatalf("log %q", got)
+		}
+		if msg := p.Status.ContainerStatuses[0].State.Terminated.Message; msg != "bye\n" {
+			t.Fatalf("termination message %q", msg)
+		}
+		// runAsNonRoot against an image that runs as root is refused.
+		root := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "nonroot"},
+			Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr(true)},
+				Containers: []corev1.Container{{Name: "main", Command: sh("true")}}},
+		})
+		e.waitPod(t, root.Name, 30*time.Second, "refused with CreateContainerConfigError", func(p *corev1.Pod) bool {
+			cs := p.Status.ContainerStatuses
+			return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CreateContainerConfigError" &&
+				strings.Contains(cs[0].State.Waiting.Message, "runAsNonRoot")
+		})
+		dl := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "deadline"},
+			Spec: corev1.PodSpec{ActiveDeadlineSeconds: ptr(int64(2)), TerminationGracePeriodSeconds: ptr(int64(0)),
+				Containers: []corev1.Container{{Name: "main", Command: sh("sleep 3600")}}},
+		})
+		dl = e.waitPod(t, dl.Name, 30*time.Second, "Failed with DeadlineExceeded", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "DeadlineExceeded"
+		})
+		if term := dl.Status.ContainerStatuses[0].State.Terminated; term == nil {
+			t.Fatalf("container still running past the deadline: %s", statusSummary(dl))
+		}
+	})
+
 	t.Run("crash loop back-off", func(t *testing.T) {
 		p := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crasher"},

@@ -177,6 +177,10 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 	}
 	inst, _ = w.instances(ctx)
 	next = min(next, w.runProbes(ctx, pod, inst))
+	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil {
+		// Wake when the deadline passes, not at the next resync.
+		next = min(next, max(time.Until(w.startTime.Add(time.Duration(*ads)*time.Second))+10*time.Millisecond, 10*time.Millisecond))
+	}
 	w.pruneOld(ctx, inst)
 	w.postStatus(ctx, pod, w.status(pod, inst))
 	return next, false
