@@ -52,6 +52,7 @@ type serverOptions struct {
 	nodeLabels        []string
 	nodeTaints        []string
 	maxPods           int
+	kubeletPort       int
 }
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
@@ -78,6 +79,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
+	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -103,6 +105,7 @@ type serverConfig struct {
 	NodeLabels    map[string]string
 	NodeTaints    []corev1.Taint
 	MaxPods       int
+	KubeletPort   int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -387,6 +390,13 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
 	}
 	c.MaxPods = o.maxPods
+	if o.kubeletPort < 1 || o.kubeletPort > 65535 {
+		return fmt.Errorf("--kubelet-port %d: must be between 1 and 65535", o.kubeletPort)
+	}
+	if o.kubeletPort == o.port {
+		return fmt.Errorf("--kubelet-port %d: the API server listens there (--https-listen-port)", o.kubeletPort)
+	}
+	c.KubeletPort = o.kubeletPort
 	c.NodeLabels = map[string]string{}
 	for _, l := range o.nodeLabels {
 		k, v, ok := strings.Cut(l, "=")

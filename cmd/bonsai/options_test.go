@@ -74,6 +74,7 @@ func TestServerDefaults(t *testing.T) {
 		NodeName:      hostName(t),
 		NodeLabels:    map[string]string{},
 		MaxPods:       110,
+		KubeletPort:   10250,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -91,7 +92,7 @@ func TestServerFlags(t *testing.T) {
 		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
 		"--log-format", "json", "--log-level", "debug",
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
-		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50")
+		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50", "--kubelet-port", "11250")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,8 @@ func TestServerFlags(t *testing.T) {
 			{Key: "dedicated", Value: "cam", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
 		},
-		MaxPods: 50,
+		MaxPods:     50,
+		KubeletPort: 11250,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -157,6 +159,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
+		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
+		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
 		{[]string{"--node-taints", "k=v"}, []string{"--node-taints", "key=value:Effect"}},
@@ -294,7 +299,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--log-level string`, `(default "info")`,
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
 		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
-		`--node-taints strings`, `--max-pods int`, `(default 110)`,
+		`--node-taints strings`, `--max-pods int`, `(default 110)`, `--kubelet-port int`, `(default 10250)`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)

@@ -50,6 +50,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ln.Close()
+	var kubeletLn net.Listener
+	if !cfg.DisableAgent {
+		if kubeletLn, err = listen(cfg.BindAddress, cfg.KubeletPort); err != nil {
+			return fmt.Errorf("--kubelet-port: %w", err)
+		}
+		defer kubeletLn.Close()
+	}
 
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -79,6 +86,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if len(certs.Issued) > 0 {
 		log.Info("issued certificates", "files", certs.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
 	}
+	kcerts, err := kubeletCerts(cfg, certs.CA, sans)
+	if err != nil {
+		return err
+	}
+	if len(kcerts.Issued) > 0 {
+		log.Info("issued certificates", "files", kcerts.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
+	}
 
 	serverURL := "https://" + net.JoinHostPort(kubeconfigHost(cfg.BindAddress).String(), strconv.Itoa(cfg.Port))
 	kubeconfigs := []string{filepath.Join(cfg.DataDir, "kubeconfig.yaml")}
@@ -105,6 +119,8 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
+		KubeletTLS:       kubeletClientTLS(kcerts, certs.CA),
+		KubeletPort:      cfg.KubeletPort,
 		Version:          version,
 		Logger:           log,
 	})
@@ -134,6 +150,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
 	if !cfg.DisableAgent {
+		// No runtime yet: the simulated node's logs are empty and it has
+		// nothing to exec into.
+		startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, nil, log)
 		startAgent(ctx, cfg, api, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
@@ -302,7 +321,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 	go func() {
 		err := kubelet.Run(ctx, kubelet.Config{
 			NodeName: cfg.NodeName, Client: client, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
-			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
+			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
 			ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 			Logger: log,
 		})
