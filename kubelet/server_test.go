@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
@@ -121,6 +122,10 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// client-go and the streaming libraries log every closed stream
+	// through klog; ending sessions on purpose is what these tests do.
+	klog.SetSlogLogger(quiet)
+	t.Cleanup(func() { klog.ClearLogger() })
 
 	sans := pki.SANs{DNSNames: []string{"localhost"}, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
 	certs, err := pki.Ensure(filepath.Join(dir, "tls"), sans)
