@@ -26,8 +26,8 @@ CGO_ENABLED ?= 0
 # (containerd, runc, nftables, iproute2 as those parts land); DEPS are what
 # the tests and benchmarks need: everything bonsai needs plus its real
 # peers and test fixtures (etcd-server, busybox-static, ...).
-RUN_DEPS :=
-DEPS := $(strip $(RUN_DEPS) etcd-server)
+RUN_DEPS := containerd runc
+DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry)
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s

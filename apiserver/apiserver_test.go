@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1166,4 +1167,36 @@ func TestLegacyWatchPaths(t *testing.T) {
 		resp.Body.Close()
 		cancel()
 	}
+}
+
+// TestConcurrentUnconditionalPatches: patches without a resourceVersion
+// never fail with a conflict, whatever else writes the object meanwhile
+// (kube-apiserver retries them), even while the winning write is still
+// waiting for its fsync.
+func TestConcurrentUnconditionalPatches(t *testing.T) {
+	e := newTestEnv(t)
+	nodes := e.cs.CoreV1().Nodes()
+	if _, err := nodes.Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				var err error
+				if g%2 == 0 {
+					_, err = nodes.Patch(e.ctx, "n", types.StrategicMergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"g%d":"%d"}}}`, g, i)), metav1.PatchOptions{})
+				} else {
+					_, err = nodes.Patch(e.ctx, "n", types.MergePatchType, []byte(fmt.Sprintf(`{"status":{"nodeInfo":{"bootID":"%d-%d"}}}`, g, i)), metav1.PatchOptions{}, "status")
+				}
+				if err != nil {
+					t.Errorf("writer %d, patch %d: %v", g, i, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
 }

@@ -41,8 +41,15 @@ func TestSimulatedNode(t *testing.T) {
 		!strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "simulated://") || node.Status.DaemonEndpoints.KubeletEndpoint.Port <= 0 {
 		t.Fatalf("node: ready %v labels %v taints %v info %+v endpoints %+v", ready, node.Labels, node.Spec.Taints, node.Status.NodeInfo, node.Status.DaemonEndpoints)
 	}
-	lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), "edge-1", metav1.GetOptions{})
-	if err != nil || lease.Spec.RenewTime == nil || *lease.Spec.HolderIdentity != "edge-1" {
-		t.Fatalf("lease: %+v %v", lease, err)
+	// The node is registered with its status; its Lease follows.
+	for {
+		lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), "edge-1", metav1.GetOptions{})
+		if err == nil && lease.Spec.RenewTime != nil && *lease.Spec.HolderIdentity == "edge-1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease: %+v %v", lease, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -21,7 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/netplugin"
 )
 
 // statusInterval is how often node status is posted when nothing changed.
@@ -50,6 +55,31 @@ type Config struct {
 	KubeletVersion string
 	Clock          clock.Clock
 	Logger         *slog.Logger
+
+	// Runtime runs the node's pods; nil registers the node only.
+	Runtime cri.Runtime
+	// Network is the pod network's configuration; the kubelet fills in
+	// the pod CIDR the server allocated to the node and starts it.
+	Network *netplugin.Config
+	// RootDir holds pod dirs (volumes) and container logs.
+	RootDir       string
+	ClusterDNS    string
+	ClusterDomain string
+	// PodManifestPath holds static pod manifests ("" = none).
+	PodManifestPath string
+
+	nodeMemory      int64
+	nodeAllocatable corev1.ResourceList
+
+	// Simulated hands the node to the simulator (kubelet/simulator): it
+	// is registered with the bonsai.dev/simulated annotation and the
+	// host's status, and from then on the simulator alone renews its
+	// Lease and posts its status, so Run returns once it is registered.
+	Simulated bool
+}
+
+func (c *Config) allocatable(name corev1.ResourceName) resource.Quantity {
+	return c.nodeAllocatable[name]
 }
 
 // Agent is a running node agent.
@@ -76,8 +106,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := a.register(ctx); err != nil {
 		return err
 	}
+	if cfg.Simulated {
+		return nil
+	}
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
+	if cfg.Runtime != nil {
+		go func() {
+			if err := a.runPods(ctx); err != nil && ctx.Err() == nil {
+				cfg.Logger.Error("the node cannot run pods", "node", cfg.NodeName, "err", err)
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,7 +141,15 @@ func (a *Agent) nodeUID() (string, bool) {
 func (a *Agent) register(ctx context.Context) error {
 	c := a.cfg.Client
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: a.labels()}, Spec: corev1.NodeSpec{Taints: a.cfg.Taints}}
+	if a.cfg.Simulated {
+		// Status goes in with the create: the simulator, which may see
+		// the node at once, keeps the host's capacity rather than
+		// posting its defaults first.
+		node.Annotations = map[string]string{simulator.AnnotationSimulated: "true"}
+		node.Status = a.status(a.cfg.Clock.Now())
+	}
 	created, err := c.createNode(ctx, node)
+	fresh := err == nil
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		existing, err := c.getNode(ctx, a.cfg.NodeName)
@@ -114,6 +162,16 @@ func (a *Agent) register(ctx context.Context) error {
 			}
 			existing.Labels[k] = v
 		}
+		// The runtime may have changed since the last start: exactly one
+		// of the simulator and this agent keeps the node alive.
+		if a.cfg.Simulated {
+			if existing.Annotations == nil {
+				existing.Annotations = map[string]string{}
+			}
+			existing.Annotations[simulator.AnnotationSimulated] = "true"
+		} else {
+			delete(existing.Annotations, simulator.AnnotationSimulated)
+		}
 		if created, err = c.updateNode(ctx, existing); err != nil {
 			return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 		}
@@ -124,7 +182,14 @@ func (a *Agent) register(ctx context.Context) error {
 	a.uid = created.UID
 	a.mu.Unlock()
 	a.cfg.Logger.Info("node registered", "node", a.cfg.NodeName, "runtime", a.cfg.RuntimeVersion)
-	return a.postStatus(ctx, true)
+	if a.cfg.Simulated {
+		if fresh {
+			return nil
+		}
+	}
+	// The node IPAM controller (or the simulator) may write the Node
+	// between this agent's read and write.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.postStatus(ctx, true) })
 }
 
 func (a *Agent) labels() map[string]string {

@@ -148,3 +148,56 @@ func waitForLease(t *testing.T, cs kubernetes.Interface, renewed time.Time) *coo
 		return l, err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Equal(renewed)
 	})
 }
+
+// TestSimulatedRuntimeHandsNodeToSimulator: with Simulated the agent
+// registers the node with the annotation and the host's status, and leaves
+// heartbeats to the simulator: it starts no lease renewer of its own. A
+// later start with a real runtime takes the node back.
+func TestSimulatedRuntimeHandsNodeToSimulator(t *testing.T) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := apiserver.New(apiserver.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	restCfg := srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	cs := kubernetes.NewForConfigOrDie(restCfg)
+	agentClient, err := NewClient(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := Config{NodeName: "n1", Client: agentClient, DataDir: t.TempDir(), RuntimeVersion: "simulated://0.1", Simulated: true}
+	for start := 0; start < 2; start++ { // a fresh registration, then a restart
+		if err := Run(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Annotations["bonsai.dev/simulated"] != "true" {
+			t.Errorf("start %d: annotations %v", start, node.Annotations)
+		}
+		if c := node.Status.Capacity[corev1.ResourceCPU]; c.Value() != int64(runtime.NumCPU()) {
+			t.Errorf("start %d: cpu capacity %s, want the host's", start, c.String())
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "n1", metav1.GetOptions{}); err == nil {
+		t.Error("the agent renewed the lease of a simulated node")
+	}
+
+	cfg.Simulated = false
+	go Run(ctx, cfg)
+	waitFor(t, func() (*corev1.Node, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		_, annotated := n.Annotations["bonsai.dev/simulated"]
+		return n, err == nil && !annotated
+	})
+}

@@ -52,8 +52,15 @@ type serverOptions struct {
 	nodeLabels        []string
 	nodeTaints        []string
 	maxPods           int
+	runtimeEndpoint   string
+	podBridge         string
+	podManifestPath   string
+	nodeCIDRMaskSize  int
+	simulatedNodes    int
 	kubeletPort       int
 }
+
+const defaultPodBridge = "bonsai0"
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.configFile, "config", defaultConfigFile, "YAML file whose keys are these flags' names (read only if it exists unless given explicitly); flags given on the command line win")
@@ -79,6 +86,11 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
+	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
+	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
+	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
+	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
+	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 }
 
@@ -105,7 +117,16 @@ type serverConfig struct {
 	NodeLabels    map[string]string
 	NodeTaints    []corev1.Taint
 	MaxPods       int
-	KubeletPort   int
+	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
+	// network's bridge and nftables table.
+	RuntimeEndpoint string
+	PodBridge       string
+	PodManifestPath string
+	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
+	NodeCIDRMaskSize int
+	// SimulatedNodes is how many sim-<i> nodes to create.
+	SimulatedNodes int
+	KubeletPort    int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -233,13 +254,8 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	if c.ClusterCIDR, err = parseCIDR("--cluster-cidr", o.clusterCIDR); err != nil {
 		return nil, err
 	}
-	// Each node gets a /24 (IPv4) or /64 (IPv6) of the cluster CIDR.
-	nodeBits := 24
-	if c.ClusterCIDR.Addr().Is6() {
-		nodeBits = 64
-	}
-	if c.ClusterCIDR.Bits() > nodeBits {
-		return nil, fmt.Errorf("--cluster-cidr %s: too small; each node takes a /%d", o.clusterCIDR, nodeBits)
+	if err := o.validateNodeCIDRMask(c); err != nil {
+		return nil, err
 	}
 	if c.ServiceCIDR.Overlaps(c.ClusterCIDR) {
 		return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", o.clusterCIDR, o.serviceCIDR)
@@ -258,6 +274,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
 	}
 	if err := o.validateNode(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateSimulated(c); err != nil {
 		return nil, err
 	}
 
@@ -397,6 +416,18 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--kubelet-port %d: the API server listens there (--https-listen-port)", o.kubeletPort)
 	}
 	c.KubeletPort = o.kubeletPort
+	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
+	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {
+		return fmt.Errorf("--container-runtime-endpoint %q: must be an absolute path to a unix socket", o.runtimeEndpoint)
+	}
+	if errs := validation.IsDNS1123Label(o.podBridge); len(o.podBridge) > 15 || len(errs) > 0 {
+		return fmt.Errorf("--pod-bridge %q: must be a lower-case name of at most 15 letters, digits and '-'", o.podBridge)
+	}
+	c.PodBridge = o.podBridge
+	c.PodManifestPath = o.podManifestPath
+	if c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath) {
+		return fmt.Errorf("--pod-manifest-path %q: must be an absolute path", o.podManifestPath)
+	}
 	c.NodeLabels = map[string]string{}
 	for _, l := range o.nodeLabels {
 		k, v, ok := strings.Cut(l, "=")
@@ -424,5 +455,33 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		}
 		c.NodeTaints = append(c.NodeTaints, corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)})
 	}
+	return nil
+}
+
+// validateNodeCIDRMask checks --node-cidr-mask-size against --cluster-cidr,
+// with kube-controller-manager's defaults: a /24 (IPv4) or /64 (IPv6) per
+// node.
+func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
+	v6 := c.ClusterCIDR.Addr().Is6()
+	mask, maxMask := o.nodeCIDRMaskSize, 30
+	if v6 {
+		maxMask = 126
+	}
+	switch {
+	case mask == 0 && v6:
+		mask = 64
+	case mask == 0:
+		mask = 24
+	case mask < 0 || mask > maxMask:
+		return fmt.Errorf("--node-cidr-mask-size %d: must be between 1 and %d for an %s --cluster-cidr (a node CIDR needs room for pods)", mask, maxMask, map[bool]string{false: "IPv4", true: "IPv6"}[v6])
+	}
+	if c.ClusterCIDR.Bits() > mask {
+		return fmt.Errorf("--cluster-cidr %s: too small for --node-cidr-mask-size %d; each node takes a /%d", o.clusterCIDR, mask, mask)
+	}
+	// The allocator keeps a bitmap of node CIDRs: 2^24 of them is 2 MB.
+	if mask-c.ClusterCIDR.Bits() > 24 {
+		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
+	}
+	c.NodeCIDRMaskSize = mask
 	return nil
 }

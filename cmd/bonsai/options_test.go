@@ -74,7 +74,11 @@ func TestServerDefaults(t *testing.T) {
 		NodeName:      hostName(t),
 		NodeLabels:    map[string]string{},
 		MaxPods:       110,
-		KubeletPort:   10250,
+
+		RuntimeEndpoint:  "/run/containerd/containerd.sock",
+		PodBridge:        "bonsai0",
+		NodeCIDRMaskSize: 24,
+		KubeletPort:      10250,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -92,7 +96,9 @@ func TestServerFlags(t *testing.T) {
 		"--service-node-port-range", "31000+99", "--cluster-domain", "edge.internal",
 		"--log-format", "json", "--log-level", "debug",
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
-		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50", "--kubelet-port", "11250")
+		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
+		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +125,12 @@ func TestServerFlags(t *testing.T) {
 			{Key: "dedicated", Value: "cam", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
 		},
-		MaxPods:     50,
-		KubeletPort: 11250,
+		MaxPods:         50,
+		KubeletPort:     11250,
+		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
+		PodBridge:       "edge0",
+
+		NodeCIDRMaskSize: 26,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -144,6 +154,16 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--cluster-cidr", "10.42.0.0/25"}, []string{"--cluster-cidr", "too small"}},
 		{[]string{"--cluster-cidr", "10.43.0.0/16"}, []string{"--cluster-cidr", "overlaps --service-cidr"}},
 		{[]string{"--cluster-cidr", "x/y"}, []string{"--cluster-cidr"}},
+		{[]string{"--node-cidr-mask-size", "31"}, []string{"--node-cidr-mask-size", "between 1 and 30"}},
+		{[]string{"--node-cidr-mask-size", "-1"}, []string{"--node-cidr-mask-size"}},
+		{[]string{"--node-cidr-mask-size", "x"}, []string{"--node-cidr-mask-size"}},
+		{[]string{"--node-cidr-mask-size", "15"}, []string{"--cluster-cidr", "too small", "--node-cidr-mask-size 15"}},
+		{[]string{"--cluster-cidr", "fd00:42::/56", "--node-cidr-mask-size", "127"}, []string{"--node-cidr-mask-size", "IPv6"}},
+		{[]string{"--cluster-cidr", "fd00:42::/32", "--node-cidr-mask-size", "64"}, []string{"--node-cidr-mask-size", "2^24"}},
+		{[]string{"--simulated-nodes", "-1"}, []string{"--simulated-nodes", "between 0 and 100000"}},
+		{[]string{"--simulated-nodes", "1000000"}, []string{"--simulated-nodes", "between 0 and 100000"}},
+		{[]string{"--simulated-nodes", "ten"}, []string{"--simulated-nodes"}},
+		{[]string{"--simulated-nodes", "256"}, []string{"--simulated-nodes 256", "--cluster-cidr 10.42.0.0/16 holds only 256"}},
 		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
 		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
 		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
@@ -162,6 +182,10 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},
+		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
+		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
+		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
+		{[]string{"--pod-manifest-path", "manifests"}, []string{"--pod-manifest-path", "absolute"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
 		{[]string{"--node-taints", "k=v"}, []string{"--node-taints", "key=value:Effect"}},
@@ -300,6 +324,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
 		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`, `--kubelet-port int`, `(default 10250)`,
+		`--node-taints strings`, `--max-pods int`, `(default 110)`,
+		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
@@ -369,4 +395,50 @@ func hostName(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.ToLower(h)
+}
+
+func TestNodeCIDRMaskSizeDefaults(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 24},
+		{[]string{"--cluster-cidr", "10.128.0.0/9"}, 24},
+		{[]string{"--cluster-cidr", "10.128.0.0/9", "--node-cidr-mask-size", "30"}, 30},
+		{[]string{"--cluster-cidr", "10.42.0.0/24", "--node-cidr-mask-size", "24"}, 24},
+		{[]string{"--cluster-cidr", "fd00:42::/48", "--service-cidr", "fd00:43::/108"}, 64},
+		{[]string{"--cluster-cidr", "fd00:42::/112", "--service-cidr", "fd00:43::/108", "--node-cidr-mask-size", "120"}, 120},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if got.NodeCIDRMaskSize != tc.want {
+			t.Errorf("%v: mask size %d, want %d", tc.args, got.NodeCIDRMaskSize, tc.want)
+		}
+	}
+}
+
+func TestSimulatedNodesFlag(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--simulated-nodes", "255"}, 255},
+		{[]string{"--simulated-nodes", "10000", "--cluster-cidr", "10.128.0.0/9"}, 10000},
+		{[]string{"--simulated-nodes", "1000", "--node-cidr-mask-size", "26"}, 1000},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if got.SimulatedNodes != tc.want {
+			t.Errorf("%v: %d simulated nodes, want %d", tc.args, got.SimulatedNodes, tc.want)
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -149,11 +150,18 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
+	stopAgent := func() {}
+	if err := startControllers(ctx, cfg, api, log); err != nil {
+		return err
+	}
+	if err := startSimulator(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if !cfg.DisableAgent {
-		// No runtime yet: the simulated node's logs are empty and it has
-		// nothing to exec into.
-		startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, nil, log)
-		startAgent(ctx, cfg, api, log)
+		// The kubelet API serves the agent's runtime (none for a
+		// simulated node: empty logs and nothing to exec into).
+		serveKubeletAPI := func(rt cri.Runtime) { startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, rt, log) }
+		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
 	// garbage the steady state never needs; hand it back to the OS now
@@ -186,6 +194,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 			serveErr = err
 		}
 	}
+	stopAgent()
 	storeOpen = false
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
@@ -307,26 +316,55 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 
 // startAgent runs this host's node agent in-process, as its own node
 // identity through the whole handler chain.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
-	if cfg.Runtime != "simulated" {
-		log.Warn("the containerd runtime is not part of this build yet; running the control plane only (use --runtime=simulated for a simulated node, or --disable-agent)")
-		return
+// The returned stop ends what the agent started outside the process
+// (its runtime connection, a containerd of its own); pods keep running.
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime), log *slog.Logger) func() {
+	stop := func() {}
+	kcfg := kubelet.Config{
+		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
+		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
+		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
+		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
+	if cfg.Runtime == "containerd" {
+		rt, stopRuntime, err := connectRuntime(ctx, cfg, log)
+		if err != nil {
+			log.Error("the node is not registered: its container runtime is unavailable", "node", cfg.NodeName, "err", err)
+			return stop
+		}
+		v, err := rt.Version(ctx)
+		if err != nil {
+			stopRuntime()
+			log.Error("the node is not registered: its container runtime is unavailable", "node", cfg.NodeName, "err", err)
+			return stop
+		}
+		stop = stopRuntime
+		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
+		kcfg.Network = podNetwork(cfg)
+		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
+		kcfg.ClusterDNS, kcfg.ClusterDomain = clusterDNS(cfg.ServiceCIDR), cfg.ClusterDomain
+		kcfg.PodManifestPath = cfg.PodManifestPath
+		if kcfg.PodManifestPath == "" {
+			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
+		}
+	}
+	serveKubeletAPI(kcfg.Runtime)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {
 		log.Error("node agent", "err", err)
-		return
+		return stop
 	}
+	kcfg.Client = client
+	done := make(chan struct{})
 	go func() {
-		err := kubelet.Run(ctx, kubelet.Config{
-			NodeName: cfg.NodeName, Client: client, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
-			MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
-			ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
-			Logger: log,
-		})
-		if err != nil {
+		defer close(done)
+		if err := kubelet.Run(ctx, kcfg); err != nil {
 			log.Error("node agent stopped", "err", err)
 		}
 	}()
+	return func() {
+		<-done
+		stop()
+	}
 }

@@ -37,6 +37,7 @@ type suite struct {
 var suites = []suite{
 	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
+	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.

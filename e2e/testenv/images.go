@@ -50,16 +50,26 @@ func BusyboxImage(t testing.TB, ref string) []byte {
 
 // BuildBusyboxImage builds the archive BusyboxImage returns.
 func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
-	bin, err := os.ReadFile(busybox)
+	layer, config, err := BusyboxLayer(busybox)
 	if err != nil {
 		return nil, err
 	}
+	return dockerArchive(ref, layer, config)
+}
+
+// BusyboxLayer builds the busybox image's one (uncompressed) layer and its
+// image config.
+func BusyboxLayer(busybox string) (layer, config []byte, err error) {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, nil, err
+	}
 	list, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("busybox --list: %w", err)
+		return nil, nil, fmt.Errorf("busybox --list: %w", err)
 	}
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
+	var lb bytes.Buffer
+	tw := tar.NewWriter(&lb)
 	mtime := time.Unix(0, 0)
 	dir := func(name string, mode int64) {
 		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: mtime})
@@ -85,11 +95,11 @@ func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
 	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"))
 	file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
 	if err := tw.Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	layerSum := sha256.Sum256(layer.Bytes())
+	layerSum := sha256.Sum256(lb.Bytes())
 	layerID := hex.EncodeToString(layerSum[:])
-	config, _ := json.Marshal(map[string]any{
+	config, _ = json.Marshal(map[string]any{
 		"architecture": "amd64", "os": "linux", "created": mtime.UTC().Format(time.RFC3339),
 		"config": map[string]any{
 			"Env": []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -97,6 +107,14 @@ func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerID}},
 	})
+	return lb.Bytes(), config, nil
+}
+
+// dockerArchive wraps a layer and config as `docker save` does.
+func dockerArchive(ref string, layer, config []byte) ([]byte, error) {
+	mtime := time.Unix(0, 0)
+	layerSum := sha256.Sum256(layer)
+	layerID := hex.EncodeToString(layerSum[:])
 	configSum := sha256.Sum256(config)
 	configName := hex.EncodeToString(configSum[:]) + ".json"
 	manifest, _ := json.Marshal([]map[string]any{{
@@ -109,7 +127,7 @@ func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
 		ow.Write(data)
 	}
 	ow.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: layerID + "/", Mode: 0o755, ModTime: mtime})
-	add(layerID+"/layer.tar", layer.Bytes())
+	add(layerID+"/layer.tar", layer)
 	add(configName, config)
 	add("manifest.json", manifest)
 	if err := ow.Close(); err != nil {

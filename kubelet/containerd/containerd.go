@@ -53,6 +53,7 @@ const (
 	labelReason   = "io.bonsai.reason"
 	labelCgroup   = "io.bonsai.cgroup"
 	labelStopSig  = "io.bonsai.stopsignal"
+	labelImageRef = "io.bonsai.imageref"
 )
 
 // MinVersion is the oldest containerd bonsai drives.
@@ -330,6 +331,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, sandboxID string, cfg cri
 		labelLogPath: cfg.LogPath, labelStdin: strconv.FormatBool(cfg.Stdin), labelTTY: strconv.FormatBool(cfg.TTY),
 		labelCgroup: cgroup, labelStopSig: cfg.StopSignal,
 	}
+	if desc, err := img.Config(ctx); err == nil {
+		labels[labelImageRef] = desc.Digest.String()
+	}
 	for k, v := range cfg.Labels {
 		labels[k] = v
 	}
@@ -594,9 +598,9 @@ func oomKilled(cgroup string) bool {
 		return false
 	}
 	for _, p := range []string{
-		filepath.Join("/sys/fs/cgroup", cgroup, "memory.events"),                 // v2
-		filepath.Join("/sys/fs/cgroup/memory", cgroup, "memory.oom_control"),      // v1
-		filepath.Join("/sys/fs/cgroup/unified", cgroup, "memory.events"),          // hybrid
+		filepath.Join("/sys/fs/cgroup", cgroup, "memory.events"),             // v2
+		filepath.Join("/sys/fs/cgroup/memory", cgroup, "memory.oom_control"), // v1
+		filepath.Join("/sys/fs/cgroup/unified", cgroup, "memory.events"),     // hybrid
 	} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -797,11 +801,7 @@ func (r *Runtime) statusOf(ctx context.Context, c containers.Container) cri.Cont
 		Image: l[labelImage], Labels: l, CreatedAt: c.CreatedAt, LogPath: l[labelLogPath],
 		State: cri.ContainerCreated,
 	}
-	if img, err := r.client.ImageService().Get(ctx, c.Image); err == nil {
-		if cfg, err := containerd.NewImage(r.client, img).Config(ctx); err == nil {
-			st.ImageRef = cfg.Digest.String()
-		}
-	}
+	st.ImageRef = l[labelImageRef]
 	st.StartedAt, _ = time.Parse(time.RFC3339Nano, l[labelStarted])
 	if fin, ok := l[labelFinished]; ok {
 		st.State = cri.ContainerExited

@@ -89,6 +89,9 @@ func (r *Runtime) describe(ctx context.Context, img containerd.Image) (cri.Image
 	}
 	size, _ := img.Size(ctx)
 	out := cri.Image{ID: desc.Digest.String(), Size: size, CreatedAt: img.Metadata().CreatedAt}
+	if cfg, err := imageConfig(ctx, img); err == nil {
+		out.User = cfg.User
+	}
 	name := img.Name()
 	if named, err := docker.ParseDockerRef(name); err == nil {
 		if _, ok := named.(docker.Canonical); ok {
@@ -212,4 +215,3 @@ func (r *Runtime) ImportImages(ctx context.Context, rd io.Reader) ([]cri.Image, 
 	}
 	return out, nil
 }
-

@@ -122,7 +122,7 @@ func (r *Runtime) resolver(auth *cri.Auth) remotes.Resolver {
 			path += "/v2"
 		}
 		return docker.RegistryHost{
-			Client: &http.Client{Transport: transportFor(regs.Configs[endpoint.Host]), Timeout: 0},
+			Client:     &http.Client{Transport: transportFor(regs.Configs[endpoint.Host]), Timeout: 0},
 			Authorizer: authorizer, Host: endpoint.Host, Scheme: endpoint.Scheme, Path: path,
 			Capabilities: docker.HostCapabilityPull | docker.HostCapabilityResolve,
 		}

@@ -74,6 +74,8 @@ type Image struct {
 	Size        int64
 	// CreatedAt is when the runtime stored it (image GC spares young ones).
 	CreatedAt time.Time
+	// User is the image's configured user ("" = root).
+	User string
 }
 
 // SandboxConfig is what a pod's shared context needs.

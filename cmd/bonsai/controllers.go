@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/controllers/nodeipam"
+)
+
+// startControllers runs the control plane's controllers in-process, each
+// through the whole handler chain like any client. They run with
+// --disable-agent too: they act on every node, not on this host's.
+func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+	user := &authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}}
+	ipam, err := nodeipam.New(nodeipam.Config{
+		RESTConfig:   api.ClientConfig(user),
+		ClusterCIDR:  cfg.ClusterCIDR,
+		NodeMaskSize: cfg.NodeCIDRMaskSize,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := ipam.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("node IPAM controller stopped", "err", err)
+		}
+	}()
+	return nil
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/kubelet/simulator"
+)
+
+// maxSimulatedNodes keeps a typo (an extra zero or three) from filling the
+// store and memory: 100,000 is ten times what bonsai is measured with.
+const maxSimulatedNodes = 100000
+
+// validateSimulated checks --simulated-nodes: a count, and one every
+// simulated node's pod CIDR fits in --cluster-cidr (with this host's node).
+func (o *serverOptions) validateSimulated(c *serverConfig) error {
+	n := o.simulatedNodes
+	if n < 0 || n > maxSimulatedNodes {
+		return fmt.Errorf("--simulated-nodes %d: must be between 0 and %d", n, maxSimulatedNodes)
+	}
+	c.SimulatedNodes = n
+	if n == 0 {
+		return nil
+	}
+	hostBits := c.NodeCIDRMaskSize - c.ClusterCIDR.Bits()
+	if hostBits < 20 && n+1 > 1<<hostBits {
+		return fmt.Errorf("--simulated-nodes %d: --cluster-cidr %s holds only %d node CIDRs of /%d; use a larger --cluster-cidr (10.128.0.0/9 holds 32,768) or a longer --node-cidr-mask-size",
+			n, c.ClusterCIDR, 1<<hostBits, c.NodeCIDRMaskSize)
+	}
+	return nil
+}
+
+// startSimulator runs the simulator of every node annotated
+// bonsai.dev/simulated=true (this host's with --runtime=simulated, those
+// of --simulated-nodes, any a user creates), and creates the
+// --simulated-nodes ones.
+func startSimulator(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+	// It acts for every simulated node, as each node's kubelet would.
+	user := &authn.User{Name: "system:bonsai-simulator", Groups: []string{"system:nodes", authn.GroupAuthenticated}}
+	restCfg := api.ClientConfig(user)
+	sim, err := simulator.New(simulator.Config{
+		RESTConfig: restCfg, Version: version, KubeletVersion: apiserver.KubernetesVersion(), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("node simulator stopped", "err", err)
+		}
+	}()
+	if cfg.SimulatedNodes > 0 {
+		go func() {
+			if err := simulator.EnsureNodes(ctx, restCfg, cfg.SimulatedNodes, log); err != nil && ctx.Err() == nil {
+				log.Error("creating simulated nodes", "err", err)
+			}
+		}()
+	}
+	return nil
+}

@@ -1,0 +1,356 @@
+// Package nodeipam gives every Node its pod CIDR: it sets spec.podCIDR and
+// spec.podCIDRs from the cluster CIDR, as kube-controller-manager's range
+// allocator does. A node that already has a pod CIDR keeps it (after a
+// restart too); a deleted node's CIDR goes back to the pool; when the pool
+// is empty the node gets a CIDRNotAvailable event and waits.
+//
+// It owns those two fields of Nodes and nothing else. It talks to the API
+// only through client-go (informer, workqueue, events), never to the store,
+// and it is the only writer of pod CIDRs: one instance per cluster.
+package nodeipam
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Config is what the controller needs.
+type Config struct {
+	// RESTConfig reaches the API server. Only the core group is used, over
+	// a plain REST client: the typed clientset would link every group.
+	RESTConfig *rest.Config
+	// ClusterCIDR is cut into node CIDRs of NodeMaskSize bits.
+	ClusterCIDR  netip.Prefix
+	NodeMaskSize int
+	// Workers sync nodes in parallel (default 4): allocation is serialised
+	// in memory, the API writes are not.
+	Workers int
+	// RetryMax caps the back-off of a node waiting for a free CIDR
+	// (default 30 s); a CIDR released by a deleted node is handed out at
+	// once regardless.
+	RetryMax time.Duration
+	Logger   *slog.Logger
+}
+
+// Controller is the node IPAM controller.
+type Controller struct {
+	cfg      Config
+	core     rest.Interface
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	events   record.EventBroadcaster
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	cidr *cidrSet
+	// held is each node's pod CIDRs as marked in cidr: the ones it has,
+	// or the one reserved for it while the write is under way.
+	held map[string][]netip.Prefix
+	// waiting are nodes that found the pool empty; a release wakes them.
+	waiting map[string]bool
+}
+
+// New builds the controller; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	set, err := newCIDRSet(cfg.ClusterCIDR, cfg.NodeMaskSize)
+	if err != nil {
+		return nil, err
+	}
+	core, err := coreClient(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:  cfg,
+		core: core,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, cfg.RetryMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
+		log:     cfg.Logger.With("controller", "node-ipam"),
+		cidr:    set,
+		held:    map[string][]netip.Prefix{},
+		waiting: map[string]bool{},
+	}
+	c.informer = cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()),
+		&corev1.Node{}, 0, cache.Indexers{})
+	// Only names and pod CIDRs matter here: 10,000 nodes cost a few MB.
+	c.informer.SetTransform(slimNode)
+	c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: c.enqueue,
+	})
+	c.events = record.NewBroadcaster()
+	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "node-ipam-controller"})
+	return c, nil
+}
+
+func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.APIPath, c.GroupVersion = "/api", &schema.GroupVersion{Version: "v1"}
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.ContentType = "application/vnd.kubernetes.protobuf"
+	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(c)
+}
+
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+	}, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// Run allocates until ctx ends. Before the first allocation it marks every
+// pod CIDR the nodes already have, from a full list: after a restart no
+// CIDR can be handed out twice.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	sink := c.events.StartRecordingToSink(&eventSink{core: c.core, ctx: ctx})
+	defer func() { sink.Stop(); c.events.Shutdown() }()
+	go c.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	for _, obj := range c.informer.GetStore().List() {
+		n := obj.(*corev1.Node)
+		c.recordLocked(n.Name, nodeCIDRs(n, c.log))
+	}
+	c.log.Info("node CIDRs in use", "count", c.cidr.inUse, "of", c.cidr.size, "clusterCIDR", c.cidr.cluster, "nodeMaskSize", c.cidr.maskBits)
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for i := 0; i < c.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(ctx, key)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case errors.Is(err, errFull):
+		c.queue.AddRateLimited(key)
+	default:
+		if ctx.Err() == nil {
+			c.log.Warn("node CIDR sync failed; retrying", "node", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// sync makes one node's pod CIDR true: record the one it has, or give it
+// one; a node that is gone gives its CIDR back.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	obj, exists, err := c.informer.GetIndexer().GetByKey(name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		c.mu.Lock()
+		c.releaseLocked(name)
+		c.mu.Unlock()
+		return nil
+	}
+	node := obj.(*corev1.Node)
+	if have := nodeCIDRs(node, c.log); len(have) > 0 || node.Spec.PodCIDR != "" {
+		c.mu.Lock()
+		c.recordLocked(name, have)
+		c.mu.Unlock()
+		return nil
+	}
+
+	c.mu.Lock()
+	cidr, err := c.reserveLocked(name)
+	inUse, size := c.cidr.inUse, c.cidr.size
+	c.mu.Unlock()
+	if err != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "CIDRNotAvailable",
+			"Node %s has no pod CIDR: all %d /%d ranges of the cluster CIDR %s are in use; it gets one when a node is deleted",
+			name, size, c.cidr.maskBits, c.cidr.cluster)
+		c.log.Warn("no free node CIDR", "node", name, "inUse", inUse, "clusterCIDR", c.cidr.cluster)
+		return err
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": cidr.String(), "podCIDRs": []string{cidr.String()}}})
+	err = c.core.Patch(types.StrategicMergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Error()
+	if apierrors.IsNotFound(err) {
+		return nil // the delete event releases the reservation
+	}
+	if err != nil {
+		// The reservation stays: the retry writes the same CIDR, unless
+		// the node got one from elsewhere meanwhile (then that one is
+		// recorded and this one released).
+		return fmt.Errorf("set pod CIDR %s: %w", cidr, err)
+	}
+	c.log.Debug("node CIDR allocated", "node", name, "podCIDR", cidr)
+	return nil
+}
+
+// reserveLocked returns the CIDR held for name, or takes a free one.
+func (c *Controller) reserveLocked(name string) (netip.Prefix, error) {
+	if h := c.held[name]; len(h) == 1 {
+		return h[0], nil
+	}
+	c.releaseLocked(name)
+	p, err := c.cidr.allocateNext()
+	if err != nil {
+		c.waiting[name] = true
+		return netip.Prefix{}, err
+	}
+	delete(c.waiting, name)
+	c.held[name] = []netip.Prefix{p}
+	return p, nil
+}
+
+// recordLocked marks what a node has as its own, giving back whatever was
+// held for it before.
+func (c *Controller) recordLocked(name string, have []netip.Prefix) {
+	delete(c.waiting, name)
+	if same(c.held[name], have) {
+		return
+	}
+	c.releaseLocked(name)
+	var kept []netip.Prefix
+	for _, p := range have {
+		if c.cidr.taken(p) {
+			// Set by hand, or by another allocator: two nodes share it.
+			// Nothing here can fix that; say so.
+			c.log.Warn("pod CIDR of a node overlaps one already in use", "node", name, "podCIDR", p)
+		}
+		if c.cidr.occupy(p) {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) > 0 {
+		c.held[name] = kept
+	}
+}
+
+func (c *Controller) releaseLocked(name string) {
+	h, ok := c.held[name]
+	delete(c.waiting, name)
+	if !ok {
+		return
+	}
+	delete(c.held, name)
+	for _, p := range h {
+		c.cidr.release(p)
+	}
+	// Nodes waiting for a CIDR try again now rather than after back-off.
+	for n := range c.waiting {
+		c.queue.Add(n)
+	}
+}
+
+func same(a, b []netip.Prefix) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeCIDRs parses what a node has; unparsable entries are logged and left
+// out (the API validates them, so this is belt and braces).
+func nodeCIDRs(n *corev1.Node, log *slog.Logger) []netip.Prefix {
+	list := n.Spec.PodCIDRs
+	if len(list) == 0 && n.Spec.PodCIDR != "" {
+		list = []string{n.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			log.Warn("node has an unparsable pod CIDR", "node", n.Name, "podCIDR", s)
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// eventSink writes events through the plain REST client (record's own sink
+// wants the typed clientset).
+type eventSink struct {
+	core rest.Interface
+	ctx  context.Context
+}
+
+func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(s.ctx).Into(out)
+}
+
+func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(s.ctx).Into(out)
+}
+
+func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(s.ctx).Into(out)
+}

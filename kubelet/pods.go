@@ -1,0 +1,220 @@
+package kubelet
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/netplugin"
+)
+
+// Container restart back-off, as the kubelet's: 10 s doubling to 5 min.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+)
+
+// podManager runs one worker per pod bound to this node. Workers are
+// level-triggered: each sync reads the pod and the runtime and moves the
+// runtime one step toward the spec, so a restart of bonsai, a lost event
+// or a crash in between is just another state to converge from.
+type podManager struct {
+	cfg    Config
+	rt     cri.Runtime
+	net    *netplugin.Network
+	client *Client
+	log    *slog.Logger
+	ctx    context.Context
+	// nodeUID owns mirror pods.
+	nodeUID types.UID
+
+	backoff *flowcontrol.Backoff
+
+	mu      sync.Mutex
+	workers map[types.UID]*podWorker
+	synced  bool
+	store   cache.Store
+}
+
+func newPodManager(cfg Config) *podManager {
+	return &podManager{
+		cfg: cfg, rt: cfg.Runtime, client: cfg.Client, log: cfg.Logger,
+		backoff: flowcontrol.NewBackOff(backoffInitial, backoffMax),
+		workers: map[types.UID]*podWorker{},
+	}
+}
+
+// run watches this node's pods until ctx ends. Workers outlive neither.
+func (m *podManager) run(ctx context.Context) {
+	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: m.client.podListWatch(m.cfg.NodeName),
+		ObjectType:    &corev1.Pod{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { m.observe(obj.(*corev1.Pod), false) },
+			UpdateFunc: func(_, obj any) { m.observe(obj.(*corev1.Pod), false) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if p, ok := obj.(*corev1.Pod); ok {
+					m.observe(p, true)
+				}
+			},
+		},
+	})
+	m.store = store
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return
+	}
+	m.mu.Lock()
+	m.synced = true
+	m.mu.Unlock()
+	// With every pod of the node known, what the runtime holds for no
+	// known pod is an orphan from before a restart.
+	m.housekeeping(ctx)
+	go m.runtimeEvents(ctx)
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.housekeeping(ctx)
+			m.backoff.GC()
+		}
+	}
+}
+
+// observe hands the newest pod to its worker, starting one if needed.
+// Mirror pods are the static pods' shadows: their workers are fed from
+// the manifests.
+func (m *podManager) observe(pod *corev1.Pod, deleted bool) {
+	if isMirror(pod) {
+		return
+	}
+	m.mu.Lock()
+	w, ok := m.workers[pod.UID]
+	if !ok {
+		// A pod deleted before a worker saw it still gets one: it runs
+		// once to clean up whatever the runtime may hold for it.
+		w = newPodWorker(m, pod)
+		m.workers[pod.UID] = w
+		go w.run()
+	}
+	m.mu.Unlock()
+	w.update(pod, deleted)
+}
+
+// observeStatic feeds a static pod's worker; its status goes to the
+// mirror pod, whose API UID is mirrorUID.
+func (m *podManager) observeStatic(pod *corev1.Pod, mirrorUID types.UID) {
+	m.mu.Lock()
+	w, ok := m.workers[pod.UID]
+	if !ok {
+		w = newPodWorker(m, pod)
+		m.workers[pod.UID] = w
+		go w.run()
+	}
+	m.mu.Unlock()
+	w.mu.Lock()
+	w.apiUID = mirrorUID
+	changed := w.pod == nil || w.pod.ResourceVersion != pod.ResourceVersion
+	w.pod = pod
+	w.mu.Unlock()
+	if changed {
+		w.wake()
+	}
+}
+
+// runtimeEvents wakes the worker of a pod whose container exited.
+func (m *podManager) runtimeEvents(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-m.rt.Events():
+			st, err := m.rt.ContainerStatus(ctx, id)
+			if err != nil {
+				continue
+			}
+			m.mu.Lock()
+			w := m.workers[types.UID(st.Labels[cri.LabelPodUID])]
+			m.mu.Unlock()
+			if w != nil {
+				w.wake()
+			}
+		}
+	}
+}
+
+func (m *podManager) workerDone(uid types.UID) {
+	m.mu.Lock()
+	delete(m.workers, uid)
+	m.mu.Unlock()
+}
+
+func (m *podManager) known(uid string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.workers[types.UID(uid)]
+	return ok
+}
+
+// housekeeping removes containers, sandboxes, networks and pod dirs that
+// belong to no pod this node runs: pods deleted while bonsai was down, or
+// leftovers of a crash mid-teardown.
+func (m *podManager) housekeeping(ctx context.Context) {
+	cs, err := m.rt.ListContainers(ctx)
+	if err != nil {
+		m.log.Warn("housekeeping: list containers", "err", err)
+		return
+	}
+	for _, c := range cs {
+		uid := c.Labels[cri.LabelPodUID]
+		if m.known(uid) {
+			continue
+		}
+		m.log.Info("removing orphaned container", "id", c.ID, "pod", c.Labels[cri.LabelPodNamespace]+"/"+c.Labels[cri.LabelPodName])
+		m.rt.StopContainer(ctx, c.ID, 0)
+		if err := m.rt.RemoveContainer(ctx, c.ID); err != nil {
+			m.log.Warn("removing orphaned container", "id", c.ID, "err", err)
+		}
+	}
+	sbs, err := m.rt.ListPodSandboxes(ctx)
+	if err == nil {
+		for _, sb := range sbs {
+			if m.known(sb.Config.PodUID) {
+				continue
+			}
+			if m.net != nil {
+				m.net.Teardown(ctx, sb.Config.PodUID)
+			}
+			m.rt.RemovePodSandbox(ctx, sb.ID)
+		}
+	}
+	if m.net != nil {
+		if err := m.net.GC(ctx, m.known); err != nil {
+			m.log.Warn("housekeeping: pod network", "err", err)
+		}
+	}
+	dirs, _ := os.ReadDir(m.podsDir())
+	for _, d := range dirs {
+		if !m.known(d.Name()) {
+			removePodDir(filepath.Join(m.podsDir(), d.Name()))
+		}
+	}
+}
+
+func (m *podManager) podsDir() string { return filepath.Join(m.cfg.RootDir, "pods") }
+func (m *podManager) logsDir() string { return filepath.Join(m.cfg.RootDir, "logs") }

@@ -1,0 +1,72 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"bonsai.dev/bonsai/netplugin"
+)
+
+// runPods waits for the node's pod CIDR, brings up the pod network and
+// runs the node's pods until ctx ends.
+func (a *Agent) runPods(ctx context.Context) error {
+	cfg := a.cfg
+	var network *netplugin.Network
+	if cfg.Network != nil {
+		cidr, err := a.waitPodCIDR(ctx)
+		if err != nil {
+			return err
+		}
+		nc := *cfg.Network
+		nc.PodCIDR = cidr
+		if nc.Logger == nil {
+			nc.Logger = cfg.Logger
+		}
+		network, err = netplugin.New(ctx, nc)
+		if err != nil {
+			return fmt.Errorf("pod network: %w", err)
+		}
+		defer network.Close()
+		cfg.Logger.Info("pod network up", "bridge", nc.Bridge, "podCIDR", cidr.String())
+	}
+	st := a.status(cfg.Clock.Now())
+	cfg.nodeMemory = st.Capacity.Memory().Value()
+	cfg.nodeAllocatable = st.Allocatable
+	m := newPodManager(cfg)
+	m.net, m.ctx = network, ctx
+	if uid, ok := a.nodeUID(); ok {
+		m.nodeUID = typesUID(uid)
+	}
+	if cfg.PodManifestPath != "" {
+		(&staticPods{m: m, dir: cfg.PodManifestPath}).start(ctx)
+	}
+	m.run(ctx)
+	return nil
+}
+
+// waitPodCIDR waits until the server allocated the node's pod CIDR, as the
+// kubelet does before it can network pods.
+func (a *Agent) waitPodCIDR(ctx context.Context) (netip.Prefix, error) {
+	logged := false
+	for {
+		node, err := a.cfg.Client.getNode(ctx, a.cfg.NodeName)
+		if err == nil && node.Spec.PodCIDR != "" {
+			p, err := netip.ParsePrefix(node.Spec.PodCIDR)
+			if err != nil {
+				return netip.Prefix{}, fmt.Errorf("node %s has an invalid podCIDR %q: %w", a.cfg.NodeName, node.Spec.PodCIDR, err)
+			}
+			return p, nil
+		}
+		if !logged {
+			a.cfg.Logger.Info("waiting for the node's pod CIDR", "node", a.cfg.NodeName)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return netip.Prefix{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

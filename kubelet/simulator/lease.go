@@ -1,0 +1,134 @@
+package simulator
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// leaseState is what the simulator keeps of a node's Lease between
+// renewals: enough to write the next renewal blind (one PUT, no GET), as
+// it is the Lease's only writer. A conflict means someone else wrote it;
+// the renewal then reads it first.
+type leaseState struct {
+	resourceVersion string
+	nodeUID         types.UID
+}
+
+type leaseStore struct {
+	mu sync.Mutex
+	m  map[string]leaseState
+}
+
+func (l *leaseStore) get(name string) (leaseState, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.m[name]
+	return st, ok
+}
+
+func (l *leaseStore) set(name string, st leaseState) {
+	l.mu.Lock()
+	l.m[name] = st
+	l.mu.Unlock()
+}
+
+func (l *leaseStore) forget(name string) {
+	l.mu.Lock()
+	delete(l.m, name)
+	l.mu.Unlock()
+}
+
+// syncLease renews one node's Lease and schedules the next renewal. The
+// delaying queue is the renewal timer of every node at once: one heap and
+// a pool of workers, not a goroutine and a timer per node.
+func (s *Simulator) syncLease(ctx context.Context, name string) error {
+	node, ok := s.simulatedNode(name)
+	if !ok || !s.heartbeat(node) {
+		// Not (or no longer) ours, or heartbeats stopped: no renewal and
+		// no next one; nodeChanged queues one when heartbeats restart.
+		s.leases.forget(name)
+		return nil
+	}
+	if err := s.renewLease(ctx, node); err != nil {
+		return err
+	}
+	s.leaseQ.AddAfter(name, s.nextRenewal(name, s.clock.Now()))
+	return nil
+}
+
+// nextRenewal spreads renewals evenly over the interval: each node renews
+// at its own phase of it (a hash of its name), so 10,000 nodes registered
+// in the same second do not all write in the same second ten seconds
+// later. The wait is between half and one and a half intervals, far inside
+// the 40 s lease.
+func (s *Simulator) nextRenewal(name string, now time.Time) time.Duration {
+	interval := s.cfg.LeaseInterval
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	phase := time.Duration(h.Sum64() % uint64(interval))
+	earliest := now.Add(interval / 2).UnixNano()
+	at := earliest - earliest%int64(interval) + int64(phase)
+	if at < earliest {
+		at += int64(interval)
+	}
+	return time.Duration(at - now.UnixNano())
+}
+
+func (s *Simulator) renewLease(ctx context.Context, node *corev1.Node) error {
+	now := metav1.NewMicroTime(s.clock.Now())
+	if st, ok := s.leases.get(node.Name); ok && st.nodeUID == node.UID {
+		lease := s.lease(node, now)
+		lease.ResourceVersion = st.resourceVersion
+		out, err := s.api.updateLease(ctx, lease)
+		if err == nil {
+			s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	cur, err := s.api.getLease(ctx, node.Name)
+	if apierrors.IsNotFound(err) {
+		out, err := s.api.createLease(ctx, s.lease(node, now))
+		if err != nil {
+			return err
+		}
+		s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	want := s.lease(node, now)
+	cur.Spec = want.Spec
+	cur.OwnerReferences = want.OwnerReferences
+	out, err := s.api.updateLease(ctx, cur)
+	if err != nil {
+		return err
+	}
+	s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+	return nil
+}
+
+// lease is the Lease a kubelet keeps for its node, owned by the Node so
+// that deleting the Node removes it.
+func (s *Simulator) lease(node *corev1.Node, now metav1.MicroTime) *coordinationv1.Lease {
+	holder := node.Name
+	seconds := max(int32(s.cfg.LeaseDuration/time.Second), 1)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: node.Name, Namespace: corev1.NamespaceNodeLease,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &now},
+	}
+}

@@ -1,0 +1,379 @@
+// Package simulator runs simulated nodes: every Node annotated
+// bonsai.dev/simulated=true gets what a kubelet would give it (a Lease
+// renewed every 10 s, Ready status with capacity, and its pods Running and
+// Ready with fake IPs from the node's pod CIDR), without containers, as
+// kwok does. One simulator in the server runs all such nodes; 10,000 of them
+// cost a few KB each.
+//
+// It owns the Lease and status of simulated nodes and the status of their
+// pods, and it finishes the deletion of those pods. It must not touch nodes
+// without the annotation (a real kubelet runs them), and like every
+// component it talks to the API only through client-go, never to the store.
+package simulator
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+)
+
+// Annotations that drive the simulator.
+const (
+	// AnnotationSimulated "true" on a Node hands it to the simulator.
+	AnnotationSimulated = "bonsai.dev/simulated"
+	// AnnotationHeartbeat "false" on a simulated Node stops its Lease
+	// renewals and status posts, and its pods freeze as they are: the
+	// node looks dead, to exercise node failure.
+	AnnotationHeartbeat = "bonsai.dev/simulated-heartbeat"
+	// AnnotationStartDelay on a Pod (a Go duration, "2s") keeps its
+	// containers in ContainerCreating that long after the pod is seen.
+	AnnotationStartDelay = "bonsai.dev/simulated-start-delay"
+	// AnnotationReadyDelay on a Pod keeps it Running but not Ready that
+	// long after its containers start.
+	AnnotationReadyDelay = "bonsai.dev/simulated-ready-delay"
+)
+
+// Timing defaults: the kubelet's.
+const (
+	defaultLeaseInterval  = 10 * time.Second
+	defaultLeaseDuration  = 40 * time.Second
+	defaultStatusInterval = 5 * time.Minute
+)
+
+// Config is what the simulator needs.
+type Config struct {
+	// RESTConfig reaches the API server; the simulator acts for every
+	// simulated node, so its identity must be allowed to.
+	RESTConfig *rest.Config
+	// Version is reported as nodeInfo.containerRuntimeVersion
+	// "simulated://<Version>"; KubeletVersion as the kubelet's.
+	Version        string
+	KubeletVersion string
+	// LeaseInterval (10 s), LeaseDuration (40 s) and StatusInterval
+	// (5 min, how often status is posted when nothing changed) are the
+	// kubelet's defaults; tests shorten them.
+	LeaseInterval  time.Duration
+	LeaseDuration  time.Duration
+	StatusInterval time.Duration
+	// Workers per queue: lease renewals, node status, pods (default 8
+	// each). API calls wait for the store's fsync, so a few in flight
+	// share one.
+	Workers int
+	Clock   clock.WithTicker
+	Logger  *slog.Logger
+}
+
+// Simulator runs every simulated node.
+type Simulator struct {
+	cfg      Config
+	api      *client
+	clock    clock.WithTicker
+	log      *slog.Logger
+	nodes    cache.SharedIndexInformer
+	pods     cache.SharedIndexInformer
+	nodeQ    workqueue.TypedRateLimitingInterface[string]
+	leaseQ   workqueue.TypedRateLimitingInterface[string]
+	podQ     workqueue.TypedRateLimitingInterface[string]
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
+
+	leases leaseStore
+	ips    *podIPs
+
+	badMu sync.Mutex
+	// bad remembers which invalid annotation values were reported, so an
+	// object gets one event per mistake rather than one per sync.
+	bad map[objectName]map[string]string
+}
+
+const podsByNode = "nodeName"
+
+// New builds the simulator; Run starts it.
+func New(cfg Config) (*Simulator, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.LeaseInterval <= 0 {
+		cfg.LeaseInterval = defaultLeaseInterval
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = defaultLeaseDuration
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = defaultStatusInterval
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	api, err := newClient(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	s := &Simulator{
+		cfg:   cfg,
+		api:   api,
+		clock: cfg.Clock,
+		log:   cfg.Logger.With("component", "simulator"),
+		ips:   newPodIPs(),
+		bad:   map[objectName]map[string]string{},
+	}
+	s.leases.m = map[string]leaseState{}
+	queue := func(name string, first, max time.Duration) workqueue.TypedRateLimitingInterface[string] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](first, max),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: cfg.Clock})
+	}
+	s.nodeQ = queue("simulator-nodes", 200*time.Millisecond, 10*time.Second)
+	// The kubelet's lease back-off: 200 ms doubling to 7 s.
+	s.leaseQ = queue("simulator-leases", 200*time.Millisecond, 7*time.Second)
+	s.podQ = queue("simulator-pods", 200*time.Millisecond, 10*time.Second)
+
+	s.nodes = cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(api.core, "nodes", "", fields.Everything()),
+		&corev1.Node{}, 0, cache.Indexers{})
+	// The simulator reads only a node's annotations, pod CIDR and status:
+	// the rest (labels, images, managed fields) is dropped from the cache.
+	s.nodes.SetTransform(slimNode)
+	s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.nodeChanged(nil, obj.(*corev1.Node)) },
+		UpdateFunc: func(old, obj any) { s.nodeChanged(old.(*corev1.Node), obj.(*corev1.Node)) },
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				s.nodeQ.Add(key)
+				s.leaseQ.Add(key)
+			}
+		},
+	})
+
+	// Every bound pod: which of them run on simulated nodes changes as
+	// nodes are annotated, and a field selector cannot say "on one of
+	// these nodes".
+	s.pods = cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(api.core, "pods", "", fields.OneTermNotEqualSelector("spec.nodeName", "")),
+		&corev1.Pod{}, 0, cache.Indexers{podsByNode: func(obj any) ([]string, error) {
+			return []string{obj.(*corev1.Pod).Spec.NodeName}, nil
+		}})
+	s.pods.SetTransform(func(obj any) (any, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+		}
+		return obj, nil
+	})
+	s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.podChanged,
+		UpdateFunc: func(_, obj any) { s.podChanged(obj) },
+		// A pod that is gone gives its IP back, whatever its node.
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				s.podQ.Add(key)
+			}
+		},
+	})
+
+	s.events = record.NewBroadcaster()
+	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "bonsai-simulator"})
+	return s, nil
+}
+
+// Run simulates until ctx ends.
+func (s *Simulator) Run(ctx context.Context) error {
+	sink := s.events.StartRecordingToSink(&eventSink{core: s.api.core, ctx: ctx})
+	defer func() { sink.Stop(); s.events.Shutdown() }()
+	go s.nodes.RunWithContext(ctx)
+	go s.pods.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.nodes.HasSynced, s.pods.HasSynced) {
+		s.shutDownQueues()
+		return ctx.Err()
+	}
+	s.adoptPodIPs()
+
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		q    workqueue.TypedRateLimitingInterface[string]
+		sync func(context.Context, string) error
+		what string
+	}{
+		{s.leaseQ, s.syncLease, "lease"},
+		{s.nodeQ, s.syncNode, "node status"},
+		{s.podQ, s.syncPod, "pod"},
+	} {
+		for i := 0; i < s.cfg.Workers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for s.processNext(ctx, w.q, w.sync, w.what) {
+				}
+			}()
+		}
+	}
+	<-ctx.Done()
+	s.shutDownQueues()
+	wg.Wait()
+	return nil
+}
+
+func (s *Simulator) shutDownQueues() {
+	s.nodeQ.ShutDown()
+	s.leaseQ.ShutDown()
+	s.podQ.ShutDown()
+}
+
+func (s *Simulator) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error, what string) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("simulated "+what+" sync failed; retrying", "key", key, "err", err)
+		}
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+// nodeChanged queues what a node event may have changed. Lease renewals
+// are queued only when heartbeats (re)start: each renewal schedules the
+// next, and an extra one on every status write would double the rate.
+func (s *Simulator) nodeChanged(old, n *corev1.Node) {
+	sim, beat := s.simulated(n), s.heartbeat(n)
+	if !sim {
+		if old != nil && s.simulated(old) {
+			s.nodeQ.Add(n.Name) // forget it
+			s.enqueuePods(n.Name)
+		}
+		return
+	}
+	s.nodeQ.Add(n.Name)
+	wasBeating := old != nil && s.simulated(old) && s.heartbeat(old)
+	if beat && !wasBeating {
+		s.leaseQ.Add(n.Name)
+	}
+	if old == nil || !s.simulated(old) || s.heartbeat(old) != beat ||
+		old.Spec.PodCIDR != n.Spec.PodCIDR || internalIP(old) != internalIP(n) {
+		s.enqueuePods(n.Name)
+	}
+}
+
+func (s *Simulator) enqueuePods(node string) {
+	pods, _ := s.pods.GetIndexer().ByIndex(podsByNode, node)
+	for _, obj := range pods {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			s.podQ.Add(key)
+		}
+	}
+}
+
+func (s *Simulator) podChanged(obj any) {
+	p := obj.(*corev1.Pod)
+	if n, ok := s.simulatedNode(p.Spec.NodeName); ok && n != nil {
+		if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
+			s.podQ.Add(key)
+		}
+	}
+}
+
+// simulatedNode returns the named node if the simulator runs it.
+func (s *Simulator) simulatedNode(name string) (*corev1.Node, bool) {
+	obj, exists, err := s.nodes.GetIndexer().GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	n := obj.(*corev1.Node)
+	return n, s.simulated(n)
+}
+
+// simulated reads a node's bonsai.dev/simulated annotation; a value that
+// is not a boolean leaves the node alone, with an event saying why.
+func (s *Simulator) simulated(n *corev1.Node) bool {
+	v, ok := n.Annotations[AnnotationSimulated]
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		s.reportBad(n, AnnotationSimulated, v, `want "true" or "false"; the node is not simulated`)
+		return false
+	}
+	return b
+}
+
+// heartbeat reads bonsai.dev/simulated-heartbeat: on unless "false".
+func (s *Simulator) heartbeat(n *corev1.Node) bool {
+	v, ok := n.Annotations[AnnotationHeartbeat]
+	if !ok {
+		return true
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		s.reportBad(n, AnnotationHeartbeat, v, `want "true" or "false"; heartbeats go on`)
+		return true
+	}
+	return b
+}
+
+// delay reads a pod's delay annotation: a non-negative Go duration, else
+// an event and no delay.
+func (s *Simulator) delay(p *corev1.Pod, annotation string) time.Duration {
+	v, ok := p.Annotations[annotation]
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		s.reportBad(p, annotation, v, `want a duration such as "2s" or "500ms"; using no delay`)
+		return 0
+	}
+	return d
+}
+
+// object is a Node or a Pod.
+type object interface {
+	runtime.Object
+	metav1.Object
+}
+
+type objectName struct{ namespace, name string }
+
+// reportBad sends one Warning event per object and invalid value.
+func (s *Simulator) reportBad(obj object, annotation, value, what string) {
+	key := objectName{obj.GetNamespace(), obj.GetName()}
+	s.badMu.Lock()
+	if s.bad[key] == nil {
+		s.bad[key] = map[string]string{}
+	}
+	old, seen := s.bad[key][annotation]
+	s.bad[key][annotation] = value
+	s.badMu.Unlock()
+	if seen && old == value {
+		return
+	}
+	s.recorder.Eventf(obj, corev1.EventTypeWarning, "InvalidAnnotation", "annotation %s: invalid value %q: %s", annotation, value, what)
+	s.log.Warn("invalid simulator annotation", "namespace", key.namespace, "name", key.name, "annotation", annotation, "value", value)
+}
+
+// forgetBad drops what reportBad remembers of an object that is gone.
+func (s *Simulator) forgetBad(namespace, name string) {
+	s.badMu.Lock()
+	delete(s.bad, objectName{namespace, name})
+	s.badMu.Unlock()
+}
