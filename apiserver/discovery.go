@@ -26,6 +26,10 @@ var subresourceInfo = map[string]struct {
 	"eviction":            {gvk: schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}, verbs: metav1.Verbs{"create"}},
 	"finalize":            {verbs: metav1.Verbs{"update"}},
 	"ephemeralcontainers": {verbs: metav1.Verbs{"get", "patch", "update"}},
+	"log":                 {verbs: metav1.Verbs{"get"}},
+	"exec":                {gvk: schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"}, verbs: metav1.Verbs{"create", "get"}},
+	"attach":              {gvk: schema.GroupVersionKind{Version: "v1", Kind: "PodAttachOptions"}, verbs: metav1.Verbs{"create", "get"}},
+	"portforward":         {gvk: schema.GroupVersionKind{Version: "v1", Kind: "PodPortForwardOptions"}, verbs: metav1.Verbs{"create", "get"}},
 }
 
 func (r *resource) verbs() metav1.Verbs {

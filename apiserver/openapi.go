@@ -26,6 +26,9 @@ func (r *resource) openAPI() openapi.Resource {
 		Verbs: r.verbs(), Object: r.newObject(), List: r.newList(), ReturnsDeleted: r.returnDeleted,
 	}
 	for _, sub := range r.subresources {
+		if sub == "log" || connectSubresources[sub] {
+			continue // streams, not objects: nothing the schema can say
+		}
 		gvk := subKind(r, sub)
 		sr := openapi.Subresource{Name: sub, GVK: gvk, Verbs: subresourceInfo[sub].verbs}
 		if gvk != r.gvk() {

@@ -84,6 +84,10 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 			return s.update(w, r, ri, res)
 		}
 		return methodNotSupported(res, ri.verb)
+	case "log":
+		return s.serveLog(w, r, ri, res)
+	case "exec", "attach", "portforward":
+		return s.serveConnect(w, r, ri, res)
 	case "ephemeralcontainers":
 		switch ri.verb {
 		case "get":

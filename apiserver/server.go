@@ -7,6 +7,7 @@ package apiserver
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -34,6 +35,12 @@ type Config struct {
 	// endpoints point; unset, that Service is not created.
 	AdvertiseAddress netip.Addr
 	SecurePort       int
+	// KubeletTLS is how the API server calls kubelets for pods/log, exec,
+	// attach and portforward: its kubelet-client certificate and the CA
+	// of kubelet serving certificates. KubeletPort is the port of a
+	// kubelet whose Node reports none (default 10250).
+	KubeletTLS  *tls.Config
+	KubeletPort int
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -61,6 +68,10 @@ type Server struct {
 	watchMu     sync.Mutex
 	watches     context.Context
 	endWatchesF context.CancelFunc
+
+	// kubelet and kubeletInsecure (no server certificate check, for
+	// insecureSkipTLSVerifyBackend) call kubelets.
+	kubelet, kubeletInsecure *http.Transport
 }
 
 // New builds the API server over cfg.Store.
@@ -86,6 +97,7 @@ func New(cfg Config) (*Server, error) {
 	s.cfg.Store = instrumentedStore{Store: cfg.Store, m: s.metrics}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
+	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
 	s.bookmarkEvery = defaultBookmarkInterval
 	r := chi.NewRouter()
 	s.routes(r)

@@ -38,8 +38,8 @@ func TestSimulatedNode(t *testing.T) {
 		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
 	}
 	if !ready || node.Labels["site"] != "plant-7" || len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Value != "cam" ||
-		!strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "simulated://") {
-		t.Fatalf("node: ready %v labels %v taints %v info %+v", ready, node.Labels, node.Spec.Taints, node.Status.NodeInfo)
+		!strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "simulated://") || node.Status.DaemonEndpoints.KubeletEndpoint.Port <= 0 {
+		t.Fatalf("node: ready %v labels %v taints %v info %+v endpoints %+v", ready, node.Labels, node.Spec.Taints, node.Status.NodeInfo, node.Status.DaemonEndpoints)
 	}
 	// The node is registered with its status; its Lease follows.
 	for {

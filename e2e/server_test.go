@@ -120,12 +120,16 @@ func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, e
 		"--config", emptyConfig(t),
 	}
 	// The control plane alone, unless the test picks a node runtime.
-	agent := false
+	agent, kubeletPort := false, false
 	for _, a := range extra {
 		agent = agent || strings.HasPrefix(a, "--runtime")
+		kubeletPort = kubeletPort || strings.HasPrefix(a, "--kubelet-port")
 	}
 	if !agent {
 		args = append(args, "--disable-agent")
+	} else if !kubeletPort {
+		// Not 10250: a real kubelet or another test may have it.
+		args = append(args, "--kubelet-port", fmt.Sprint(freePort(t)))
 	}
 	args = append(args, extra...)
 	logf, err := os.CreateTemp(t.TempDir(), "stderr-")

@@ -46,6 +46,9 @@ type Config struct {
 	Address      netip.Addr
 	DataDir      string // its file system is the node's ephemeral storage
 	ControlPlane bool
+	// Port is where the kubelet API (logs, exec, port-forward) listens,
+	// reported in status.daemonEndpoints for the API server to call.
+	Port int32
 	// RuntimeVersion is reported in nodeInfo ("simulated://..." for the
 	// simulated runtime); KubeletVersion is the Kubernetes version served.
 	RuntimeVersion string
@@ -322,6 +325,7 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 			ContainerRuntimeVersion: a.cfg.RuntimeVersion,
 			KubeletVersion:          a.cfg.KubeletVersion,
 		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.cfg.Port}},
 	}
 }
 

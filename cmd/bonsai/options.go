@@ -57,6 +57,7 @@ type serverOptions struct {
 	podManifestPath   string
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
+	kubeletPort       int
 }
 
 const defaultPodBridge = "bonsai0"
@@ -90,6 +91,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
+	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -124,6 +126,7 @@ type serverConfig struct {
 	NodeCIDRMaskSize int
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
+	KubeletPort    int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -406,6 +409,13 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
 	}
 	c.MaxPods = o.maxPods
+	if o.kubeletPort < 1 || o.kubeletPort > 65535 {
+		return fmt.Errorf("--kubelet-port %d: must be between 1 and 65535", o.kubeletPort)
+	}
+	if o.kubeletPort == o.port {
+		return fmt.Errorf("--kubelet-port %d: the API server listens there (--https-listen-port)", o.kubeletPort)
+	}
+	c.KubeletPort = o.kubeletPort
 	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
 	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {
 		return fmt.Errorf("--container-runtime-endpoint %q: must be an absolute path to a unix socket", o.runtimeEndpoint)

@@ -78,6 +78,7 @@ func TestServerDefaults(t *testing.T) {
 		RuntimeEndpoint:  "/run/containerd/containerd.sock",
 		PodBridge:        "bonsai0",
 		NodeCIDRMaskSize: 24,
+		KubeletPort:      10250,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -97,7 +98,7 @@ func TestServerFlags(t *testing.T) {
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
-		"--node-cidr-mask-size", "26")
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +126,7 @@ func TestServerFlags(t *testing.T) {
 			{Key: "gpu", Effect: corev1.TaintEffectNoExecute},
 		},
 		MaxPods:         50,
+		KubeletPort:     11250,
 		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
 		PodBridge:       "edge0",
 
@@ -177,6 +179,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
+		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
+		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},
 		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
 		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
 		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
@@ -318,6 +323,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--log-level string`, `(default "info")`,
 		`--config string`, `(default "/etc/bonsai/config.yaml")`,
 		`--runtime string`, `(default "containerd")`, `--node-name string`, `--node-labels strings`,
+		`--node-taints strings`, `--max-pods int`, `(default 110)`, `--kubelet-port int`, `(default 10250)`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 	} {

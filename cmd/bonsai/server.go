@@ -26,6 +26,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -50,6 +51,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		return err
 	}
 	defer ln.Close()
+	var kubeletLn net.Listener
+	if !cfg.DisableAgent {
+		if kubeletLn, err = listen(cfg.BindAddress, cfg.KubeletPort); err != nil {
+			return fmt.Errorf("--kubelet-port: %w", err)
+		}
+		defer kubeletLn.Close()
+	}
 
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -79,6 +87,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if len(certs.Issued) > 0 {
 		log.Info("issued certificates", "files", certs.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
 	}
+	kcerts, err := kubeletCerts(cfg, certs.CA, sans)
+	if err != nil {
+		return err
+	}
+	if len(kcerts.Issued) > 0 {
+		log.Info("issued certificates", "files", kcerts.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
+	}
 
 	serverURL := "https://" + net.JoinHostPort(kubeconfigHost(cfg.BindAddress).String(), strconv.Itoa(cfg.Port))
 	kubeconfigs := []string{filepath.Join(cfg.DataDir, "kubeconfig.yaml")}
@@ -105,6 +120,8 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
+		KubeletTLS:       kubeletClientTLS(kcerts, certs.CA),
+		KubeletPort:      cfg.KubeletPort,
 		Version:          version,
 		Logger:           log,
 	})
@@ -141,7 +158,10 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		return err
 	}
 	if !cfg.DisableAgent {
-		stopAgent = startAgent(ctx, cfg, api, log)
+		// The kubelet API serves the agent's runtime (none for a
+		// simulated node: empty logs and nothing to exec into).
+		serveKubeletAPI := func(rt cri.Runtime) { startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, rt, log) }
+		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
 	// garbage the steady state never needs; hand it back to the OS now
@@ -299,11 +319,11 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 // identity through the whole handler chain.
 // The returned stop ends what the agent started outside the process
 // (its runtime connection, a containerd of its own); pods keep running.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) func() {
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime), log *slog.Logger) func() {
 	stop := func() {}
 	kcfg := kubelet.Config{
 		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
-		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir,
+		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
@@ -330,6 +350,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, l
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
 	}
+	serveKubeletAPI(kcfg.Runtime)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {

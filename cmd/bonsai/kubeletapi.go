@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+
+	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/cri"
+)
+
+// kubeletCerts issues (or reuses) the API server's kubelet-client
+// certificate and this host's kubelet serving certificate, valid for the
+// names and addresses the API server's own certificate has plus the node
+// name: the API server dials the node's InternalIP.
+func kubeletCerts(cfg *serverConfig, ca *pki.Authority, sans pki.SANs) (*pki.KubeletCerts, error) {
+	ks := pki.SANs{DNSNames: append(slices.Clone(sans.DNSNames), cfg.NodeName), IPs: sans.IPs}
+	return pki.EnsureKubelet(filepath.Join(cfg.DataDir, "tls"), ca, ks)
+}
+
+// kubeletClientTLS is how the API server calls kubelets: as
+// pki.KubeletClientUser, trusting only kubelet certificates of the CA.
+func kubeletClientTLS(certs *pki.KubeletCerts, ca *pki.Authority) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{certs.Client}, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+}
+
+// startKubeletAPI serves this host's kubelet API on ln until ctx ends.
+// Only the API server's kubelet-client identity and system:masters may
+// call it. rt is nil for a node without containers (--runtime=simulated).
+func startKubeletAPI(ctx context.Context, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, log *slog.Logger) {
+	srv := kubelet.NewServer(kubelet.ServerConfig{
+		Runtime: rt, Cert: certs.Serving, ClientCAs: ca.Pool(),
+		AuthorizedUsers: []string{pki.KubeletClientUser}, Logger: log,
+	})
+	go func() {
+		if err := srv.Serve(ctx, ln); err != nil {
+			log.Error("kubelet API stopped", "err", err)
+		}
+	}()
+}
