@@ -96,23 +96,9 @@ func (rc runtimeCommand) ExecInContainer(ctx context.Context, _, _, _ string, cm
 	return rc.exec(ctx, cmd, in, out, errw, tty, resize)
 }
 
-// exec gives the runtime a sink for an output the client did not ask
-// for: containerd's shim fails to start a process without a terminal
-// whose stdout or stderr has no pipe.
 func (rc runtimeCommand) exec(ctx context.Context, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
-	if out == nil {
-		out = discard{}
-	}
-	if errw == nil && !tty {
-		errw = discard{}
-	}
 	return rc.rt.Exec(ctx, rc.id, cmd, in, out, errw, tty, resize)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-func (discard) Close() error                { return nil }
 
 func (rc runtimeCommand) AttachContainer(ctx context.Context, _, _, _ string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
 	return rc.attach(ctx, in, out, errw, tty, resize)

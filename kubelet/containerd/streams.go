@@ -38,6 +38,14 @@ func (r *Runtime) exec(ctx context.Context, id string, cmd []string, in io.Reade
 	if len(cmd) == 0 {
 		return 0, errors.New("exec: no command given")
 	}
+	// The shim refuses an exec without a terminal whose stdout or stderr
+	// has no pipe: give it one that discards.
+	if out == nil {
+		out = io.Discard
+	}
+	if errw == nil && !tty {
+		errw = io.Discard
+	}
 	c, err := r.client.LoadContainer(nctx, id)
 	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
