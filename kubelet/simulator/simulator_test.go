@@ -34,6 +34,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	// Node creation times are whole seconds: a shorter grace than the
+	// default still makes a node without a pod CIDR wait up to a second.
+	old := cidrGrace
+	cidrGrace = 100 * time.Millisecond
+	t.Cleanup(func() { cidrGrace = old })
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -51,10 +56,14 @@ func newEnv(t *testing.T) *env {
 }
 
 // startSimulator runs a simulator until the test ends or stop is called.
-func (e *env) startSimulator(t *testing.T) (stop func()) {
+func (e *env) startSimulator(t *testing.T, tweaks ...func(*Config)) (stop func()) {
 	t.Helper()
-	s, err := New(Config{RESTConfig: e.cfg, Version: "test", KubeletVersion: "v1.37.2",
-		LeaseInterval: testInterval, LeaseDuration: time.Second, StatusInterval: time.Minute})
+	cfg := Config{RESTConfig: e.cfg, Version: "test", KubeletVersion: "v1.37.2",
+		LeaseInterval: testInterval, LeaseDuration: time.Second, StatusInterval: time.Minute}
+	for _, f := range tweaks {
+		f(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,5 +494,41 @@ func TestNextRenewalSpreadsNodes(t *testing.T) {
 	a, b := s.nextRenewal("sim-1", now), s.nextRenewal("sim-1", now.Add(10*time.Second))
 	if a != b {
 		t.Errorf("phase moved: %v then %v", a, b)
+	}
+}
+
+func readyCondition(n *corev1.Node) corev1.NodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return corev1.NodeCondition{}
+}
+
+// TestStatusHeartbeatAndRepair: status is re-posted every StatusInterval
+// with the transition times kept, and a condition someone else changed
+// (a node lifecycle controller marking it NotReady) is set back.
+func TestStatusHeartbeatAndRepair(t *testing.T) {
+	e := newEnv(t)
+	e.startSimulator(t, func(c *Config) { c.StatusInterval = 500 * time.Millisecond })
+	e.createNode(t, simNode("n", ""))
+	first := readyCondition(e.waitNodeReady(t, "n"))
+	later := waitFor(t, "a later heartbeat", func() (corev1.NodeCondition, bool) {
+		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+		c := readyCondition(n)
+		return c, err == nil && c.LastHeartbeatTime.After(first.LastHeartbeatTime.Time)
+	})
+	if !later.LastTransitionTime.Equal(&first.LastTransitionTime) || later.Status != corev1.ConditionTrue {
+		t.Errorf("heartbeat moved the transition time or the status: %+v then %+v", first, later)
+	}
+
+	body := `{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"Kubelet stopped posting node status."}]}}`
+	if _, err := e.cs.CoreV1().Nodes().Patch(e.ctx, "n", types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	fixed := readyCondition(e.waitNodeReady(t, "n"))
+	if fixed.Reason != "KubeletReady" || fixed.Message != "kubelet is posting ready status" {
+		t.Errorf("Ready after repair: %+v", fixed)
 	}
 }
