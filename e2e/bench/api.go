@@ -253,10 +253,10 @@ type bonsaiProc struct {
 	once sync.Once
 }
 
-// startBonsai starts a server on dir and a free port and returns once
-// /readyz answers 200, with the time from exec to that answer. A port
-// taken between picking and binding is retried on another.
-func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string) (*bonsaiProc, time.Duration, error) {
+// startBonsai starts a server on dir and a free port, with extra flags,
+// and returns once /readyz answers 200, with the time from exec to that
+// answer. A port taken between picking and binding is retried on another.
+func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string, extra ...string) (*bonsaiProc, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, 0, err
 	}
@@ -269,11 +269,11 @@ func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string) (*bons
 		if err != nil {
 			return nil, 0, err
 		}
-		cmd := execCommand(ctx, bin, "server", "--disable-agent",
+		cmd := execCommand(ctx, bin, append([]string{"server", "--disable-agent",
 			"--data-dir", filepath.Join(dir, "data"),
 			"--https-listen-port", strconv.Itoa(port),
 			"--bind-address", "127.0.0.1",
-			"--config", cfgFile)
+			"--config", cfgFile}, extra...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		p := &bonsaiProc{cmd: cmd, dir: filepath.Join(dir, "data"), log: logf.Name(), done: make(chan struct{})}
 		start := time.Now()
