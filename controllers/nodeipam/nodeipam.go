@@ -209,7 +209,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	case errors.Is(err, errFull):
 		c.queue.AddRateLimited(key)
 	default:
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsConflict(err):
+			c.log.Debug("node CIDR sync conflicted; retrying", "node", key)
+		default:
 			c.log.Warn("node CIDR sync failed; retrying", "node", key, "err", err)
 		}
 		c.queue.AddRateLimited(key)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -241,7 +242,13 @@ func (s *Simulator) processNext(ctx context.Context, q workqueue.TypedRateLimiti
 	}
 	defer q.Done(key)
 	if err := sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsConflict(err):
+			// Someone else wrote the object since the cache saw it: the
+			// retry reads the newer one. Routine, not worth a warning.
+			s.log.Debug("simulated "+what+" sync conflicted; retrying", "key", key)
+		default:
 			s.log.Warn("simulated "+what+" sync failed; retrying", "key", key, "err", err)
 		}
 		q.AddRateLimited(key)

@@ -205,6 +205,14 @@ func TestAnnotatedNodeIsReadyWithRenewedLease(t *testing.T) {
 	}
 	waitFor(t, "lease renewal", func() (time.Time, bool) { r := e.renewTime(t, "sim-a"); return r, r.After(first) })
 
+	// Renewals touch the Lease, not the Node: its status is written again
+	// only when something changes or StatusInterval passes.
+	n1, _ := e.cs.CoreV1().Nodes().Get(e.ctx, "sim-a", metav1.GetOptions{})
+	time.Sleep(5 * testInterval)
+	if n2, _ := e.cs.CoreV1().Nodes().Get(e.ctx, "sim-a", metav1.GetOptions{}); n2.ResourceVersion != n1.ResourceVersion {
+		t.Errorf("node rewritten while nothing changed: %s became %s", n1.ResourceVersion, n2.ResourceVersion)
+	}
+
 	// A node without the annotation is a real kubelet's: untouched.
 	real, err := e.cs.CoreV1().Nodes().Get(e.ctx, "real", metav1.GetOptions{})
 	if err != nil || len(real.Status.Conditions) != 0 || !e.renewTime(t, "real").IsZero() {
@@ -385,6 +393,13 @@ func TestPodsRunWithUniqueIPsAndDeleteCompletes(t *testing.T) {
 	}
 	check("a", "n1", netip.MustParsePrefix("10.42.1.0/24"), perNode)
 	check("b", "n2", netip.MustParsePrefix("10.42.2.0/24"), perNode)
+
+	// A running pod is left alone: no status write without a change.
+	rv := e.getPod(t, "a-1").ResourceVersion
+	time.Sleep(5 * testInterval)
+	if now := e.getPod(t, "a-1").ResourceVersion; now != rv {
+		t.Errorf("pod a-1 rewritten while nothing changed: resourceVersion %s became %s", rv, now)
+	}
 
 	// kubectl delete pod: graceful deletion that the node completes.
 	deletedIP := netip.MustParseAddr(e.getPod(t, "a-0").Status.PodIP)
