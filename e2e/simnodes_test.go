@@ -40,8 +40,17 @@ func TestSimulatedNodesWithKubectl(t *testing.T) {
 		}
 		seen[c] = node
 	}
-	if got := strings.Fields(k.must("get", "leases", "-n", "kube-node-lease", "-o", "name")); len(got) != 21 {
-		t.Errorf("leases: %d, want 21: %v", len(got), got)
+	// Each node's first Lease is written at its own phase of the 10 s
+	// renewal interval.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		got := strings.Fields(k.must("get", "leases", "-n", "kube-node-lease", "-o", "name"))
+		if len(got) == 21 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leases after 15s: %d, want 21: %v", len(got), got)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	if rt := k.must("get", "node", "sim-7", "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}"); !strings.HasPrefix(rt, "simulated://") {
 		t.Errorf("sim-7 runtime %q", rt)

@@ -38,8 +38,9 @@ func (o *serverOptions) validateSimulated(c *serverConfig) error {
 // of --simulated-nodes, any a user creates), and creates the
 // --simulated-nodes ones.
 func startSimulator(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
-	// It acts for every simulated node, as each node's kubelet would.
-	user := &authn.User{Name: "system:bonsai-simulator", Groups: []string{"system:nodes", authn.GroupAuthenticated}}
+	// It acts for every simulated node, as each node's kubelet would;
+	// not a system:node:<name> identity, since it is many nodes at once.
+	user := &authn.User{Name: "system:bonsai-simulator", Groups: []string{authn.GroupAuthenticated}}
 	restCfg := api.ClientConfig(user)
 	sim, err := simulator.New(simulator.Config{
 		RESTConfig: restCfg, Version: version, KubeletVersion: apiserver.KubernetesVersion(), Logger: log,

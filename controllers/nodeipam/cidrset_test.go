@@ -126,3 +126,34 @@ func TestCIDRSetSkipsFullWords(t *testing.T) {
 		t.Fatalf("got %s, want the first never used %s", p, s.prefix(1000))
 	}
 }
+
+// FuzzCIDRSet: whatever pod CIDRs nodes carry (any family, any length,
+// inside, around or outside the cluster CIDR), occupying and releasing
+// them never panics, the count stays within bounds, and allocation never
+// returns a CIDR that is taken.
+func FuzzCIDRSet(f *testing.F) {
+	for _, s := range []string{"10.42.5.0/24", "10.42.6.128/25", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "10.42.255.0/24", "10.43.0.0/24"} {
+		f.Add(s, uint8(24))
+	}
+	f.Fuzz(func(t *testing.T, cidr string, mask uint8) {
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			return
+		}
+		s, err := newCIDRSet(netip.MustParsePrefix("10.42.0.0/20"), 20+int(mask%9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.occupy(p)
+		if s.inUse < 0 || s.inUse > s.size {
+			t.Fatalf("in use %d of %d", s.inUse, s.size)
+		}
+		if got, err := s.allocateNext(); err == nil && got.Overlaps(p) && p.Bits() >= s.cluster.Bits() && p.Addr().Is4() {
+			t.Fatalf("allocated %s, inside occupied %s", got, p)
+		}
+		s.release(p)
+		if s.inUse < 0 || s.inUse > s.size {
+			t.Fatalf("after release: in use %d of %d", s.inUse, s.size)
+		}
+	})
+}

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -40,7 +41,7 @@ type Config struct {
 	// ClusterCIDR is cut into node CIDRs of NodeMaskSize bits.
 	ClusterCIDR  netip.Prefix
 	NodeMaskSize int
-	// Workers sync nodes in parallel (default 4): allocation is serialised
+	// Workers sync nodes in parallel (default 8): allocation is serialised
 	// in memory, the API writes are not.
 	Workers int
 	// RetryMax caps the back-off of a node waiting for a free CIDR
@@ -75,7 +76,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+		cfg.Workers = 8
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
@@ -103,7 +104,7 @@ func New(cfg Config) (*Controller, error) {
 		cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()),
 		&corev1.Node{}, 0, cache.Indexers{})
 	// Only names and pod CIDRs matter here: 10,000 nodes cost a few MB.
-	c.informer.SetTransform(slimNode)
+	c.informer.SetTransform(viewNode)
 	c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
@@ -126,15 +127,32 @@ func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(c)
 }
 
-func slimNode(obj any) (any, error) {
+// nodeView is what the controller keeps of a Node: its name and pod
+// CIDRs, a few hundred bytes where a decoded Node takes kilobytes.
+type nodeView struct {
+	metav1.ObjectMeta // name, UID and resourceVersion only
+	podCIDRs          []string
+}
+
+func (v *nodeView) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject shares podCIDRs: a view is never modified.
+func (v *nodeView) DeepCopyObject() runtime.Object {
+	c := *v
+	c.ObjectMeta = *v.ObjectMeta.DeepCopy()
+	return &c
+}
+
+func viewNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
-		return obj, nil // a tombstone
+		return obj, nil // a tombstone, or a view already
 	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
-		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
-	}, nil
+	v := &nodeView{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}, podCIDRs: n.Spec.PodCIDRs}
+	if len(v.podCIDRs) == 0 && n.Spec.PodCIDR != "" {
+		v.podCIDRs = []string{n.Spec.PodCIDR}
+	}
+	return v, nil
 }
 
 func (c *Controller) enqueue(obj any) {
@@ -157,7 +175,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	for _, obj := range c.informer.GetStore().List() {
-		n := obj.(*corev1.Node)
+		n := obj.(*nodeView)
 		c.recordLocked(n.Name, nodeCIDRs(n, c.log))
 	}
 	c.log.Info("node CIDRs in use", "count", c.cidr.inUse, "of", c.cidr.size, "clusterCIDR", c.cidr.cluster, "nodeMaskSize", c.cidr.maskBits)
@@ -191,7 +209,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	case errors.Is(err, errFull):
 		c.queue.AddRateLimited(key)
 	default:
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsConflict(err):
+			c.log.Debug("node CIDR sync conflicted; retrying", "node", key)
+		default:
 			c.log.Warn("node CIDR sync failed; retrying", "node", key, "err", err)
 		}
 		c.queue.AddRateLimited(key)
@@ -212,8 +234,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return nil
 	}
-	node := obj.(*corev1.Node)
-	if have := nodeCIDRs(node, c.log); len(have) > 0 || node.Spec.PodCIDR != "" {
+	node := obj.(*nodeView)
+	if have := nodeCIDRs(node, c.log); len(have) > 0 || len(node.podCIDRs) > 0 {
 		c.mu.Lock()
 		c.recordLocked(name, have)
 		c.mu.Unlock()
@@ -225,7 +247,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	inUse, size := c.cidr.inUse, c.cidr.size
 	c.mu.Unlock()
 	if err != nil {
-		c.recorder.Eventf(node, corev1.EventTypeWarning, "CIDRNotAvailable",
+		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, "CIDRNotAvailable",
 			"Node %s has no pod CIDR: all %d /%d ranges of the cluster CIDR %s are in use; it gets one when a node is deleted",
 			name, size, c.cidr.maskBits, c.cidr.cluster)
 		c.log.Warn("no free node CIDR", "node", name, "inUse", inUse, "clusterCIDR", c.cidr.cluster)
@@ -316,13 +339,9 @@ func same(a, b []netip.Prefix) bool {
 
 // nodeCIDRs parses what a node has; unparsable entries are logged and left
 // out (the API validates them, so this is belt and braces).
-func nodeCIDRs(n *corev1.Node, log *slog.Logger) []netip.Prefix {
-	list := n.Spec.PodCIDRs
-	if len(list) == 0 && n.Spec.PodCIDR != "" {
-		list = []string{n.Spec.PodCIDR}
-	}
+func nodeCIDRs(n *nodeView, log *slog.Logger) []netip.Prefix {
 	var out []netip.Prefix
-	for _, s := range list {
+	for _, s := range n.podCIDRs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			log.Warn("node has an unparsable pod CIDR", "node", n.Name, "podCIDR", s)

@@ -38,6 +38,7 @@ var suites = []suite{
 	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
+	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.
@@ -106,8 +107,13 @@ func run() int {
 		asJSON  = flag.Bool("json", false, "print the rows as JSON instead of a table")
 		churn   = flag.Duration("churn", 0, "instead of the table: update 1,000 keys for this long and track the data dir's size")
 		churnW  = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
+		simN    = flag.String("sim-nodes", "1000,10000", "comma-separated simulated node counts of the simnodes suite (-quick: the first only)")
 	)
 	flag.Parse()
+	if err := parseSimCounts(*simN); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -sim-nodes:", err)
+		return 2
+	}
 	// badger's warnings are worth seeing; its routine chatter is not.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 

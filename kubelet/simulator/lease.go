@@ -57,6 +57,16 @@ func (s *Simulator) syncLease(ctx context.Context, name string) error {
 		s.leases.forget(name)
 		return nil
 	}
+	if _, ok := s.leases.get(name); !ok {
+		// The first renewal this run waits for the node's phase: 10,000
+		// nodes registered at once create their Leases over one interval,
+		// not all at once while their status is being posted.
+		s.leases.set(name, leaseState{})
+		if wait := s.untilPhase(name, s.clock.Now()); wait > 0 {
+			s.leaseQ.AddAfter(name, wait)
+			return nil
+		}
+	}
 	if err := s.renewLease(ctx, node); err != nil {
 		return err
 	}
@@ -70,21 +80,28 @@ func (s *Simulator) syncLease(ctx context.Context, name string) error {
 // later. The wait is between half and one and a half intervals, far inside
 // the 40 s lease.
 func (s *Simulator) nextRenewal(name string, now time.Time) time.Duration {
-	interval := s.cfg.LeaseInterval
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	phase := time.Duration(h.Sum64() % uint64(interval))
-	earliest := now.Add(interval / 2).UnixNano()
-	at := earliest - earliest%int64(interval) + int64(phase)
-	if at < earliest {
-		at += int64(interval)
-	}
-	return time.Duration(at - now.UnixNano())
+	half := s.cfg.LeaseInterval / 2
+	return half + s.untilPhase(name, now.Add(half))
 }
 
-func (s *Simulator) renewLease(ctx context.Context, node *corev1.Node) error {
+// untilPhase is the wait from t to the node's next phase, less than an
+// interval.
+func (s *Simulator) untilPhase(name string, t time.Time) time.Duration {
+	interval := int64(s.cfg.LeaseInterval)
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	phase := int64(h.Sum64() % uint64(interval))
+	return time.Duration(((phase-t.UnixNano())%interval + interval) % interval)
+}
+
+// renewLease writes the node's Lease: one blind PUT over the version the
+// simulator last wrote, else a create (a node new to this run), else a
+// read and an update (after a restart, or someone else wrote it).
+func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 	now := metav1.NewMicroTime(s.clock.Now())
-	if st, ok := s.leases.get(node.Name); ok && st.nodeUID == node.UID {
+	st, _ := s.leases.get(node.Name)
+	switch {
+	case st.resourceVersion != "" && st.nodeUID == node.UID:
 		lease := s.lease(node, now)
 		lease.ResourceVersion = st.resourceVersion
 		out, err := s.api.updateLease(ctx, lease)
@@ -93,6 +110,15 @@ func (s *Simulator) renewLease(ctx context.Context, node *corev1.Node) error {
 			return nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	case st.resourceVersion == "":
+		out, err := s.api.createLease(ctx, s.lease(node, now))
+		if err == nil {
+			s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -121,7 +147,7 @@ func (s *Simulator) renewLease(ctx context.Context, node *corev1.Node) error {
 
 // lease is the Lease a kubelet keeps for its node, owned by the Node so
 // that deleting the Node removes it.
-func (s *Simulator) lease(node *corev1.Node, now metav1.MicroTime) *coordinationv1.Lease {
+func (s *Simulator) lease(node *nodeView, now metav1.MicroTime) *coordinationv1.Lease {
 	holder := node.Name
 	seconds := max(int32(s.cfg.LeaseDuration/time.Second), 1)
 	return &coordinationv1.Lease{

@@ -6,13 +6,15 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeschema "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // DefaultCapacity is what a simulated node has when its status says
@@ -26,30 +28,156 @@ var DefaultCapacity = corev1.ResourceList{
 	corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
 }
 
-// slimNode keeps what the simulator reads of a node. With 10,000 nodes
-// the cache is most of the simulator's memory.
-func slimNode(obj any) (any, error) {
+// kubeletConditions are the node conditions a healthy kubelet reports.
+var kubeletConditions = []struct {
+	typ             corev1.NodeConditionType
+	status          corev1.ConditionStatus
+	reason, message string
+}{
+	{corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+	{corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+	{corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"},
+	{corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"},
+}
+
+// nodeView is what the simulator keeps of a Node instead of the Node:
+// with 10,000 nodes the cache is most of its memory, and a decoded Node
+// with its status takes about 4 KB against a few hundred bytes for this.
+// The informer's transform computes it once per node event, against the
+// whole Node; it is never changed afterwards.
+type nodeView struct {
+	metav1.ObjectMeta // name, UID and resourceVersion only
+
+	simulated, heartbeat annotation
+	podCIDR              netip.Prefix // invalid when the node has none
+	internalIP           string
+	readyHeartbeat       time.Time // zero: never posted
+	created              time.Time
+	// fix is what the node's status lacks to be a kubelet's (capacity,
+	// node info, addresses), as strategic merge patch fields; nil when
+	// nothing. condFix has bit i set when kubeletConditions[i] is missing
+	// or says something else, condTransition when its status changes.
+	fix                     map[string]any
+	condFix, condTransition uint8
+}
+
+type annotation struct {
+	value string
+	set   bool
+}
+
+func (v *nodeView) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject shares fix: a view is never modified.
+func (v *nodeView) DeepCopyObject() runtimeschema.Object {
+	c := *v
+	c.ObjectMeta = *v.ObjectMeta.DeepCopy()
+	return &c
+}
+
+func (v *nodeView) ref() *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: v.Name, UID: v.UID}
+}
+
+// viewNode is the node informer's transform.
+func (s *Simulator) viewNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
-		return obj, nil // a tombstone
+		return obj, nil // a tombstone, or a view already
 	}
-	var ann map[string]string
-	for k, v := range n.Annotations {
-		if strings.HasPrefix(k, AnnotationSimulated) {
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann[k] = v
+	v := &nodeView{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}, created: n.CreationTimestamp.Time}
+	v.simulated.value, v.simulated.set = n.Annotations[AnnotationSimulated]
+	v.heartbeat.value, v.heartbeat.set = n.Annotations[AnnotationHeartbeat]
+	v.podCIDR, _ = podCIDR(n)
+	v.internalIP = internalIP(n)
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			v.readyHeartbeat = c.LastHeartbeatTime.Time
 		}
 	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Annotations: ann},
-		Spec:       corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
-		Status: corev1.NodeStatus{
-			Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable,
-			Conditions: n.Status.Conditions, Addresses: n.Status.Addresses, NodeInfo: n.Status.NodeInfo,
-		},
-	}, nil
+	if v.simulated.set {
+		v.fix, v.condFix, v.condTransition = s.statusFix(n)
+	}
+	return v, nil
+}
+
+// statusFix compares a node's status with what a kubelet would report.
+// What the node already has is kept (the server's own node reports the
+// host's capacity and system); what is missing comes from DefaultCapacity
+// and the simulator.
+func (s *Simulator) statusFix(n *corev1.Node) (fix map[string]any, condFix, condTransition uint8) {
+	fix = map[string]any{}
+	capacity := n.Status.Capacity.DeepCopy()
+	if add := missing(capacity, DefaultCapacity); len(add) > 0 {
+		fix["capacity"] = add
+		if capacity == nil {
+			capacity = corev1.ResourceList{}
+		}
+		for k, q := range add {
+			capacity[k] = q
+		}
+	}
+	if add := missing(n.Status.Allocatable, capacity); len(add) > 0 {
+		fix["allocatable"] = add
+	}
+	info := map[string]string{}
+	have := n.Status.NodeInfo
+	for _, f := range []struct{ field, have, want string }{
+		{"containerRuntimeVersion", have.ContainerRuntimeVersion, "simulated://" + s.cfg.Version},
+		{"kubeletVersion", have.KubeletVersion, s.cfg.KubeletVersion},
+		{"operatingSystem", have.OperatingSystem, runtime.GOOS},
+		{"architecture", have.Architecture, runtime.GOARCH},
+		{"osImage", have.OSImage, "bonsai simulated node"},
+		{"systemUUID", have.SystemUUID, string(n.UID)},
+		{"machineID", have.MachineID, strings.ReplaceAll(string(n.UID), "-", "")},
+	} {
+		if f.have == "" && f.want != "" {
+			info[f.field] = f.want
+		}
+	}
+	if len(info) > 0 {
+		fix["nodeInfo"] = info
+	}
+	if addrs := nodeAddresses(n); addrs != nil && !slices.Equal(addrs, n.Status.Addresses) {
+		fix["addresses"] = addrs
+	}
+	if len(fix) == 0 {
+		fix = nil
+	}
+	for i, kc := range kubeletConditions {
+		found := false
+		for _, c := range n.Status.Conditions {
+			if c.Type != kc.typ {
+				continue
+			}
+			found = true
+			if c.Status != kc.status {
+				condTransition |= 1 << i
+			}
+			if c.Status != kc.status || c.Reason != kc.reason || c.Message != kc.message {
+				condFix |= 1 << i
+			}
+		}
+		if !found {
+			condFix |= 1 << i
+			condTransition |= 1 << i
+		}
+	}
+	return fix, condFix, condTransition
+}
+
+// missing is what defaults has that have lacks.
+func missing(have, defaults corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for k, v := range defaults {
+		if _, ok := have[k]; !ok {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[k] = v.DeepCopy()
+		}
+	}
+	return out
 }
 
 // syncNode posts a simulated node's status when it differs from what a
@@ -68,123 +196,58 @@ func (s *Simulator) syncNode(ctx context.Context, name string) error {
 		return nil
 	}
 	now := s.clock.Now()
-	want, due := s.nodeStatus(node, now)
-	if due {
-		patch, err := json.Marshal(map[string]any{"status": want})
-		if err != nil {
-			return err
-		}
-		if err := s.api.patchNodeStatus(ctx, name, patch); err != nil {
-			return err
-		}
-		s.nodeQ.AddAfter(name, s.statusRecheck(s.cfg.StatusInterval))
+	if wait := node.created.Add(cidrGrace).Sub(now); node.readyHeartbeat.IsZero() && !node.podCIDR.IsValid() && wait > 0 {
+		// A new node's first status waits a moment for its pod CIDR, and
+		// the address that comes from it: one post instead of two, which
+		// matters when 10,000 nodes register at once. The CIDR's arrival
+		// queues the node again.
+		s.nodeQ.AddAfter(name, wait)
 		return nil
 	}
-	s.nodeQ.AddAfter(name, s.statusRecheck(readyHeartbeat(node).Add(s.cfg.StatusInterval).Sub(now)))
+	if node.fix == nil && node.condFix == 0 && now.Sub(node.readyHeartbeat) < s.cfg.StatusInterval {
+		s.nodeQ.AddAfter(name, s.statusRecheck(node.readyHeartbeat.Add(s.cfg.StatusInterval).Sub(now)))
+		return nil
+	}
+	if err := s.api.patchNodeStatus(ctx, name, s.statusPatch(node, now)); err != nil {
+		return err
+	}
+	s.nodeQ.AddAfter(name, s.statusRecheck(s.cfg.StatusInterval))
 	return nil
+}
+
+// cidrGrace is how long a new node's first status waits for its pod CIDR
+// (a variable for tests).
+var cidrGrace = 2 * time.Second
+
+// statusPatch is a strategic merge patch of the node's status: every
+// condition's heartbeat, whatever else is to fix, and a transition time
+// only for a condition whose status changes (the patch keeps the others').
+func (s *Simulator) statusPatch(v *nodeView, now time.Time) []byte {
+	t := metav1.NewTime(now)
+	status := map[string]any{}
+	for k, x := range v.fix {
+		status[k] = x
+	}
+	conds := make([]map[string]any, 0, len(kubeletConditions))
+	for i, kc := range kubeletConditions {
+		c := map[string]any{"type": kc.typ, "lastHeartbeatTime": t}
+		if v.condFix&(1<<i) != 0 {
+			c["status"], c["reason"], c["message"] = kc.status, kc.reason, kc.message
+		}
+		if v.condTransition&(1<<i) != 0 {
+			c["lastTransitionTime"] = t
+		}
+		conds = append(conds, c)
+	}
+	status["conditions"] = conds
+	patch, _ := json.Marshal(map[string]any{"status": status})
+	return patch
 }
 
 // statusRecheck adds up to a tenth of the interval at random, so posts of
 // nodes registered together drift apart.
 func (s *Simulator) statusRecheck(d time.Duration) time.Duration {
 	return max(d, 0) + rand.N(s.cfg.StatusInterval/10+1)
-}
-
-func readyHeartbeat(n *corev1.Node) time.Time {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.LastHeartbeatTime.Time
-		}
-	}
-	return time.Time{}
-}
-
-// nodeStatusPatch is the part of NodeStatus the simulator writes; the
-// rest is left to whoever else writes it.
-type nodeStatusPatch struct {
-	Conditions  []corev1.NodeCondition `json:"conditions"`
-	Capacity    corev1.ResourceList    `json:"capacity"`
-	Allocatable corev1.ResourceList    `json:"allocatable"`
-	Addresses   []corev1.NodeAddress   `json:"addresses,omitempty"`
-	NodeInfo    corev1.NodeSystemInfo  `json:"nodeInfo"`
-}
-
-// nodeStatus is the status a kubelet would post for n now, and whether it
-// is due: something differs, or the last heartbeat is StatusInterval old.
-// Capacity and node info the node already has are kept (the server's own
-// node reports the host's); what is missing comes from DefaultCapacity.
-func (s *Simulator) nodeStatus(n *corev1.Node, now time.Time) (nodeStatusPatch, bool) {
-	hb := metav1.NewTime(now)
-	cond := func(t corev1.NodeConditionType, status corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
-		c := corev1.NodeCondition{Type: t, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: hb, LastTransitionTime: hb}
-		for _, old := range n.Status.Conditions {
-			if old.Type == t && old.Status == status {
-				c.LastTransitionTime = old.LastTransitionTime
-			}
-		}
-		return c
-	}
-	want := nodeStatusPatch{
-		Conditions: []corev1.NodeCondition{
-			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
-		},
-		Capacity:  fill(n.Status.Capacity, DefaultCapacity),
-		Addresses: nodeAddresses(n),
-		NodeInfo:  n.Status.NodeInfo,
-	}
-	want.Allocatable = fill(n.Status.Allocatable, want.Capacity)
-	ni := &want.NodeInfo
-	setIfEmpty(&ni.ContainerRuntimeVersion, "simulated://"+s.cfg.Version)
-	setIfEmpty(&ni.KubeletVersion, s.cfg.KubeletVersion)
-	setIfEmpty(&ni.OperatingSystem, runtime.GOOS)
-	setIfEmpty(&ni.Architecture, runtime.GOARCH)
-	setIfEmpty(&ni.OSImage, "bonsai simulated node")
-	setIfEmpty(&ni.SystemUUID, string(n.UID))
-	setIfEmpty(&ni.MachineID, strings.ReplaceAll(string(n.UID), "-", ""))
-
-	due := now.Sub(readyHeartbeat(n)) >= s.cfg.StatusInterval ||
-		!apiequality.Semantic.DeepEqual(want.Capacity, n.Status.Capacity) ||
-		!apiequality.Semantic.DeepEqual(want.Allocatable, n.Status.Allocatable) ||
-		want.NodeInfo != n.Status.NodeInfo
-	if want.Addresses == nil {
-		// Nothing to add; the patch leaves the node's own alone.
-	} else if !apiequality.Semantic.DeepEqual(want.Addresses, n.Status.Addresses) {
-		due = true
-	}
-	for _, c := range want.Conditions {
-		found := false
-		for _, old := range n.Status.Conditions {
-			if old.Type == c.Type {
-				found = true
-				due = due || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message
-			}
-		}
-		due = due || !found
-	}
-	return want, due
-}
-
-// fill returns have with every resource of defaults it lacks.
-func fill(have, defaults corev1.ResourceList) corev1.ResourceList {
-	out := have.DeepCopy()
-	if out == nil {
-		out = corev1.ResourceList{}
-	}
-	for k, v := range defaults {
-		if _, ok := out[k]; !ok {
-			out[k] = v.DeepCopy()
-		}
-	}
-	return out
-}
-
-func setIfEmpty(field *string, v string) {
-	if *field == "" {
-		*field = v
-	}
 }
 
 // nodeAddresses gives a node without an InternalIP the first address of

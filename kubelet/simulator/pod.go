@@ -26,9 +26,9 @@ func (s *Simulator) adoptPodIPs() {
 		if !ok || p.Spec.HostNetwork || p.Status.PodIP == "" {
 			continue
 		}
-		cidr, ok := podCIDR(node)
+		cidr := node.podCIDR
 		addr, err := netip.ParseAddr(p.Status.PodIP)
-		if !ok || err != nil || !cidr.Contains(addr) {
+		if !cidr.IsValid() || err != nil || !cidr.Contains(addr) {
 			continue
 		}
 		key, _ := cache.MetaNamespaceKeyFunc(p)
@@ -105,12 +105,12 @@ var errWaitForNode = errors.New("node has no pod CIDR or address yet")
 // containers start startDelay after the pod is first seen (status.startTime)
 // and turn ready readyDelay after they start. recheck is when the status
 // next changes on its own.
-func (s *Simulator) podStatus(key string, pod *corev1.Pod, node *corev1.Node, now time.Time) (*corev1.PodStatus, time.Duration, error) {
-	hostIP := internalIP(node)
+func (s *Simulator) podStatus(key string, pod *corev1.Pod, node *nodeView, now time.Time) (*corev1.PodStatus, time.Duration, error) {
+	hostIP := node.internalIP
 	var podIP string
 	if pod.Spec.HostNetwork {
 		podIP = hostIP
-	} else if cidr, ok := podCIDR(node); ok {
+	} else if cidr := node.podCIDR; cidr.IsValid() {
 		addr, err := s.ips.assign(key, pod.UID, node.Name, cidr, pod.Status.PodIP)
 		if err != nil {
 			s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreatePodSandBox", "no free pod IP in the node's pod CIDR %s", cidr)

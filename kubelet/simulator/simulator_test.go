@@ -34,6 +34,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	// Node creation times are whole seconds: a shorter grace than the
+	// default still makes a node without a pod CIDR wait up to a second.
+	old := cidrGrace
+	cidrGrace = 100 * time.Millisecond
+	t.Cleanup(func() { cidrGrace = old })
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -51,10 +56,14 @@ func newEnv(t *testing.T) *env {
 }
 
 // startSimulator runs a simulator until the test ends or stop is called.
-func (e *env) startSimulator(t *testing.T) (stop func()) {
+func (e *env) startSimulator(t *testing.T, tweaks ...func(*Config)) (stop func()) {
 	t.Helper()
-	s, err := New(Config{RESTConfig: e.cfg, Version: "test", KubeletVersion: "v1.37.2",
-		LeaseInterval: testInterval, LeaseDuration: time.Second, StatusInterval: time.Minute})
+	cfg := Config{RESTConfig: e.cfg, Version: "test", KubeletVersion: "v1.37.2",
+		LeaseInterval: testInterval, LeaseDuration: time.Second, StatusInterval: time.Minute}
+	for _, f := range tweaks {
+		f(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +204,14 @@ func TestAnnotatedNodeIsReadyWithRenewedLease(t *testing.T) {
 		t.Errorf("lease %+v owners %+v", lease.Spec, lease.OwnerReferences)
 	}
 	waitFor(t, "lease renewal", func() (time.Time, bool) { r := e.renewTime(t, "sim-a"); return r, r.After(first) })
+
+	// Renewals touch the Lease, not the Node: its status is written again
+	// only when something changes or StatusInterval passes.
+	n1, _ := e.cs.CoreV1().Nodes().Get(e.ctx, "sim-a", metav1.GetOptions{})
+	time.Sleep(5 * testInterval)
+	if n2, _ := e.cs.CoreV1().Nodes().Get(e.ctx, "sim-a", metav1.GetOptions{}); n2.ResourceVersion != n1.ResourceVersion {
+		t.Errorf("node rewritten while nothing changed: %s became %s", n1.ResourceVersion, n2.ResourceVersion)
+	}
 
 	// A node without the annotation is a real kubelet's: untouched.
 	real, err := e.cs.CoreV1().Nodes().Get(e.ctx, "real", metav1.GetOptions{})
@@ -377,6 +394,13 @@ func TestPodsRunWithUniqueIPsAndDeleteCompletes(t *testing.T) {
 	check("a", "n1", netip.MustParsePrefix("10.42.1.0/24"), perNode)
 	check("b", "n2", netip.MustParsePrefix("10.42.2.0/24"), perNode)
 
+	// A running pod is left alone: no status write without a change.
+	rv := e.getPod(t, "a-1").ResourceVersion
+	time.Sleep(5 * testInterval)
+	if now := e.getPod(t, "a-1").ResourceVersion; now != rv {
+		t.Errorf("pod a-1 rewritten while nothing changed: resourceVersion %s became %s", rv, now)
+	}
+
 	// kubectl delete pod: graceful deletion that the node completes.
 	deletedIP := netip.MustParseAddr(e.getPod(t, "a-0").Status.PodIP)
 	if err := e.cs.CoreV1().Pods("default").Delete(e.ctx, "a-0", metav1.DeleteOptions{}); err != nil {
@@ -485,5 +509,41 @@ func TestNextRenewalSpreadsNodes(t *testing.T) {
 	a, b := s.nextRenewal("sim-1", now), s.nextRenewal("sim-1", now.Add(10*time.Second))
 	if a != b {
 		t.Errorf("phase moved: %v then %v", a, b)
+	}
+}
+
+func readyCondition(n *corev1.Node) corev1.NodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return corev1.NodeCondition{}
+}
+
+// TestStatusHeartbeatAndRepair: status is re-posted every StatusInterval
+// with the transition times kept, and a condition someone else changed
+// (a node lifecycle controller marking it NotReady) is set back.
+func TestStatusHeartbeatAndRepair(t *testing.T) {
+	e := newEnv(t)
+	e.startSimulator(t, func(c *Config) { c.StatusInterval = 500 * time.Millisecond })
+	e.createNode(t, simNode("n", ""))
+	first := readyCondition(e.waitNodeReady(t, "n"))
+	later := waitFor(t, "a later heartbeat", func() (corev1.NodeCondition, bool) {
+		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, "n", metav1.GetOptions{})
+		c := readyCondition(n)
+		return c, err == nil && c.LastHeartbeatTime.After(first.LastHeartbeatTime.Time)
+	})
+	if !later.LastTransitionTime.Equal(&first.LastTransitionTime) || later.Status != corev1.ConditionTrue {
+		t.Errorf("heartbeat moved the transition time or the status: %+v then %+v", first, later)
+	}
+
+	body := `{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"Kubelet stopped posting node status."}]}}`
+	if _, err := e.cs.CoreV1().Nodes().Patch(e.ctx, "n", types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	fixed := readyCondition(e.waitNodeReady(t, "n"))
+	if fixed.Reason != "KubeletReady" || fixed.Message != "kubelet is posting ready status" {
+		t.Errorf("Ready after repair: %+v", fixed)
 	}
 }
