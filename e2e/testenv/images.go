@@ -54,7 +54,7 @@ func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dockerArchive(ref, layer, config)
+	return DockerArchive(ref, layer, config)
 }
 
 // BusyboxLayer builds the busybox image's one (uncompressed) layer and its
@@ -110,8 +110,8 @@ func BusyboxLayer(busybox string) (layer, config []byte, err error) {
 	return lb.Bytes(), config, nil
 }
 
-// dockerArchive wraps a layer and config as `docker save` does.
-func dockerArchive(ref string, layer, config []byte) ([]byte, error) {
+// DockerArchive wraps a layer and config as `docker save` does.
+func DockerArchive(ref string, layer, config []byte) ([]byte, error) {
 	mtime := time.Unix(0, 0)
 	layerSum := sha256.Sum256(layer)
 	layerID := hex.EncodeToString(layerSum[:])
