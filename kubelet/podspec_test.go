@@ -1,0 +1,88 @@
+package kubelet
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "1", "B": "two"}
+	for _, tc := range []struct{ in, want string }{
+		{"plain", "plain"},
+		{"$(A)", "1"},
+		{"x-$(A)-$(B)-y", "x-1-two-y"},
+		{"$(MISSING)", "$(MISSING)"},
+		{"$$(A)", "$(A)"},
+		{"$A", "$A"},
+		{"$(A", "$(A"},
+		{"cost: 5$", "cost: 5$"},
+	} {
+		if got := expand(tc.in, vars); got != tc.want {
+			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestResolvConf(t *testing.T) {
+	host := hostResolv{nameservers: []string{"192.0.2.53"}, searches: []string{"lan"}, options: []string{"edns0"}}
+	pod := func(policy corev1.DNSPolicy, hostNet bool, cfg *corev1.PodDNSConfig) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}, Spec: corev1.PodSpec{DNSPolicy: policy, HostNetwork: hostNet, DNSConfig: cfg}}
+	}
+	two := "2"
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"cluster first", pod(corev1.DNSClusterFirst, false, nil),
+			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n"},
+		{"cluster first on the host network falls back to the host's", pod(corev1.DNSClusterFirst, true, nil),
+			"nameserver 192.0.2.53\nsearch lan\noptions edns0\n"},
+		{"cluster first with host net", pod(corev1.DNSClusterFirstWithHostNet, true, nil),
+			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n"},
+		{"default", pod(corev1.DNSDefault, false, nil), "nameserver 192.0.2.53\nsearch lan\noptions edns0\n"},
+		{"none with dnsConfig", pod(corev1.DNSNone, false, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"},
+			Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}, {Name: "rotate"}}}),
+			"nameserver 1.1.1.1\nsearch a.example\noptions ndots:2 rotate\n"},
+		{"dnsConfig merges into cluster first", pod(corev1.DNSClusterFirst, false, &corev1.PodDNSConfig{Searches: []string{"lan", "extra"},
+			Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}}}),
+			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan extra\noptions ndots:2\n"},
+	} {
+		if got := resolvConf(tc.pod, "10.43.0.10", "cluster.local", host); got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPodPhase(t *testing.T) {
+	running := corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	ok := corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}
+	failed := corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}
+	waiting := corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+	backoff := corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}
+	pod := func(p corev1.RestartPolicy) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: p}} }
+	for _, tc := range []struct {
+		name   string
+		policy corev1.RestartPolicy
+		init   []corev1.ContainerStatus
+		cs     []corev1.ContainerStatus
+		want   corev1.PodPhase
+	}{
+		{"creating", corev1.RestartPolicyAlways, nil, []corev1.ContainerStatus{waiting}, corev1.PodPending},
+		{"running", corev1.RestartPolicyAlways, nil, []corev1.ContainerStatus{running, ok}, corev1.PodRunning},
+		{"all done", corev1.RestartPolicyNever, nil, []corev1.ContainerStatus{ok, ok}, corev1.PodSucceeded},
+		{"one failed, never", corev1.RestartPolicyNever, nil, []corev1.ContainerStatus{ok, failed}, corev1.PodFailed},
+		{"one failed, on failure", corev1.RestartPolicyOnFailure, nil, []corev1.ContainerStatus{ok, failed}, corev1.PodRunning},
+		{"all exited, always", corev1.RestartPolicyAlways, nil, []corev1.ContainerStatus{ok}, corev1.PodRunning},
+		{"crash loop", corev1.RestartPolicyAlways, nil, []corev1.ContainerStatus{backoff}, corev1.PodRunning},
+		{"init running", corev1.RestartPolicyAlways, []corev1.ContainerStatus{running}, []corev1.ContainerStatus{waiting}, corev1.PodPending},
+		{"init failed, never", corev1.RestartPolicyNever, []corev1.ContainerStatus{failed}, []corev1.ContainerStatus{waiting}, corev1.PodFailed},
+	} {
+		if got := podPhase(pod(tc.policy), tc.init, tc.cs); got != tc.want {
+			t.Errorf("%s: phase %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
