@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/kubelet/cri"
 )
@@ -108,6 +110,15 @@ func (s *Server) TLSConfig() *tls.Config {
 	}
 }
 
+// debugErrors logs a library's errors at debug level.
+type debugErrors struct{ logr.LogSink }
+
+func (d debugErrors) Error(err error, msg string, kv ...any) {
+	d.LogSink.Info(1, msg, append(kv, "err", err)...)
+}
+
+func (d debugErrors) Enabled(level int) bool { return d.LogSink.Enabled(level) }
+
 // Serve serves HTTPS on ln until ctx ends; open streams are closed then.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
@@ -115,7 +126,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		TLSConfig:         s.TLSConfig(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// The streaming libraries log through the request's klog logger;
+		// a client hanging up ends every stream with "use of closed
+		// network connection", which is news to no one: their errors
+		// are debug lines here.
+		BaseContext: func(net.Listener) context.Context {
+			return klog.NewContext(ctx, logr.New(debugErrors{logr.FromSlogHandler(s.cfg.Logger.Handler()).GetSink()}))
+		},
 	}
 	go func() {
 		<-ctx.Done()
