@@ -357,12 +357,17 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 	case ns != ri.namespace:
 		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
-	nsRes := s.reg.byGVR[gvr("", "v1", "namespaces")]
-	obj, _, err := s.getObject(ctx, nsRes, "", ri.namespace)
-	if err != nil {
-		return err
+	terminating, known := s.nsCache.lookup(ri.namespace)
+	if !known {
+		nsRes := s.reg.byGVR[gvr("", "v1", "namespaces")]
+		obj, _, err := s.getObject(ctx, nsRes, "", ri.namespace)
+		if err != nil {
+			return err
+		}
+		ns := obj.(*corev1.Namespace)
+		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 	}
-	if ns := obj.(*corev1.Namespace); ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+	if terminating {
 		return apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
 	}
 	return nil

@@ -52,9 +52,12 @@ type PortRange struct{ Base, Max int }
 
 // Server is the API server.
 type Server struct {
-	cfg    Config
-	reg    *registry
-	events *eventCache // watch events decoded and encoded once
+	// nsCache answers "does this namespace exist, is it terminating" for
+	// namespaced creates.
+	nsCache *namespaceCache
+	cfg     Config
+	reg     *registry
+	events  *eventCache // watch events decoded and encoded once
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
 	allocMu       sync.Mutex // service IP and node port allocation
@@ -94,7 +97,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources())}
 	s.metrics = newMetrics(s.reg, cfg.Store)
-	s.cfg.Store = instrumentedStore{Store: cfg.Store, m: s.metrics}
+	s.nsCache = newNamespaceCache()
+	s.cfg.Store = namespaceWrites{
+		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
+		cache: s.nsCache, prefix: s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""),
+	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
@@ -108,6 +115,7 @@ func New(cfg Config) (*Server, error) {
 		cancel()
 		return nil, err
 	}
+	go s.runNamespaceCache(ctx)
 	return s, nil
 }
 
