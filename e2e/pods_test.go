@@ -679,6 +679,56 @@ func TestPods(t *testing.T) {
 		}
 	})
 
+	t.Run("hostNetwork, downwardAPI and projected volumes", func(t *testing.T) {
+		port := freePort(t)
+		labels := map[string]string{"app": "probe", "tier": "edge"}
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "hostnet", Labels: labels, Annotations: map[string]string{"note": "hi"}},
+			Spec: corev1.PodSpec{HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(0)),
+				Volumes: []corev1.Volume{
+					{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+						{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+						{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+					}}}},
+					{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+						{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}, Items: []corev1.KeyToPath{{Key: "mode", Path: "conf/mode"}}}},
+						{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+						{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "note", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['note']"}}}}},
+					}}}},
+				},
+				Containers: []corev1.Container{{Name: "main",
+					Command:      sh(fmt.Sprintf("cat /info/labels; echo; cat /info/name; echo; cat /all/conf/mode /all/password; echo; cat /all/note; echo; exec httpd -f -p %d -h /info", port)),
+					VolumeMounts: []corev1.VolumeMount{{Name: "info", MountPath: "/info"}, {Name: "all", MountPath: "/all"}},
+				}}},
+		})
+		p = e.waitPod(t, p.Name, 30*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		if p.Status.PodIP != p.Status.HostIP {
+			t.Fatalf("hostNetwork pod IP %s, host IP %s", p.Status.PodIP, p.Status.HostIP)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		want := "app=\"probe\"\ntier=\"edge\"\nhostnet\nslowhunter2\nhi\n"
+		for {
+			got := e.logText(t, p, "main", 0)
+			if got == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("log %q, want %q", got, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The host network: the pod's server answers on the host's loopback.
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/name", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hostnet" {
+			t.Fatalf("host port answered %q", body)
+		}
+	})
+
 	t.Run("crash loop back-off", func(t *testing.T) {
 		p := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "crasher"},
