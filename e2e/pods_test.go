@@ -523,6 +523,54 @@ func TestPods(t *testing.T) {
 		conn.Close()
 	})
 
+	t.Run("a pod deleted while the node was down is cleaned up", func(t *testing.T) {
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "doomed"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Command: []string{"sleep", "3607"}}}},
+		})
+		e.waitPod(t, p.Name, 30*time.Second, "Running", running)
+		alive := func() bool { return exec.Command("pgrep", "-f", "sleep 3607").Run() == nil }
+		netns := filepath.Join("/run/bonsai", e.bridge, "netns", string(p.UID))
+		if _, err := os.Stat(netns); err != nil || !alive() {
+			t.Fatalf("pod not running as expected: netns %v, process %v", err, alive())
+		}
+		// The node goes away; the control plane alone deletes the pod.
+		if code, _ := e.s.sigterm(t); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		cp := startServer(e.t, e.s.dataDir)
+		cfg, _ := clientcmd.RESTConfigFromKubeConfig(cp.kubeconfig(t).raw)
+		if err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods("default").Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := cp.sigterm(t); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		if !alive() {
+			t.Fatal("the container died with the node agent")
+		}
+		e.s = startServer(e.t, e.s.dataDir, e.args...)
+		cfg, _ = clientcmd.RESTConfigFromKubeConfig(e.s.kubeconfig(t).raw)
+		e.cs = kubernetes.NewForConfigOrDie(cfg)
+		e.waitNodeReady(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for alive() {
+			if time.Now().After(deadline) {
+				t.Fatal("the deleted pod's container still runs after the node came back")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for {
+			if _, err := os.Stat(netns); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the deleted pod's network namespace is still there")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
 	t.Run("pull through registries.yaml from a local registry", func(t *testing.T) {
 		bb, err := testenv.BusyboxPath()
 		if err != nil {
