@@ -820,3 +820,37 @@ func TestPods(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestNodeWithoutRuntime: when the runtime cannot be reached the node is
+// not registered, the log says why, and the control plane serves on.
+func TestNodeWithoutRuntime(t *testing.T) {
+	requireBinary(t)
+	dir := t.TempDir()
+	notASocket := filepath.Join(dir, "containerd.sock")
+	if err := os.WriteFile(notASocket, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, dir, "--runtime=containerd", "--node-name=no-runtime", "--container-runtime-endpoint="+notASocket)
+	defer s.sigterm(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(s.stderrText(), "the node is not registered") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error about the runtime:\n%s", s.stderrText())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(s.stderrText(), notASocket) {
+		t.Fatalf("the error does not name the endpoint:\n%s", s.stderrText())
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.kubeconfig(t).raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := cs.CoreV1().Nodes().Get(t.Context(), "no-runtime", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("node registered without a runtime: %v", err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("control plane not serving: %v", err)
+	}
+}
