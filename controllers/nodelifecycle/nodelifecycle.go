@@ -51,6 +51,7 @@ const (
 	DefaultTerminatedPodGCThreshold  = 12500
 	defaultPodGCPeriod               = 20 * time.Second
 	defaultTaintQueuePeriod          = 100 * time.Millisecond
+	orphanQuarantine                 = 40 * time.Second
 	reasonNodeStatusUnknown          = "NodeStatusUnknown"
 	messageNodeStatusUnknown         = "Kubelet stopped posting node status."
 	reasonNodeStatusNeverUpdated     = "NodeStatusNeverUpdated"
@@ -171,6 +172,8 @@ type Controller struct {
 	limiters map[string]*evictionLimiter
 	pending  map[string][]string // zone -> node names, first in first out
 	queued   map[string]bool
+	// orphans: pods whose node does not exist, since when (pod key).
+	orphans map[string]time.Time
 }
 
 // New builds the controller; Run starts it.
@@ -197,6 +200,7 @@ func New(cfg Config) (*Controller, error) {
 		limiters: map[string]*evictionLimiter{},
 		pending:  map[string][]string{},
 		queued:   map[string]bool{},
+		orphans:  map[string]time.Time{},
 	}
 	c.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{}, 0, cache.Indexers{})
 	c.leases = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(coord, "leases", corev1.NamespaceNodeLease, fields.Everything()), &coordinationv1.Lease{}, 0, cache.Indexers{})
@@ -340,6 +344,7 @@ func (c *Controller) monitor(ctx context.Context) {
 	type count struct{ ready, notReady int }
 	counts := map[string]*count{}
 	seen := map[string]bool{}
+	readiness := map[string]corev1.ConditionStatus{}
 	nodes := c.nodes.GetStore().List()
 	for _, obj := range nodes {
 		node := obj.(*corev1.Node)
@@ -348,6 +353,7 @@ func (c *Controller) monitor(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("node health check failed; next pass retries", "node", node.Name, "err", err)
 		}
+		readiness[node.Name] = ready
 		z := zoneOf(node)
 		if counts[z] == nil {
 			counts[z] = &count{}
@@ -424,14 +430,19 @@ func (c *Controller) monitor(ctx context.Context) {
 	}
 	c.mu.Unlock()
 
-	if allFull {
-		for _, obj := range nodes {
-			node := obj.(*corev1.Node)
+	// NoExecute taints once the zones are known: they depend on them.
+	for _, obj := range nodes {
+		node := obj.(*corev1.Node)
+		var err error
+		if allFull {
 			if hasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) || hasTaint(node, corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute) {
-				if err := c.updateTaints(ctx, node.Name, func(n *corev1.Node) []corev1.Taint { return withoutNoExecute(n.Spec.Taints) }); err != nil && ctx.Err() == nil {
-					c.log.Warn("taking off NoExecute taints failed; next pass retries", "node", node.Name, "err", err)
-				}
+				err = c.updateTaints(ctx, node.Name, func(n *corev1.Node) []corev1.Taint { return withoutNoExecute(n.Spec.Taints) })
 			}
+		} else {
+			err = c.ensureNoExecuteTaint(ctx, node, readiness[node.Name])
+		}
+		if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+			c.log.Warn("NoExecute taint update failed; next pass retries", "node", node.Name, "err", err)
 		}
 	}
 	c.processTaintQueues(ctx)
@@ -481,14 +492,10 @@ func (c *Controller) checkNode(ctx context.Context, node *corev1.Node, now time.
 	}
 
 	// NoSchedule taints follow the condition at once (the scheduler must
-	// stop placing pods there); NoExecute ones go through the zone's
-	// rate limiter, except that swapping not-ready for unreachable (or
-	// back) and taking them off are immediate.
+	// stop placing pods there). NoExecute ones are monitor's, after the
+	// zone states.
 	wantNoSchedule := conditionTaintKey(ready)
 	if terr := c.ensureNoScheduleTaint(ctx, node, wantNoSchedule); terr != nil && err == nil {
-		err = terr
-	}
-	if terr := c.ensureNoExecuteTaint(ctx, node, ready); terr != nil && err == nil {
 		err = terr
 	}
 	return ready, err
@@ -545,8 +552,6 @@ func (c *Controller) ensureNoExecuteTaint(ctx context.Context, node *corev1.Node
 		return c.updateTaints(ctx, node.Name, func(n *corev1.Node) []corev1.Taint {
 			return append(withoutNoExecute(n.Spec.Taints), corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})
 		})
-	case c.allDisrupted:
-		return nil
 	default:
 		c.enqueueTaint(zoneOf(node), node.Name)
 		return nil
@@ -581,7 +586,7 @@ func (c *Controller) dequeue(name string) {
 }
 
 // processTaintQueues taints the nodes waiting in each zone as far as the
-// zone's limiter lets it. A node that recovered meanwhile costs no token.
+// zone's limiter lets it.
 func (c *Controller) processTaintQueues(ctx context.Context) {
 	type job struct{ zone, node string }
 	var jobs []job
@@ -590,8 +595,9 @@ func (c *Controller) processTaintQueues(ctx context.Context) {
 		l := c.limiters[z]
 		for len(names) > 0 {
 			name := names[0]
-			obj, ok, _ := c.nodes.GetStore().GetByKey(name)
-			if !ok || conditionTaintKey(readyStatus(obj.(*corev1.Node))) == "" {
+			// Whether it recovered is for monitor to say (it dequeues
+			// such nodes): the cache may not have its own writes yet.
+			if _, ok, _ := c.nodes.GetStore().GetByKey(name); !ok {
 				names = names[1:]
 				delete(c.queued, name)
 				continue

@@ -163,7 +163,7 @@ func TestDefaultTolerations(t *testing.T) {
 	e.waitPod("web", "terminating")
 }
 
-// Deleting a Node force-deletes its pods; the out-of-service taint
+// Deleting a Node force-deletes its pods after pod GC's 40 s quarantine; the out-of-service taint
 // force-deletes the pods that do not tolerate it, terminating ones too,
 // and leaves the ones that do.
 func TestNodeDeletionAndOutOfService(t *testing.T) {
@@ -178,6 +178,10 @@ func TestNodeDeletionAndOutOfService(t *testing.T) {
 	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.stillPod("on-a", "True")
+	e.clock.Step(39 * time.Second)
+	e.stillPod("on-a", "True")
+	e.clock.Step(time.Second)
 	e.waitPod("on-a", "gone")
 	// A graceful delete a dead node would never finish.
 	if err := e.cs.CoreV1().Pods("default").Delete(e.ctx, "on-b", metav1.DeleteOptions{}); err != nil {
@@ -212,7 +216,12 @@ func TestPodGC(t *testing.T) {
 		}
 		time.Sleep(1100 * time.Millisecond) // creationTimestamp has second precision
 	}
-	e.addPod("ghost", "no-such-node")
+	if _, err := e.cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ghost"},
+		Spec:       corev1.PodSpec{NodeName: "no-such-node", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e.settle()
 	for deadline := time.Now().Add(10 * time.Second); len(e.c.pods.GetStore().ListKeys()) != 5 || e.c.pods.GetStore().List()[0].(*corev1.Pod).Status.Phase == ""; {
 		if time.Now().After(deadline) {
@@ -220,6 +229,7 @@ func TestPodGC(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	e.clock.Step(40 * time.Second)
 	e.waitPod("ghost", "gone")
 	waitPhases := func() {
 		for deadline := time.Now().Add(10 * time.Second); ; {

@@ -38,8 +38,14 @@ func (c *Controller) processNextPod(ctx context.Context) bool {
 // unreachable.
 func (c *Controller) syncPod(ctx context.Context, key string) error {
 	obj, ok, err := c.pods.GetIndexer().GetByKey(key)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		c.mu.Lock()
+		delete(c.orphans, key)
+		c.mu.Unlock()
+		return nil
 	}
 	pod := obj.(*corev1.Pod)
 	if pod.Spec.NodeName == "" {
@@ -153,12 +159,29 @@ func (c *Controller) deletePod(ctx context.Context, pod *corev1.Pod, opts *metav
 }
 
 // deleteOrphan force-deletes a pod bound to a node that does not exist,
-// after asking the API (the node informer may lag behind the pods').
+// once it has been so for orphanQuarantine (as upstream's pod GC: a node
+// may be on its way) and the API confirms it (the node informer may lag
+// behind the pods').
 func (c *Controller) deleteOrphan(ctx context.Context, pod *corev1.Pod) error {
+	key := cacheKey(pod)
+	now := c.clock.Now()
+	c.mu.Lock()
+	first, ok := c.orphans[key]
+	if !ok {
+		first = now
+		c.orphans[key] = now
+	}
+	c.mu.Unlock()
+	if wait := first.Add(orphanQuarantine).Sub(now); wait > 0 {
+		c.podQueue.AddAfter(key, wait)
+		return nil
+	}
+	c.mu.Lock()
+	delete(c.orphans, key)
+	c.mu.Unlock()
 	err := c.core.Get().Resource("nodes").Name(pod.Spec.NodeName).Do(ctx).Error()
 	if err == nil {
-		c.podQueue.AddAfter(cacheKey(pod), time.Second)
-		return nil
+		return nil // the node is back; its events bring the pod here again
 	}
 	if !apierrors.IsNotFound(err) {
 		return err

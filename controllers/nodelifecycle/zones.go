@@ -1,6 +1,8 @@
 package nodelifecycle
 
 import (
+	"math"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
@@ -69,7 +71,13 @@ func newEvictionLimiter(rate float64, clk clock.Clock) *evictionLimiter {
 	if rate <= 0 {
 		l.limiter = flowcontrol.NewFakeNeverRateLimiter()
 	} else {
-		l.limiter = flowcontrol.NewTokenBucketRateLimiterWithClock(float32(rate), 1, clk)
+		// flowcontrol takes a float32: 0.01 would become 0.0099999998
+		// and let the second node through at 101 s, not 100 s.
+		qps := float32(rate)
+		if float64(qps) < rate {
+			qps = math.Nextafter32(qps, math.MaxFloat32)
+		}
+		l.limiter = flowcontrol.NewTokenBucketRateLimiterWithClock(qps, 1, clk)
 	}
 	return l
 }
