@@ -172,6 +172,9 @@ type Controller struct {
 	limiters map[string]*evictionLimiter
 	pending  map[string][]string // zone -> node names, first in first out
 	queued   map[string]bool
+	// tainted: nodes given a NoExecute taint, when, until the cache
+	// shows it.
+	tainted map[string]time.Time
 	// orphans: pods whose node does not exist, since when (pod key).
 	orphans map[string]time.Time
 }
@@ -201,6 +204,7 @@ func New(cfg Config) (*Controller, error) {
 		pending:  map[string][]string{},
 		queued:   map[string]bool{},
 		orphans:  map[string]time.Time{},
+		tainted:  map[string]time.Time{},
 	}
 	c.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{}, 0, cache.Indexers{})
 	c.leases = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(coord, "leases", corev1.NamespaceNodeLease, fields.Everything()), &coordinationv1.Lease{}, 0, cache.Indexers{})
@@ -538,6 +542,9 @@ func (c *Controller) ensureNoExecuteTaint(ctx context.Context, node *corev1.Node
 	switch {
 	case key == "":
 		c.dequeue(node.Name)
+		c.mu.Lock()
+		delete(c.tainted, node.Name)
+		c.mu.Unlock()
 		if !hasTaint(node, corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute) && !hasTaint(node, corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute) {
 			return nil
 		}
@@ -545,6 +552,9 @@ func (c *Controller) ensureNoExecuteTaint(ctx context.Context, node *corev1.Node
 		return c.updateTaints(ctx, node.Name, func(n *corev1.Node) []corev1.Taint { return withoutNoExecute(n.Spec.Taints) })
 	case hasTaint(node, key, corev1.TaintEffectNoExecute):
 		c.dequeue(node.Name)
+		c.mu.Lock()
+		delete(c.tainted, node.Name)
+		c.mu.Unlock()
 		return nil
 	case hasTaint(node, other, corev1.TaintEffectNoExecute):
 		c.dequeue(node.Name)
@@ -561,6 +571,12 @@ func (c *Controller) ensureNoExecuteTaint(ctx context.Context, node *corev1.Node
 func (c *Controller) enqueueTaint(zone, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Tainted a moment ago, and the cache does not show it yet: queueing
+	// it again would spend the zone's next token on nothing.
+	if at, ok := c.tainted[name]; ok && c.clock.Since(at) < c.cfg.NodeMonitorGracePeriod {
+		return
+	}
+	delete(c.tainted, name)
 	if c.queued[name] {
 		return
 	}
@@ -629,6 +645,9 @@ func (c *Controller) processTaintQueues(ctx context.Context) {
 			continue
 		}
 		if key != "" {
+			c.mu.Lock()
+			c.tainted[j.node] = now.Time
+			c.mu.Unlock()
 			c.log.Info("node tainted NoExecute", "node", j.node, "taint", key, "zone", zoneName(j.zone))
 		}
 	}
