@@ -38,7 +38,9 @@ type env struct {
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newEnv(t *testing.T, mod func(*Config)) *env {
+// newAPI starts a real API server in-process; it stops when the test
+// ends.
+func newAPI(t *testing.T) *rest.Config {
 	t.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
@@ -49,7 +51,14 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 		st.Close()
 		t.Fatal(err)
 	}
-	cfg := srv.ClientConfig(&authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}})
+	t.Cleanup(func() { srv.Shutdown(); st.Close() })
+	return srv.ClientConfig(&authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}})
+}
+
+func newEnv(t *testing.T, mod func(*Config)) *env {
+	t.Helper()
+	cfg := newAPI(t)
+	var err error
 	e := &env{t: t, cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), clock: clocktesting.NewFakeClock(epoch), alive: map[string]bool{}}
 	ccfg := Config{RESTConfig: cfg, Clock: e.clock, Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))}
 	if mod != nil {
@@ -65,7 +74,7 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); stop(); srv.Shutdown(); st.Close() })
+	t.Cleanup(func() { cancel(); stop() })
 	return e
 }
 
