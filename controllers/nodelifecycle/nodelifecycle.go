@@ -466,8 +466,9 @@ func orInitial(s zoneState) zoneState {
 	return s
 }
 
-// checkNode brings one node's conditions and taints in line with its
-// heartbeats and returns its Ready status as it now stands.
+// checkNode brings one node's conditions and NoSchedule taints in line
+// with its heartbeats and returns its Ready status as it now stands (""
+// without a Ready condition).
 func (c *Controller) checkNode(ctx context.Context, node *corev1.Node, now time.Time) (corev1.ConditionStatus, error) {
 	h := c.health[node.Name]
 	if h == nil {
@@ -485,7 +486,12 @@ func (c *Controller) checkNode(ctx context.Context, node *corev1.Node, now time.
 		h.heartbeat, h.probe = rc.LastHeartbeatTime.Time, now
 	}
 
-	ready := readyStatus(node)
+	// No Ready condition yet (a node still registering) means no taints
+	// until the grace period makes it Unknown.
+	var ready corev1.ConditionStatus
+	if rc := readyCondition(node); rc != nil {
+		ready = rc.Status
+	}
 	var err error
 	if now.Sub(h.probe) > c.cfg.NodeMonitorGracePeriod && needsUnknown(node) {
 		if err = c.markUnknown(ctx, node.Name, now); err == nil {
@@ -632,7 +638,9 @@ func (c *Controller) processTaintQueues(ctx context.Context) {
 		now := metav1.NewTime(c.clock.Now())
 		var key string
 		err := c.updateTaints(ctx, j.node, func(n *corev1.Node) []corev1.Taint {
-			key = conditionTaintKey(readyStatus(n))
+			if rc := readyCondition(n); rc != nil {
+				key = conditionTaintKey(rc.Status)
+			}
 			if key == "" || hasTaint(n, key, corev1.TaintEffectNoExecute) {
 				return n.Spec.Taints
 			}

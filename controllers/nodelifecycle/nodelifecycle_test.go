@@ -255,3 +255,32 @@ func TestPodGC(t *testing.T) {
 	e.stillPod("done-2", "True")
 	e.stillPod("done-3", "True")
 }
+
+// A Node no kubelet ever posted for gets its conditions Unknown with
+// NodeStatusNeverUpdated a grace period after the controller first saw
+// it (a restart of the controller starts that period again).
+func TestNeverPostedNode(t *testing.T) {
+	e := newEnv(t, nil)
+	e.addNode("a", "", corev1.ConditionTrue)
+	if _, err := e.cs.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(0)
+	for i := 0; i < 8; i++ {
+		e.step(5 * time.Second)
+	}
+	if n := e.node("bare"); len(n.Status.Conditions) != 0 || len(n.Spec.Taints) != 0 {
+		t.Fatalf("at 40 s: conditions %v, taints %v", n.Status.Conditions, n.Spec.Taints)
+	}
+	e.step(5 * time.Second)
+	n := e.node("bare")
+	for _, ct := range kubeletConditions {
+		c := condition(n, ct)
+		if c == nil || c.Status != corev1.ConditionUnknown || c.Reason != "NodeStatusNeverUpdated" || c.Message != "Kubelet never posted node status." {
+			t.Errorf("condition %s at 45 s: %+v", ct, c)
+		}
+	}
+	if !hasTaint(n, corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule) {
+		t.Errorf("taints %v", n.Spec.Taints)
+	}
+}
