@@ -61,7 +61,6 @@ const (
 	reasonNodeNotReady               = "NodeNotReady"
 	podIndexByNode                   = "nodeName"
 	componentName                    = "node-controller"
-	conflictRetries                  = 5
 	maxPodDeleteBackoff              = 30 * time.Second
 	initialPodDeleteBackoff          = 100 * time.Millisecond
 )
