@@ -212,8 +212,8 @@ func (a *Agent) labels() map[string]string {
 	return l
 }
 
-// postStatus writes node status when a condition changed, when forced, or
-// when statusInterval has passed since the last post.
+// postStatus writes node status when a condition changed (here or in the
+// API), when forced, or when statusInterval has passed since the last post.
 func (a *Agent) postStatus(ctx context.Context, force bool) error {
 	now := a.cfg.Clock.Now()
 	status := a.status(now)
@@ -221,12 +221,16 @@ func (a *Agent) postStatus(ctx context.Context, force bool) error {
 	changed := !sameConditions(a.lastSet, status.Conditions)
 	due := force || changed || now.Sub(a.lastAt) >= statusInterval
 	a.mu.Unlock()
-	if !due {
-		return nil
-	}
+	// Read back every time: the node lifecycle controller sets the
+	// conditions Unknown when heartbeats stall (a suspend, a slow disk),
+	// and the node stays tainted until they are put back, not for up to
+	// statusInterval.
 	node, err := a.cfg.Client.getNode(ctx, a.cfg.NodeName)
 	if err != nil {
 		return err
+	}
+	if !due && sameConditions(node.Status.Conditions, status.Conditions) {
+		return nil
 	}
 	// Keep each condition's transition time unless its status changed.
 	for i := range status.Conditions {

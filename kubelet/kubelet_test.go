@@ -120,6 +120,35 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 	}
 	clk.Step(leaseRenewInterval)
 	waitForLease(t, cs, clk.Now())
+
+	// The node lifecycle controller marks the node Unknown (its
+	// heartbeats stalled): the next status check, 10 s on, puts Ready
+	// back rather than waiting for the 5-minute report.
+	node, err = cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range node.Status.Conditions {
+		node.Status.Conditions[i].Status, node.Status.Conditions[i].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+	}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Both the lease renewer and the status loop wait on the clock.
+	waitFor(t, func() (bool, bool) { return true, clk.Waiters() >= 2 })
+	clk.Step(10 * time.Second)
+	waitFor(t, func() (bool, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			return false, false
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return true, c.Status == corev1.ConditionTrue
+			}
+		}
+		return false, false
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

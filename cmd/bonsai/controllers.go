@@ -28,5 +28,5 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 			log.Error("node IPAM controller stopped", "err", err)
 		}
 	}()
-	return nil
+	return startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log)
 }

@@ -14,6 +14,7 @@ func FuzzConfigFile(f *testing.F) {
 	f.Add("tls-san: a\ndisable-agent: yes\n")
 	f.Add("https-listen-port: 6.5e3\n")
 	f.Add("? [a]\n: b\n")
+	f.Add("node-monitor-grace-period: 4s\nnode-eviction-rate: 0.5\nterminated-pod-gc-threshold: 0\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		noDefaultConfig(t)
 		path := filepath.Join(t.TempDir(), "config.yaml")

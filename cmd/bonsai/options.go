@@ -58,6 +58,7 @@ type serverOptions struct {
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
 	kubeletPort       int
+	nodeLifecycle     nodeLifecycleOptions
 }
 
 const defaultPodBridge = "bonsai0"
@@ -92,6 +93,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
+	o.nodeLifecycle.addFlags(fs)
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -127,6 +129,8 @@ type serverConfig struct {
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
 	KubeletPort    int
+	// NodeLifecycle tunes the node lifecycle controller and pod GC.
+	NodeLifecycle nodeLifecycleConfig
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -277,6 +281,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, err
 	}
 	if err := o.validateSimulated(c); err != nil {
+		return nil, err
+	}
+	if c.NodeLifecycle, err = o.nodeLifecycle.validate(); err != nil {
 		return nil, err
 	}
 

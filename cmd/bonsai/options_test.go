@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -79,6 +80,7 @@ func TestServerDefaults(t *testing.T) {
 		PodBridge:        "bonsai0",
 		NodeCIDRMaskSize: 24,
 		KubeletPort:      10250,
+		NodeLifecycle:    defaultNodeLifecycle,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -131,6 +133,7 @@ func TestServerFlags(t *testing.T) {
 		PodBridge:       "edge0",
 
 		NodeCIDRMaskSize: 26,
+		NodeLifecycle:    defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -183,6 +186,17 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},
 		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
+		{[]string{"--node-monitor-period", "0s"}, []string{"--node-monitor-period", "positive"}},
+		{[]string{"--node-monitor-period", "5"}, []string{"--node-monitor-period"}},
+		{[]string{"--node-monitor-grace-period", "-1s"}, []string{"--node-monitor-grace-period", "positive"}},
+		{[]string{"--node-monitor-grace-period", "2s"}, []string{"--node-monitor-grace-period 2s", "--node-monitor-period 5s"}},
+		{[]string{"--node-eviction-rate", "0"}, []string{"--node-eviction-rate", "positive"}},
+		{[]string{"--node-eviction-rate", "NaN"}, []string{"--node-eviction-rate"}},
+		{[]string{"--secondary-node-eviction-rate", "-0.1"}, []string{"--secondary-node-eviction-rate", "negative"}},
+		{[]string{"--unhealthy-zone-threshold", "0"}, []string{"--unhealthy-zone-threshold", "at most 1"}},
+		{[]string{"--unhealthy-zone-threshold", "1.5"}, []string{"--unhealthy-zone-threshold", "at most 1"}},
+		{[]string{"--large-cluster-size-threshold", "-1"}, []string{"--large-cluster-size-threshold", "negative"}},
+		{[]string{"--terminated-pod-gc-threshold", "many"}, []string{"--terminated-pod-gc-threshold"}},
 		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
 		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
 		{[]string{"--pod-manifest-path", "manifests"}, []string{"--pod-manifest-path", "absolute"}},
@@ -440,5 +454,28 @@ func TestSimulatedNodesFlag(t *testing.T) {
 		if got.SimulatedNodes != tc.want {
 			t.Errorf("%v: %d simulated nodes, want %d", tc.args, got.SimulatedNodes, tc.want)
 		}
+	}
+}
+
+// defaultNodeLifecycle is kube-controller-manager's defaults (with the
+// seed's 40 s grace period).
+var defaultNodeLifecycle = nodeLifecycleConfig{
+	MonitorPeriod: 5 * time.Second, GracePeriod: 40 * time.Second,
+	EvictionRate: 0.1, SecondaryRate: 0.01, UnhealthyZoneThreshold: 0.55,
+	LargeClusterSize: 50, TerminatedPodGC: 12500,
+}
+
+func TestNodeLifecycleFlags(t *testing.T) {
+	noDefaultConfig(t)
+	got, err := parseServer(t, "--node-monitor-period", "1s", "--node-monitor-grace-period", "4s",
+		"--node-eviction-rate", "0.5", "--secondary-node-eviction-rate", "0", "--unhealthy-zone-threshold", "0.7",
+		"--large-cluster-size-threshold", "10", "--terminated-pod-gc-threshold", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nodeLifecycleConfig{MonitorPeriod: time.Second, GracePeriod: 4 * time.Second, EvictionRate: 0.5,
+		UnhealthyZoneThreshold: 0.7, LargeClusterSize: 10}
+	if diff := cmp.Diff(want, got.NodeLifecycle); diff != "" {
+		t.Errorf("node lifecycle config (-want +got):\n%s", diff)
 	}
 }
