@@ -20,6 +20,7 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -58,6 +59,7 @@ type serverOptions struct {
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
 	kubeletPort       int
+	schedulerConfig   string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -92,6 +94,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
+	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -127,6 +130,8 @@ type serverConfig struct {
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
 	KubeletPort    int
+	// Scheduler is --scheduler-config, read and checked; zero without it.
+	Scheduler scheduler.Options
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -277,6 +282,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, err
 	}
 	if err := o.validateSimulated(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateScheduler(c); err != nil {
 		return nil, err
 	}
 
