@@ -244,13 +244,21 @@ func (p nodeResourcesFitPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *Nod
 	return nil
 }
 
-// requestedAndAllocatable is one resource of a node with the pod on it;
-// cpu and memory count request-less containers as kube-scheduler does.
-func requestedAndAllocatable(r *podResources, ni *NodeInfo, name corev1.ResourceName) (req, alloc int64) {
+// requestedAndAllocatable is one resource of a node with the pod on it.
+// With nonZero, cpu and memory count request-less containers as 100m and
+// 200 MiB (NodeResourcesFit's scoring); BalancedAllocation uses the plain
+// requests, as kube-scheduler does.
+func requestedAndAllocatable(r *podResources, ni *NodeInfo, name corev1.ResourceName, nonZero bool) (req, alloc int64) {
 	switch name {
 	case corev1.ResourceCPU:
+		if !nonZero {
+			return ni.requested.milliCPU + r.milliCPU, ni.alloc.milliCPU
+		}
 		return ni.requested.nonZeroCPU + r.nonZeroCPU, ni.alloc.milliCPU
 	case corev1.ResourceMemory:
+		if !nonZero {
+			return ni.requested.memory + r.memory, ni.alloc.memory
+		}
 		return ni.requested.nonZeroMem + r.nonZeroMem, ni.alloc.memory
 	case corev1.ResourceEphemeralStorage:
 		return ni.requested.ephemeral + r.ephemeral, ni.alloc.ephemeral
@@ -262,7 +270,7 @@ func requestedAndAllocatable(r *podResources, ni *NodeInfo, name corev1.Resource
 func (p nodeResourcesFitPlugin) Score(state *CycleState, _ *corev1.Pod, ni *NodeInfo) int64 {
 	var total, weights int64
 	for _, rs := range p.resources {
-		req, alloc := requestedAndAllocatable(state.podReq, ni, rs.Name)
+		req, alloc := requestedAndAllocatable(state.podReq, ni, rs.Name, true)
 		if alloc == 0 {
 			continue
 		}
@@ -295,7 +303,7 @@ func (p balancedAllocationPlugin) Score(state *CycleState, _ *corev1.Pod, ni *No
 	var fr [8]float64
 	fracs := fr[:0]
 	for _, rs := range p.resources {
-		req, alloc := requestedAndAllocatable(state.podReq, ni, rs.Name)
+		req, alloc := requestedAndAllocatable(state.podReq, ni, rs.Name, false)
 		if alloc == 0 {
 			continue
 		}
