@@ -60,6 +60,7 @@ type serverOptions struct {
 	simulatedNodes    int
 	kubeletPort       int
 	schedulerConfig   string
+	disableScheduler  bool
 }
 
 const defaultPodBridge = "bonsai0"
@@ -95,6 +96,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
+	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -131,7 +133,8 @@ type serverConfig struct {
 	SimulatedNodes int
 	KubeletPort    int
 	// Scheduler is --scheduler-config, read and checked; zero without it.
-	Scheduler scheduler.Options
+	Scheduler        scheduler.Options
+	DisableScheduler bool
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command

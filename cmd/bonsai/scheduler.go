@@ -13,6 +13,7 @@ import (
 // validateScheduler reads --scheduler-config now, so a bad file stops the
 // server before it starts rather than leaving pods pending.
 func (o *serverOptions) validateScheduler(c *serverConfig) error {
+	c.DisableScheduler = o.disableScheduler
 	if o.schedulerConfig == "" {
 		return nil // zero Options: the scheduler's defaults
 	}
@@ -28,6 +29,9 @@ func (o *serverOptions) validateScheduler(c *serverConfig) error {
 // handler chain like any client. It runs with --disable-agent too: it
 // places pods on every node, not on this host's.
 func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+	if cfg.DisableScheduler {
+		return nil
+	}
 	user := &authn.User{Name: "system:kube-scheduler", Groups: []string{authn.GroupAuthenticated}}
 	s, err := scheduler.New(scheduler.Config{
 		RESTConfig: api.ClientConfig(user),

@@ -39,6 +39,7 @@ var suites = []suite{
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
+	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.
