@@ -46,6 +46,7 @@ type Config struct {
 type Scheduler struct {
 	cfg      Config
 	core     rest.Interface
+	evClient rest.Interface
 	log      *slog.Logger
 	cache    *schedCache
 	queue    *schedulingQueue
@@ -83,18 +84,29 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Options.ScoreWeights == nil {
 		cfg.Options = DefaultOptions()
 	}
-	core, err := restClientFor(cfg.RESTConfig)
+	// Bindings at thousands a second: client-go's default 5 QPS would be
+	// the scheduler's throughput.
+	core, err := restClientFor(cfg.RESTConfig, -1, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Events go through their own client held to kube-scheduler's default
+	// 50 QPS (burst 100): in a burst of thousands of pods the Scheduled
+	// events would otherwise take as much of the API as the bindings. As
+	// in Kubernetes, the recorder drops what its queue cannot hold.
+	evClient, err := restClientFor(cfg.RESTConfig, 50, 100)
 	if err != nil {
 		return nil, err
 	}
 	s := &Scheduler{
-		cfg:    cfg,
-		core:   core,
-		log:    cfg.Logger.With("component", "scheduler"),
-		cache:  newSchedCache(),
-		queue:  newSchedulingQueue(cfg.Options.InitialBackoff, cfg.Options.MaxBackoff),
-		writes: make(chan func(context.Context), 4096),
-		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		cfg:      cfg,
+		core:     core,
+		evClient: evClient,
+		log:      cfg.Logger.With("component", "scheduler"),
+		cache:    newSchedCache(),
+		queue:    newSchedulingQueue(cfg.Options.InitialBackoff, cfg.Options.MaxBackoff),
+		writes:   make(chan func(context.Context), 4096),
+		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	s.buildPlugins()
 	s.nodes = cache.NewSharedIndexInformer(
@@ -135,7 +147,9 @@ func (s *Scheduler) buildPlugins() {
 	}
 }
 
-func restClientFor(cfg *rest.Config) (*rest.RESTClient, error) {
+// restClientFor is a protobuf client of the core group; qps -1 is no
+// client-side limit.
+func restClientFor(cfg *rest.Config, qps float32, burst int) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.APIPath, c.GroupVersion = "/api", &schema.GroupVersion{Version: "v1"}
 	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
@@ -144,9 +158,7 @@ func restClientFor(cfg *rest.Config) (*rest.RESTClient, error) {
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
-	// Bindings at thousands a second: client-go's default 5 QPS would be
-	// the scheduler's throughput.
-	c.QPS, c.Burst = -1, 0
+	c.QPS, c.Burst = qps, burst
 	return rest.RESTClientFor(c)
 }
 
@@ -161,7 +173,7 @@ func stripManagedFields(obj any) (any, error) {
 
 // Run schedules until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
-	sink := s.events.StartRecordingToSink(&eventSink{core: s.core, ctx: ctx})
+	sink := s.events.StartRecordingToSink(&eventSink{core: s.evClient, ctx: ctx})
 	defer func() { sink.Stop(); s.events.Shutdown() }()
 	go s.nodes.RunWithContext(ctx)
 	go s.pods.RunWithContext(ctx)

@@ -29,7 +29,7 @@ type testAPI struct {
 	cs  kubernetes.Interface
 }
 
-func newTestAPI(t *testing.T) *testAPI {
+func newTestAPI(t testing.TB) *testAPI {
 	t.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
@@ -47,7 +47,7 @@ func newTestAPI(t *testing.T) *testAPI {
 }
 
 // startScheduler runs a scheduler until the test ends.
-func (a *testAPI) startScheduler(t *testing.T, opts Options) {
+func (a *testAPI) startScheduler(t testing.TB, opts Options) {
 	t.Helper()
 	s, err := New(Config{RESTConfig: a.cfg, Options: opts})
 	if err != nil {
@@ -86,7 +86,7 @@ func node(name string, alloc corev1.ResourceList, mod ...func(*corev1.Node)) *co
 	return n
 }
 
-func (a *testAPI) createNode(t *testing.T, n *corev1.Node) {
+func (a *testAPI) createNode(t testing.TB, n *corev1.Node) {
 	t.Helper()
 	if _, err := a.cs.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func extendedOnly(req corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
-func (a *testAPI) createPod(t *testing.T, p *corev1.Pod) {
+func (a *testAPI) createPod(t testing.TB, p *corev1.Pod) {
 	t.Helper()
 	if _, err := a.cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func (a *testAPI) createPod(t *testing.T, p *corev1.Pod) {
 }
 
 // waitPods polls the pods until cond holds for the list, or fails.
-func (a *testAPI) waitPods(t *testing.T, what string, cond func([]corev1.Pod) bool) []corev1.Pod {
+func (a *testAPI) waitPods(t testing.TB, what string, cond func([]corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -236,7 +236,7 @@ func TestDeviceBurst(t *testing.T) {
 	waitEvent(t, a, "FailedScheduling", msg)
 }
 
-func waitEvent(t *testing.T, a *testAPI, reason, msg string) {
+func waitEvent(t testing.TB, a *testAPI, reason, msg string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -341,7 +341,7 @@ func TestUnschedulableRetriedOnEvents(t *testing.T) {
 	a.waitPods(t, "gpu-c bound", func(ps []corev1.Pod) bool { return byName(ps, "gpu-c").Spec.NodeName == "core" })
 }
 
-func setAllocatable(t *testing.T, a *testAPI, name string, res corev1.ResourceName, v string) {
+func setAllocatable(t testing.TB, a *testAPI, name string, res corev1.ResourceName, v string) {
 	t.Helper()
 	ctx := context.Background()
 	n, err := a.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
