@@ -58,7 +58,9 @@ func TestFilters(t *testing.T) {
 		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: op, Values: vals}}}
 	}
 	tainted := func(ts ...corev1.Taint) func(*corev1.Node) { return func(n *corev1.Node) { n.Spec.Taints = ts } }
-	tolerating := func(ts ...corev1.Toleration) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.Tolerations = ts } }
+	tolerating := func(ts ...corev1.Toleration) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.Tolerations = ts }
+	}
 	hostPortPod := func(name, ip string, port int32, proto corev1.Protocol) *corev1.Pod {
 		return pod(name, nil, func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: port, HostIP: ip, Protocol: proto}}
@@ -204,7 +206,9 @@ func TestScores(t *testing.T) {
 			nodes: []nodeWith{{node: node("a", nil, labelled("zone", "a"))}, {node: node("b", nil, labelled("disk", "ssd"))}, {node: node("c", nil)}},
 			want:  []int64{33, 100, 0}},
 		{name: "PreferNoSchedule taints", plugin: taintTolerationPlugin{},
-			pod:   pod("p", nil, func(p *corev1.Pod) { p.Spec.Tolerations = []corev1.Toleration{{Key: "ok", Operator: corev1.TolerationOpExists}} }),
+			pod: pod("p", nil, func(p *corev1.Pod) {
+				p.Spec.Tolerations = []corev1.Toleration{{Key: "ok", Operator: corev1.TolerationOpExists}}
+			}),
 			nodes: []nodeWith{{node: node("a", nil)}, {node: node("b", nil, soft("x"))}, {node: node("c", nil, soft("x", "y"))}, {node: node("d", nil, soft("ok"))}},
 			want:  []int64{100, 50, 0, 100}},
 		{name: "image locality", plugin: imageLocalityPlugin{},
