@@ -10,10 +10,12 @@ import (
 // cachedPod is a pod counted against a node: bound (seen so by the
 // informer) or assumed (decided here, binding under way).
 type cachedPod struct {
-	pod     *corev1.Pod
-	node    string
-	req     *podResources
-	assumed bool
+	pod  *corev1.Pod
+	node string
+	req  *podResources
+	// affinity is the pod's parsed inter-pod affinity; nil for most pods.
+	affinity *podAffinity
+	assumed  bool
 }
 
 // schedCache is the scheduler's view of nodes and of the pods on them.
@@ -84,7 +86,7 @@ func (c *schedCache) setPod(p *corev1.Pod) {
 	if old := c.pods[p.UID]; old != nil {
 		c.removeLocked(old)
 	}
-	cp := &cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p)}
+	cp := &cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)}
 	c.pods[p.UID] = cp
 	c.nodeInfoLocked(cp.node).addPod(cp)
 }
@@ -114,7 +116,7 @@ func (c *schedCache) assumeLocked(p *corev1.Pod, node string, req *podResources)
 	if old := c.pods[p.UID]; old != nil {
 		c.removeLocked(old)
 	}
-	cp := &cachedPod{pod: p, node: node, req: req, assumed: true}
+	cp := &cachedPod{pod: p, node: node, req: req, affinity: parsePodAffinity(p), assumed: true}
 	c.pods[p.UID] = cp
 	c.nodeInfoLocked(node).addPod(cp)
 }

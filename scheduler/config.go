@@ -41,6 +41,7 @@ func DefaultOptions() Options {
 			NodeResourcesFitName:   1,
 			BalancedAllocationName: 1,
 			ImageLocalityName:      1,
+			InterPodAffinityName:   2,
 		},
 		FitStrategy:       LeastAllocated,
 		FitResources:      []ResourceSpec{{Name: corev1.ResourceCPU, Weight: 1}, {Name: corev1.ResourceMemory, Weight: 1}},
@@ -110,7 +111,7 @@ func LoadOptions(path string) (Options, error) {
 
 var scorePlugins = map[string]bool{
 	TaintTolerationName: true, NodeAffinityName: true, NodeResourcesFitName: true,
-	BalancedAllocationName: true, ImageLocalityName: true,
+	BalancedAllocationName: true, ImageLocalityName: true, InterPodAffinityName: true,
 }
 
 func (fc *fileConfig) apply(o *Options) error {

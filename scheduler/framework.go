@@ -20,10 +20,11 @@ type Plugin interface {
 }
 
 // PreFilterPlugin computes per-pod state once per cycle, before the nodes
-// are walked. A non-nil status fails the pod on every node.
+// are walked; it may read every node (under the cache lock). A non-nil
+// status fails the pod on every node.
 type PreFilterPlugin interface {
 	Plugin
-	PreFilter(state *CycleState, pod *corev1.Pod) *Status
+	PreFilter(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo) *Status
 }
 
 // FilterPlugin says whether the pod fits one node; nil means it does.

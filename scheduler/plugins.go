@@ -76,7 +76,7 @@ type nodeAffinityState struct {
 
 func (nodeAffinityPlugin) Name() string { return NodeAffinityName }
 
-func (nodeAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod) *Status {
+func (nodeAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, _ []*NodeInfo) *Status {
 	s := &nodeAffinityState{required: nodeaffinity.GetRequiredNodeAffinity(pod)}
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
 		// Invalid terms were refused by the API's validation; an error

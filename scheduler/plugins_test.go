@@ -13,7 +13,7 @@ func nodeInfoOf(n *corev1.Node, pods ...*corev1.Pod) *NodeInfo {
 	ni := newNodeInfo()
 	ni.setNode(n)
 	for _, p := range pods {
-		ni.addPod(&cachedPod{pod: p, node: n.Name, req: computePodResources(p)})
+		ni.addPod(&cachedPod{pod: p, node: n.Name, req: computePodResources(p), affinity: parsePodAffinity(p)})
 	}
 	return ni
 }
@@ -21,7 +21,8 @@ func nodeInfoOf(n *corev1.Node, pods ...*corev1.Pod) *NodeInfo {
 func stateFor(p *corev1.Pod) *CycleState {
 	s := newCycleState()
 	s.podReq = computePodResources(p)
-	nodeAffinityPlugin{}.PreFilter(s, p)
+	nodeAffinityPlugin{}.PreFilter(s, p, nil)
+	interPodAffinityPlugin{}.PreFilter(s, p, nil)
 	return s
 }
 

@@ -138,9 +138,10 @@ func (s *Scheduler) buildPlugins() {
 	fit := nodeResourcesFitPlugin{strategy: o.FitStrategy, resources: o.FitResources}
 	taints := taintTolerationPlugin{}
 	// Kubernetes' default order: cheap, node-only checks first.
-	s.preFilters = []PreFilterPlugin{affinity}
-	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit}
-	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}} {
+	podAffinity := interPodAffinityPlugin{}
+	s.preFilters = []PreFilterPlugin{affinity, podAffinity}
+	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, podAffinity}
+	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity} {
 		if w := o.ScoreWeights[sp.Name()]; w > 0 {
 			s.scorers = append(s.scorers, weightedScorer{sp, w})
 		}
@@ -353,17 +354,17 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod) {
 // place filters and scores under the cache lock and assumes the pod on
 // the chosen node before letting go of it.
 func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError) {
-	for _, p := range s.preFilters {
-		if st := p.PreFilter(state, pod); st != nil {
-			return "", &fitError{prefilter: st.reasons[0]}
-		}
-	}
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	nodes := s.cache.list
 	all := len(nodes)
 	if all == 0 {
 		return "", &fitError{}
+	}
+	for _, p := range s.preFilters {
+		if st := p.PreFilter(state, pod, nodes); st != nil {
+			return "", &fitError{numNodes: all, prefilter: st.reasons[0]}
+		}
 	}
 	want := s.numFeasibleNodesToFind(all)
 	feasible := s.feasible[:0]

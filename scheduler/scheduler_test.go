@@ -433,3 +433,41 @@ profiles:
 		})
 	}
 }
+
+// TestAntiAffinityBurst: pods that must not share a host, created at
+// once: the assumed ones count, so no two land together, and the one too
+// many waits with Kubernetes' message.
+func TestAntiAffinityBurst(t *testing.T) {
+	a := newTestAPI(t)
+	for i := range 3 {
+		a.createNode(t, node(fmt.Sprintf("n%d", i), nil))
+	}
+	a.startScheduler(t, Options{})
+	for i := range 4 {
+		a.createPod(t, pod(fmt.Sprintf("spread-%d", i), nil, func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "test"}}, TopologyKey: "kubernetes.io/hostname",
+			}}}}
+		}))
+	}
+	const msg = "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+	pods := a.waitPods(t, "3 spread and 1 unschedulable", func(ps []corev1.Pod) bool {
+		bound, pending := 0, 0
+		for i := range ps {
+			switch {
+			case ps[i].Spec.NodeName != "":
+				bound++
+			case unschedulableWith(&ps[i], msg):
+				pending++
+			}
+		}
+		return bound == 3 && pending == 1
+	})
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if p.Spec.NodeName != "" && seen[p.Spec.NodeName] {
+			t.Errorf("two pods on %s", p.Spec.NodeName)
+		}
+		seen[p.Spec.NodeName] = true
+	}
+}
