@@ -20,7 +20,13 @@ const (
 
 // affinityTerm is a pod (anti-)affinity term, parsed once per pod.
 type affinityTerm struct {
-	selector      labels.Selector
+	selector labels.Selector
+	// matchLabels, when set, is the whole selector: plain lookups, many
+	// times cheaper than a Selector, for the common term.
+	matchLabels []labelPair
+	// namespace is the one namespace of most terms (the pod's own);
+	// namespaces holds a list when there are more.
+	namespace     string
 	namespaces    map[string]bool
 	allNamespaces bool
 	topologyKey   string
@@ -28,8 +34,22 @@ type affinityTerm struct {
 }
 
 func (t *affinityTerm) matches(p *corev1.Pod) bool {
-	if !t.allNamespaces && !t.namespaces[p.Namespace] {
-		return false
+	if !t.allNamespaces {
+		if t.namespaces == nil {
+			if p.Namespace != t.namespace {
+				return false
+			}
+		} else if !t.namespaces[p.Namespace] {
+			return false
+		}
+	}
+	if t.matchLabels != nil {
+		for _, l := range t.matchLabels {
+			if have, ok := p.Labels[l.key]; !ok || have != l.value {
+				return false
+			}
+		}
+		return true
 	}
 	return t.selector.Matches(labels.Set(p.Labels))
 }
@@ -103,16 +123,23 @@ func parseTerms(p *corev1.Pod, terms []corev1.PodAffinityTerm, weight int64) []a
 			}
 		}
 		at := affinityTerm{selector: sel, topologyKey: t.TopologyKey, weight: weight}
+		if ls := t.LabelSelector; ls != nil && len(ls.MatchLabels) > 0 && len(ls.MatchExpressions) == 0 &&
+			len(t.MatchLabelKeys) == 0 && len(t.MismatchLabelKeys) == 0 {
+			for k, v := range ls.MatchLabels {
+				at.matchLabels = append(at.matchLabels, labelPair{k, v})
+			}
+		}
 		switch {
 		case t.NamespaceSelector != nil && len(t.NamespaceSelector.MatchLabels) == 0 && len(t.NamespaceSelector.MatchExpressions) == 0:
 			at.allNamespaces = true
+		case len(t.Namespaces) == 0:
+			at.namespace = p.Namespace
+		case len(t.Namespaces) == 1:
+			at.namespace = t.Namespaces[0]
 		default:
 			at.namespaces = map[string]bool{}
 			for _, ns := range t.Namespaces {
 				at.namespaces[ns] = true
-			}
-			if len(t.Namespaces) == 0 {
-				at.namespaces[p.Namespace] = true
 			}
 		}
 		out = append(out, at)
@@ -122,13 +149,17 @@ func parseTerms(p *corev1.Pod, terms []corev1.PodAffinityTerm, weight int64) []a
 
 type topologyPair struct{ key, value string }
 
+type labelPair struct{ key, value string }
+
 // interPodAffinityState is what PreFilter counted over every pod in the
 // cluster, so each node is then a few map lookups.
 type interPodAffinityState struct {
 	aff *podAffinity
 	// existingAnti: topologies where an existing pod's required
-	// anti-affinity matches the incoming pod.
-	existingAnti map[topologyPair]int
+	// anti-affinity matches the incoming pod; existingAntiKeys their keys,
+	// so a node is checked with a lookup per key, not a walk of the map.
+	existingAnti     map[topologyPair]int
+	existingAntiKeys []string
 	// affinity and anti: topologies of existing pods matching the
 	// incoming pod's required terms.
 	affinity, anti map[topologyPair]int
@@ -154,6 +185,9 @@ func (interPodAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, node
 				t := &cp.affinity.requiredAnti[i]
 				if v, ok := nl[t.topologyKey]; ok && t.matches(pod) {
 					s.existingAnti = inc(s.existingAnti, topologyPair{t.topologyKey, v}, 1)
+					if !contains(s.existingAntiKeys, t.topologyKey) {
+						s.existingAntiKeys = append(s.existingAntiKeys, t.topologyKey)
+					}
 				}
 			}
 			for i := range cp.affinity.required {
@@ -210,6 +244,15 @@ func (interPodAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, node
 	return nil
 }
 
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
 func matchesAll(terms []affinityTerm, p *corev1.Pod) bool {
 	for i := range terms {
 		if !terms[i].matches(p) {
@@ -252,8 +295,8 @@ func (interPodAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *Nod
 			}
 		}
 	}
-	for pair, n := range s.existingAnti {
-		if v, ok := nl[pair.key]; ok && v == pair.value && n > 0 {
+	for _, k := range s.existingAntiKeys {
+		if v, ok := nl[k]; ok && s.existingAnti[topologyPair{k, v}] > 0 {
 			return unschedulable(errExistingAntiAffinity)
 		}
 	}

@@ -21,12 +21,14 @@ import (
 func BenchmarkThroughput(b *testing.B) {
 	for _, nodes := range []int{100, 1000} {
 		for _, sim := range []bool{false, true} {
-			b.Run(fmt.Sprintf("nodes=%d/simulated=%v", nodes, sim), func(b *testing.B) { benchThroughput(b, nodes, sim) })
+			for _, anti := range []bool{false, true} {
+				b.Run(fmt.Sprintf("nodes=%d/simulated=%v/anti=%v", nodes, sim, anti), func(b *testing.B) { benchThroughput(b, nodes, sim, anti) })
+			}
 		}
 	}
 }
 
-func benchThroughput(b *testing.B, nodes int, sim bool) {
+func benchThroughput(b *testing.B, nodes int, sim, anti bool) {
 	a := newTestAPI(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -51,7 +53,17 @@ func benchThroughput(b *testing.B, nodes int, sim bool) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
-				a.createPod(b, pod(fmt.Sprintf("p%06d", i), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m")}))
+				a.createPod(b, pod(fmt.Sprintf("p%06d", i), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m")}, func(p *corev1.Pod) {
+					if !anti {
+						return
+					}
+					// Groups of one pod per node.
+					group := fmt.Sprint(i / nodes)
+					p.Labels["group"] = group
+					p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": group}}, TopologyKey: "kubernetes.io/hostname",
+					}}}}
+				}))
 			}
 		}()
 	}

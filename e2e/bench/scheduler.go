@@ -40,6 +40,20 @@ type schedResult struct {
 	podsPerSec, p50, p99 *float64
 }
 
+// schedVariant is a kind of pod: plain, or with required anti-affinity
+// on kubernetes.io/hostname within groups of one pod per node.
+type schedVariant struct {
+	name         string
+	antiAffinity bool
+}
+
+var schedVariants = []schedVariant{{name: "no affinity"}, {name: "anti-affinity", antiAffinity: true}}
+
+type schedKey struct {
+	nodes   int
+	variant string
+}
+
 // schedulerSuite measures the built-in scheduler on simulated nodes.
 // Throughput: 10,000 pods are created while the scheduler is off
 // (--disable-scheduler), then the server restarts with it on and the
@@ -49,7 +63,7 @@ type schedResult struct {
 // binding seen through a watch.
 func schedulerSuite(ctx context.Context, b *bench) ([]Row, error) {
 	p := schedParamsFor(b.quick)
-	res := map[int]*schedResult{}
+	res := map[schedKey]*schedResult{}
 	rows := func() []Row { return schedRows(p, res) }
 	bin, err := buildBonsai(ctx, b)
 	if err != nil {
@@ -60,11 +74,13 @@ func schedulerSuite(ctx context.Context, b *bench) ([]Row, error) {
 		return rows(), err
 	}
 	for _, n := range p.counts {
-		r := &schedResult{}
-		res[n] = r
-		b.logf("sched: %s simulated nodes, %s pending pods", fmtNum(float64(n)), fmtNum(float64(p.pending)))
-		if err := schedRun(ctx, b, p, bin, cfgFile, n, r); err != nil {
-			return rows(), fmt.Errorf("%d nodes: %w", n, err)
+		for _, v := range schedVariants {
+			r := &schedResult{}
+			res[schedKey{n, v.name}] = r
+			b.logf("sched: %s simulated nodes, %s pending pods, %s", fmtNum(float64(n)), fmtNum(float64(p.pending)), v.name)
+			if err := schedRun(ctx, b, p, bin, cfgFile, n, v, r); err != nil {
+				return rows(), fmt.Errorf("%d nodes, %s: %w", n, v.name, err)
+			}
 		}
 	}
 	return rows(), nil
@@ -82,8 +98,10 @@ func schedClient(srv *bonsaiProc) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rest.CopyConfig(cfg))
 }
 
-func schedBenchPod(name string) *corev1.Pod {
-	return &corev1.Pod{
+// schedBenchPod is pod i; with anti-affinity it is in group i/nodes, whose
+// pods must all be on different nodes.
+func schedBenchPod(name string, i, nodes int, v schedVariant) *corev1.Pod {
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "sched-bench"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "c", Image: "busybox",
@@ -92,10 +110,21 @@ func schedBenchPod(name string) *corev1.Pod {
 			}},
 		}}},
 	}
+	if v.antiAffinity {
+		group := strconv.Itoa(i / nodes)
+		p.Labels["group"] = group
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sched-bench", "group": group}},
+				TopologyKey:   "kubernetes.io/hostname",
+			}},
+		}}
+	}
+	return p
 }
 
-func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string, n int, r *schedResult) error {
-	dir := filepath.Join(b.dir, fmt.Sprintf("sched-%d", n))
+func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string, n int, v schedVariant, r *schedResult) error {
+	dir := filepath.Join(b.dir, fmt.Sprintf("sched-%d-%v", n, v.antiAffinity))
 	defer os.RemoveAll(dir)
 	flags := []string{"--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(n)}
 	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, append(flags, "--disable-scheduler")...)
@@ -112,7 +141,9 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 		return fmt.Errorf("%w\n%s", err, srv.logTail())
 	}
 	// Every pending pod in place before the scheduler runs.
-	if err := createPods(ctx, cs, "pending-", p.pending, 32); err != nil {
+	if err := createPods(ctx, cs, p.pending, 32, func(i int) *corev1.Pod {
+		return schedBenchPod(fmt.Sprintf("pending-%05d", i), i, n, v)
+	}); err != nil {
 		srv.stop()
 		return err
 	}
@@ -154,7 +185,7 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 			defer wg.Done()
 			name := fmt.Sprintf("latency-%05d", i)
 			created[i] = time.Now()
-			if _, err := cs.CoreV1().Pods("default").Create(ctx, schedBenchPod(name), metav1.CreateOptions{}); err != nil {
+			if _, err := cs.CoreV1().Pods("default").Create(ctx, schedBenchPod(name, p.pending+i, n, v), metav1.CreateOptions{}); err != nil {
 				createErr.Store(err)
 			}
 		}(i)
@@ -178,8 +209,8 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 	return nil
 }
 
-// createPods creates count pods named prefix<i> from workers clients.
-func createPods(ctx context.Context, cs kubernetes.Interface, prefix string, count, workers int) error {
+// createPods creates pods 0 to count-1 from workers clients.
+func createPods(ctx context.Context, cs kubernetes.Interface, count, workers int, pod func(i int) *corev1.Pod) error {
 	var next atomic.Int64
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -192,7 +223,7 @@ func createPods(ctx context.Context, cs kubernetes.Interface, prefix string, cou
 				if i >= count || ctx.Err() != nil {
 					return
 				}
-				if _, err := cs.CoreV1().Pods("default").Create(ctx, schedBenchPod(fmt.Sprintf("%s%05d", prefix, i)), metav1.CreateOptions{}); err != nil {
+				if _, err := cs.CoreV1().Pods("default").Create(ctx, pod(i), metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
 				}
@@ -275,23 +306,28 @@ func (w *bindWatch) waitBound(ctx context.Context, count int, timeout time.Durat
 	}
 }
 
-func schedRows(p schedParams, res map[int]*schedResult) []Row {
+func schedRows(p schedParams, res map[schedKey]*schedResult) []Row {
 	var rows []Row
 	for _, n := range p.counts {
-		r := res[n]
-		if r == nil {
-			r = &schedResult{}
+		for _, v := range schedVariants {
+			r := res[schedKey{n, v.name}]
+			if r == nil {
+				r = &schedResult{}
+			}
+			what := fmt.Sprintf("%s nodes, %s", fmtNum(float64(n)), v.name)
+			var tputTarget *Target
+			if n == 1000 {
+				tputTarget = atLeast(2000, "pods/s")
+				if v.antiAffinity {
+					tputTarget = atLeast(500, "pods/s")
+				}
+			}
+			rows = append(rows,
+				Row{Name: fmt.Sprintf("sched: pods/s, %s pending, %s", fmtNum(float64(p.pending)), what), Unit: "pods/s", Bonsai: r.podsPerSec, Target: tputTarget},
+				Row{Name: fmt.Sprintf("sched: create to bound p50 (%d pods/s), %s", p.latencyRate, what), Unit: "ms", Bonsai: r.p50},
+				Row{Name: fmt.Sprintf("sched: create to bound p99 (%d pods/s), %s", p.latencyRate, what), Unit: "ms", Bonsai: r.p99},
+			)
 		}
-		nodes := fmtNum(float64(n)) + " nodes"
-		var tputTarget *Target
-		if n == 1000 {
-			tputTarget = atLeast(2000, "pods/s")
-		}
-		rows = append(rows,
-			Row{Name: fmt.Sprintf("sched: pods/s, %s pending, %s", fmtNum(float64(p.pending)), nodes), Unit: "pods/s", Bonsai: r.podsPerSec, Target: tputTarget},
-			Row{Name: fmt.Sprintf("sched: create to bound p50 (%d pods/s), %s", p.latencyRate, nodes), Unit: "ms", Bonsai: r.p50},
-			Row{Name: fmt.Sprintf("sched: create to bound p99 (%d pods/s), %s", p.latencyRate, nodes), Unit: "ms", Bonsai: r.p99},
-		)
 	}
 	return rows
 }
