@@ -63,9 +63,11 @@ type Scheduler struct {
 	// Owned by the scheduling loop.
 	nextStart int
 	feasible  []*NodeInfo
-	scores    []int64
-	totals    []int64
-	rng       *rand.Rand
+	// candidates are nodes a preemption might free.
+	candidates []*NodeInfo
+	scores     []int64
+	totals     []int64
+	rng        *rand.Rand
 }
 
 type weightedScorer struct {
@@ -342,33 +344,38 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod) {
 	}
 	state := newCycleState()
 	state.podReq = computePodResources(pod)
-	node, fitErr := s.place(state, pod)
+	node, fitErr, victims := s.place(state, pod)
 	if fitErr != nil {
 		s.queue.requeue(qp, true)
 		s.reportUnschedulable(pod, fitErr.Error())
+		if victims != nil {
+			s.preempt(pod, victims)
+		}
 		return
 	}
 	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node) }
 }
 
 // place filters and scores under the cache lock and assumes the pod on
-// the chosen node before letting go of it.
-func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError) {
+// the chosen node before letting go of it. A pod that fits nowhere may
+// get a preemption instead.
+func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError, *preemption) {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	nodes := s.cache.list
 	all := len(nodes)
 	if all == 0 {
-		return "", &fitError{}
+		return "", &fitError{}, nil
 	}
 	for _, p := range s.preFilters {
 		if st := p.PreFilter(state, pod, nodes); st != nil {
-			return "", &fitError{numNodes: all, prefilter: st.reasons[0]}
+			return "", &fitError{numNodes: all, prefilter: st.reasons[0]}, nil
 		}
 	}
 	want := s.numFeasibleNodesToFind(all)
 	feasible := s.feasible[:0]
 	var reasons map[string]int
+	candidates := s.candidates[:0]
 	start, i := s.nextStart%all, 0
 	for ; i < all && len(feasible) < want; i++ {
 		ni := nodes[(start+i)%all]
@@ -376,6 +383,9 @@ func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError
 		if st == nil {
 			feasible = append(feasible, ni)
 			continue
+		}
+		if !st.unresolvable {
+			candidates = append(candidates, ni)
 		}
 		if reasons == nil {
 			reasons = map[string]int{}
@@ -387,14 +397,17 @@ func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError
 	s.nextStart = (start + i) % all
 	s.feasible = feasible
 	if len(feasible) == 0 {
-		return "", &fitError{numNodes: all, reasons: reasons}
+		p := s.findPreemptionLocked(state, pod, candidates)
+		clear(candidates)
+		s.candidates = candidates[:0]
+		return "", &fitError{numNodes: all, reasons: reasons}, p
 	}
 	best := feasible[0]
 	if len(feasible) > 1 && len(s.scorers) > 0 {
 		best = s.pickBest(state, pod, feasible)
 	}
 	s.cache.assumeLocked(pod, best.Node.Name, state.podReq)
-	return best.Node.Name, nil
+	return best.Node.Name, nil, nil
 }
 
 func (s *Scheduler) runFilters(state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
