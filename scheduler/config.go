@@ -42,6 +42,7 @@ func DefaultOptions() Options {
 			BalancedAllocationName: 1,
 			ImageLocalityName:      1,
 			InterPodAffinityName:   2,
+			PodTopologySpreadName:  2,
 		},
 		FitStrategy:       LeastAllocated,
 		FitResources:      []ResourceSpec{{Name: corev1.ResourceCPU, Weight: 1}, {Name: corev1.ResourceMemory, Weight: 1}},
@@ -112,6 +113,7 @@ func LoadOptions(path string) (Options, error) {
 var scorePlugins = map[string]bool{
 	TaintTolerationName: true, NodeAffinityName: true, NodeResourcesFitName: true,
 	BalancedAllocationName: true, ImageLocalityName: true, InterPodAffinityName: true,
+	PodTopologySpreadName: true,
 }
 
 func (fc *fileConfig) apply(o *Options) error {

@@ -141,9 +141,10 @@ func (s *Scheduler) buildPlugins() {
 	taints := taintTolerationPlugin{}
 	// Kubernetes' default order: cheap, node-only checks first.
 	podAffinity := interPodAffinityPlugin{}
-	s.preFilters = []PreFilterPlugin{affinity, podAffinity}
-	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, podAffinity}
-	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity} {
+	spread := topologySpreadPlugin{}
+	s.preFilters = []PreFilterPlugin{affinity, spread, podAffinity}
+	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, spread, podAffinity}
+	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity, spread} {
 		if w := o.ScoreWeights[sp.Name()]; w > 0 {
 			s.scorers = append(s.scorers, weightedScorer{sp, w})
 		}
