@@ -77,9 +77,14 @@ func newSchedulingQueue(initial, max time.Duration) *schedulingQueue {
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
-// add queues a new pending pod, or refreshes a queued one: a changed
-// unschedulable pod is worth another try at once.
-func (q *schedulingQueue) add(p *corev1.Pod) {
+// add queues a new pending pod, or refreshes a queued one: an
+// unschedulable pod whose spec or labels changed is worth another try.
+func (q *schedulingQueue) add(p *corev1.Pod) { q.update(p, true) }
+
+// update refreshes a queued pod; changed is false when only its status
+// moved (this scheduler's own PodScheduled condition, say), which cannot
+// make it fit.
+func (q *schedulingQueue) update(p *corev1.Pod, changed bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	key := podKey(p)
@@ -95,8 +100,10 @@ func (q *schedulingQueue) add(p *corev1.Pod) {
 			case inActive:
 				heap.Fix(&q.active, qp.index)
 			case inUnschedulable:
-				delete(q.unsched, key)
-				q.toActiveOrBackoffLocked(qp)
+				if changed {
+					delete(q.unsched, key)
+					q.toActiveOrBackoffLocked(qp)
+				}
 			}
 			return
 		}

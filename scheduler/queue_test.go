@@ -138,3 +138,20 @@ func TestQueueDeleteAndUpdate(t *testing.T) {
 		t.Fatalf("pod deleted in flight was requeued")
 	}
 }
+
+// A status-only update (the scheduler's own PodScheduled condition) does
+// not retry an unschedulable pod; a spec or label change does.
+func TestQueueStatusUpdateDoesNotRetry(t *testing.T) {
+	q, _ := newTestQueue()
+	p := queuedTestPod("p", 0)
+	q.add(p)
+	q.requeue(q.pop(), true)
+	q.update(p.DeepCopy(), false)
+	if a, b, u := q.lengths(); a+b != 0 || u != 1 {
+		t.Fatalf("status update moved the pod: active %d backoff %d unschedulable %d", a, b, u)
+	}
+	q.update(p.DeepCopy(), true)
+	if _, _, u := q.lengths(); u != 0 {
+		t.Fatalf("spec update left the pod unschedulable")
+	}
+}

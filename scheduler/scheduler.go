@@ -254,7 +254,8 @@ func (s *Scheduler) onPodUpdate(old, p *corev1.Pod) {
 		s.cache.setPod(p)
 	case responsible(p):
 		if old.ResourceVersion != p.ResourceVersion {
-			s.queue.add(p)
+			s.queue.update(p, !equality.Semantic.DeepEqual(old.Spec, p.Spec) ||
+				!equality.Semantic.DeepEqual(old.Labels, p.Labels) || !equality.Semantic.DeepEqual(old.Annotations, p.Annotations))
 		}
 	default:
 		s.queue.delete(p)
