@@ -20,6 +20,7 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -59,6 +60,8 @@ type serverOptions struct {
 	simulatedNodes    int
 	kubeletPort       int
 	nodeLifecycle     nodeLifecycleOptions
+	schedulerConfig   string
+	disableScheduler  bool
 }
 
 const defaultPodBridge = "bonsai0"
@@ -94,6 +97,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
+	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
+	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -131,6 +136,9 @@ type serverConfig struct {
 	KubeletPort    int
 	// NodeLifecycle tunes the node lifecycle controller and pod GC.
 	NodeLifecycle nodeLifecycleConfig
+	// Scheduler is --scheduler-config, read and checked; zero without it.
+	Scheduler        scheduler.Options
+	DisableScheduler bool
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -284,6 +292,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, err
 	}
 	if c.NodeLifecycle, err = o.nodeLifecycle.validate(); err != nil {
+		return nil, err
+	}
+	if err := o.validateScheduler(c); err != nil {
 		return nil, err
 	}
 

@@ -340,6 +340,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--node-taints strings`, `--max-pods int`, `(default 110)`, `--kubelet-port int`, `(default 10250)`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
+		`--scheduler-config string`, `--disable-scheduler`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)

@@ -154,6 +154,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err := startControllers(ctx, cfg, api, log); err != nil {
 		return err
 	}
+	if err := startScheduler(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if err := startSimulator(ctx, cfg, api, log); err != nil {
 		return err
 	}
