@@ -126,13 +126,15 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 		select {
 		case <-e.s.done:
 		default:
+			// A short grace, not 0: a pod then stays in the API until the
+			// kubelet has stopped its containers, so waiting for an empty
+			// list means the containers are gone.
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			zero := int64(0)
-			e.cs.CoreV1().Pods("").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+			one := int64(1)
 			nss, _ := e.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 			if nss != nil {
 				for _, ns := range nss.Items {
-					e.cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+					e.cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
 				}
 			}
 			for ctx.Err() == nil {
@@ -152,7 +154,11 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 			}
 		}
 	}
-	// Shims of this test's containerd.
+	// Whatever still runs: containers (a killed shim leaves its
+	// container running), then the shims of this test's containerd.
+	if n := testenv.KillContainerProcesses(dir); n > 0 {
+		t.Logf("killed %d container processes left running", n)
+	}
 	out, _ := exec.Command("pgrep", "-f", "containerd-shim.*"+dir).Output()
 	for _, pid := range strings.Fields(string(out)) {
 		exec.Command("kill", "-9", pid).Run()

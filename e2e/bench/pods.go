@@ -335,6 +335,7 @@ func shimsRSS(dir string) *float64 {
 // cleanupNode removes what a bench node leaves once bonsai stopped: shims,
 // mounts, the bridge and its nftables table.
 func cleanupNode(dir, bridge string) {
+	testenv.KillContainerProcesses(dir)
 	out, _ := exec.Command("pgrep", "-f", "containerd-shim.*"+dir).Output()
 	for _, pid := range strings.Fields(string(out)) {
 		if n, err := strconv.Atoi(pid); err == nil {

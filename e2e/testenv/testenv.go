@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -163,4 +165,31 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// KillContainerProcesses SIGKILLs every process whose root file system
+// lives under dir: the containers of a containerd rooted there. Killing a
+// shim leaves its container running, so a test that tears its containerd
+// down must end the containers themselves.
+func KillContainerProcesses(dir string) int {
+	procs, _ := os.ReadDir("/proc")
+	killed := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		first, _, _ := strings.Cut(string(b), "\n")
+		// The root mount's line: "... / / ... - overlay overlay ...lowerdir=<dir>/..."
+		if f := strings.Fields(first); len(f) > 4 && f[3] == "/" && f[4] == "/" && strings.Contains(first, dir+"/") {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	return killed
 }
