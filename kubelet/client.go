@@ -1,6 +1,8 @@
 package kubelet
 
 import (
+	"bonsai.dev/bonsai/client"
+
 	"context"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -8,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -35,13 +36,7 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 }
 
 func restClientFor(cfg *rest.Config, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = apiPath, &gv
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(c)
+	return client.REST(cfg, apiPath, gv)
 }
 
 func (c *Client) getNode(ctx context.Context, name string) (*corev1.Node, error) {

@@ -11,6 +11,8 @@
 package scheduler
 
 import (
+	"bonsai.dev/bonsai/client"
+
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -23,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -155,15 +156,8 @@ func (s *Scheduler) buildPlugins() {
 // client-side limit.
 func restClientFor(cfg *rest.Config, qps float32, burst int) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = "/api", &schema.GroupVersion{Version: "v1"}
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c.ContentType = "application/vnd.kubernetes.protobuf"
-	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
 	c.QPS, c.Burst = qps, burst
-	return rest.RESTClientFor(c)
+	return client.Core(c)
 }
 
 // stripManagedFields drops what the scheduler never reads and a cache of
@@ -177,7 +171,7 @@ func stripManagedFields(obj any) (any, error) {
 
 // Run schedules until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
-	sink := s.events.StartRecordingToSink(&eventSink{core: s.evClient, ctx: ctx})
+	sink := s.events.StartRecordingToSink(&client.EventSink{Core: s.evClient, Ctx: ctx})
 	defer func() { sink.Stop(); s.events.Shutdown() }()
 	go s.nodes.RunWithContext(ctx)
 	go s.pods.RunWithContext(ctx)
@@ -500,26 +494,4 @@ func (s *Scheduler) reportUnschedulable(pod *corev1.Pod, msg string) {
 			s.log.Warn("could not set PodScheduled=False", "pod", ns+"/"+name, "err", err)
 		}
 	}
-}
-
-// eventSink lets client-go's event recorder (aggregation, spam filter)
-// write through the plain REST client.
-type eventSink struct {
-	core rest.Interface
-	ctx  context.Context
-}
-
-func (e *eventSink) Create(ev *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, e.core.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(e.ctx).Into(out)
-}
-
-func (e *eventSink) Update(ev *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, e.core.Put().Namespace(ev.Namespace).Resource("events").Name(ev.Name).Body(ev).Do(e.ctx).Into(out)
-}
-
-func (e *eventSink) Patch(ev *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, e.core.Patch(types.StrategicMergePatchType).Namespace(ev.Namespace).Resource("events").Name(ev.Name).Body(data).Do(e.ctx).Into(out)
 }

@@ -10,6 +10,8 @@
 package nodeipam
 
 import (
+	"bonsai.dev/bonsai/client"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,7 +87,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := coreClient(cfg.RESTConfig)
+	core, err := client.Core(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -113,18 +115,6 @@ func New(cfg Config) (*Controller, error) {
 	c.events = record.NewBroadcaster()
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "node-ipam-controller"})
 	return c, nil
-}
-
-func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = "/api", &schema.GroupVersion{Version: "v1"}
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c.ContentType = "application/vnd.kubernetes.protobuf"
-	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(c)
 }
 
 // nodeView is what the controller keeps of a Node: its name and pod
@@ -167,7 +157,7 @@ func (c *Controller) enqueue(obj any) {
 // CIDR can be handed out twice.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	sink := c.events.StartRecordingToSink(&eventSink{core: c.core, ctx: ctx})
+	sink := c.events.StartRecordingToSink(&client.EventSink{Core: c.core, Ctx: ctx})
 	defer func() { sink.Stop(); c.events.Shutdown() }()
 	go c.informer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
@@ -350,26 +340,4 @@ func nodeCIDRs(n *nodeView, log *slog.Logger) []netip.Prefix {
 		out = append(out, p.Masked())
 	}
 	return out
-}
-
-// eventSink writes events through the plain REST client (record's own sink
-// wants the typed clientset).
-type eventSink struct {
-	core rest.Interface
-	ctx  context.Context
-}
-
-func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(s.ctx).Into(out)
 }

@@ -18,6 +18,8 @@
 package nodelifecycle
 
 import (
+	"bonsai.dev/bonsai/client"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -28,8 +30,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -181,11 +181,11 @@ type Controller struct {
 // New builds the controller; Run starts it.
 func New(cfg Config) (*Controller, error) {
 	cfg.defaults()
-	core, err := coreClient(cfg.RESTConfig)
+	core, err := client.Core(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
-	coord, err := restClientFor(cfg.RESTConfig, "/apis", coordinationv1.SchemeGroupVersion)
+	coord, err := client.REST(cfg.RESTConfig, "/apis", coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -233,24 +233,6 @@ func New(cfg Config) (*Controller, error) {
 	c.events = record.NewBroadcaster()
 	c.recorder = c.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: componentName})
 	return c, nil
-}
-
-func coreClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	return restClientFor(cfg, "/api", corev1.SchemeGroupVersion)
-}
-
-// restClientFor is a plain REST client speaking protobuf: the typed
-// clientset would link every group's client for these few calls.
-func restClientFor(cfg *rest.Config, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = apiPath, &gv
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c.ContentType = "application/vnd.kubernetes.protobuf"
-	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(c)
 }
 
 func (c *Controller) enqueuePod(obj any) {
@@ -308,7 +290,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // ends them once ctx is done. The periodic passes are Run's (tests call
 // them one by one).
 func (c *Controller) start(ctx context.Context) (stop func(), err error) {
-	sink := c.events.StartRecordingToSink(&eventSink{core: c.core, ctx: ctx})
+	sink := c.events.StartRecordingToSink(&client.EventSink{Core: c.core, Ctx: ctx})
 	go c.nodes.RunWithContext(ctx)
 	go c.leases.RunWithContext(ctx)
 	go c.pods.RunWithContext(ctx)
@@ -786,25 +768,4 @@ func sameTaints(a, b []corev1.Taint) bool {
 
 func nodeRef(n *corev1.Node) *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}
-}
-
-// eventSink writes events through the plain REST client.
-type eventSink struct {
-	core rest.Interface
-	ctx  context.Context
-}
-
-func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(s.ctx).Into(out)
 }

@@ -8,8 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	apiclient "bonsai.dev/bonsai/client"
 )
 
 // client is what the simulator uses of the API, over plain REST clients
@@ -33,15 +34,7 @@ func newClient(cfg *rest.Config) (*client, error) {
 }
 
 func restClientFor(cfg *rest.Config, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = apiPath, &gv
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	c.ContentType = "application/vnd.kubernetes.protobuf"
-	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientFor(c)
+	return apiclient.REST(cfg, apiPath, gv)
 }
 
 func (c *client) patchNodeStatus(ctx context.Context, name string, patch []byte) error {
@@ -72,26 +65,4 @@ func (c *client) createLease(ctx context.Context, l *coordinationv1.Lease) (*coo
 func (c *client) updateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	out := &coordinationv1.Lease{}
 	return out, c.coordination.Put().Namespace(corev1.NamespaceNodeLease).Resource("leases").Name(l.Name).Body(l).Do(ctx).Into(out)
-}
-
-// eventSink lets client-go's event recorder (aggregation, spam filter)
-// write through the plain REST client.
-type eventSink struct {
-	core rest.Interface
-	ctx  context.Context
-}
-
-func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(s.ctx).Into(out)
-}
-
-func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	return out, s.core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(s.ctx).Into(out)
 }

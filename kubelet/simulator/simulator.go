@@ -12,6 +12,8 @@
 package simulator
 
 import (
+	apiclient "bonsai.dev/bonsai/client"
+
 	"context"
 	"log/slog"
 	"strconv"
@@ -193,7 +195,7 @@ func New(cfg Config) (*Simulator, error) {
 
 // Run simulates until ctx ends.
 func (s *Simulator) Run(ctx context.Context) error {
-	sink := s.events.StartRecordingToSink(&eventSink{core: s.api.core, ctx: ctx})
+	sink := s.events.StartRecordingToSink(&apiclient.EventSink{Core: s.api.core, Ctx: ctx})
 	defer func() { sink.Stop(); s.events.Shutdown() }()
 	go s.nodes.RunWithContext(ctx)
 	go s.pods.RunWithContext(ctx)
