@@ -193,3 +193,26 @@ func KillContainerProcesses(dir string) int {
 	}
 	return killed
 }
+
+// KillShims ends the containerd shims (and the containers they still
+// serve) of a containerd that kept its state under dir: a shim outlives
+// its containerd until its task is deleted, which a failed or timed-out
+// test may never do.
+func KillShims(dir string) {
+	KillContainerProcesses(dir)
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) > 0 && strings.Contains(args[0], "containerd-shim") && strings.Contains(string(cmd), dir+"/") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

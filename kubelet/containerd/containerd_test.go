@@ -51,6 +51,7 @@ func startRuntime(t *testing.T) (*Runtime, **Daemon, string) {
 		cfg.Endpoint = (*daemon).Socket
 		cleanupContainers(t, cfg)
 		(*daemon).Stop()
+		testenv.KillShims(dir)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Logf("removing %s: %v", dir, err)
 		}

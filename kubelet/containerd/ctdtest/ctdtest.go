@@ -55,6 +55,7 @@ func Start(t testing.TB) (*containerd.Runtime, string) {
 		r.Close()
 		removeAll(t, cfg)
 		d.Stop()
+		testenv.KillShims(dir)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Logf("removing %s: %v", dir, err)
 		}
