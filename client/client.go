@@ -9,6 +9,7 @@ package client
 import (
 	"context"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,4 +56,16 @@ func (s *EventSink) Update(e *corev1.Event) (*corev1.Event, error) {
 func (s *EventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	return out, s.Core.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(s.Ctx).Into(out)
+}
+
+// CoreAndCoordination are the two clients node components need: the core
+// group (nodes, pods, events) and coordination.k8s.io (Leases).
+func CoreAndCoordination(cfg *rest.Config) (core, coordination *rest.RESTClient, err error) {
+	if core, err = Core(cfg); err != nil {
+		return nil, nil, err
+	}
+	if coordination, err = REST(cfg, "/apis", coordinationv1.SchemeGroupVersion); err != nil {
+		return nil, nil, err
+	}
+	return core, coordination, nil
 }

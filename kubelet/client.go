@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -24,19 +23,11 @@ type Client struct {
 
 // NewClient builds the agent's client from a rest config.
 func NewClient(cfg *rest.Config) (*Client, error) {
-	core, err := restClientFor(cfg, "/api", corev1.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	coord, err := restClientFor(cfg, "/apis", coordinationv1.SchemeGroupVersion)
+	core, coord, err := client.CoreAndCoordination(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &Client{core: core, coordination: coord}, nil
-}
-
-func restClientFor(cfg *rest.Config, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	return client.REST(cfg, apiPath, gv)
 }
 
 func (c *Client) getNode(ctx context.Context, name string) (*corev1.Node, error) {

@@ -181,11 +181,7 @@ type Controller struct {
 // New builds the controller; Run starts it.
 func New(cfg Config) (*Controller, error) {
 	cfg.defaults()
-	core, err := client.Core(cfg.RESTConfig)
-	if err != nil {
-		return nil, err
-	}
-	coord, err := client.REST(cfg.RESTConfig, "/apis", coordinationv1.SchemeGroupVersion)
+	core, coord, err := client.CoreAndCoordination(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -221,10 +221,16 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
+// listKind lists bonsai's containerd containers of one kind ("sandbox"
+// or "container").
+func (r *Runtime) listKind(ctx context.Context, kind string) ([]containers.Container, error) {
+	return r.client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==%s", labelKind, kind))
+}
+
 // ListPodSandboxes implements cri.Runtime.
 func (r *Runtime) ListPodSandboxes(ctx context.Context) ([]cri.Sandbox, error) {
 	ctx = r.nsctx(ctx)
-	cs, err := r.client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==sandbox", labelKind))
+	cs, err := r.listKind(ctx, "sandbox")
 	if err != nil {
 		return nil, err
 	}
@@ -772,7 +778,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 // ListContainers implements cri.Runtime.
 func (r *Runtime) ListContainers(ctx context.Context) ([]cri.ContainerStatus, error) {
 	ctx = r.nsctx(ctx)
-	cs, err := r.client.ContainerService().List(ctx, fmt.Sprintf("labels.%q==container", labelKind))
+	cs, err := r.listKind(ctx, "container")
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
@@ -22,19 +21,11 @@ type client struct {
 }
 
 func newClient(cfg *rest.Config) (*client, error) {
-	core, err := restClientFor(cfg, "/api", corev1.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	coord, err := restClientFor(cfg, "/apis", coordinationv1.SchemeGroupVersion)
+	core, coord, err := apiclient.CoreAndCoordination(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &client{core: core, coordination: coord}, nil
-}
-
-func restClientFor(cfg *rest.Config, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-	return apiclient.REST(cfg, apiPath, gv)
 }
 
 func (c *client) patchNodeStatus(ctx context.Context, name string, patch []byte) error {
