@@ -83,6 +83,26 @@ func LoadRegistries(path string) (*Registries, error) {
 				return nil, fmt.Errorf("%s: configs %q: auth is not base64", path, host)
 			}
 		}
+		if c.TLS == nil {
+			continue
+		}
+		if c.TLS.CAFile != "" {
+			pem, err := os.ReadFile(c.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("%s: configs %q: ca_file: %w", path, host, err)
+			}
+			if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%s: configs %q: ca_file %s holds no PEM certificate", path, host, c.TLS.CAFile)
+			}
+		}
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			return nil, fmt.Errorf("%s: configs %q: cert_file and key_file go together", path, host)
+		}
+		if c.TLS.CertFile != "" {
+			if _, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile); err != nil {
+				return nil, fmt.Errorf("%s: configs %q: cert_file/key_file: %w", path, host, err)
+			}
+		}
 	}
 	return &r, nil
 }
