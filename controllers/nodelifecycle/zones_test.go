@@ -259,6 +259,7 @@ func TestAllZonesFullDisruption(t *testing.T) {
 	if !e.c.allDisrupted {
 		t.Error("not in all-zones-down mode")
 	}
+	e.waitPod("app", "False")
 	e.clock.Step(10 * time.Minute)
 	e.stillPod("app", "False")
 
