@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+// Informers shares one informer per kind among the controllers of a
+// process, as client-go's SharedInformerFactory does, without linking
+// every API group's generated informer into the binary. Each informer
+// watches its kind in every namespace and is indexed by namespace.
+type Informers struct {
+	cfg *rest.Config
+
+	mu       sync.Mutex
+	clients  map[schema.GroupVersion]rest.Interface
+	m        map[reflect.Type]cache.SharedIndexInformer
+	startCtx context.Context // set once Start ran: later informers start at once
+}
+
+// NewInformers builds an empty set; For adds informers, Start runs them.
+func NewInformers(cfg *rest.Config) *Informers {
+	return &Informers{cfg: cfg, clients: map[schema.GroupVersion]rest.Interface{}, m: map[reflect.Type]cache.SharedIndexInformer{}}
+}
+
+// For is the shared informer of obj's kind (a pointer to a built-in type,
+// such as &corev1.Pod{}). Add handlers and indexers before Start; an
+// informer first asked for after Start starts at once.
+func (f *Informers) For(obj runtime.Object) cache.SharedIndexInformer {
+	t := reflect.TypeOf(obj)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inf, ok := f.m[t]; ok {
+		return inf
+	}
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	if err != nil || len(gvks) == 0 {
+		panic(fmt.Sprintf("client.Informers: %T is not a registered API type", obj))
+	}
+	gvk := gvks[0]
+	rc := f.clients[gvk.GroupVersion()]
+	if rc == nil {
+		apiPath := "/apis"
+		if gvk.Group == "" {
+			apiPath = "/api"
+		}
+		if rc, err = REST(f.cfg, apiPath, gvk.GroupVersion()); err != nil {
+			// Only a malformed rest.Config gets here, which every
+			// earlier client of the process would have hit first.
+			panic(fmt.Sprintf("client.Informers: %v", err))
+		}
+		f.clients[gvk.GroupVersion()] = rc
+	}
+	inf := cache.NewSharedIndexInformer(
+		cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, fields.Everything()),
+		obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	f.m[t] = inf
+	if f.startCtx != nil {
+		go inf.RunWithContext(f.startCtx)
+	}
+	return inf
+}
+
+// resourceOf is the plural resource name of a built-in kind.
+func resourceOf(gvk schema.GroupVersionKind) string {
+	if gvk.Kind == "Endpoints" {
+		return "endpoints"
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural.Resource
+}
+
+// Start runs every informer asked for so far, and any asked for later,
+// until ctx ends.
+func (f *Informers) Start(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.startCtx != nil {
+		return
+	}
+	f.startCtx = ctx
+	for _, inf := range f.m {
+		go inf.RunWithContext(ctx)
+	}
+}
+
+// WaitForCacheSync waits until every informer started has listed once;
+// false when ctx ended first.
+func (f *Informers) WaitForCacheSync(ctx context.Context) bool {
+	f.mu.Lock()
+	synced := make([]cache.InformerSynced, 0, len(f.m))
+	for _, inf := range f.m {
+		synced = append(synced, inf.HasSynced)
+	}
+	f.mu.Unlock()
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// NewRecorder is an event recorder for component that writes through
+// core until ctx ends.
+func NewRecorder(ctx context.Context, core rest.Interface, component string) record.EventRecorder {
+	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{})
+	w := b.StartRecordingToSink(&EventSink{Core: core, Ctx: ctx})
+	go func() {
+		<-ctx.Done()
+		w.Stop()
+		// Let events queued at shutdown go out, briefly.
+		time.Sleep(10 * time.Millisecond)
+		b.Shutdown()
+	}()
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}

@@ -1,0 +1,180 @@
+// Package controllertest starts what a controller's integration test runs
+// against: the real API server in-process over a badger store in a temp
+// dir and, on request, the scheduler, node IPAM and simulated nodes, so
+// that pods a controller creates are scheduled and go Running and Ready
+// as on a cluster. Nothing here is a fake of a Kubernetes component.
+package controllertest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/nodeipam"
+	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/scheduler"
+	"bonsai.dev/bonsai/store"
+)
+
+// Options choose what runs beside the API server.
+type Options struct {
+	// Nodes simulated nodes named sim-0 ... are created, with node IPAM,
+	// the simulator and the scheduler running: pods are scheduled and go
+	// Running and Ready (see kubelet/simulator's annotations to delay or
+	// stop that).
+	Nodes int
+	// Scheduler runs the scheduler (and node IPAM and the simulator)
+	// even with no nodes, for tests that add their own.
+	Scheduler bool
+}
+
+// Env is a running API server and what Options asked for. Everything
+// stops when the test ends.
+type Env struct {
+	T   testing.TB
+	Ctx context.Context
+	// Server is the API server; Config reaches it as the controller
+	// manager (system:kube-controller-manager).
+	Server *apiserver.Server
+	Config *rest.Config
+	// Client is a protobuf clientset on Config.
+	Client *client.Clientset
+	// Log writes to the test's log.
+	Log *slog.Logger
+}
+
+// New starts the API server and what opts asks for.
+func New(t testing.TB, opts Options) *Env {
+	t.Helper()
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := apiserver.New(apiserver.Config{Store: st})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Env{T: t, Ctx: ctx, Server: srv, Log: slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	// Stop the components first, then the server, then the store.
+	t.Cleanup(func() { srv.Shutdown(); st.Close() })
+	t.Cleanup(cancel)
+	e.Config = e.ConfigFor(&authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}})
+	if e.Client, err = client.NewClientset(e.Config); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Nodes > 0 || opts.Scheduler {
+		e.startNodes()
+		if opts.Nodes > 0 {
+			if err := simulator.EnsureNodes(ctx, e.Config, opts.Nodes, e.Log); err != nil {
+				t.Fatal(err)
+			}
+			e.WaitNodesReady(opts.Nodes)
+		}
+	}
+	return e
+}
+
+// ConfigFor reaches the server as user.
+func (e *Env) ConfigFor(user *authn.User) *rest.Config {
+	return e.Server.ClientConfig(user)
+}
+
+// startNodes runs node IPAM, the simulator (on short lease timings) and
+// the scheduler.
+func (e *Env) startNodes() {
+	t := e.T
+	ipam, err := nodeipam.New(nodeipam.Config{RESTConfig: e.Config, ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9"), NodeMaskSize: 24, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := simulator.New(simulator.Config{RESTConfig: e.Config, Version: "test", KubeletVersion: apiserver.KubernetesVersion(), Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(scheduler.Config{RESTConfig: e.Config, Options: scheduler.DefaultOptions(), Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, run := range map[string]func(context.Context) error{"node IPAM": ipam.Run, "simulator": sim.Run, "scheduler": sched.Run} {
+		go func() {
+			if err := run(e.Ctx); err != nil && e.Ctx.Err() == nil {
+				e.Log.Error(name+" stopped", "err", err)
+			}
+		}()
+	}
+}
+
+// AddNode creates a simulated node (see simulator.NewNode) after mod
+// changes it (labels, taints); mod may be nil. It does not wait for it to
+// be Ready.
+func (e *Env) AddNode(name string, mod func(*corev1.Node)) {
+	e.T.Helper()
+	n := simulator.NewNode(name)
+	if mod != nil {
+		mod(n)
+	}
+	if _, err := e.Client.Core.Nodes().Create(e.Ctx, n, metav1.CreateOptions{}); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// WaitNodesReady waits until n nodes are Ready.
+func (e *Env) WaitNodesReady(n int) {
+	e.T.Helper()
+	Eventually(e.T, 30*time.Second, func() error {
+		list, err := e.Client.Core.Nodes().List(e.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, node := range list.Items {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready < n {
+			return fmt.Errorf("%d of %d nodes Ready", ready, n)
+		}
+		return nil
+	})
+}
+
+// Eventually retries f every 20 ms until it returns nil, and fails the
+// test with f's last error after timeout.
+func Eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testLog sends log lines to the test's log.
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
