@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/deployment"
+	"bonsai.dev/bonsai/controllers/replicaset"
 )
 
 // Deps is what every controller is built from.
@@ -29,14 +31,23 @@ type Deps struct {
 	Logger     *slog.Logger
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // all lists the controllers the manager runs, by the name --controllers
 // would use in kube-controller-manager.
 var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
-}{}
+}{
+	{"replicaset", func(d Deps) (runner, error) {
+		return replicaset.New(replicaset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"deployment", func(d Deps) (runner, error) {
+		return deployment.New(deployment.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+}
 
 // Start builds every controller and runs them until ctx ends. An error
 // building one stops the start: it means a bad configuration.

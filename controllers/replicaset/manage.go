@@ -98,7 +98,7 @@ func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 	if ref == nil {
 		return podsOwnedBy(c.podInf, rs.UID)
 	}
-	siblings, _ := c.rsInf.GetIndexer().ByIndex(rsOwnerIndex, string(ref.UID))
+	siblings, _ := c.rsInf.GetIndexer().ByIndex(OwnerIndex, string(ref.UID))
 	var out []*corev1.Pod
 	for _, o := range siblings {
 		out = append(out, podsOwnedBy(c.podInf, o.(*appsv1.ReplicaSet).UID)...)

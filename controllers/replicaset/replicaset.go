@@ -44,13 +44,10 @@ const (
 	DefaultBurstReplicas = 500
 	// DefaultWorkers is upstream's --concurrent-replicaset-syncs.
 	DefaultWorkers = 5
-	// PodOwnerIndex indexes pods by their controller's UID, and orphans
-	// by orphanIndexKey(namespace), so that a sync reads only the pods it
-	// may own instead of its whole namespace.
-	PodOwnerIndex = "replicaset.bonsai.dev/controller-uid"
-	// rsOwnerIndex indexes ReplicaSets by their controller's UID, to find
-	// a ReplicaSet's siblings for the scale-down ranking.
-	rsOwnerIndex = "replicaset.bonsai.dev/controller-uid"
+	// OwnerIndex indexes pods (and ReplicaSets) by their controller's
+	// UID, and orphans by OrphanIndexKey(namespace), so that a sync reads
+	// only the objects it may own instead of its whole namespace.
+	OwnerIndex = "replicaset.bonsai.dev/controller-uid"
 )
 
 // Config is what the controller is built from; zero fields take defaults.
@@ -107,10 +104,10 @@ func New(cfg Config) (*Controller, error) {
 		exp: newExpectations(cfg.Clock.Now),
 	}
 	c.rsLister = appslisters.NewReplicaSetLister(c.rsInf.GetIndexer())
-	if err := AddOwnerIndex(c.podInf, PodOwnerIndex); err != nil {
+	if err := AddOwnerIndex(c.podInf, OwnerIndex); err != nil {
 		return nil, err
 	}
-	if err := AddOwnerIndex(c.rsInf, rsOwnerIndex); err != nil {
+	if err := AddOwnerIndex(c.rsInf, OwnerIndex); err != nil {
 		return nil, err
 	}
 	if _, err := c.rsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -325,7 +322,7 @@ func (c *Controller) deletePod(obj any) {
 
 // podsOwnedBy are the cached pods whose controller has uid.
 func podsOwnedBy(inf cache.SharedIndexInformer, uid types.UID) []*corev1.Pod {
-	objs, _ := inf.GetIndexer().ByIndex(PodOwnerIndex, string(uid))
+	objs, _ := inf.GetIndexer().ByIndex(OwnerIndex, string(uid))
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
 		out = append(out, o.(*corev1.Pod))
@@ -361,7 +358,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			terminating = append(terminating, p)
 		}
 	}
-	orphans, _ := c.podInf.GetIndexer().ByIndex(PodOwnerIndex, OrphanIndexKey(namespace))
+	orphans, _ := c.podInf.GetIndexer().ByIndex(OwnerIndex, OrphanIndexKey(namespace))
 	for _, o := range orphans {
 		candidates = append(candidates, o.(*corev1.Pod))
 	}
