@@ -1,10 +1,13 @@
 package apiserver
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,5 +133,52 @@ func TestDeploymentStatusAnnotationsAndGeneration(t *testing.T) {
 	}
 	if out, _ = deps.Get(e.ctx, "web", metav1.GetOptions{}); out.Generation != 4 || *out.Spec.Replicas != 4 {
 		t.Fatalf("after scale: generation %d replicas %d", out.Generation, *out.Spec.Replicas)
+	}
+}
+
+// A scale write with no resourceVersion that races another writer (a
+// controller's status updates) is retried on the object read afresh, with
+// the same body: it succeeds or, when the other writer wins every retry,
+// is a Conflict the client may retry, never a bad request.
+func TestScaleRetriesConflicts(t *testing.T) {
+	e := newTestEnv(t)
+	deps := e.cs.AppsV1().Deployments("default")
+	if _, err := deps.Create(e.ctx, testDeployment("web"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int32(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			d, err := deps.Get(e.ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			d.Status.Replicas = i
+			deps.UpdateStatus(e.ctx, d, metav1.UpdateOptions{})
+			time.Sleep(time.Millisecond) // a busy controller, not a livelock
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := int32(1); i <= 100; i++ {
+		patch := []byte(`{"spec":{"replicas":` + strconv.Itoa(int(i)) + `}}`)
+		var sc autoscalingv1.Scale
+		err := e.cs.AppsV1().RESTClient().Patch(types.MergePatchType).Namespace("default").Resource("deployments").
+			Name("web").SubResource("scale").Body(patch).Do(e.ctx).Into(&sc)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("scale patch %d: %v", i, err)
+		}
+		if sc.Spec.Replicas != i {
+			t.Fatalf("scale patch %d: replicas %d", i, sc.Spec.Replicas)
+		}
 	}
 }

@@ -78,14 +78,17 @@ func (e *env) get(name string) *appsv1.ReplicaSet {
 
 func (e *env) scale(name string, n int32) {
 	e.T.Helper()
-	sc, err := e.Client.Apps.ReplicaSets(ns).GetScale(e.Ctx, name, metav1.GetOptions{})
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	sc.Spec.Replicas = n
-	if _, err := e.Client.Apps.ReplicaSets(ns).UpdateScale(e.Ctx, name, sc, metav1.UpdateOptions{}); err != nil {
-		e.T.Fatal(err)
-	}
+	// As kubectl scale: read the scale, write it back, again on a
+	// conflict with the controller's status writes.
+	controllertest.Eventually(e.T, 10*time.Second, func() error {
+		sc, err := e.Client.Apps.ReplicaSets(ns).GetScale(e.Ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.Replicas = n
+		_, err = e.Client.Apps.ReplicaSets(ns).UpdateScale(e.Ctx, name, sc, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // ownedPods are the live pods (not being deleted) whose controller is
