@@ -11,14 +11,17 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/kubelet/simulator"
 )
 
 const ns = "default"
@@ -382,3 +385,73 @@ func TestReplicaFailureCondition(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// On scale-down the ReplicaSet deletes its unscheduled and not-Ready pods
+// before its Ready ones.
+func TestDeletesWorstPodsFirst(t *testing.T) {
+	e := start(t, 2)
+	sel := map[string]string{"app": "web"}
+	rs := e.create(newRS("web", 3, sel))
+	e.waitStatus("web", settled(3))
+	var good []string
+	for _, p := range e.ownedPods(rs) {
+		good = append(good, p.Name)
+	}
+	// Two matching orphans, adopted, to be deleted: one no node fits,
+	// one that never becomes Ready.
+	unsched := orphan("unschedulable", sel, "")
+	unsched.Spec.NodeSelector = map[string]string{"no-such": "node"}
+	notReady := orphan("not-ready", sel, "")
+	notReady.Annotations = map[string]string{simulator.AnnotationReadyDelay: "1h"}
+	for _, p := range []*corev1.Pod{notReady, unsched} {
+		if _, err := e.Client.Core.Pods(ns).Create(e.Ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controllertest.Eventually(t, 20*time.Second, func() error {
+		var names []string
+		for _, p := range e.ownedPods(rs) {
+			names = append(names, p.Name)
+		}
+		if d := cmp.Diff(good, names, cmpopts.SortSlices(func(a, b string) bool { return a < b })); d != "" {
+			return fmt.Errorf("pods (-want +got):\n%s", d)
+		}
+		for _, n := range []string{"unschedulable", "not-ready"} {
+			if _, err := e.Client.Core.Pods(ns).Get(e.Ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s not deleted: %v", n, err)
+			}
+		}
+		return nil
+	})
+	e.waitStatus("web", settled(3))
+}
+
+// Expectations: a burst of creates is not repeated while the informer
+// catches up; the ReplicaSet never has more pods than it asked for.
+func TestBurstNotDuplicated(t *testing.T) {
+	e := start(t, 4)
+	const n = 300
+	var peak atomic.Int32
+	count := func() {
+		live := int32(0)
+		for _, o := range e.pods.GetStore().List() {
+			if p := o.(*corev1.Pod); p.DeletionTimestamp == nil && p.Labels["app"] == "burst" {
+				live++
+			}
+		}
+		for {
+			old := peak.Load()
+			if live <= old || peak.CompareAndSwap(old, live) {
+				return
+			}
+		}
+	}
+	if _, err := e.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { count() }}); err != nil {
+		t.Fatal(err)
+	}
+	e.create(newRS("burst", n, map[string]string{"app": "burst"}))
+	e.waitStatus("burst", settled(n))
+	if p := peak.Load(); p != n {
+		t.Fatalf("peak of %d pods, want %d", p, n)
+	}
+}
