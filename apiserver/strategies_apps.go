@@ -124,4 +124,3 @@ func (st deploymentStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Obje
 	}
 	return nil
 }
-
