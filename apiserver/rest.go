@@ -368,7 +368,13 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 	}
 	if terminating {
-		return apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		// The cause tells controllers (ReplicaSet, Deployment) that
+		// every later create fails too, as kube-apiserver's does.
+		msg := fmt.Sprintf("unable to create new content in namespace %s because it is being terminated", ri.namespace)
+		err := apierrors.NewForbidden(qualified(res), m.GetName(), errors.New(msg))
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Message: msg, Field: "metadata.namespace"})
+		return err
 	}
 	return nil
 }
