@@ -417,3 +417,44 @@ func TestAdoptsReplicaSet(t *testing.T) {
 		t.Fatalf("ReplicaSets: %s", describe(rss))
 	}
 }
+
+// A ReplicaSet of another template in the new ReplicaSet's name is a
+// hash collision: collisionCount goes up and the new ReplicaSet gets
+// another name.
+func TestHashCollision(t *testing.T) {
+	e := start(t, 1)
+	d := newDeployment("web", 1)
+	d.Spec.Paused = true // no ReplicaSet yet: the test takes its name first
+	d = e.create(d)
+	taken := "web-" + templateHash(&d.Spec.Template, nil)
+	other := map[string]string{"app": "other"}
+	squatter := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: taken, Namespace: ns, Labels: other},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr[int32](0), Selector: &metav1.LabelSelector{MatchLabels: other},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: other},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "other"}}}}}}
+	if _, err := e.Client.Apps.ReplicaSets(ns).Create(e.Ctx, squatter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.update("web", func(d *appsv1.Deployment) { d.Spec.Paused = false })
+	d = e.complete("web", 30*time.Second)
+	rss := e.replicaSets(d)
+	if d.Status.CollisionCount == nil || *d.Status.CollisionCount != 1 || len(rss) != 1 || rss[0].Name == taken {
+		t.Fatalf("collisionCount %v, ReplicaSets %s", d.Status.CollisionCount, describe(rss))
+	}
+}
+
+// minReadySeconds is not part of the template: a change reaches the
+// current ReplicaSet without a new rollout.
+func TestMinReadySecondsFollows(t *testing.T) {
+	e := start(t, 1)
+	d := e.create(newDeployment("web", 1))
+	e.complete("web", 30*time.Second)
+	e.update("web", func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 7 })
+	controllertest.Eventually(t, 20*time.Second, func() error {
+		rss := e.replicaSets(d)
+		if len(rss) != 1 || rss[0].Spec.MinReadySeconds != 7 {
+			return fmt.Errorf("ReplicaSets %s", describe(rss))
+		}
+		return nil
+	})
+}

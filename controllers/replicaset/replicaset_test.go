@@ -455,3 +455,17 @@ func TestBurstNotDuplicated(t *testing.T) {
 		t.Fatalf("peak of %d pods, want %d", p, n)
 	}
 }
+
+// fullyLabeledReplicas counts the pods that carry every template label,
+// not just the selector's.
+func TestFullyLabeledReplicas(t *testing.T) {
+	e := start(t, 1)
+	// An orphan with the selector's label only, adopted.
+	if _, err := e.Client.Core.Pods(ns).Create(e.Ctx, orphan("partial", map[string]string{"app": "web"}, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs := newRS("web", 2, map[string]string{"app": "web"})
+	rs.Spec.Template.Labels = map[string]string{"app": "web", "tier": "front"}
+	e.create(rs)
+	e.waitStatus("web", appsv1.ReplicaSetStatus{Replicas: 2, FullyLabeledReplicas: 1, ReadyReplicas: 2, AvailableReplicas: 2, TerminatingReplicas: ptr[int32](0)})
+}
