@@ -274,6 +274,7 @@ func TestRevisionHistoryLimit(t *testing.T) {
 // the resume show in the Progressing condition; resumed, it rolls out.
 func TestPauseResume(t *testing.T) {
 	e := start(t, 2)
+	reasons := e.progressReasons("web")
 	d := e.create(newDeployment("web", 2))
 	e.complete("web", 30*time.Second)
 	e.update("web", func(d *appsv1.Deployment) { d.Spec.Paused = true })
@@ -300,6 +301,10 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("resumed: %s", describe(rss))
 	}
 	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 10*time.Second)
+	want := []string{reasonNewReplicaSet, reasonNewRSAvailable, reasonPaused, reasonResumed, reasonNewReplicaSet, reasonNewRSAvailable}
+	if got := reasons(); !containsInOrder(got, want) {
+		t.Errorf("Progressing reasons %v, want %v in that order", got, want)
+	}
 }
 
 // A rollout whose pods never become Ready is reported past its deadline:
@@ -410,11 +415,16 @@ func TestAdoptsReplicaSet(t *testing.T) {
 	if _, err := e.Client.Apps.ReplicaSets(ns).Create(e.Ctx, orphan, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	reasons := e.progressReasons("web")
 	d = e.create(d)
 	d = e.complete("web", 30*time.Second)
 	rss := e.replicaSets(d)
 	if len(rss) != 1 || rss[0].Name != "web-abc" {
 		t.Fatalf("ReplicaSets: %s", describe(rss))
+	}
+	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 10*time.Second)
+	if got, want := reasons(), []string{reasonFoundNewRS, reasonNewRSAvailable}; !containsInOrder(got, want) {
+		t.Errorf("Progressing reasons %v, want %v in that order", got, want)
 	}
 }
 

@@ -274,3 +274,53 @@ func annotation(rs *appsv1.ReplicaSet, k string) int {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// progressReasons records every Progressing reason the Deployment name
+// shows, in order, as an informer of the test's own sees its updates:
+// some last only until the next write of the same sync.
+func (e *env) progressReasons(name string) func() []string {
+	e.T.Helper()
+	var mu sync.Mutex
+	var seen []string
+	inf := client.NewInformers(e.Config)
+	note := func(obj any) {
+		d, ok := obj.(*appsv1.Deployment)
+		if !ok || d.Name != name {
+			return
+		}
+		c := condition(d, appsv1.DeploymentProgressing)
+		if c == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 || seen[len(seen)-1] != c.Reason {
+			seen = append(seen, c.Reason)
+		}
+	}
+	if _, err := inf.For(&appsv1.Deployment{}).AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: note, UpdateFunc: func(_, cur any) { note(cur) },
+	}); err != nil {
+		e.T.Fatal(err)
+	}
+	inf.Start(e.Ctx)
+	if !inf.WaitForCacheSync(e.Ctx) {
+		e.T.Fatal("informer did not sync")
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+// containsInOrder reports whether want appear in got in that order.
+func containsInOrder(got, want []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
