@@ -46,7 +46,7 @@ func IsPodAvailable(p *corev1.Pod, minReadySeconds int32, now time.Time) bool {
 	if c == nil || c.Status != corev1.ConditionTrue {
 		return false
 	}
-	return minReadySeconds == 0 || (!c.LastTransitionTime.IsZero() && !c.LastTransitionTime.Add(time.Duration(minReadySeconds)*time.Second).After(now))
+	return minReadySeconds == 0 || (!c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(time.Duration(minReadySeconds)*time.Second).Before(now))
 }
 
 // podFromTemplate is the pod a ReplicaSet creates: its template's
