@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -467,4 +468,37 @@ func TestMinReadySecondsFollows(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Refused creates show in the Deployment's conditions: a ReplicaSet's
+// ReplicaFailure is copied as the Deployment's, and a ReplicaSet it
+// cannot create makes Progressing False, ReplicaSetCreateError; both
+// clear once creates succeed.
+func TestCreateFailures(t *testing.T) {
+	pods, rss := &atomic.Bool{}, &atomic.Bool{}
+	pods.Store(true)
+	e := startRefusing(t, 1, map[string]*atomic.Bool{"pods": pods, "replicasets": rss})
+	e.create(newDeployment("web", 2))
+	d := e.waitCondition("web", appsv1.DeploymentReplicaFailure, corev1.ConditionTrue, "FailedCreate", 20*time.Second)
+	if c := condition(d, appsv1.DeploymentReplicaFailure); !strings.Contains(c.Message, "exceeded quota") {
+		t.Errorf("ReplicaFailure message %q", c.Message)
+	}
+	pods.Store(false)
+	e.complete("web", 30*time.Second)
+	controllertest.Eventually(t, 10*time.Second, func() error {
+		if c := condition(e.get("web"), appsv1.DeploymentReplicaFailure); c != nil {
+			return fmt.Errorf("ReplicaFailure still there: %+v", c)
+		}
+		return nil
+	})
+
+	rss.Store(true)
+	e.update("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "busybox:2" })
+	d = e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionFalse, reasonFailedRSCreate, 20*time.Second)
+	if c := condition(d, appsv1.DeploymentProgressing); !strings.Contains(c.Message, "Failed to create new replica set") {
+		t.Errorf("Progressing message %q", c.Message)
+	}
+	rss.Store(false)
+	e.complete("web", 30*time.Second)
+	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 20*time.Second)
 }

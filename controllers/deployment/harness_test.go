@@ -2,9 +2,13 @@ package deployment
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
@@ -31,13 +36,39 @@ type env struct {
 
 func start(t *testing.T, nodes int) *env {
 	t.Helper()
+	return startRefusing(t, nodes, nil)
+}
+
+// startRefusing is start with the controllers' creates of a resource
+// ("pods", "replicasets") refused, while refuse[resource] is true, the
+// way kube-apiserver's quota admission refuses them (bonsai enforces no
+// quota).
+func startRefusing(t *testing.T, nodes int, refuse map[string]*atomic.Bool) *env {
+	t.Helper()
 	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
-	inf := client.NewInformers(e.Config)
-	rsc, err := replicaset.New(replicaset.Config{Client: e.Client, Informers: inf, Logger: e.Log.With("controller", "replicaset")})
+	cfg := rest.CopyConfig(e.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			res := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+			if on := refuse[res]; on != nil && on.Load() && r.Method == http.MethodPost {
+				body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,`+
+					`"message":"%s is forbidden: exceeded quota: q"}`, res)
+				return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := client.NewClientset(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log.With("controller", "deployment")})
+	inf := client.NewInformers(e.Config)
+	rsc, err := replicaset.New(replicaset.Config{Client: cs, Informers: inf, Logger: e.Log.With("controller", "replicaset")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := New(Config{Client: cs, Informers: inf, Logger: e.Log.With("controller", "deployment")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +78,10 @@ func start(t *testing.T, nodes int) *env {
 	go dc.Run(e.Ctx)
 	return &env{Env: e}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func newDeployment(name string, replicas int32) *appsv1.Deployment {
 	l := map[string]string{"app": name}
