@@ -1,0 +1,288 @@
+package garbagecollector
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"bonsai.dev/bonsai/controllers/controllertest"
+)
+
+const timeout = 30 * time.Second
+
+// env is a running API server with the collector on it.
+type env struct {
+	*controllertest.Env
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	e := controllertest.New(t, controllertest.Options{})
+	gc, err := New(Config{RESTConfig: e.Config, Client: e.Client, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := gc.Run(e.Ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	return &env{e}
+}
+
+func (e *env) namespace(name string) {
+	e.T.Helper()
+	if _, err := e.Client.Core.Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// configMap creates a ConfigMap owned by owners, held by finalizers.
+func (e *env) configMap(ns, name string, owners []metav1.OwnerReference, finalizers ...string) *corev1.ConfigMap {
+	e.T.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, OwnerReferences: owners, Finalizers: finalizers}}
+	out, err := e.Client.Core.ConfigMaps(ns).Create(e.Ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return out
+}
+
+func ownedBy(o metav1.Object, kind string, block bool) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: kind, Name: o.GetName(), UID: o.GetUID(), BlockOwnerDeletion: &block}
+}
+
+func (e *env) get(ns, name string) (*corev1.ConfigMap, error) {
+	return e.Client.Core.ConfigMaps(ns).Get(e.Ctx, name, metav1.GetOptions{})
+}
+
+func (e *env) delete(ns, name string, policy metav1.DeletionPropagation) {
+	e.T.Helper()
+	opts := metav1.DeleteOptions{}
+	if policy != "" {
+		opts.PropagationPolicy = &policy
+	}
+	if err := e.Client.Core.ConfigMaps(ns).Delete(e.Ctx, name, opts); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+func (e *env) waitGone(ns string, names ...string) {
+	e.T.Helper()
+	controllertest.Eventually(e.T, timeout, func() error {
+		for _, n := range names {
+			if _, err := e.get(ns, n); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("configmap %s/%s still there (%v)", ns, n, err)
+			}
+		}
+		return nil
+	})
+}
+
+// waitOwners waits until ns/name has exactly the owners named.
+func (e *env) waitOwners(ns, name string, want ...string) {
+	e.T.Helper()
+	controllertest.Eventually(e.T, timeout, func() error {
+		cm, err := e.get(ns, name)
+		if err != nil {
+			return err
+		}
+		got := []string{}
+		for _, r := range cm.OwnerReferences {
+			got = append(got, r.Name)
+		}
+		if want == nil {
+			want = []string{}
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			return fmt.Errorf("owners of %s/%s (-want +got):\n%s", ns, name, d)
+		}
+		return nil
+	})
+}
+
+func (e *env) removeFinalizers(ns, name string) {
+	e.T.Helper()
+	if _, err := e.Client.Core.ConfigMaps(ns).Patch(e.Ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// Background (the default): once the owner is gone, its dependents go.
+func TestBackgroundCascade(t *testing.T) {
+	e := start(t)
+	for _, policy := range []metav1.DeletionPropagation{"", metav1.DeletePropagationBackground} {
+		owner := e.configMap("default", "owner", nil)
+		e.configMap("default", "dep-1", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)})
+		e.configMap("default", "dep-2", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", true)})
+		e.delete("default", "owner", policy)
+		e.waitGone("default", "owner", "dep-1", "dep-2")
+	}
+}
+
+// A dependent whose owner never existed, or whose named owner has
+// another uid, is garbage.
+func TestAbsentOwnerMatchedByUID(t *testing.T) {
+	e := start(t)
+	other := e.configMap("default", "reborn", nil)
+	stale := ownedBy(other, "ConfigMap", false)
+	stale.UID = "00000000-0000-0000-0000-000000000001"
+	e.configMap("default", "dep-stale-uid", []metav1.OwnerReference{stale})
+	never := ownedBy(other, "ConfigMap", false)
+	never.Name, never.UID = "never-was", "00000000-0000-0000-0000-000000000002"
+	e.configMap("default", "dep-no-owner", []metav1.OwnerReference{never})
+	e.waitGone("default", "dep-stale-uid", "dep-no-owner")
+	if _, err := e.get("default", "reborn"); err != nil {
+		t.Errorf("the object with the owner's name but another uid: %v", err)
+	}
+}
+
+// A dependent with one live owner left only loses the reference to the
+// one that went.
+func TestMultipleOwners(t *testing.T) {
+	e := start(t)
+	alive := e.configMap("default", "alive", nil)
+	gone := e.configMap("default", "gone", nil)
+	e.configMap("default", "dep", []metav1.OwnerReference{ownedBy(alive, "ConfigMap", false), ownedBy(gone, "ConfigMap", true)})
+	e.delete("default", "gone", "")
+	e.waitOwners("default", "dep", "alive")
+	e.delete("default", "alive", "")
+	e.waitGone("default", "dep")
+}
+
+// Foreground: the owner stays, readable with its deletionTimestamp,
+// while a dependent with blockOwnerDeletion exists; one without does not
+// hold it.
+func TestForeground(t *testing.T) {
+	e := start(t)
+	owner := e.configMap("default", "owner", nil)
+	e.configMap("default", "blocking", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", true)}, "example.com/hold")
+	e.configMap("default", "free", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)})
+	e.delete("default", "owner", metav1.DeletePropagationForeground)
+	// Every dependent is deleted; the held one stays, deleting.
+	e.waitGone("default", "free")
+	controllertest.Eventually(t, timeout, func() error {
+		cm, err := e.get("default", "blocking")
+		if err != nil || cm.DeletionTimestamp == nil {
+			return fmt.Errorf("blocking dependent not deleting: %v", err)
+		}
+		return nil
+	})
+	got, err := e.get("default", "owner")
+	if err != nil {
+		t.Fatalf("owner while a blocking dependent exists: %v", err)
+	}
+	if got.DeletionTimestamp == nil || !hasFinalizer(got, metav1.FinalizerDeleteDependents) {
+		t.Fatalf("owner while a blocking dependent exists: %+v", got.ObjectMeta)
+	}
+	e.removeFinalizers("default", "blocking")
+	e.waitGone("default", "blocking", "owner")
+}
+
+// Foreground with only non-blocking dependents: the owner goes even
+// while such a dependent is still there.
+func TestForegroundNonBlockingDependentDoesNotHold(t *testing.T) {
+	e := start(t)
+	owner := e.configMap("default", "owner", nil)
+	e.configMap("default", "free", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)}, "example.com/hold")
+	e.delete("default", "owner", metav1.DeletePropagationForeground)
+	e.waitGone("default", "owner")
+	cm, err := e.get("default", "free")
+	if err != nil {
+		t.Fatalf("held non-blocking dependent: %v", err)
+	}
+	if cm.DeletionTimestamp == nil {
+		t.Errorf("non-blocking dependent of a foreground deletion was not deleted: %+v", cm.ObjectMeta)
+	}
+	e.removeFinalizers("default", "free")
+	e.waitGone("default", "free")
+}
+
+// Orphan: the owner goes, the dependents stay without its reference.
+func TestOrphan(t *testing.T) {
+	e := start(t)
+	owner := e.configMap("default", "owner", nil)
+	keep := e.configMap("default", "keep", nil)
+	e.configMap("default", "dep-1", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", true)})
+	e.configMap("default", "dep-2", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false), ownedBy(keep, "ConfigMap", false)})
+	e.delete("default", "owner", metav1.DeletePropagationOrphan)
+	e.waitGone("default", "owner")
+	e.waitOwners("default", "dep-1")
+	e.waitOwners("default", "dep-2", "keep")
+}
+
+// A namespaced dependent may name a cluster-scoped owner.
+func TestClusterScopedOwner(t *testing.T) {
+	e := start(t)
+	node, err := e.Client.Core.Nodes().Create(e.Ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "owner-node"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.namespace("other")
+	e.configMap("other", "dep", []metav1.OwnerReference{ownedBy(node, "Node", false)})
+	// A dependent with an absent owner, created after, going first shows
+	// the collector has looked at dep.
+	never := ownedBy(node, "Node", false)
+	never.Name, never.UID = "no-such-node", "00000000-0000-0000-0000-000000000003"
+	e.configMap("other", "canary", []metav1.OwnerReference{never})
+	e.waitGone("other", "canary")
+	if _, err := e.get("other", "dep"); err != nil {
+		t.Fatalf("dependent of a live cluster-scoped owner: %v", err)
+	}
+	if err := e.Client.Core.Nodes().Delete(e.Ctx, "owner-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone("other", "dep")
+}
+
+// A namespaced owner in another namespace than its dependent counts as
+// absent, and the dependent gets an OwnerRefInvalidNamespace warning; a
+// cluster-scoped dependent naming a namespaced owner gets the warning
+// too but is left alone.
+func TestInvalidNamespaceOwner(t *testing.T) {
+	e := start(t)
+	e.namespace("a")
+	e.namespace("b")
+	owner := e.configMap("a", "owner", nil)
+	dep := e.configMap("b", "dep", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)})
+	e.waitGone("b", "dep")
+	e.waitEvent("b", dep.UID)
+	if _, err := e.get("a", "owner"); err != nil {
+		t.Errorf("owner in the other namespace: %v", err)
+	}
+
+	ns, err := e.Client.Core.Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "owned-ns", OwnerReferences: []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitEvent("default", ns.UID)
+	got, err := e.Client.Core.Namespaces().Get(e.Ctx, "owned-ns", metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp != nil {
+		t.Errorf("cluster-scoped dependent of a namespaced owner: %v %+v", err, got.ObjectMeta)
+	}
+}
+
+// waitEvent waits for an OwnerRefInvalidNamespace warning about uid.
+func (e *env) waitEvent(ns string, uid types.UID) {
+	e.T.Helper()
+	controllertest.Eventually(e.T, timeout, func() error {
+		list, err := e.Client.Core.Events(ns).List(e.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.UID == uid && ev.Reason == "OwnerRefInvalidNamespace" && ev.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return errors.New("no OwnerRefInvalidNamespace event")
+	})
+}
