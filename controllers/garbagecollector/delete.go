@@ -28,6 +28,9 @@ type ownerKey struct {
 // dependents; a dependent with no live owner left is deleted; one with a
 // live owner loses its references to absent owners.
 func (gc *Controller) attemptToDeleteItem(ctx context.Context, ref objectRef) error {
+	if gc.ownersLiveInCache(ref) {
+		return nil
+	}
 	latest, err := gc.get(ctx, ref)
 	switch {
 	case isNotFound(err):
@@ -99,6 +102,38 @@ func (gc *Controller) attemptToDeleteItem(ctx context.Context, ref objectRef) er
 		gc.log.Debug("garbage collector: deleting", "item", ref, "propagationPolicy", policy)
 		return gc.deleteObject(ctx, ref, latest, policy)
 	}
+}
+
+// ownersLiveInCache says whether the caches show ref, not deleting, with
+// every owner present and not deleting: nothing to do, and no need to
+// ask the server (every object with owners is checked when the
+// collector starts). Anything else is decided on live state.
+func (gc *Controller) ownersLiveInCache(ref objectRef) bool {
+	gc.mu.RLock()
+	m := gc.monitors[ref.gvr]
+	gc.mu.RUnlock()
+	if m == nil {
+		return false
+	}
+	key := ref.name
+	if ref.namespace != "" {
+		key = ref.namespace + "/" + ref.name
+	}
+	obj, ok, _ := m.informer.GetIndexer().GetByKey(key)
+	if !ok {
+		return false
+	}
+	o := obj.(metav1.Object)
+	if o.GetUID() != ref.uid || o.GetDeletionTimestamp() != nil || len(o.GetOwnerReferences()) == 0 {
+		return false
+	}
+	for _, r := range o.GetOwnerReferences() {
+		owner, ok := gc.cachedOwner(ref.namespace, r)
+		if !ok || owner.meta.GetDeletionTimestamp() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // classifyReferences sorts an object's owner references: solid (the owner
