@@ -3,6 +3,7 @@ package garbagecollector
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/controllers/controllertest"
@@ -327,5 +329,53 @@ func TestUnknownOwnerKind(t *testing.T) {
 	}
 	if len(cm.OwnerReferences) != 2 || cm.DeletionTimestamp != nil {
 		t.Errorf("dependent of an owner of unknown kind changed: %+v", cm.ObjectMeta)
+	}
+}
+
+// Rediscovery keeps the informers of resources still served (restarting
+// them would list everything again every 30 s), stops those of resources
+// no longer served, and watches every listable, watchable, deletable one
+// but events.
+func TestRediscovery(t *testing.T) {
+	e := start(t)
+	controllertest.Eventually(t, timeout, func() error {
+		if e.gc.monitorCount() == 0 {
+			return errors.New("no monitors yet")
+		}
+		return nil
+	})
+	gone := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	stopped := false
+	e.gc.mu.Lock()
+	before := maps.Clone(e.gc.monitors)
+	e.gc.monitors[gone] = &monitor{stop: func() { stopped = true }}
+	e.gc.mu.Unlock()
+
+	if err := e.gc.resync(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.gc.mu.RLock()
+	after := maps.Clone(e.gc.monitors)
+	e.gc.mu.RUnlock()
+	if !stopped || after[gone] != nil {
+		t.Errorf("monitor of a resource no longer served: stopped %v, still there %v", stopped, after[gone] != nil)
+	}
+	for gvr, m := range before {
+		if after[gvr] != m {
+			t.Errorf("monitor of %s replaced by rediscovery", gvr)
+		}
+	}
+	for _, want := range []schema.GroupVersionResource{
+		{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "nodes"},
+		{Group: "apps", Version: "v1", Resource: "replicasets"}, {Group: "coordination.k8s.io", Version: "v1", Resource: "leases"},
+	} {
+		if after[want] == nil {
+			t.Errorf("%s not watched", want)
+		}
+	}
+	for gvr := range after {
+		if gvr.Resource == "events" {
+			t.Errorf("%s watched", gvr)
+		}
 	}
 }

@@ -130,6 +130,8 @@ func (gc *Controller) startMonitor(info resourceInfo) *monitor {
 		uidIndex:   func(obj any) ([]string, error) { return []string{string(obj.(metav1.Object).GetUID())}, nil },
 		ownerIndex: ownerUIDs,
 	})
+	// Before Run, so it cannot fail.
+	_ = inf.SetTransform(slim)
 	m := &monitor{resourceInfo: info, informer: inf}
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { gc.onChange(m, nil, obj) },
@@ -140,6 +142,20 @@ func (gc *Controller) startMonitor(info resourceInfo) *monitor {
 	m.stop = cancel
 	go inf.RunWithContext(ctx)
 	return m
+}
+
+// slim keeps of an object only what the collector reads, so its caches
+// stay small: no labels, annotations (last-applied configurations) or
+// managed fields. kube-controller-manager drops managed fields likewise.
+func slim(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp, OwnerReferences: m.OwnerReferences, Finalizers: m.Finalizers,
+	}}, nil
 }
 
 func ownerUIDs(obj any) ([]string, error) {
