@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -378,4 +379,74 @@ func TestRediscovery(t *testing.T) {
 			t.Errorf("%s watched", gvr)
 		}
 	}
+}
+
+// Foreground through a tree of real workload kinds: a Deployment waits
+// for its ReplicaSet, which (deleted in the foreground in turn, having
+// dependents) waits for its Pods.
+func TestForegroundTree(t *testing.T) {
+	e := start(t)
+	labels := map[string]string{"app": "tree"}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	d, err := e.Client.Apps.Deployments("default").Create(e.Ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := e.Client.Apps.ReplicaSets("default").Create(e.Ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "rs",
+		OwnerReferences: []metav1.OwnerReference{controlledBy(d, "apps/v1", "Deployment")}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: template}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"p-held", "p-1", "p-2"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{controlledBy(rs, "apps/v1", "ReplicaSet")}}, Spec: template.Spec}
+		if name == "p-held" {
+			pod.Finalizers = []string{"example.com/hold"}
+		}
+		if _, err := e.Client.Core.Pods("default").Create(e.Ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreground := metav1.DeletePropagationForeground
+	if err := e.Client.Apps.Deployments("default").Delete(e.Ctx, "d", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, timeout, func() error {
+		for _, name := range []string{"p-1", "p-2"} {
+			if _, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pod %s: %v", name, err)
+			}
+		}
+		got, err := e.Client.Apps.ReplicaSets("default").Get(e.Ctx, "rs", metav1.GetOptions{})
+		if err != nil || got.DeletionTimestamp == nil || !hasFinalizer(got, metav1.FinalizerDeleteDependents) {
+			return fmt.Errorf("replicaset not deleting in the foreground: %v", err)
+		}
+		return nil
+	})
+	if got, err := e.Client.Apps.Deployments("default").Get(e.Ctx, "d", metav1.GetOptions{}); err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("deployment while its tree is deleting: %v", err)
+	}
+	if _, err := e.Client.Core.Pods("default").Patch(e.Ctx, "p-held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, timeout, func() error {
+		if _, err := e.Client.Core.Pods("default").Get(e.Ctx, "p-held", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod: %v", err)
+		}
+		if _, err := e.Client.Apps.ReplicaSets("default").Get(e.Ctx, "rs", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replicaset: %v", err)
+		}
+		if _, err := e.Client.Apps.Deployments("default").Get(e.Ctx, "d", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deployment: %v", err)
+		}
+		return nil
+	})
+}
+
+func controlledBy(o metav1.Object, apiVersion, kind string) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: o.GetName(), UID: o.GetUID(), Controller: &yes, BlockOwnerDeletion: &yes}
 }
