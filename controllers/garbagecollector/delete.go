@@ -86,6 +86,10 @@ func (gc *Controller) attemptToDeleteItem(ctx context.Context, ref objectRef) er
 				}); err != nil {
 					return err
 				}
+				// The delete below is conditional on what was read.
+				if latest, err = gc.get(ctx, ref); err != nil {
+					return fmt.Errorf("get %s: %w", ref, err)
+				}
 				break
 			}
 		}

@@ -450,3 +450,17 @@ func controlledBy(o metav1.Object, apiVersion, kind string) metav1.OwnerReferenc
 	yes := true
 	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: o.GetName(), UID: o.GetUID(), Controller: &yes, BlockOwnerDeletion: &yes}
 }
+
+// Two objects blocking each other's foreground deletion: the collector
+// unblocks the cycle and both go.
+func TestForegroundCycle(t *testing.T) {
+	e := start(t)
+	x := e.configMap("default", "x", nil)
+	y := e.configMap("default", "y", []metav1.OwnerReference{ownedBy(x, "ConfigMap", true)})
+	x.OwnerReferences = []metav1.OwnerReference{ownedBy(y, "ConfigMap", true)}
+	if _, err := e.Client.Core.ConfigMaps("default").Update(e.Ctx, x, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.delete("default", "x", metav1.DeletePropagationForeground)
+	e.waitGone("default", "x", "y")
+}
