@@ -278,16 +278,18 @@ func TestInvalidNamespaceOwner(t *testing.T) {
 	}
 }
 
-// waitEvent waits for an OwnerRefInvalidNamespace warning about uid.
+// waitEvent waits for an OwnerRefInvalidNamespace warning about uid in
+// ns, found as the documentation finds them:
+// kubectl get events -A --field-selector=reason=OwnerRefInvalidNamespace.
 func (e *env) waitEvent(ns string, uid types.UID) {
 	e.T.Helper()
 	controllertest.Eventually(e.T, timeout, func() error {
-		list, err := e.Client.Core.Events(ns).List(e.Ctx, metav1.ListOptions{})
+		list, err := e.Client.Core.Events("").List(e.Ctx, metav1.ListOptions{FieldSelector: "reason=OwnerRefInvalidNamespace"})
 		if err != nil {
 			return err
 		}
 		for _, ev := range list.Items {
-			if ev.InvolvedObject.UID == uid && ev.Reason == "OwnerRefInvalidNamespace" && ev.Type == corev1.EventTypeWarning {
+			if ev.Namespace == ns && ev.InvolvedObject.UID == uid && ev.Type == corev1.EventTypeWarning {
 				return nil
 			}
 		}
