@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	errUnknownKind                   = errors.New("owner kind not known to discovery")
+	errUnknownKind                    = errors.New("owner kind not known to discovery")
 	errNamespacedOwnerOfClusterScoped = errors.New("cluster-scoped objects cannot refer to namespaced owners")
 )
 

@@ -273,7 +273,9 @@ func (gc *Controller) enqueueUnblockedOwners(o metav1.Object, old, cur []metav1.
 	}
 }
 
-func blocks(r metav1.OwnerReference) bool { return r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion }
+func blocks(r metav1.OwnerReference) bool {
+	return r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion
+}
 
 // enqueueIfDeletingDependents enqueues the owner dependent o names in
 // ref, if the cache has it deleting in the foreground.

@@ -31,7 +31,7 @@ func TestConditionMessages(t *testing.T) {
 			c.contentFailed(errors.New("list widgets: boom"))
 			c.contentFailed(errors.New("deletecollection of gadgets: bang"))
 			c.remaining(map[schema.GroupVersionResource]remaining{
-				{Version: "v1", Resource: "pods"}:                  {count: 2, finalizers: map[string]int{"example.com/a": 2}},
+				{Version: "v1", Resource: "pods"}:                       {count: 2, finalizers: map[string]int{"example.com/a": 2}},
 				{Group: "apps", Version: "v1", Resource: "replicasets"}: {count: 1, finalizers: map[string]int{"example.com/a": 1, "example.com/b": 1}},
 			})
 		},

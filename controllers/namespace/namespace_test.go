@@ -99,9 +99,18 @@ func TestNamespaceDeletionRemovesContent(t *testing.T) {
 	}
 	waitNamespaceGone(t, e, "doomed", 30*time.Second)
 	for _, check := range []func() error{
-		func() error { _, err := e.Client.Core.ConfigMaps("doomed").Get(e.Ctx, "cm", metav1.GetOptions{}); return err },
-		func() error { _, err := e.Client.Core.Secrets("doomed").Get(e.Ctx, "s", metav1.GetOptions{}); return err },
-		func() error { _, err := e.Client.Apps.ReplicaSets("doomed").Get(e.Ctx, "rs", metav1.GetOptions{}); return err },
+		func() error {
+			_, err := e.Client.Core.ConfigMaps("doomed").Get(e.Ctx, "cm", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e.Client.Core.Secrets("doomed").Get(e.Ctx, "s", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e.Client.Apps.ReplicaSets("doomed").Get(e.Ctx, "rs", metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := check(); !apierrors.IsNotFound(err) {
 			t.Errorf("object of the deleted namespace: %v", err)
