@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -244,10 +245,22 @@ func TestClusterScopedOwner(t *testing.T) {
 	never.Name, never.UID = "no-such-node", "00000000-0000-0000-0000-000000000003"
 	e.configMap("other", "dep", []metav1.OwnerReference{ownedBy(node, "Node", false), never})
 	e.waitOwners("other", "dep", "owner-node")
+	// A node's Lease, as the kubelet makes it, goes with its node.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "owner-node", Namespace: corev1.NamespaceNodeLease,
+		OwnerReferences: []metav1.OwnerReference{ownedBy(node, "Node", false)}}}
+	if _, err := e.Client.Coordination.Leases(corev1.NamespaceNodeLease).Create(e.Ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Client.Core.Nodes().Delete(e.Ctx, "owner-node", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitGone("other", "dep")
+	controllertest.Eventually(t, timeout, func() error {
+		if _, err := e.Client.Coordination.Leases(corev1.NamespaceNodeLease).Get(e.Ctx, "owner-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("lease of a deleted node: %v", err)
+		}
+		return nil
+	})
 }
 
 // A namespaced owner in another namespace than its dependent counts as
