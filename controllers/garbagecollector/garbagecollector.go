@@ -229,9 +229,12 @@ func (gc *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimi
 	defer q.Done(ref)
 	err := sync(ctx, ref)
 	switch {
-	case err == nil, errors.Is(err, errNamespacedOwnerOfClusterScoped):
+	case err == nil:
+		q.Forget(ref)
+	case errors.Is(err, errNamespacedOwnerOfClusterScoped):
 		// A cluster-scoped object naming a namespaced owner stays as it
 		// is: no retry can resolve the reference.
+		gc.log.Debug("garbage collector: cluster-scoped object refers to a namespaced owner; leaving it", "item", ref)
 		q.Forget(ref)
 	case errors.Is(err, errUnknownKind):
 		// A kind discovery does not list (yet): a new resource shows up at
