@@ -168,6 +168,15 @@ func TestMultipleOwners(t *testing.T) {
 	e.waitOwners("default", "dep", "alive")
 	e.delete("default", "alive", "")
 	e.waitGone("default", "dep")
+
+	// An owner deleting in the foreground does not take a dependent that
+	// has another live owner: it loses that reference, and the owner goes.
+	alive = e.configMap("default", "alive", nil)
+	fg := e.configMap("default", "foreground", nil)
+	e.configMap("default", "dep", []metav1.OwnerReference{ownedBy(alive, "ConfigMap", false), ownedBy(fg, "ConfigMap", true)})
+	e.delete("default", "foreground", metav1.DeletePropagationForeground)
+	e.waitOwners("default", "dep", "alive")
+	e.waitGone("default", "foreground")
 }
 
 // Foreground: the owner stays, readable with its deletionTimestamp,
