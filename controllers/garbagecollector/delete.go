@@ -28,8 +28,15 @@ type ownerKey struct {
 // dependents; a dependent with no live owner left is deleted; one with a
 // live owner loses its references to absent owners.
 func (gc *Controller) attemptToDeleteItem(ctx context.Context, ref objectRef) error {
-	if gc.ownersLiveInCache(ref) {
-		return nil
+	if cur, ok := gc.cachedObject(ref); ok {
+		// Deleting is one way: unless it waits for its dependents, nothing
+		// is left to do. (A later foreground delete is an update event.)
+		if cur.GetDeletionTimestamp() != nil && !hasFinalizer(cur, metav1.FinalizerDeleteDependents) {
+			return nil
+		}
+		if gc.ownersLiveInCache(ref.namespace, cur) {
+			return nil
+		}
 	}
 	latest, err := gc.get(ctx, ref)
 	switch {
@@ -108,31 +115,35 @@ func (gc *Controller) attemptToDeleteItem(ctx context.Context, ref objectRef) er
 	}
 }
 
-// ownersLiveInCache says whether the caches show ref, not deleting, with
-// every owner present and not deleting: nothing to do, and no need to
-// ask the server (every object with owners is checked when the
-// collector starts). Anything else is decided on live state.
-func (gc *Controller) ownersLiveInCache(ref objectRef) bool {
+// cachedObject is ref as the caches have it.
+func (gc *Controller) cachedObject(ref objectRef) (metav1.Object, bool) {
 	gc.mu.RLock()
 	m := gc.monitors[ref.gvr]
 	gc.mu.RUnlock()
 	if m == nil {
-		return false
+		return nil, false
 	}
 	key := ref.name
 	if ref.namespace != "" {
 		key = ref.namespace + "/" + ref.name
 	}
 	obj, ok, _ := m.informer.GetIndexer().GetByKey(key)
-	if !ok {
-		return false
+	if !ok || obj.(metav1.Object).GetUID() != ref.uid {
+		return nil, false
 	}
-	o := obj.(metav1.Object)
-	if o.GetUID() != ref.uid || o.GetDeletionTimestamp() != nil || len(o.GetOwnerReferences()) == 0 {
+	return obj.(metav1.Object), true
+}
+
+// ownersLiveInCache says whether the caches show o, not deleting, with
+// every owner present and not deleting: nothing to do, and no need to
+// ask the server (every object with owners is checked when the
+// collector starts). Anything else is decided on live state.
+func (gc *Controller) ownersLiveInCache(ns string, o metav1.Object) bool {
+	if o.GetDeletionTimestamp() != nil || len(o.GetOwnerReferences()) == 0 {
 		return false
 	}
 	for _, r := range o.GetOwnerReferences() {
-		owner, ok := gc.cachedOwner(ref.namespace, r)
+		owner, ok := gc.cachedOwner(ns, r)
 		if !ok || owner.meta.GetDeletionTimestamp() != nil {
 			return false
 		}
@@ -245,7 +256,9 @@ func (gc *Controller) processDeletingDependents(ctx context.Context, ref objectR
 			continue
 		}
 		blocking++
-		if dep.meta.GetDeletionTimestamp() == nil || !hasFinalizer(dep.meta, metav1.FinalizerDeleteDependents) {
+		// One already deleting is on its way; its delete event brings the
+		// owner back here.
+		if dep.meta.GetDeletionTimestamp() == nil {
 			gc.attemptToDelete.Add(dep.ref)
 		}
 	}
