@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/garbagecollector"
+	"bonsai.dev/bonsai/controllers/namespace"
 )
 
 // Deps is what every controller is built from.
@@ -36,7 +38,14 @@ type runner interface{ Run(ctx context.Context) error }
 var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
-}{}
+}{
+	{"garbagecollector", func(d Deps) (runner, error) {
+		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
+	}},
+	{"namespace", func(d Deps) (runner, error) {
+		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+}
 
 // Start builds every controller and runs them until ctx ends. An error
 // building one stops the start: it means a bad configuration.
