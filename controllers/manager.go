@@ -31,7 +31,9 @@ type Deps struct {
 	Logger     *slog.Logger
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // all lists the controllers the manager runs, by the name --controllers
 // would use in kube-controller-manager.
