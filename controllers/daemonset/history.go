@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/controllers/history"
 )
@@ -79,10 +80,16 @@ func (c *Controller) constructHistory(ctx context.Context, ds *appsv1.DaemonSet)
 		cur, err = c.snapshot(ctx, ds, patch, next)
 		return cur, old, err
 	}
-	// Equal duplicates can only come from a race of two controllers;
-	// keep the newest.
+	// Equal duplicates (made under different collision counts) are merged
+	// into the newest; pods of the others are relabelled first so they do
+	// not look out of date.
 	history.Sort(current)
 	cur = current[len(current)-1]
+	if len(current) > 1 {
+		if err := c.relabelPods(ctx, ds, cur.Labels[history.HashLabel]); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, r := range current[:len(current)-1] {
 		if err := c.client.Apps.ControllerRevisions(ds.Namespace).Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, nil, fmt.Errorf("delete duplicate revision %s: %w", r.Name, err)
@@ -167,7 +174,7 @@ func (c *Controller) cleanupHistory(ctx context.Context, ds *appsv1.DaemonSet, o
 	if toKill <= 0 {
 		return nil
 	}
-	byNode, err := c.daemonPods(ctx, ds)
+	byNode, err := c.daemonPods(ctx, ds, true)
 	if err != nil {
 		return err
 	}
@@ -192,6 +199,29 @@ func (c *Controller) cleanupHistory(ctx context.Context, ds *appsv1.DaemonSet, o
 			return fmt.Errorf("delete old revision %s: %w", r.Name, err)
 		}
 		toKill--
+	}
+	return nil
+}
+
+// relabelPods gives every pod of ds the revision hash label hash.
+func (c *Controller) relabelPods(ctx context.Context, ds *appsv1.DaemonSet, hash string) error {
+	byNode, err := c.daemonPods(ctx, ds, true)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{history.HashLabel: hash}}})
+	if err != nil {
+		return err
+	}
+	for _, pods := range byNode {
+		for _, p := range pods {
+			if p.Labels[history.HashLabel] == hash {
+				continue
+			}
+			if _, err := c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("relabel pod %s: %w", p.Name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -68,9 +68,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 }
 
 // daemonPods claims ds's pods and maps them by the node each is for.
-// Terminal pods being deleted are left out: they are gone as far as
-// placement goes.
-func (c *Controller) daemonPods(ctx context.Context, ds *appsv1.DaemonSet) (map[string][]*corev1.Pod, error) {
+// Terminal pods being deleted are left out unless withDeletedTerminal:
+// they are gone as far as placement goes, but history must not drop
+// their revisions.
+func (c *Controller) daemonPods(ctx context.Context, ds *appsv1.DaemonSet, withDeletedTerminal bool) (map[string][]*corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 	if err != nil {
 		return nil, err
@@ -92,7 +93,7 @@ func (c *Controller) daemonPods(ctx context.Context, ds *appsv1.DaemonSet) (map[
 	pods, err := history.Claim(ctx, claimer, all, nil)
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) {
+		if !withDeletedTerminal && p.DeletionTimestamp != nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) {
 			continue
 		}
 		node, nerr := targetNode(p)
@@ -109,7 +110,7 @@ func (c *Controller) daemonPods(ctx context.Context, ds *appsv1.DaemonSet) (map[
 // pods on nodes the DaemonSet no longer wants, failed pods (with
 // back-off), succeeded ones, extra ones.
 func (c *Controller) manage(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string) error {
-	byNode, err := c.daemonPods(ctx, ds)
+	byNode, err := c.daemonPods(ctx, ds, false)
 	if err != nil {
 		return err
 	}
@@ -344,7 +345,7 @@ func podPrefix(name string) string {
 // updateStatus counts ds's pods into its status; observedGeneration only
 // when this sync acted on the current generation.
 func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string, observed bool) error {
-	byNode, err := c.daemonPods(ctx, ds)
+	byNode, err := c.daemonPods(ctx, ds, false)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,11 @@ import (
 // successor is available. Unavailable old pods are replaced at once
 // either way: they count against nothing.
 func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, nodes []*corev1.Node, hash string) error {
-	byNode, err := c.daemonPods(ctx, ds)
+	byNode, err := c.daemonPods(ctx, ds, false)
 	if err != nil {
 		return err
 	}
-	maxSurge, maxUnavailable, err := c.updateBudget(ds, nodes, byNode)
+	maxSurge, maxUnavailable, desired, err := c.updateBudget(ds, nodes, byNode)
 	if err != nil {
 		return err
 	}
@@ -51,15 +51,29 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 		return c.syncNodes(ctx, ds, append(replace, candidates[:n]...), nil, hash)
 	}
 
-	surged := 0
-	var del, replaceOn, candidates []string
+	// Nodes the DaemonSet has left (a new taint, a changed selector) get
+	// no new pod; their old pods go only while enough pods elsewhere are
+	// available, since surging promises no loss of availability.
+	surged, availableNow := 0, 0
+	var del, replaceOn, candidates, leaving []string
 	for node, pods := range byNode {
 		newPod, oldPod, ok := updatedPodsOnNode(pods, hash, gen)
-		switch {
-		case !ok:
+		if !ok {
 			surged++
+			continue
+		}
+		if (oldPod != nil && available(oldPod)) || (oldPod == nil && newPod != nil && available(newPod)) {
+			availableNow++
+		}
+		switch {
 		case oldPod == nil:
 			// Up to date, or empty: manage's business.
+		case newPod == nil && !c.wantsPod(ds, node):
+			if available(oldPod) {
+				leaving = append(leaving, oldPod.Name)
+			} else {
+				del = append(del, oldPod.Name)
+			}
 		case newPod == nil && !available(oldPod):
 			replaceOn = append(replaceOn, node)
 		case newPod == nil:
@@ -72,16 +86,29 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 			del = append(del, oldPod.Name)
 		}
 	}
+	if spare := availableNow - desired; spare > 0 {
+		del = append(del, leaving[:min(spare, len(leaving))]...)
+	}
 	n := min(max(maxSurge-surged, 0), len(candidates))
 	return c.syncNodes(ctx, ds, del, append(replaceOn, candidates[:n]...), hash)
 }
 
+// wantsPod says whether ds wants a pod on the named node (false for a
+// node that is gone).
+func (c *Controller) wantsPod(ds *appsv1.DaemonSet, name string) bool {
+	node, err := c.nodeLister.Get(name)
+	if err != nil {
+		return false
+	}
+	run, _ := shouldRun(node, ds)
+	return run
+}
+
 // updateBudget is how many pods the update may add and take down at once,
-// scaled on the number of nodes that want a pod (nodes without one are
+// scaled on the number of nodes that want a pod, desired (nodes without one are
 // added to byNode so the update counts them). A DaemonSet allowing
 // neither gets upstream's fallback of one unavailable.
-func (c *Controller) updateBudget(ds *appsv1.DaemonSet, nodes []*corev1.Node, byNode map[string][]*corev1.Pod) (surge, unavailable int, err error) {
-	desired := 0
+func (c *Controller) updateBudget(ds *appsv1.DaemonSet, nodes []*corev1.Node, byNode map[string][]*corev1.Pod) (surge, unavailable, desired int, err error) {
 	for _, node := range nodes {
 		if run, _ := shouldRun(node, ds); run {
 			desired++
@@ -91,15 +118,15 @@ func (c *Controller) updateBudget(ds *appsv1.DaemonSet, nodes []*corev1.Node, by
 		}
 	}
 	if unavailable, err = unavailableCount(ds, desired); err != nil {
-		return 0, 0, fmt.Errorf("maxUnavailable: %w", err)
+		return 0, 0, 0, fmt.Errorf("maxUnavailable: %w", err)
 	}
 	if surge, err = surgeCount(ds, desired); err != nil {
-		return 0, 0, fmt.Errorf("maxSurge: %w", err)
+		return 0, 0, 0, fmt.Errorf("maxSurge: %w", err)
 	}
 	if desired > 0 && surge == 0 && unavailable == 0 {
 		unavailable = 1
 	}
-	return surge, unavailable, nil
+	return surge, unavailable, desired, nil
 }
 
 // updatedPodsOnNode splits a node's live pods into the up-to-date one and

@@ -158,3 +158,20 @@ func TestOnDelete(t *testing.T) {
 		}
 	}
 }
+
+// With surge, a node the DaemonSet has left (here a new NoSchedule taint
+// its old pod survives) gets no new pod, and its old pod goes once the
+// pods elsewhere are available.
+func TestSurgeLeavesNodeThatNoLongerFits(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 3})
+	start(t, e)
+	create(t, e, newDS("agent", rolling(0, 1)))
+	waitPlaced(t, e, "agent", "sim-0", "sim-1", "sim-2")
+	modifyNode(t, e, "sim-2", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+	})
+	waitStatus(t, e, "agent", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberMisscheduled: 1, NumberReady: 2, NumberAvailable: 2, UpdatedNumberScheduled: 2})
+	modify(t, e, "agent", func(ds *appsv1.DaemonSet) { image(ds, "busybox:2") })
+	waitImage(t, e, "agent", "busybox:2", "sim-0", "sim-1")
+	waitStatus(t, e, "agent", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 2, NumberAvailable: 2, UpdatedNumberScheduled: 2})
+}
