@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -139,7 +140,7 @@ func (c *Controller) update(ctx context.Context, set *appsv1.StatefulSet, curren
 	monotonic := set.Spec.PodManagementPolicy != appsv1.ParallelPodManagement
 
 	replica := func(i int) (bool, error) {
-		return c.processReplica(ctx, set, currentRev, updateRev, currentSet, updateSet, monotonic, replicaList, i)
+		return c.processReplica(ctx, set, updateSet, monotonic, replicaList, i)
 	}
 	if stop, err := runForAll(len(replicaList), replica, monotonic); stop || err != nil {
 		fill()
@@ -170,40 +171,59 @@ func (c *Controller) update(ctx context.Context, set *appsv1.StatefulSet, curren
 	return status, c.rollingUpdate(ctx, set, replicaList, updateRev, status)
 }
 
-// runForAll calls fn for 0..n-1. Monotonic, it stops at the first that
-// asks to or fails; otherwise it calls all and returns their errors.
+// maxBatch caps the calls a Parallel set makes at once.
+const maxBatch = 500
+
+// runForAll calls fn for 0..n-1. Monotonic, one after another, stopping
+// at the first that asks to or fails; otherwise concurrently in batches
+// that double while they succeed (upstream's slow start), stopping after
+// a batch with errors.
 func runForAll(n int, fn func(int) (bool, error), monotonic bool) (bool, error) {
-	var errs []error
-	for i := range n {
-		stop, err := fn(i)
-		if monotonic && (stop || err != nil) {
+	if monotonic {
+		for i := range n {
+			if stop, err := fn(i); stop || err != nil {
+				return true, err
+			}
+		}
+		return false, nil
+	}
+	for pos, batch := 0, 1; pos < n; pos, batch = pos+batch, min(2*batch, maxBatch) {
+		batch = min(batch, n-pos)
+		errs := make([]error, batch)
+		var wg sync.WaitGroup
+		for j := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[j] = fn(pos + j)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return true, err
 		}
-		if err != nil {
-			errs = append(errs, err)
-		}
 	}
-	err := errors.Join(errs...)
-	return err != nil, err
+	return false, nil
 }
 
 // processReplica brings replica i into being and keeps its identity,
 // storage and claim ownership; true when an OrderedReady set must wait.
-func (c *Controller) processReplica(ctx context.Context, set *appsv1.StatefulSet, currentRev, updateRev *appsv1.ControllerRevision, currentSet, updateSet *appsv1.StatefulSet, monotonic bool, replicaList []*corev1.Pod, i int) (bool, error) {
+func (c *Controller) processReplica(ctx context.Context, set, updateSet *appsv1.StatefulSet, monotonic bool, replicaList []*corev1.Pod, i int) (bool, error) {
 	p := replicaList[i]
 	// Failed and Succeeded pods are replaced alike: how a pod stopped
-	// (eviction, node reboot) decides its phase, not whether it should run.
+	// (eviction, node reboot) decides its phase, not whether it should
+	// run. The successor, of the same name, comes once the API server
+	// has let the old one go.
 	if isFailed(p) || isSucceeded(p) {
+		if p.DeletionTimestamp != nil {
+			return true, nil
+		}
 		if isFailed(p) {
 			c.recorder.Eventf(set, corev1.EventTypeWarning, "RecreatingFailedPod", "StatefulSet %s/%s is recreating failed Pod %s", set.Namespace, set.Name, p.Name)
 		} else {
 			c.recorder.Eventf(set, corev1.EventTypeNormal, "RecreatingTerminatedPod", "StatefulSet %s/%s is recreating terminated Pod %s", set.Namespace, set.Name, p.Name)
 		}
-		if err := c.deletePod(ctx, set, p); err != nil {
-			return true, err
-		}
-		p = newVersionedPod(currentSet, updateSet, currentRev.Name, updateRev.Name, i+startOrdinal(set))
-		replicaList[i] = p
+		return true, c.deletePod(ctx, set, p)
 	}
 	if !isCreated(p) {
 		stale, err := c.claimIsStale(set, p)
