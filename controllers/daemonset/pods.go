@@ -29,7 +29,7 @@ var nologger = klog.Background()
 
 // daemonTolerations are what upstream adds to every daemon pod: node
 // problems must neither evict nor keep off a pod that exists to run on
-// every node (hostNetwork pods do not need the network either).
+// every node (and a hostNetwork pod does not need the pod network).
 func daemonTolerations(hostNetwork bool) []corev1.Toleration {
 	t := []corev1.Toleration{
 		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
