@@ -439,7 +439,8 @@ type statefulSetStrategy struct{ generationStrategy }
 
 func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
-	return validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	errs := validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	return append(errs, validateStatefulSetSpec(&s.Spec, field.NewPath("spec"))...)
 }
 
 func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -517,6 +518,7 @@ func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	if d.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), d.Spec.Template.Spec.RestartPolicy, []string{"Always"}))
 	}
+	errs = append(errs, validateDaemonSetSpec(&d.Spec, p)...)
 	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 

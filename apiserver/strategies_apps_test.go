@@ -123,3 +123,86 @@ func TestAppsDefaults(t *testing.T) {
 		t.Errorf("daemonset revisionHistoryLimit %v, want 10", ds.Spec.RevisionHistoryLimit)
 	}
 }
+
+// Update strategies and the other fields the controllers act on are
+// refused when the controllers could not honour them, with the field
+// kube-apiserver names.
+func TestAppsValidation(t *testing.T) {
+	e := newTestEnv(t)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}
+	pct := func(s string) *intstr.IntOrString { return ptrTo(intstr.FromString(s)) }
+	num := func(n int32) *intstr.IntOrString { return ptrTo(intstr.FromInt32(n)) }
+	dsRolling := func(unavailable, surge *intstr.IntOrString) appsv1.DaemonSetUpdateStrategy {
+		return appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: unavailable, MaxSurge: surge}}
+	}
+	for _, tc := range []struct {
+		name  string
+		ds    func(*appsv1.DaemonSetSpec)
+		field string // "" for valid
+	}{
+		{"surge only", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy = dsRolling(num(0), pct("10%")) }, ""},
+		{"both zero", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy = dsRolling(num(0), pct("0%")) }, "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{"both set", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy = dsRolling(num(1), num(1)) }, "spec.updateStrategy.rollingUpdate.maxSurge"},
+		{"over 100%", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy = dsRolling(pct("150%"), nil) }, "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{"negative", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy = dsRolling(num(-1), nil) }, "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{"unknown type", func(s *appsv1.DaemonSetSpec) { s.UpdateStrategy.Type = "Sometimes" }, "spec.updateStrategy"},
+		{"negative history", func(s *appsv1.DaemonSetSpec) { s.RevisionHistoryLimit = ptrTo[int32](-1) }, "spec.revisionHistoryLimit"},
+	} {
+		t.Run("daemonset "+tc.name, func(t *testing.T) {
+			ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{GenerateName: "ds-"}, Spec: appsv1.DaemonSetSpec{Selector: sel, Template: appsTemplate("x")}}
+			tc.ds(&ds.Spec)
+			_, err := e.cs.AppsV1().DaemonSets("default").Create(e.ctx, ds, metav1.CreateOptions{})
+			checkInvalid(t, err, tc.field)
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		sts   func(*appsv1.StatefulSetSpec)
+		field string
+	}{
+		{"maxUnavailable 50%", func(s *appsv1.StatefulSetSpec) {
+			s.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{MaxUnavailable: pct("50%")}}
+		}, ""},
+		{"maxUnavailable 0", func(s *appsv1.StatefulSetSpec) {
+			s.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{MaxUnavailable: num(0)}}
+		}, "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{"negative partition", func(s *appsv1.StatefulSetSpec) {
+			s.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptrTo[int32](-1)}}
+		}, "spec.updateStrategy.rollingUpdate.partition"},
+		{"rollingUpdate with OnDelete", func(s *appsv1.StatefulSetSpec) {
+			s.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{}}
+		}, "spec.updateStrategy.rollingUpdate"},
+		{"unknown policy", func(s *appsv1.StatefulSetSpec) { s.PodManagementPolicy = "Whenever" }, "spec.podManagementPolicy"},
+		{"negative start", func(s *appsv1.StatefulSetSpec) { s.Ordinals = &appsv1.StatefulSetOrdinals{Start: -1} }, "spec.ordinals.start"},
+		{"unknown retention", func(s *appsv1.StatefulSetSpec) {
+			s.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{WhenScaled: "Shred"}
+		}, "spec.persistentVolumeClaimRetentionPolicy.whenScaled"},
+	} {
+		t.Run("statefulset "+tc.name, func(t *testing.T) {
+			s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{GenerateName: "sts-"}, Spec: appsv1.StatefulSetSpec{Selector: sel, Template: appsTemplate("x")}}
+			tc.sts(&s.Spec)
+			_, err := e.cs.AppsV1().StatefulSets("default").Create(e.ctx, s, metav1.CreateOptions{})
+			checkInvalid(t, err, tc.field)
+		})
+	}
+}
+
+// checkInvalid wants no error for field "", else a 422 naming field.
+func checkInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Fatalf("valid spec refused: %v", err)
+		}
+		return
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("got %v, want 422 Invalid on %s", err, field)
+	}
+	for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+		if c.Field == field {
+			return
+		}
+	}
+	t.Errorf("422 without a cause on %s: %v", field, err)
+}
