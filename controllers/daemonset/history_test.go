@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/controllers/controllertest"
@@ -113,4 +114,49 @@ func TestHistoryAndRollback(t *testing.T) {
 	})
 	waitImage(t, e, "agent", "busybox:4", "sim-0", "sim-1")
 	waitRevisions(t, e, "agent", 3, 4)
+}
+
+// A revision name taken by another template (a hash collision) raises
+// status.collisionCount, and the template is recorded under the next
+// hash.
+func TestHashCollision(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	start(t, e)
+	create(t, e, newDS("agent", nil))
+	waitPlaced(t, e, "agent", "sim-0")
+	waitRevisions(t, e, "agent", 1)
+
+	// The next template as the API server will store it, to take its name.
+	next, err := e.Client.Apps.DaemonSets("default").Get(e.Ctx, "agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image(next, "busybox:2")
+	next, err = e.Client.Apps.DaemonSets("default").Update(e.Ctx, next, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := history.Name("agent", history.HashObject(&next.Spec.Template, nil))
+	if _, err := e.Client.Apps.ControllerRevisions("default").Create(e.Ctx, &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Name: taken, Labels: map[string]string{"app": "squatter"}},
+		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{}}`)},
+		Revision:   1,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	modify(t, e, "agent", func(ds *appsv1.DaemonSet) { image(ds, "busybox:2") })
+	waitImage(t, e, "agent", "busybox:2", "sim-0")
+	revs := waitRevisions(t, e, "agent", 1, 2)
+	one := int32(1)
+	if want := history.Name("agent", history.HashObject(&next.Spec.Template, &one)); revs[1].Name != want {
+		t.Errorf("revision 2 named %s, want %s", revs[1].Name, want)
+	}
+	ds, err := e.Client.Apps.DaemonSets("default").Get(e.Ctx, "agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Status.CollisionCount == nil || *ds.Status.CollisionCount != 1 {
+		t.Errorf("collisionCount %v, want 1", ds.Status.CollisionCount)
+	}
 }

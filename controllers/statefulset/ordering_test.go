@@ -153,3 +153,33 @@ func TestRecreate(t *testing.T) {
 	}
 	waitPods(t, e, newUID, "web-0", "web-1")
 }
+
+// An orphan pod with a member's name and the set's labels is adopted, not
+// replaced (OnDelete: a rolling update would replace it, as it has no
+// revision label).
+func TestAdoptsOrphan(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	start(t, e)
+	orphan, err := e.Client.Core.Pods("default").Create(e.Ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := create(t, e, newSet(1, func(s *appsv1.StatefulSet) {
+		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+	}))
+	waitPods(t, e, func(p *corev1.Pod) error {
+		if p.UID != orphan.UID {
+			return fmt.Errorf("replaced")
+		}
+		if !metav1.IsControlledBy(p, set) {
+			return fmt.Errorf("not adopted: %v", p.OwnerReferences)
+		}
+		if p.Labels["statefulset.kubernetes.io/pod-name"] != "web-0" {
+			return fmt.Errorf("identity labels not restored: %v", p.Labels)
+		}
+		return nil
+	}, "web-0")
+}
