@@ -178,3 +178,16 @@ func TestFailedPodReplaced(t *testing.T) {
 		return err
 	})
 }
+
+// A pod that is not Ready counts as unavailable; a Ready one becomes
+// available only minReadySeconds later.
+func TestStatusAvailability(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	start(t, e)
+	create(t, e, newDS("slow", readyDelay("1h")))
+	waitStatus(t, e, "slow", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberUnavailable: 2, UpdatedNumberScheduled: 2})
+
+	create(t, e, newDS("agent", func(ds *appsv1.DaemonSet) { ds.Spec.MinReadySeconds = 5 }))
+	waitStatus(t, e, "agent", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 2, NumberUnavailable: 2, UpdatedNumberScheduled: 2})
+	waitStatus(t, e, "agent", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberReady: 2, NumberAvailable: 2, UpdatedNumberScheduled: 2})
+}

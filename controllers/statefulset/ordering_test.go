@@ -183,3 +183,24 @@ func TestAdoptsOrphan(t *testing.T) {
 		return nil
 	}, "web-0")
 }
+
+// Ready replicas become available minReadySeconds later, and OrderedReady
+// waits for availability before the next pod.
+func TestMinReadySeconds(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	start(t, e)
+	create(t, e, newSet(2, func(s *appsv1.StatefulSet) { s.Spec.MinReadySeconds = 3 }))
+	waitStatus(t, e, func(st appsv1.StatefulSetStatus) error {
+		if st.Replicas != 1 || st.ReadyReplicas != 1 || st.AvailableReplicas != 0 {
+			return fmt.Errorf("status %+v, want web-0 alone, Ready and not yet available", st)
+		}
+		return nil
+	})
+	waitPods(t, e, nil, "web-0", "web-1")
+	waitStatus(t, e, func(st appsv1.StatefulSetStatus) error {
+		if st.Replicas != 2 || st.ReadyReplicas != 2 || st.AvailableReplicas != 2 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+}
