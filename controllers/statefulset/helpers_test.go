@@ -162,13 +162,11 @@ func image(img string) func(*corev1.Pod) error {
 	}
 }
 
-// podLog records, through an informer, what happened to the set's pods
-// in order, and lets a test check a condition on the informer's state at
-// each event.
+// podLog checks, through an informer, a condition on the set's pods at
+// each of their events and keeps the violations.
 type podLog struct {
-	mu     sync.Mutex
-	events []string
-	errs   []string
+	mu   sync.Mutex
+	errs []string
 }
 
 // watchPods calls check (under the log's lock) on every pod event with
@@ -196,7 +194,6 @@ func watchPods(t *testing.T, inf *client.Informers, check func(event string, p *
 			}
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			l.events = append(l.events, event+" "+p.Name)
 			if v := check(event, p, all); v != "" {
 				l.errs = append(l.errs, v)
 			}
