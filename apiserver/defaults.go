@@ -364,13 +364,15 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 	if s.Spec.PodManagementPolicy == "" {
 		s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
 	}
+	// Only an unset strategy gets rollingUpdate filled in: upstream leaves
+	// an explicit "RollingUpdate" without parameters as it is.
 	if s.Spec.UpdateStrategy.Type == "" {
 		s.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
-	}
-	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType {
 		if s.Spec.UpdateStrategy.RollingUpdate == nil {
 			s.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{}
 		}
+	}
+	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType && s.Spec.UpdateStrategy.RollingUpdate != nil {
 		if s.Spec.UpdateStrategy.RollingUpdate.Partition == nil {
 			s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](0)
 		}

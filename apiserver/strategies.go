@@ -3,11 +3,13 @@ package apiserver
 import (
 	"fmt"
 	"reflect"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -437,7 +439,8 @@ type statefulSetStrategy struct{ generationStrategy }
 
 func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
-	return validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	errs := validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	return append(errs, validateStatefulSetSpec(&s.Spec, field.NewPath("spec"))...)
 }
 
 func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -453,6 +456,61 @@ func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Objec
 
 type daemonSetStrategy struct{ generationStrategy }
 
+// A DaemonSet's template generation, which the daemonset controller
+// labels its pods with (pod-template-generation): apps/v1 has no field
+// for it, so kube-apiserver keeps it in this annotation, starting at 1 and
+// counting template changes; clients cannot set it.
+const daemonSetTemplateGeneration = appsv1.DeprecatedTemplateGeneration
+
+func (daemonSetStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	d := obj.(*appsv1.DaemonSet)
+	d.Status = appsv1.DaemonSetStatus{}
+	gen, err := templateGeneration(d)
+	if err != nil {
+		return err
+	}
+	setTemplateGeneration(d, max(gen, 1))
+	return nil
+}
+
+func (daemonSetStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	d, o := obj.(*appsv1.DaemonSet), old.(*appsv1.DaemonSet)
+	d.Status = o.Status
+	if _, err := templateGeneration(d); err != nil {
+		return err
+	}
+	gen, err := templateGeneration(o)
+	if err != nil {
+		return err
+	}
+	if !apiequality.Semantic.DeepEqual(d.Spec.Template, o.Spec.Template) {
+		gen++
+	}
+	setTemplateGeneration(d, gen)
+	return nil
+}
+
+// templateGeneration reads the annotation; 0 when absent. A value that is
+// not a number is refused, as kube-apiserver's conversion refuses it.
+func templateGeneration(d *appsv1.DaemonSet) (int64, error) {
+	v, ok := d.Annotations[daemonSetTemplateGeneration]
+	if !ok {
+		return 0, nil
+	}
+	gen, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("annotation %s: %q is not an integer", daemonSetTemplateGeneration, v))
+	}
+	return gen, nil
+}
+
+func setTemplateGeneration(d *appsv1.DaemonSet, gen int64) {
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[daemonSetTemplateGeneration] = strconv.FormatInt(gen, 10)
+}
+
 func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	d := obj.(*appsv1.DaemonSet)
 	p := field.NewPath("spec")
@@ -460,6 +518,7 @@ func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	if d.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), d.Spec.Template.Spec.RestartPolicy, []string{"Always"}))
 	}
+	errs = append(errs, validateDaemonSetSpec(&d.Spec, p)...)
 	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 

@@ -17,8 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/namespace"
+	"bonsai.dev/bonsai/controllers/statefulset"
 )
 
 // Deps is what every controller is built from.
@@ -41,11 +43,17 @@ var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
 }{
+	{"daemonset", func(d Deps) (runner, error) {
+		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
 	{"garbagecollector", func(d Deps) (runner, error) {
 		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
 	}},
 	{"namespace", func(d Deps) (runner, error) {
 		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"statefulset", func(d Deps) (runner, error) {
+		return statefulset.New(statefulset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 }
 
