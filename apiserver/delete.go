@@ -179,7 +179,10 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				}
 				newRev, err := s.cfg.Store.Update(ctx, res.key(namespace, name), data, rev)
 				if err != nil {
-					if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+					if apierrors.IsConflict(storeError(err, res, name)) && attempt < maxUnconditionalRetries {
+						if err := waitToRetry(ctx, attempt); err != nil {
+							return nil, false, err
+						}
 						continue
 					}
 					return nil, false, storeError(err, res, name)
@@ -193,7 +196,10 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		}
 		kv, err := s.cfg.Store.Delete(ctx, res.key(namespace, name), rev)
 		if err != nil {
-			if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+			if apierrors.IsConflict(storeError(err, res, name)) && attempt < maxUnconditionalRetries {
+				if err := waitToRetry(ctx, attempt); err != nil {
+					return nil, false, err
+				}
 				continue
 			}
 			return nil, false, storeError(err, res, name)

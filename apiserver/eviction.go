@@ -120,7 +120,10 @@ func (s *Server) takeDisruption(ctx context.Context, pod *corev1.Pod, dry bool) 
 			return apierrors.NewInternalError(err)
 		}
 		if _, err := s.cfg.Store.Update(ctx, pdbRes.key(pdb.Namespace, pdb.Name), data, rev); err != nil {
-			if apierrors.IsConflict(storeError(err, pdbRes, pdb.Name)) && attempt < 10 {
+			if apierrors.IsConflict(storeError(err, pdbRes, pdb.Name)) && attempt < maxUnconditionalRetries {
+				if err := waitToRetry(ctx, attempt); err != nil {
+					return err
+				}
 				continue
 			}
 			return storeError(err, pdbRes, pdb.Name)

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,5 +155,46 @@ func TestDeleteCollection(t *testing.T) {
 	}
 	if len(kept) != n/2 {
 		t.Errorf("%d objects outside the selector left, want %d", len(kept), n/2)
+	}
+}
+
+// A delete without preconditions racing unconditional writes to the same
+// object succeeds, as on kube-apiserver: the store may refuse its
+// compare-and-swap while the write that won is still on its way to disk,
+// and the delete must wait for it rather than give up.
+func TestDeleteRacingWrites(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for round := range 20 {
+		name := fmt.Sprintf("raced-%d", round)
+		if _, err := cms.Create(e.ctx, cm(name, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					patch := fmt.Sprintf(`{"data":{"w%d":"%d"}}`, w, i)
+					if _, err := cms.Patch(e.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		err := cms.Delete(e.ctx, name, metav1.DeleteOptions{})
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: delete racing 8 writers: %v", round, err)
+		}
 	}
 }

@@ -402,13 +402,29 @@ func fieldManager(r *http.Request) string {
 	return ua
 }
 
-// update serves PUT and PATCH of the main resource and its status-like
-// subresources. It retries on conflict when the client set no
-// resourceVersion precondition.
 // maxUnconditionalRetries bounds the retries of a write without a
 // resourceVersion that keeps losing races: with waits capped at 50 ms,
 // about five seconds.
 const maxUnconditionalRetries = 100
+
+// waitToRetry waits before the attempt-th retry of a write that lost a
+// race. The write that beat it is queued in the store but not yet
+// readable (it waits for its fsync): reading again at once would find the
+// same old revision. Each wait is a little longer, a few milliseconds
+// being one fsync. kube-apiserver retries such writes until they land; a
+// busy disk can take many fsyncs, so the budget is seconds, not attempts.
+func waitToRetry(ctx context.Context, attempt int) error {
+	select {
+	case <-time.After(min(time.Millisecond<<attempt, 50*time.Millisecond)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// update serves PUT and PATCH of the main resource and its status-like
+// subresources. It retries on conflict when the client set no
+// resourceVersion precondition.
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
 	p, err := parseWrite(r)
@@ -479,16 +495,8 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		}
 		out, err := s.updateObject(r.Context(), wc, ri, obj, old, rev, manager, conditional, applied)
 		if apierrors.IsConflict(err) && !conditional && attempt < maxUnconditionalRetries {
-			// The write that beat this one is queued in the store but not
-			// yet readable (it waits for its fsync): reading again at once
-			// would find the same old revision. Wait a little longer each
-			// time, a few milliseconds being one fsync. kube-apiserver
-			// retries such writes until they land; a busy disk can take
-			// many fsyncs, so the budget is seconds, not attempts.
-			select {
-			case <-time.After(min(time.Millisecond<<attempt, 50*time.Millisecond)):
-			case <-r.Context().Done():
-				return r.Context().Err()
+			if err := waitToRetry(r.Context(), attempt); err != nil {
+				return err
 			}
 			continue
 		}
