@@ -86,6 +86,11 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 		return methodNotSupported(res, ri.verb)
 	case "log":
 		return s.serveLog(w, r, ri, res)
+	case "token":
+		if ri.verb == "create" {
+			return s.createToken(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
 	case "exec", "attach", "portforward":
 		return s.serveConnect(w, r, ri, res)
 	case "ephemeralcontainers":
@@ -294,6 +299,13 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetSelfLink("")
 	defaulter{}.Default(obj)
+	// Mutating admission runs on the defaulted object, before the
+	// strategy and validation see it, as in kube-apiserver.
+	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
+		if err := s.admitPodServiceAccount(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
 	}
