@@ -266,7 +266,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
-	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	wc := &writeCtx{s: s, res: res, dryRun: dry, generatedName: generated}
 	// A generated name that is taken is the server's problem, not the
 	// client's: try others, as kube-apiserver does (RetryGenerateName).
 	for attempt := 0; ; attempt++ {
@@ -302,7 +302,7 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	// Mutating admission runs on the defaulted object, before the
 	// strategy and validation see it, as in kube-apiserver.
 	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
-		if err := s.admitPodServiceAccount(ctx, pod); err != nil {
+		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
 			return nil, err
 		}
 	}

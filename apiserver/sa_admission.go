@@ -35,16 +35,21 @@ const (
 // image pull secrets, and, unless the pod or the account opts out, mounts
 // a projected token volume into every container. Mirror pods are not
 // changed, only checked.
-func (s *Server) admitPodServiceAccount(ctx context.Context, pod *corev1.Pod) error {
+func (s *Server) admitPodServiceAccount(ctx context.Context, pod *corev1.Pod, generatedName bool) error {
+	if pod.Spec.ServiceAccountName == "" {
+		// Old clients set only the deprecated field; conversion from v1
+		// reads it.
+		pod.Spec.ServiceAccountName = pod.Spec.DeprecatedServiceAccount
+	}
 	if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
-		return validateMirrorPod(pod)
+		return validateMirrorPod(pod, generatedName)
 	}
 	if pod.Spec.ServiceAccountName == "" {
 		pod.Spec.ServiceAccountName = defaultServiceAccountName
 	}
 	sa, err := s.lookupServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
 	if err != nil {
-		return podForbidden(pod, fmt.Errorf("error looking up service account %s/%s: %w", pod.Namespace, pod.Spec.ServiceAccountName, err))
+		return podForbidden(pod, generatedName, fmt.Errorf("error looking up service account %s/%s: %w", pod.Namespace, pod.Spec.ServiceAccountName, err))
 	}
 	if shouldAutomount(sa, pod) {
 		mountServiceAccountToken(pod)
@@ -57,11 +62,12 @@ func (s *Server) admitPodServiceAccount(ctx context.Context, pod *corev1.Pod) er
 	return nil
 }
 
-// podForbidden is admission's 403, naming the pod (or its generateName:
-// names are generated after admission).
-func podForbidden(pod *corev1.Pod, err error) error {
+// podForbidden is admission's 403, naming the pod, or its generateName
+// when the name was generated: kube-apiserver generates names after
+// admission.
+func podForbidden(pod *corev1.Pod, generatedName bool, err error) error {
 	name := pod.Name
-	if name == "" {
+	if generatedName {
 		name = pod.GenerateName
 	}
 	return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, name, err)
@@ -168,12 +174,12 @@ func tokenVolumeSource() *corev1.ProjectedVolumeSource {
 
 // validateMirrorPod refuses mirror pods that would need the API's
 // credentials: the kubelet runs static pods without any.
-func validateMirrorPod(pod *corev1.Pod) error {
+func validateMirrorPod(pod *corev1.Pod, generatedName bool) error {
 	if pod.Spec.ServiceAccountName != "" {
-		return podForbidden(pod, errors.New("a mirror pod may not reference service accounts"))
+		return podForbidden(pod, generatedName, errors.New("a mirror pod may not reference service accounts"))
 	}
 	if podReferencesSecrets(pod) {
-		return podForbidden(pod, errors.New("a mirror pod may not reference secrets"))
+		return podForbidden(pod, generatedName, errors.New("a mirror pod may not reference secrets"))
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.Projected == nil {
@@ -181,7 +187,7 @@ func validateMirrorPod(pod *corev1.Pod) error {
 		}
 		for _, src := range v.Projected.Sources {
 			if src.ServiceAccountToken != nil {
-				return podForbidden(pod, errors.New("a mirror pod may not use ServiceAccountToken volume projections"))
+				return podForbidden(pod, generatedName, errors.New("a mirror pod may not use ServiceAccountToken volume projections"))
 			}
 		}
 	}

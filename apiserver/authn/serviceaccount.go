@@ -123,15 +123,14 @@ func (s *TokenSigner) Issue(sa *corev1.ServiceAccount, b TokenBinding, audiences
 	if b.Secret != nil && b.Pod != nil {
 		return "", errors.New("internal error, token can only be bound to one object type")
 	}
-	public := jwt.Claims{
+	public := issuedClaims{Claims: jwt.Claims{
 		Issuer:    s.Issuer,
 		Subject:   ServiceAccountUsername(sa.Namespace, sa.Name),
-		Audience:  jwt.Audience(audiences),
 		IssuedAt:  jwt.NewNumericDate(now),
 		NotBefore: jwt.NewNumericDate(now),
 		Expiry:    jwt.NewNumericDate(now.Add(expiration)),
 		ID:        string(uuid.NewUUID()),
-	}
+	}, Audience: audiences}
 	private := ServiceAccountClaims{Kubernetes: KubernetesClaims{
 		Namespace:      sa.Namespace,
 		ServiceAccount: Ref{Name: sa.Name, UID: string(sa.UID)},
@@ -149,6 +148,13 @@ func (s *TokenSigner) Issue(sa *corev1.ServiceAccount, b TokenBinding, audiences
 		private.Kubernetes.WarnAfter = jwt.NewNumericDate(now.Add(warnAfter))
 	}
 	return jwt.Signed(s.signer).Claims(public).Claims(private).Serialize()
+}
+
+// issuedClaims writes "aud" as an array even with one audience, as
+// Kubernetes' tokens have it (jwt.Audience would write a lone string).
+type issuedClaims struct {
+	jwt.Claims
+	Audience []string `json:"aud,omitempty"`
 }
 
 // publicKey is the key as a JWK, for /openid/v1/jwks.
