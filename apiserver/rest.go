@@ -380,7 +380,12 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 	}
 	if terminating {
-		return apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		err := apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		// Controllers recognise this refusal by its cause.
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ri.namespace), Field: "metadata.namespace",
+		})
+		return err
 	}
 	return nil
 }
