@@ -113,8 +113,8 @@ func validateTokenRequest(req *authenticationv1.TokenRequest) field.ErrorList {
 }
 
 // tokenBinding resolves spec.boundObjectRef: the pod (which must run as
-// the account) with its node, or the secret, with the uid checked when
-// the reference gives one.
+// the account) with its node, the secret or the node, with the uid
+// checked when the reference gives one.
 func (s *Server) tokenBinding(ctx context.Context, namespace, saName string, ref *authenticationv1.BoundObjectReference) (authn.TokenBinding, error) {
 	var b authn.TokenBinding
 	if ref == nil {
@@ -153,6 +153,13 @@ func (s *Server) tokenBinding(ctx context.Context, namespace, saName string, ref
 		}
 		b.Secret = obj.(*corev1.Secret)
 		uid = b.Secret.UID
+	case gvk.Group == "" && gvk.Kind == "Node":
+		obj, _, err := s.getObject(ctx, s.reg.byGVR[gvr("", "v1", "nodes")], "", ref.Name)
+		if err != nil {
+			return b, err
+		}
+		b.Node = obj.(*corev1.Node)
+		uid = b.Node.UID
 	default:
 		return b, apierrors.NewBadRequest(fmt.Sprintf("cannot bind token to object of type %s", gvk.String()))
 	}
@@ -164,7 +171,7 @@ func (s *Server) tokenBinding(ctx context.Context, namespace, saName string, ref
 }
 
 // storeObjects is how the service-account authenticator reads the
-// accounts, pods and secrets tokens name: straight from the store, so a
+// accounts, pods, secrets and nodes tokens name: straight from the store, so a
 // deletion takes effect on the next request.
 type storeObjects struct{ s *Server }
 
@@ -197,4 +204,12 @@ func (g storeObjects) GetSecret(namespace, name string) (*corev1.Secret, error) 
 		return nil, err
 	}
 	return obj.(*corev1.Secret), nil
+}
+
+func (g storeObjects) GetNode(name string) (*corev1.Node, error) {
+	obj, err := g.get("nodes", "", name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.Node), nil
 }

@@ -122,6 +122,11 @@ func TestTokenRequestClaims(t *testing.T) {
 				"node": map[string]any{"name": "n1", "uid": string(f.node.UID)}},
 		},
 		{
+			name: "node-bound", spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Node", Name: "n1", UID: f.node.UID}},
+			lifetime: time.Hour, status: time.Hour, aud: []any{testIssuer},
+			k8s: map[string]any{"namespace": "default", "serviceaccount": saClaim, "node": map[string]any{"name": "n1", "uid": string(f.node.UID)}},
+		},
+		{
 			name: "secret-bound", spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Secret", Name: "s"}},
 			lifetime: time.Hour, status: time.Hour, aud: []any{testIssuer},
 			k8s: map[string]any{"namespace": "default", "serviceaccount": saClaim, "secret": map[string]any{"name": "s", "uid": string(f.secret.UID)}},

@@ -62,7 +62,7 @@ type Ref struct {
 }
 
 // TokenBinding is what a token is bound to: a pod (with the node it runs
-// on, if any), a secret, or nothing.
+// on, if any), a secret, a node, or nothing.
 type TokenBinding struct {
 	Pod    *corev1.Pod
 	Node   *corev1.Node
@@ -120,7 +120,7 @@ func keyID(pub crypto.PublicKey) (string, error) {
 // Issue signs a token for sa bound to b, valid from now for expiration,
 // for audiences. warnAfter, if not zero, is when the token turns stale.
 func (s *TokenSigner) Issue(sa *corev1.ServiceAccount, b TokenBinding, audiences []string, now time.Time, expiration, warnAfter time.Duration) (string, error) {
-	if b.Secret != nil && b.Pod != nil {
+	if b.Secret != nil && (b.Pod != nil || b.Node != nil) {
 		return "", errors.New("internal error, token can only be bound to one object type")
 	}
 	public := issuedClaims{Claims: jwt.Claims{
@@ -143,6 +143,8 @@ func (s *TokenSigner) Issue(sa *corev1.ServiceAccount, b TokenBinding, audiences
 		}
 	case b.Secret != nil:
 		private.Kubernetes.Secret = &Ref{Name: b.Secret.Name, UID: string(b.Secret.UID)}
+	case b.Node != nil:
+		private.Kubernetes.Node = &Ref{Name: b.Node.Name, UID: string(b.Node.UID)}
 	}
 	if warnAfter != 0 {
 		private.Kubernetes.WarnAfter = jwt.NewNumericDate(now.Add(warnAfter))
@@ -176,6 +178,7 @@ type ServiceAccountGetter interface {
 	GetServiceAccount(namespace, name string) (*corev1.ServiceAccount, error)
 	GetPod(namespace, name string) (*corev1.Pod, error)
 	GetSecret(namespace, name string) (*corev1.Secret, error)
+	GetNode(name string) (*corev1.Node, error)
 }
 
 // ServiceAccountTokens authenticates the bearer tokens a TokenSigner
@@ -293,11 +296,25 @@ func (a *ServiceAccountTokens) authenticate(tok *jwt.JSONWebToken) (*User, bool,
 		}
 		u.Extra[ExtraPodName] = []string{k.Pod.Name}
 		u.Extra[ExtraPodUID] = []string{k.Pod.UID}
-		if k.Node != nil {
-			u.Extra[ExtraNodeName] = []string{k.Node.Name}
-			if k.Node.UID != "" {
-				u.Extra[ExtraNodeUID] = []string{k.Node.UID}
-			}
+	} else if k.Node != nil {
+		// A token bound to the node itself lives as long as the node.
+		node, err := a.getter.GetNode(k.Node.Name)
+		if err != nil {
+			return nil, false, err
+		}
+		if string(node.UID) != k.Node.UID {
+			return nil, false, fmt.Errorf("node UID (%s) does not match claim (%s)", node.UID, k.Node.UID)
+		}
+		if node.DeletionTimestamp != nil && node.DeletionTimestamp.Time.Before(deletedBefore) {
+			return nil, false, fmt.Errorf("node %s has been deleted", k.Node.Name)
+		}
+	}
+	if k.Node != nil {
+		// A pod's node is as the token was issued: the pod's check
+		// stands for it.
+		u.Extra[ExtraNodeName] = []string{k.Node.Name}
+		if k.Node.UID != "" {
+			u.Extra[ExtraNodeUID] = []string{k.Node.UID}
 		}
 	}
 	if public.ID != "" {

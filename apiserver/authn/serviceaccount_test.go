@@ -26,6 +26,7 @@ type objects struct {
 	sas     map[string]*corev1.ServiceAccount
 	pods    map[string]*corev1.Pod
 	secrets map[string]*corev1.Secret
+	nodes   map[string]*corev1.Node // keyed "/name"
 }
 
 func lookup[T any](m map[string]*T, kind, ns, name string) (*T, error) {
@@ -43,6 +44,9 @@ func (o objects) GetPod(ns, name string) (*corev1.Pod, error) {
 }
 func (o objects) GetSecret(ns, name string) (*corev1.Secret, error) {
 	return lookup(o.secrets, "secrets", ns, name)
+}
+func (o objects) GetNode(name string) (*corev1.Node, error) {
+	return lookup(o.nodes, "nodes", "", name)
 }
 
 func newSigner(t *testing.T, iss string) *authn.TokenSigner {
@@ -109,6 +113,14 @@ func TestServiceAccountTokens(t *testing.T) {
 	deletingNow.DeletionTimestamp = &metav1.Time{Time: t0.Add(-30 * time.Second)}
 	recreatedSA := sa.DeepCopy()
 	recreatedSA.UID = "sa-uid-2"
+	recreatedNode := node.DeepCopy()
+	recreatedNode.UID = "node-uid-2"
+	nodeBound := issue(signer, authn.TokenBinding{Node: node}, []string{issuer}, time.Hour)
+	saGroups := []string{"system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"}
+	withNode := func(o objects, n *corev1.Node) objects {
+		o.nodes = map[string]*corev1.Node{"/n1": n}
+		return o
+	}
 	objs := func(sa *corev1.ServiceAccount, pod *corev1.Pod) objects {
 		o := objects{sas: map[string]*corev1.ServiceAccount{}, pods: map[string]*corev1.Pod{}, secrets: map[string]*corev1.Secret{"ns/s": secret}}
 		if sa != nil {
@@ -143,6 +155,12 @@ func TestServiceAccountTokens(t *testing.T) {
 		{name: "account recreated", token: valid, now: t0, objects: objs(recreatedSA, pod), err: "service account UID (sa-uid-2) does not match claim (sa-uid)"},
 		{name: "secret-bound", token: issue(signer, authn.TokenBinding{Secret: secret}, []string{issuer}, time.Hour), now: t0, objects: objs(sa, nil), ok: true,
 			want: &authn.User{Name: "system:serviceaccount:ns:builder", UID: "sa-uid", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"}}},
+		{name: "node-bound", token: nodeBound, now: t0, objects: withNode(objs(sa, nil), node), ok: true,
+			want: &authn.User{Name: "system:serviceaccount:ns:builder", UID: "sa-uid", Groups: saGroups,
+				Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"n1"}, "authentication.kubernetes.io/node-uid": {"node-uid"}}}},
+		{name: "node recreated", token: nodeBound, now: t0, objects: withNode(objs(sa, nil), recreatedNode), err: "node UID (node-uid-2) does not match claim (node-uid)"},
+		{name: "node gone", token: nodeBound, now: t0, objects: objs(sa, nil), err: `nodes "n1" not found`},
+		{name: "pod-bound token of a node that is gone", token: valid, now: t0, objects: objs(sa, pod), want: wantPodUser, ok: true},
 		{name: "other issuer", token: issue(newSigner(t, "https://elsewhere"), podBound, []string{issuer}, time.Hour), now: t0, objects: objs(sa, pod)},
 		{name: "not a JWT", token: "abc123", now: t0, objects: objs(sa, pod)},
 		{name: "no token", now: t0, objects: objs(sa, pod)},
