@@ -1,4 +1,4 @@
-package serviceaccount
+package serviceaccount_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/serviceaccount"
 )
 
 const waitFor = 30 * time.Second
@@ -23,11 +24,11 @@ const testCA = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----
 type runner interface{ Run(context.Context) error }
 
 // start runs the API server and the controller build makes.
-func start(t *testing.T, build func(Config) (runner, error)) *controllertest.Env {
+func start(t *testing.T, build func(serviceaccount.Config) (runner, error)) *controllertest.Env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{})
+	e := controllertest.New(t, controllertest.Options{WithoutServiceAccounts: true})
 	inf := client.NewInformers(e.Config)
-	c, err := build(Config{Client: e.Client, Informers: inf, Logger: e.Log, RootCA: []byte(testCA)})
+	c, err := build(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log, RootCA: []byte(testCA)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +73,10 @@ func terminate(t *testing.T, e *controllertest.Env, name string) {
 }
 
 func TestDefaultServiceAccount(t *testing.T) {
-	e := start(t, func(c Config) (runner, error) { return New(c) })
+	e := start(t, func(c serviceaccount.Config) (runner, error) { return serviceaccount.New(c) })
 	sas := func(ns string) func() error {
 		return func() error {
-			_, err := e.Client.Core.ServiceAccounts(ns).Get(e.Ctx, DefaultServiceAccountName, metav1.GetOptions{})
+			_, err := e.Client.Core.ServiceAccounts(ns).Get(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.GetOptions{})
 			return err
 		}
 	}
@@ -85,15 +86,15 @@ func TestDefaultServiceAccount(t *testing.T) {
 	controllertest.Eventually(t, waitFor, sas("doomed"))
 
 	// Deleted: made again, a new object.
-	old, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, DefaultServiceAccountName, metav1.GetOptions{})
+	old, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	controllertest.Eventually(t, waitFor, func() error {
-		sa, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, DefaultServiceAccountName, metav1.GetOptions{})
+		sa, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -107,10 +108,10 @@ func TestDefaultServiceAccount(t *testing.T) {
 	// queue is FIFO with one worker: once the account of team-a,
 	// deleted after it, is back, doomed's turn has passed.
 	terminate(t, e, "doomed")
-	if err := e.Client.Core.ServiceAccounts("doomed").Delete(e.Ctx, DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ServiceAccounts("doomed").Delete(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	controllertest.Eventually(t, waitFor, sas("team-a"))
@@ -120,10 +121,10 @@ func TestDefaultServiceAccount(t *testing.T) {
 }
 
 func TestRootCAPublisher(t *testing.T) {
-	e := start(t, func(c Config) (runner, error) { return NewRootCAPublisher(c) })
+	e := start(t, func(c serviceaccount.Config) (runner, error) { return serviceaccount.NewRootCAPublisher(c) })
 	cms := func(ns string) *corev1.ConfigMap {
 		t.Helper()
-		cm, err := e.Client.Core.ConfigMaps(ns).Get(e.Ctx, RootCACertConfigMapName, metav1.GetOptions{})
+		cm, err := e.Client.Core.ConfigMaps(ns).Get(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +135,7 @@ func TestRootCAPublisher(t *testing.T) {
 	published := func(ns string, old types.UID) {
 		t.Helper()
 		controllertest.Eventually(t, waitFor, func() error {
-			cm, err := e.Client.Core.ConfigMaps(ns).Get(e.Ctx, RootCACertConfigMapName, metav1.GetOptions{})
+			cm, err := e.Client.Core.ConfigMaps(ns).Get(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -144,7 +145,7 @@ func TestRootCAPublisher(t *testing.T) {
 			if diff := cmp.Diff(map[string]string{"ca.crt": testCA}, cm.Data); diff != "" {
 				return fmt.Errorf("data (-want +got):\n%s", diff)
 			}
-			if cm.Annotations[DescriptionAnnotation] != Description {
+			if cm.Annotations[serviceaccount.DescriptionAnnotation] != serviceaccount.Description {
 				return fmt.Errorf("annotations %v", cm.Annotations)
 			}
 			return nil
@@ -172,7 +173,7 @@ func TestRootCAPublisher(t *testing.T) {
 
 	// Deleted: made again.
 	uid := cms("team-a").UID
-	if err := e.Client.Core.ConfigMaps("team-a").Delete(e.Ctx, RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ConfigMaps("team-a").Delete(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	published("team-a", uid)
@@ -180,22 +181,22 @@ func TestRootCAPublisher(t *testing.T) {
 	// In a Terminating namespace a deleted one stays deleted (see
 	// TestDefaultServiceAccount for why team-a's turn proves doomed's).
 	terminate(t, e, "doomed")
-	if err := e.Client.Core.ConfigMaps("doomed").Delete(e.Ctx, RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ConfigMaps("doomed").Delete(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	uid = cms("team-a").UID
-	if err := e.Client.Core.ConfigMaps("team-a").Delete(e.Ctx, RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.Core.ConfigMaps("team-a").Delete(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	published("team-a", uid)
-	if _, err := e.Client.Core.ConfigMaps("doomed").Get(e.Ctx, RootCACertConfigMapName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := e.Client.Core.ConfigMaps("doomed").Get(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("CA ConfigMap in a terminating namespace: %v, want it not made again", err)
 	}
 }
 
 func TestRootCAPublisherNeedsCA(t *testing.T) {
 	e := controllertest.New(t, controllertest.Options{})
-	if _, err := NewRootCAPublisher(Config{Client: e.Client, Informers: client.NewInformers(e.Config)}); err == nil {
+	if _, err := serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: e.Client, Informers: client.NewInformers(e.Config)}); err == nil {
 		t.Fatal("publisher built without a CA")
 	}
 }
