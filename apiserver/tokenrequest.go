@@ -35,8 +35,8 @@ const (
 var tokenRequestKind = schema.GroupKind{Group: "authentication.k8s.io", Kind: "TokenRequest"}
 
 // createToken serves serviceaccounts/token (TokenRequest), as
-// kube-apiserver's TokenREST does: a JWT for the account, bound to a pod
-// or a secret when asked, for the asked audiences (default the API
+// kube-apiserver's TokenREST does: a JWT for the account, bound to a pod,
+// a secret or a node when asked, for the asked audiences (default the API
 // server's) and lifetime.
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
 	format, err := negotiate(r)
@@ -84,20 +84,28 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestI
 	}
 	exp := time.Duration(*req.Spec.ExpirationSeconds) * time.Second
 	var warnAfter time.Duration
-	if binding.Pod != nil && *req.Spec.ExpirationSeconds == legacyTokenExpirationSeconds && slices.Equal(req.Spec.Audiences, s.apiAudiences()) {
+	if binding.Pod != nil && *req.Spec.ExpirationSeconds == legacyTokenExpirationSeconds && s.forAPIServer(req.Spec.Audiences) {
 		warnAfter, exp = exp, extendedTokenExpiration
 	}
-	if dry, err := dryRun(r); err != nil {
-		return err
-	} else if !dry {
-		if req.Status.Token, err = s.saSigner.Issue(sa, binding, req.Spec.Audiences, now, exp, warnAfter); err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("failed to generate token: %v", err))
-		}
+	// dryRun is not looked at: kube-apiserver issues the token anyway,
+	// nothing being stored either way.
+	if req.Status.Token, err = s.saSigner.Issue(sa, binding, req.Spec.Audiences, now, exp, warnAfter); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("failed to generate token: %v", err))
 	}
 	req.Status.ExpirationTimestamp = metav1.NewTime(now.Add(time.Duration(*req.Spec.ExpirationSeconds) * time.Second))
 	req.SetGroupVersionKind(authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"))
 	writeObject(w, http.StatusCreated, req, format)
 	return nil
+}
+
+// forAPIServer: every audience is one of the API server's.
+func (s *Server) forAPIServer(audiences []string) bool {
+	for _, a := range audiences {
+		if !slices.Contains(s.apiAudiences(), a) {
+			return false
+		}
+	}
+	return true
 }
 
 func validateTokenRequest(req *authenticationv1.TokenRequest) field.ErrorList {
