@@ -19,14 +19,14 @@ const (
 	// serviceAccountVolumePrefix starts the name of the projected volume
 	// the plugin adds ("kube-api-access-xxxxx").
 	serviceAccountVolumePrefix = "kube-api-access-"
-	// DefaultAPITokenMountPath is where every container finds its token,
+	// defaultAPITokenMountPath is where every container finds its token,
 	// the cluster CA and its namespace: client-go's in-cluster config
 	// reads them there.
-	DefaultAPITokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	defaultAPITokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 	mirrorPodAnnotation      = "kubernetes.io/config.mirror"
-	// RootCACertConfigMapName is the ConfigMap in every namespace that
+	// rootCACertConfigMapName is the ConfigMap in every namespace that
 	// holds the cluster CA (controllers/serviceaccount publishes it).
-	RootCACertConfigMapName = "kube-root-ca.crt"
+	rootCACertConfigMapName = "kube-root-ca.crt"
 )
 
 // admitPodServiceAccount is kube-apiserver's ServiceAccount admission for
@@ -115,7 +115,7 @@ func shouldAutomount(sa *corev1.ServiceAccount, pod *corev1.Pod) bool {
 }
 
 // mountServiceAccountToken mounts the token volume read-only at
-// DefaultAPITokenMountPath in every init container and container that
+// defaultAPITokenMountPath in every init container and container that
 // has nothing mounted there, adding the volume if one of them needs it
 // and the pod has none yet.
 func mountServiceAccountToken(pod *corev1.Pod) {
@@ -129,11 +129,11 @@ func mountServiceAccountToken(pod *corev1.Pod) {
 	if volumeName == "" {
 		volumeName = generateName(serviceAccountVolumePrefix)
 	}
-	mount := corev1.VolumeMount{Name: volumeName, ReadOnly: true, MountPath: DefaultAPITokenMountPath}
+	mount := corev1.VolumeMount{Name: volumeName, ReadOnly: true, MountPath: defaultAPITokenMountPath}
 	needsVolume := false
 	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range containers {
-			if !mountsPath(&containers[i], DefaultAPITokenMountPath) {
+			if !mountsPath(&containers[i], defaultAPITokenMountPath) {
 				containers[i].VolumeMounts = append(containers[i].VolumeMounts, mount)
 				needsVolume = true
 			}
@@ -162,7 +162,7 @@ func tokenVolumeSource() *corev1.ProjectedVolumeSource {
 		Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptrTo[int64](legacyTokenExpirationSeconds)}},
 			{ConfigMap: &corev1.ConfigMapProjection{
-				LocalObjectReference: corev1.LocalObjectReference{Name: RootCACertConfigMapName},
+				LocalObjectReference: corev1.LocalObjectReference{Name: rootCACertConfigMapName},
 				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
 			}},
 			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{

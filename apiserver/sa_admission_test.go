@@ -41,12 +41,12 @@ func TestServiceAccountAdmission(t *testing.T) {
 		{name: "default account, every container mounts",
 			pod: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Image: "busybox"}}, Containers: []corev1.Container{{Name: "a", Image: "busybox"}, {Name: "b", Image: "busybox"}}},
 			sa:  "default", mounted: true,
-			mounts: [][]corev1.VolumeMount{{{ReadOnly: true, MountPath: DefaultAPITokenMountPath}}, {{ReadOnly: true, MountPath: DefaultAPITokenMountPath}}, {{ReadOnly: true, MountPath: DefaultAPITokenMountPath}}}},
+			mounts: [][]corev1.VolumeMount{{{ReadOnly: true, MountPath: defaultAPITokenMountPath}}, {{ReadOnly: true, MountPath: defaultAPITokenMountPath}}, {{ReadOnly: true, MountPath: defaultAPITokenMountPath}}}},
 		{name: "a container with its own mount there keeps it",
 			pod: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "own", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 				Containers: []corev1.Container{{Name: "a", Image: "busybox", VolumeMounts: []corev1.VolumeMount{ownMount}}, {Name: "b", Image: "busybox"}}},
 			sa: "default", mounted: true,
-			mounts: [][]corev1.VolumeMount{{ownMount}, {{ReadOnly: true, MountPath: DefaultAPITokenMountPath}}}},
+			mounts: [][]corev1.VolumeMount{{ownMount}, {{ReadOnly: true, MountPath: defaultAPITokenMountPath}}}},
 		{name: "pod opts out",
 			pod: corev1.PodSpec{AutomountServiceAccountToken: no, Containers: []corev1.Container{{Name: "a", Image: "busybox"}}},
 			sa:  "default", mounts: [][]corev1.VolumeMount{nil}},
@@ -55,7 +55,7 @@ func TestServiceAccountAdmission(t *testing.T) {
 			sa:  "quiet", mounts: [][]corev1.VolumeMount{nil}, pullSecret: "registry"},
 		{name: "the pod's opt-in wins over the account's opt-out",
 			pod: corev1.PodSpec{ServiceAccountName: "quiet", AutomountServiceAccountToken: yes, Containers: []corev1.Container{{Name: "a", Image: "busybox"}}},
-			sa:  "quiet", mounted: true, mounts: [][]corev1.VolumeMount{{{ReadOnly: true, MountPath: DefaultAPITokenMountPath}}}, pullSecret: "registry"},
+			sa:  "quiet", mounted: true, mounts: [][]corev1.VolumeMount{{{ReadOnly: true, MountPath: defaultAPITokenMountPath}}}, pullSecret: "registry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := pods.Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-"}, Spec: tc.pod}, metav1.CreateOptions{})
