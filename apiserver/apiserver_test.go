@@ -211,7 +211,7 @@ func TestFinalizersAndTerminatingNamespace(t *testing.T) {
 		t.Fatalf("deleted namespace phase %q", ns.Status.Phase)
 	}
 	_, err = e.cs.CoreV1().ConfigMaps("doomed").Create(e.ctx, cm("x", nil), metav1.CreateOptions{})
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "because it is being terminated") {
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "because it is being terminated") || !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		t.Fatalf("create in a terminating namespace: %v", err)
 	}
 }

@@ -187,7 +187,7 @@ func builtinResources() []*resource {
 		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
 		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
 		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},
-		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}},
+		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}, subresources: []string{"token"}},
 		{gvr: gvr("", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}, fields: fieldsEvent},
 		{gvr: gvr("", "v1", "limitranges"), kind: "LimitRange", namespaced: true, shortNames: []string{"limits"}},
 		{gvr: gvr("", "v1", "resourcequotas"), kind: "ResourceQuota", namespaced: true, shortNames: []string{"quota"}, subresources: []string{"status"}},

@@ -86,6 +86,11 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 		return methodNotSupported(res, ri.verb)
 	case "log":
 		return s.serveLog(w, r, ri, res)
+	case "token":
+		if ri.verb == "create" {
+			return s.createToken(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
 	case "exec", "attach", "portforward":
 		return s.serveConnect(w, r, ri, res)
 	case "ephemeralcontainers":
@@ -261,7 +266,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
-	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	wc := &writeCtx{s: s, res: res, dryRun: dry, generatedName: generated}
 	// A generated name that is taken is the server's problem, not the
 	// client's: try others, as kube-apiserver does (RetryGenerateName).
 	for attempt := 0; ; attempt++ {
@@ -294,6 +299,13 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetSelfLink("")
 	defaulter{}.Default(obj)
+	// Mutating admission runs on the defaulted object, before the
+	// strategy and validation see it, as in kube-apiserver.
+	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
+		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
+			return nil, err
+		}
+	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
 	}
@@ -368,7 +380,12 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 	}
 	if terminating {
-		return apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		err := apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		// Controllers recognise this refusal by its cause.
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ri.namespace), Field: "metadata.namespace",
+		})
+		return err
 	}
 	return nil
 }

@@ -77,11 +77,10 @@ type podStrategy struct{ generationStrategy }
 func (podStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	p := obj.(*corev1.Pod)
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(p)}
-	// What kube-apiserver's admission adds to every pod: the service
-	// account, the default NoExecute tolerations and the priority.
-	if p.Spec.ServiceAccountName == "" {
-		p.Spec.ServiceAccountName = "default"
-	}
+	// What kube-apiserver's admission adds to every pod: the default
+	// NoExecute tolerations and the priority (the service account is
+	// admitPodServiceAccount's). The deprecated field mirrors the
+	// account, as v1 conversion keeps it.
 	p.Spec.DeprecatedServiceAccount = p.Spec.ServiceAccountName
 	addDefaultToleration(p, corev1.TaintNodeNotReady)
 	addDefaultToleration(p, corev1.TaintNodeUnreachable)

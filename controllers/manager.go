@@ -20,6 +20,7 @@ import (
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/namespace"
+	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
 )
 
@@ -31,6 +32,10 @@ type Deps struct {
 	// clientset lacks (the garbage collector's metadata client).
 	RESTConfig *rest.Config
 	Logger     *slog.Logger
+	// RootCA is the PEM of the CA that signs the API server's serving
+	// certificate, which the root-ca-cert-publisher puts in every
+	// namespace for pods to verify the API server with.
+	RootCA []byte
 }
 
 type runner interface {
@@ -52,22 +57,31 @@ var all = []struct {
 	{"namespace", func(d Deps) (runner, error) {
 		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
+	{"root-ca-cert-publisher", func(d Deps) (runner, error) {
+		return serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, RootCA: d.RootCA})
+	}},
+	{"serviceaccount", func(d Deps) (runner, error) {
+		return serviceaccount.New(serviceaccount.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
 	{"statefulset", func(d Deps) (runner, error) {
 		return statefulset.New(statefulset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 }
 
-// Start builds every controller and runs them until ctx ends. An error
-// building one stops the start: it means a bad configuration.
-func Start(ctx context.Context, rc *rest.Config, log *slog.Logger) error {
+// Start builds every controller and runs them until ctx ends. rootCA is
+// Deps.RootCA. An error building one stops the start: it means a bad
+// configuration.
+func Start(ctx context.Context, rc *rest.Config, log *slog.Logger, rootCA []byte) error {
 	cs, err := client.NewClientset(rc)
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log}
+	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: rootCA}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
-		r, err := c.new(Deps{Client: d.Client, Informers: d.Informers, RESTConfig: rc, Logger: log.With("controller", c.name)})
+		dc := d
+		dc.Logger = log.With("controller", c.name)
+		r, err := c.new(dc)
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", c.name, err)
 		}

@@ -112,7 +112,7 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 			case src.DownwardAPI != nil:
 				part, err = w.downwardFiles(pod, src.DownwardAPI.Items, v.Projected.DefaultMode)
 			case src.ServiceAccountToken != nil:
-				err = fmt.Errorf("serviceAccountToken projections are not supported yet")
+				part, err = w.serviceAccountTokenFiles(ctx, pod, src.ServiceAccountToken, v.Projected.DefaultMode)
 			}
 			if err != nil {
 				return err

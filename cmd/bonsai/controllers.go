@@ -13,7 +13,9 @@ import (
 // startControllers runs the control plane's controllers in-process, each
 // through the whole handler chain like any client. They run with
 // --disable-agent too: they act on every node, not on this host's.
-func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+// rootCA is the CA that signs the API server's serving certificate, which
+// every namespace gets for its pods.
+func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, rootCA []byte, log *slog.Logger) error {
 	user := &authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}}
 	ipam, err := nodeipam.New(nodeipam.Config{
 		RESTConfig:   api.ClientConfig(user),
@@ -32,5 +34,5 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
 		return err
 	}
-	return controllers.Start(ctx, api.ClientConfig(user), log)
+	return controllers.Start(ctx, api.ClientConfig(user), log, rootCA)
 }
