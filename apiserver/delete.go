@@ -178,7 +178,10 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				}
 				newRev, err := s.cfg.Store.Update(ctx, res.key(namespace, name), data, rev)
 				if err != nil {
-					if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+					if apierrors.IsConflict(storeError(err, res, name)) && attempt < maxUnconditionalRetries {
+						if err := conflictBackoff(ctx, attempt); err != nil {
+							return nil, false, err
+						}
 						continue
 					}
 					return nil, false, storeError(err, res, name)
@@ -192,7 +195,10 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		}
 		kv, err := s.cfg.Store.Delete(ctx, res.key(namespace, name), rev)
 		if err != nil {
-			if apierrors.IsConflict(storeError(err, res, name)) && attempt < 10 {
+			if apierrors.IsConflict(storeError(err, res, name)) && attempt < maxUnconditionalRetries {
+				if err := conflictBackoff(ctx, attempt); err != nil {
+					return nil, false, err
+				}
 				continue
 			}
 			return nil, false, storeError(err, res, name)
@@ -292,4 +298,23 @@ func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, ri req
 	}
 	writeStatus(w, &metav1.Status{Code: http.StatusOK})
 	return nil
+}
+
+// conflictBackoff waits before a delete that lost a race reads again: as
+// in update, the write that won may not be readable yet, and rereading at
+// once would find the same revision until the retries run out (a
+// controller updating a claim's status made a user's delete fail with
+// 409, which kube-apiserver never answers to a delete without
+// preconditions).
+func conflictBackoff(ctx context.Context, attempt int) error {
+	wait := 50 * time.Millisecond
+	if attempt < 6 {
+		wait = time.Millisecond << attempt
+	}
+	select {
+	case <-time.After(wait):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/localpath"
+	"bonsai.dev/bonsai/controllers/pvbinder"
+	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
 // Deps is what every controller is built from.
@@ -27,6 +30,9 @@ type Deps struct {
 	// clientset lacks (the garbage collector's metadata client).
 	RESTConfig *rest.Config
 	Logger     *slog.Logger
+	// DataDir is bonsai's data dir: the local-path provisioner keeps
+	// its volumes under DataDir/storage.
+	DataDir string
 }
 
 type runner interface{ Run(ctx context.Context) error }
@@ -36,19 +42,32 @@ type runner interface{ Run(ctx context.Context) error }
 var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
-}{}
+}{
+	{"persistentvolume-binder", func(d Deps) (runner, error) {
+		return pvbinder.New(pvbinder.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"local-path-provisioner", func(d Deps) (runner, error) {
+		return localpath.New(localpath.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, DataDir: d.DataDir})
+	}},
+	{"pvc-protection", func(d Deps) (runner, error) {
+		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+}
 
 // Start builds every controller and runs them until ctx ends. An error
-// building one stops the start: it means a bad configuration.
-func Start(ctx context.Context, rc *rest.Config, log *slog.Logger) error {
+// building one stops the start: it means a bad configuration. dataDir
+// is bonsai's data dir (Deps.DataDir).
+func Start(ctx context.Context, rc *rest.Config, log *slog.Logger, dataDir string) error {
 	cs, err := client.NewClientset(rc)
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log}
+	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, DataDir: dataDir}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
-		r, err := c.new(Deps{Client: d.Client, Informers: d.Informers, RESTConfig: rc, Logger: log.With("controller", c.name)})
+		dc := d
+		dc.Logger = log.With("controller", c.name)
+		r, err := c.new(dc)
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", c.name, err)
 		}

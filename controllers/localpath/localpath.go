@@ -131,14 +131,14 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Run ensures the default class, then works until ctx ends.
+// Run ensures the default class, then provisions until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), Provisioner)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}
-	go c.ensureDefaultClass(ctx)
+	c.ensureDefaultClass(ctx)
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
