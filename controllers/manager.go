@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/disruption"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
@@ -48,6 +49,9 @@ var all = []struct {
 	}},
 	{"local-path-provisioner", func(d Deps) (runner, error) {
 		return localpath.New(localpath.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, DataDir: d.DataDir})
+	}},
+	{"disruption", func(d Deps) (runner, error) {
+		return disruption.New(disruption.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
