@@ -20,6 +20,7 @@ import (
 	"bonsai.dev/bonsai/controllers/disruption"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/pvbinder"
+	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
@@ -52,6 +53,9 @@ var all = []struct {
 	}},
 	{"disruption", func(d Deps) (runner, error) {
 		return disruption.New(disruption.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"resourcequota", func(d Deps) (runner, error) {
+		return resourcequota.New(resourcequota.Config{Client: d.Client, Informers: d.Informers, RESTConfig: d.RESTConfig, Logger: d.Logger})
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
