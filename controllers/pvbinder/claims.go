@@ -47,6 +47,16 @@ func (c *Controller) syncClaim(ctx context.Context, k string) error {
 // syncUnboundClaim binds a claim that has never been bound: to the
 // volume it names, or to the best fitting one, or asks for one.
 func (c *Controller) syncUnboundClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	if pvc.Spec.VolumeName == "" && !volumehelpers.PersistentVolumeClaimHasClass(pvc) {
+		// Made before there was a default class: it gets the default
+		// now, as upstream's retroactive assignment does.
+		if name := c.defaultClass(); name != "" {
+			upd := pvc.DeepCopy()
+			upd.Spec.StorageClassName = &name
+			_, err := c.cfg.Client.Core.PersistentVolumeClaims(pvc.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+			return err
+		}
+	}
 	if pvc.Spec.VolumeName == "" {
 		delay, err := c.delayBinding(pvc)
 		if err != nil {
@@ -290,3 +300,31 @@ func (c *Controller) setClaimLost(ctx context.Context, pvc *corev1.PersistentVol
 	c.recorder.Event(pvc, corev1.EventTypeWarning, reason, msg)
 	return nil
 }
+
+// defaultClass is the default StorageClass (the newest of several), ""
+// when there is none.
+func (c *Controller) defaultClass() string {
+	classes, err := c.classes.List(everything)
+	if err != nil {
+		return ""
+	}
+	var best *storagev1.StorageClass
+	for _, sc := range classes {
+		if sc.Annotations[isDefaultClassAnnotation] != "true" && sc.Annotations[betaIsDefaultClassAnnotation] != "true" {
+			continue
+		}
+		if best == nil || best.CreationTimestamp.Before(&sc.CreationTimestamp) ||
+			(best.CreationTimestamp.Equal(&sc.CreationTimestamp) && sc.Name < best.Name) {
+			best = sc
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Name
+}
+
+const (
+	isDefaultClassAnnotation     = "storageclass.kubernetes.io/is-default-class"
+	betaIsDefaultClassAnnotation = "storageclass.beta.kubernetes.io/is-default-class"
+)

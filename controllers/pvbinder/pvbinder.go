@@ -102,7 +102,23 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// A new default class, or a class changed, may settle waiting claims.
+	if _, err := classInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueUnboundClaims() },
+		UpdateFunc: func(any, any) { c.enqueueUnboundClaims() },
+	}); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+func (c *Controller) enqueueUnboundClaims() {
+	claims, _ := c.claims.List(everything)
+	for _, pvc := range claims {
+		if pvc.Spec.VolumeName == "" {
+			c.queue.Add(claimPrefix + key(pvc.Namespace, pvc.Name))
+		}
+	}
 }
 
 // Run works until ctx ends.
@@ -202,12 +218,7 @@ func (c *Controller) onVolume(obj any) {
 	}
 	// A volume that became free may fit a claim waiting for one.
 	if pv.Status.Phase == corev1.VolumeAvailable && pv.Spec.ClaimRef == nil {
-		claims, _ := c.claims.List(everything)
-		for _, pvc := range claims {
-			if pvc.Spec.VolumeName == "" {
-				c.queue.Add(claimPrefix + key(pvc.Namespace, pvc.Name))
-			}
-		}
+		c.enqueueUnboundClaims()
 	}
 }
 

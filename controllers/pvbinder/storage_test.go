@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/localpath"
+	"bonsai.dev/bonsai/controllers/pvbinder"
 )
 
 const (
@@ -307,4 +309,64 @@ func TestWaitForFirstConsumerStaticLocalVolume(t *testing.T) {
 	if node := e.waitPodNode("second"); node != "sim-2" {
 		t.Fatalf("second pod on %s, want sim-2", node)
 	}
+}
+
+// TestSchedulerWaitsForClaims: a pod whose claim is missing, or unbound
+// in an Immediate class, is unschedulable with kube-scheduler's reasons,
+// and is scheduled once a volume binds its claim.
+func TestSchedulerWaitsForClaims(t *testing.T) {
+	e := newStorageEnv(t, 1)
+	e.createClass("manual", "kubernetes.io/no-provisioner", storagev1.VolumeBindingImmediate)
+	e.createPod(podWithClaim("waiting", "later"))
+	e.waitUnschedulable("waiting", `0/1 nodes are available: persistentvolumeclaim "later" not found.`)
+	e.createClaim(claim("later", "manual", "1Gi"))
+	e.waitUnschedulable("waiting", "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.")
+	e.createVolume(volume("arrives", "manual", "1Gi", corev1.PersistentVolumeReclaimRetain))
+	e.waitPodNode("waiting")
+	if pvc := e.waitClaim("later", "Bound", bound); pvc.Spec.VolumeName != "arrives" {
+		t.Errorf("claim bound to %q", pvc.Spec.VolumeName)
+	}
+}
+
+func (e *storageEnv) waitUnschedulable(name, msg string) {
+	e.T.Helper()
+	controllertest.Eventually(e.T, 30*time.Second, func() error {
+		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message == msg {
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s conditions %+v, want Unschedulable %q", name, p.Status.Conditions, msg)
+	})
+}
+
+// TestDefaultClassAssignedLater: a claim made while there was no
+// default class gets the default once one exists.
+func TestDefaultClassAssignedLater(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{})
+	inf := client.NewInformers(e.Config)
+	binder, err := pvbinder.New(pvbinder.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(e.Ctx)
+	go binder.Run(e.Ctx)
+	se := &storageEnv{Env: e}
+	if pvc := se.createClaim(claim("early", "-", "1Gi")); pvc.Spec.StorageClassName != nil {
+		t.Fatalf("claim got class %q with no default class", *pvc.Spec.StorageClassName)
+	}
+	se.waitEvent("PersistentVolumeClaim", "early", "FailedBinding")
+	if _, err := e.Client.Storage.StorageClasses().Create(e.Ctx, &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: "later", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "example.com/none",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	se.waitClaim("early", "given the default class", func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Spec.StorageClassName != nil && *c.Spec.StorageClassName == "later"
+	})
 }
