@@ -5,13 +5,18 @@
 // from the status alone, and it forgets pods the eviction API recorded
 // as disrupted once they are deleted or were not deleted in time.
 //
-// It owns PodDisruptionBudget status and nothing else; it never evicts.
+// It also resets the DisruptionTarget condition of pods the eviction API
+// marked but that were not deleted within two minutes.
+//
+// It owns PodDisruptionBudget status and that pod condition; it never
+// evicts.
 // It talks to the API only through client-go; one instance per cluster.
 package disruption
 
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,11 +92,15 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.onPod,
+		AddFunc: func(obj any) {
+			c.onPod(obj)
+			c.watchStale(obj)
+		},
 		UpdateFunc: func(old, obj any) {
 			// A pod whose labels changed may have left a budget.
 			c.onPod(old)
 			c.onPod(obj)
+			c.watchStale(obj)
 		},
 		DeleteFunc: c.onPod,
 	}); err != nil {
@@ -154,7 +163,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
+	var err error
+	if pod, ok := strings.CutPrefix(k, podPrefix); ok {
+		err = c.syncStalePod(ctx, pod)
+	} else {
+		err = c.sync(ctx, k)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Debug("disruption sync failed; retrying", "pdb", k, "err", err)
 		}

@@ -282,3 +282,46 @@ func keys(m map[string]metav1.Time) []string {
 	}
 	return out
 }
+
+// TestStaleDisruptionTargetIsReset: a pod marked DisruptionTarget that
+// is not deleted within two minutes has the condition set back to
+// False.
+func TestStaleDisruptionTargetIsReset(t *testing.T) {
+	e := newEnv(t)
+	e.pod("marked", "none", "", "")
+	e.waitReady("marked")
+	pods := e.Client.Core.Pods("default")
+	controllertest.Eventually(t, 10*time.Second, func() error {
+		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.NewTime(e.clock.Now())})
+		_, err = pods.UpdateStatus(e.Ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	e.clock.Step(disruption.StalePodDisruptionTimeout + time.Second)
+	// Any change to the pod makes the controller look again.
+	controllertest.Eventually(t, 10*time.Second, func() error {
+		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Labels["poke"] = "1"
+		_, err = pods.Update(e.Ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	controllertest.Eventually(t, 30*time.Second, func() error {
+		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionFalse {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v, want DisruptionTarget False", p.Status.Conditions)
+	})
+}
