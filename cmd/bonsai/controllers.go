@@ -32,5 +32,5 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
 		return err
 	}
-	return controllers.Start(ctx, api.ClientConfig(user), log)
+	return controllers.Start(ctx, api.ClientConfig(user), log, cfg.DataDir)
 }
