@@ -361,7 +361,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod) {
 		}
 		return
 	}
-	vb := volumeBindingsFor(state, node)
+	vb := s.volumes.bindingsFor(state, node)
 	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node, vb) }
 }
 
@@ -468,7 +468,11 @@ func (s *Scheduler) pickBest(state *CycleState, pod *corev1.Pod, feasible []*Nod
 func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string, vb *volumeBindings) {
 	pod := qp.pod
 	if vb != nil {
-		if err := vb.prebind(ctx, s.core); err != nil {
+		err := vb.prebind(ctx, s.core)
+		if err == nil {
+			err = vb.waitBound(ctx)
+		}
+		if err != nil {
 			s.cache.forget(pod)
 			if ctx.Err() != nil {
 				s.queue.done(qp)

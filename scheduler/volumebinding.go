@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -182,14 +183,53 @@ type volumeBindings struct {
 	claims  []*corev1.PersistentVolumeClaim
 	volumes []*corev1.PersistentVolume
 	node    string
+	lister  corelisters.PersistentVolumeClaimLister
 }
 
-func volumeBindingsFor(state *CycleState, node string) *volumeBindings {
+func (p volumeBindingPlugin) bindingsFor(state *CycleState, node string) *volumeBindings {
 	vs, _ := state.read(volumeBindingKey).(*volumeState)
 	if vs == nil || len(vs.unbound) == 0 {
 		return nil
 	}
-	return &volumeBindings{claims: vs.unbound, volumes: vs.decisions[node], node: node}
+	return &volumeBindings{claims: vs.unbound, volumes: vs.decisions[node], node: node, lister: p.claims}
+}
+
+// bindTimeout is how long prebind waits for the claims to be bound, as
+// kube-scheduler's VolumeBinding bindTimeoutSeconds.
+const bindTimeout = 10 * time.Minute
+
+// waitBound waits until the persistentvolume-binder (and, for a claim
+// to provision, the provisioner) bound every claim, so the pod reaches
+// its node with volumes it can mount, as kube-scheduler's PreBind does.
+func (b *volumeBindings) waitBound(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := ""
+		for _, c := range b.claims {
+			pvc, err := b.lister.PersistentVolumeClaims(c.Namespace).Get(c.Name)
+			if err != nil {
+				return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+			}
+			if pvc.UID != c.UID {
+				return fmt.Errorf("claim %s/%s was replaced", c.Namespace, c.Name)
+			}
+			if pvc.Spec.VolumeName == "" || pvc.Annotations[volumehelpers.AnnBindCompleted] == "" {
+				pending = c.Namespace + "/" + c.Name
+				break
+			}
+		}
+		if pending == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("binding volumes: claim %s is not bound: %w", pending, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // prebind binds each chosen volume to its claim (claimRef and the
