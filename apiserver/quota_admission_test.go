@@ -135,4 +135,21 @@ func TestLimitRangeAdmission(t *testing.T) {
 	forbiddenWith(t, err, `pods "big" is forbidden: maximum cpu usage per Container is 1, but limit is 2`)
 	_, err = core.Pods("default").Create(e.ctx, podWithResources("spiky", resources("cpu", "100m"), resources("cpu", "1")), metav1.CreateOptions{})
 	forbiddenWith(t, err, `pods "spiky" is forbidden: cpu max limit to request ratio per Container is 4, but provided ratio is 10.000000`)
+
+	// Per pod (the sum of its containers) and per claim.
+	if _, err := core.LimitRanges("default").Create(e.ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "totals"},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{
+			{Type: corev1.LimitTypePod, Max: resources("memory", "300Mi")},
+			{Type: corev1.LimitTypePersistentVolumeClaim, Max: resources("storage", "1Gi")},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	two := podWithResources("two", nil, nil)
+	two.Spec.Containers = append(two.Spec.Containers, corev1.Container{Name: "d", Image: "busybox"})
+	_, err = core.Pods("default").Create(e.ctx, two, metav1.CreateOptions{})
+	forbiddenWith(t, err, `pods "two" is forbidden: maximum memory usage per Pod is 300Mi, but limit is 512Mi`)
+	_, err = core.PersistentVolumeClaims("default").Create(e.ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "big"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: resources("storage", "2Gi")}}}, metav1.CreateOptions{})
+	forbiddenWith(t, err, `persistentvolumeclaims "big" is forbidden: maximum storage usage per PersistentVolumeClaim is 1Gi, but request is 2Gi`)
 }

@@ -278,6 +278,17 @@ func TestReclaimRetainAndProtection(t *testing.T) {
 	if pv.DeletionTimestamp != nil || pv.Spec.ClaimRef == nil {
 		t.Errorf("retained volume = %+v, want it kept with its claimRef", pv)
 	}
+
+	// Delete on a volume no provisioner made: nothing can delete it, so
+	// it fails, as upstream's does without a deletable volume plugin.
+	e.createVolume(volume("undeletable", "manual", "1Gi", corev1.PersistentVolumeReclaimDelete))
+	e.createClaim(claim("data3", "manual", "1Gi"))
+	e.waitClaim("data3", "Bound", bound)
+	if err := e.Client.Core.PersistentVolumeClaims("default").Delete(e.Ctx, "data3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitVolume("undeletable", "Failed", func(v *corev1.PersistentVolume) bool { return v.Status.Phase == corev1.VolumeFailed })
+	e.waitEvent("PersistentVolume", "undeletable", "VolumeFailedDelete")
 }
 
 // TestWaitForFirstConsumerStaticLocalVolume: a WaitForFirstConsumer
