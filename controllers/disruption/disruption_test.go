@@ -325,3 +325,44 @@ func TestStaleDisruptionTargetIsReset(t *testing.T) {
 		return fmt.Errorf("conditions %+v, want DisruptionTarget False", p.Status.Conditions)
 	})
 }
+
+// TestExpectedPodsFromScale: the expected count is the scale of the
+// workload owning the pods: a Deployment's for pods of its ReplicaSet, a
+// StatefulSet's.
+func TestExpectedPodsFromScale(t *testing.T) {
+	e := newEnv(t)
+	labels := func(app string) map[string]string { return map[string]string{"app": app} }
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels(app)}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	}
+	five, three, two := int32(5), int32(3), int32(2)
+	d, err := e.Client.Apps.Deployments("default").Create(e.Ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "front"},
+		Spec: appsv1.DeploymentSpec{Replicas: &five, Selector: &metav1.LabelSelector{MatchLabels: labels("front")}, Template: template("front")}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	rs, err := e.Client.Apps.ReplicaSets("default").Create(e.Ctx, &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "front-1", OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "front", UID: d.UID, Controller: &yes}}},
+		Spec:       appsv1.ReplicaSetSpec{Replicas: &three, Selector: &metav1.LabelSelector{MatchLabels: labels("front")}, Template: template("front")}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pod("front-1-a", "front", "front-1", rs.UID)
+	sts, err := e.Client.Apps.StatefulSets("default").Create(e.Ctx, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "store"},
+		Spec: appsv1.StatefulSetSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels("store")}, Template: template("store")}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "store-0", Labels: labels("store"),
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "store", UID: sts.UID, Controller: &yes}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := e.Client.Core.Pods("default").Create(e.Ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady("front-1-a", "store-0")
+	e.budget("front", "front", nil, intOrPercent("1"))
+	e.waitStatus("front", status{1, 4, 5, 0, policyv1.InsufficientPodsReason})
+	e.budget("store", "store", nil, intOrPercent("50%"))
+	e.waitStatus("store", status{1, 1, 2, 0, policyv1.InsufficientPodsReason})
+}
