@@ -119,6 +119,16 @@ func addServiceUsage(out corev1.ResourceList, svc *corev1.Service) {
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 		n := int64(len(svc.Spec.Ports))
+		// A load balancer that allocates no node ports holds only the
+		// ones the user asked for.
+		if a := svc.Spec.AllocateLoadBalancerNodePorts; svc.Spec.Type == corev1.ServiceTypeLoadBalancer && a != nil && !*a {
+			n = 0
+			for _, p := range svc.Spec.Ports {
+				if p.NodePort != 0 {
+					n++
+				}
+			}
+		}
 		out[corev1.ResourceServicesNodePorts] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {

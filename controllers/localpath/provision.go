@@ -71,7 +71,11 @@ func (c *Controller) syncClaim(ctx context.Context, k string) error {
 	}
 	os.Chmod(dir, 0o777)
 	pv := c.volumeFor(pvc, pvName, dir, node, class.ReclaimPolicy, class.MountOptions)
-	if _, err := c.cfg.Client.Core.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = c.cfg.Client.Core.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // made by an earlier sync the cache had not seen
+	}
+	if err != nil {
 		c.recorder.Eventf(pvc, corev1.EventTypeWarning, reasonProvisioningFailed, "failed to provision volume with StorageClass %q: %v", className, err)
 		return err
 	}
