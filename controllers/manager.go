@@ -18,7 +18,9 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/localpath"
+	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
@@ -37,7 +39,9 @@ type Deps struct {
 	DataDir string
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // all lists the controllers the manager runs, by the name --controllers
 // would use in kube-controller-manager.
@@ -59,6 +63,12 @@ var all = []struct {
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"garbagecollector", func(d Deps) (runner, error) {
+		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
+	}},
+	{"namespace", func(d Deps) (runner, error) {
+		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 }
 
