@@ -42,9 +42,8 @@ const (
 // that fits on the node or a class that can provision one there. Once a
 // node is chosen, prebind binds the chosen free volumes to their claims
 // and marks the claims to provision with volume.kubernetes.io/selected-
-// node, before the pod is bound; the persistentvolume-binder and the
-// provisioner finish the work, and the kubelet waits for the claim to be
-// Bound before it mounts it.
+// node, then waits until the persistentvolume-binder (and the
+// provisioner) have bound them, before the pod is bound.
 type volumeBindingPlugin struct {
 	claims  corelisters.PersistentVolumeClaimLister
 	volumes corelisters.PersistentVolumeLister
@@ -87,7 +86,7 @@ func (p volumeBindingPlugin) PreFilter(state *CycleState, pod *corev1.Pod, _ []*
 		pvc, err := p.claims.PersistentVolumeClaims(pod.Namespace).Get(name)
 		if err != nil {
 			if v.Ephemeral != nil {
-				return unresolvable("waiting for ephemeral volume controller to create the persistentvolumeclaim " + fmt.Sprintf("%q", name))
+				return unresolvable(fmt.Sprintf("waiting for ephemeral volume controller to create the persistentvolumeclaim %q", name))
 			}
 			return unresolvable(fmt.Sprintf("persistentvolumeclaim %q not found", name))
 		}
