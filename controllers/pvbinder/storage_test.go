@@ -320,6 +320,11 @@ func TestWaitForFirstConsumerStaticLocalVolume(t *testing.T) {
 	if node := e.waitPodNode("second"); node != "sim-2" {
 		t.Fatalf("second pod on %s, want sim-2", node)
 	}
+	// A pod of the claim that may only go elsewhere fits nowhere.
+	elsewhere := podWithClaim("elsewhere", "local-data")
+	elsewhere.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "sim-0"}
+	e.createPod(elsewhere)
+	e.waitUnschedulable("elsewhere", "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 node(s) didn't match Pod's node affinity/selector.")
 }
 
 // TestSchedulerWaitsForClaims: a pod whose claim is missing, or unbound
