@@ -57,6 +57,10 @@ func (c *Controller) syncClaim(ctx context.Context, k string) error {
 		c.recorder.Event(pvc, corev1.EventTypeWarning, reasonProvisioningFailed, "configuration error, no node was specified")
 		return nil
 	}
+	if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		c.recorder.Event(pvc, corev1.EventTypeWarning, reasonProvisioningFailed, "Block volume mode is not supported: a local-path volume is a directory")
+		return nil
+	}
 	node, err := c.nodes.Get(nodeName)
 	if err != nil {
 		c.recorder.Eventf(pvc, corev1.EventTypeWarning, reasonProvisioningFailed, "failed to get target node: %v", err)
