@@ -224,10 +224,7 @@ func (s *Server) markDisruptionTarget(ctx context.Context, res *resource, pod *c
 			}
 		}
 		upd := pod.DeepCopy()
-		upd.Status.Conditions = append(upd.Status.Conditions, corev1.PodCondition{
-			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
-			Message: "Eviction API: evicting", LastTransitionTime: metav1.Now(),
-		})
+		setDisruptionTarget(upd)
 		rev, err := parseRV(pod.ResourceVersion)
 		if err != nil {
 			return apierrors.NewInternalError(err)
@@ -257,6 +254,23 @@ func (s *Server) markDisruptionTarget(ctx context.Context, res *resource, pod *c
 		}
 		pod = obj.(*corev1.Pod)
 	}
+}
+
+// setDisruptionTarget sets the pod's DisruptionTarget condition to
+// True, in place when it has one (reset to False by the disruption
+// controller after an eviction that did not happen).
+func setDisruptionTarget(pod *corev1.Pod) {
+	cond := corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
+		Message: "Eviction API: evicting", LastTransitionTime: metav1.Now(),
+	}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.DisruptionTarget {
+			pod.Status.Conditions[i] = cond
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, cond)
 }
 
 func parseRV(rv string) (uint64, error) { return strconv.ParseUint(rv, 10, 64) }
