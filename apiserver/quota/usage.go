@@ -63,7 +63,7 @@ func ParseCountName(name corev1.ResourceName) (schema.GroupResource, bool) {
 
 // Usage is what obj, of kind gr, uses: one of its count, and for pods,
 // services and claims what they hold. A pod that finished, or whose
-// deletion grace period is over, uses nothing.
+// deletion grace period is over, only counts in count/pods.
 func Usage(gr schema.GroupResource, obj runtime.Object, now time.Time) corev1.ResourceList {
 	out := corev1.ResourceList{CountName(gr): *resource.NewQuantity(1, resource.DecimalSI)}
 	if n, ok := legacyCnt[gr]; ok {
@@ -71,8 +71,10 @@ func Usage(gr schema.GroupResource, obj runtime.Object, now time.Time) corev1.Re
 	}
 	switch o := obj.(type) {
 	case *corev1.Pod:
+		// count/pods is every pod stored; "pods" and compute only the
+		// pods still alive.
 		if !podCounts(o, now) {
-			return corev1.ResourceList{}
+			return corev1.ResourceList{CountName(gr): *resource.NewQuantity(1, resource.DecimalSI)}
 		}
 		addPodCompute(out, o)
 	case *corev1.Service:
