@@ -18,6 +18,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/namespace"
@@ -60,6 +61,9 @@ var all = []struct {
 	}},
 	{"resourcequota", func(d Deps) (runner, error) {
 		return resourcequota.New(resourcequota.Config{Client: d.Client, Informers: d.Informers, RESTConfig: d.RESTConfig, Logger: d.Logger})
+	}},
+	{"ephemeral-volume", func(d Deps) (runner, error) {
+		return ephemeral.New(ephemeral.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})

@@ -13,13 +13,14 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
 // storageEnv runs the API server, the scheduler and simulated nodes, and
-// the three storage controllers, as the controller manager does.
+// the storage controllers, as the controller manager does.
 type storageEnv struct {
 	*controllertest.Env
 	dataDir string
@@ -48,10 +49,15 @@ func startControllers(e *controllertest.Env) *storageEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	eph, err := ephemeral.New(ephemeral.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	inf.Start(e.Ctx)
 	go binder.Run(e.Ctx)
 	go prov.Run(e.Ctx)
 	go prot.Run(e.Ctx)
+	go eph.Run(e.Ctx)
 	return se
 }
 

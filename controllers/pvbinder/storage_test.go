@@ -386,3 +386,29 @@ func TestDefaultClassAssignedLater(t *testing.T) {
 		return c.Spec.StorageClassName != nil && *c.Spec.StorageClassName == "later"
 	})
 }
+
+// TestEphemeralVolume: a pod's generic ephemeral volume gets its claim,
+// <pod>-<volume>, owned by the pod, provisioned on the pod's node.
+func TestEphemeralVolume(t *testing.T) {
+	e := newStorageEnv(t, 2)
+	p := podWithClaim("scratch", "unused")
+	p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"kind": "scratch"}},
+			Spec:       claim("", "-", "1Gi").Spec,
+		},
+	}}
+	e.createPod(p)
+	node := e.waitPodNode("scratch")
+	pvc := e.waitClaim("scratch-data", "Bound", bound)
+	pod, err := e.Client.Core.Pods("default").Get(e.Ctx, "scratch", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(pvc); ref == nil || ref.UID != pod.UID || ref.Kind != "Pod" {
+		t.Errorf("claim owner = %+v, want the pod", ref)
+	}
+	if pvc.Labels["kind"] != "scratch" || pvc.Annotations[annSelectedNode] != node {
+		t.Errorf("claim = %v %v, want the template's labels and the pod's node", pvc.Labels, pvc.Annotations)
+	}
+}
