@@ -24,6 +24,7 @@ func (defaulter) Default(obj runtime.Object) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		defaultPodSpec(&o.Spec)
+		defaultRequestsToLimits(o)
 	case *corev1.PodTemplate:
 		defaultPodSpec(&o.Template.Spec)
 	case *corev1.ReplicationController:
@@ -94,6 +95,8 @@ func (defaulter) Default(obj runtime.Object) {
 		}
 	case *networkingv1.NetworkPolicy:
 		defaultNetworkPolicy(o)
+	case *corev1.LimitRange:
+		defaultLimitRange(o)
 	case *storagev1.StorageClass:
 		if o.ReclaimPolicy == nil {
 			o.ReclaimPolicy = ptrTo(corev1.PersistentVolumeReclaimDelete)
@@ -471,4 +474,60 @@ func defaultCronJob(c *batchv1.CronJob) {
 		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
 	}
 	defaultJobSpec(&c.Spec.JobTemplate.Spec)
+}
+
+// defaultRequestsToLimits gives a pod's containers that set a limit and
+// no request the limit as request, as Kubernetes does for pods (not for
+// pod templates, so a LimitRange default request still applies to the
+// pods made from them).
+func defaultRequestsToLimits(p *corev1.Pod) {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			r := &cs[i].Resources
+			for k, v := range r.Limits {
+				if _, ok := r.Requests[k]; !ok {
+					if r.Requests == nil {
+						r.Requests = corev1.ResourceList{}
+					}
+					r.Requests[k] = v.DeepCopy()
+				}
+			}
+		}
+	}
+}
+
+// defaultLimitRange fills a Container item's defaults as Kubernetes
+// does: the default limit is the max, the default request the default
+// limit or else the min.
+func defaultLimitRange(lr *corev1.LimitRange) {
+	for i := range lr.Spec.Limits {
+		item := &lr.Spec.Limits[i]
+		if item.Type != corev1.LimitTypeContainer {
+			continue
+		}
+		for k, v := range item.Max {
+			if _, ok := item.Default[k]; !ok {
+				if item.Default == nil {
+					item.Default = corev1.ResourceList{}
+				}
+				item.Default[k] = v.DeepCopy()
+			}
+		}
+		for k, v := range item.Default {
+			if _, ok := item.DefaultRequest[k]; !ok {
+				if item.DefaultRequest == nil {
+					item.DefaultRequest = corev1.ResourceList{}
+				}
+				item.DefaultRequest[k] = v.DeepCopy()
+			}
+		}
+		for k, v := range item.Min {
+			if _, ok := item.DefaultRequest[k]; !ok {
+				if item.DefaultRequest == nil {
+					item.DefaultRequest = corev1.ResourceList{}
+				}
+				item.DefaultRequest[k] = v.DeepCopy()
+			}
+		}
+	}
 }

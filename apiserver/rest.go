@@ -309,6 +309,9 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
 	}
+	if err := s.limitRangeDefaults(ctx, res, obj); err != nil {
+		return nil, err
+	}
 	if res.strategy.tracksGeneration() {
 		m.SetGeneration(1)
 	} else {
@@ -318,6 +321,12 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	errs = append(errs, res.strategy.validate(wc, obj)...)
 	if len(errs) > 0 {
 		return nil, invalid(res, m.GetName(), errs)
+	}
+	if err := s.limitRangeValidate(ctx, res, obj); err != nil {
+		return nil, err
+	}
+	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
+		return nil, err
 	}
 	if !applied {
 		var err error
@@ -592,6 +601,13 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
+	}
+	// Only claims (a bigger request), services (a new type) and pods
+	// can use more after an update.
+	if ri.subresource == "" && m.GetDeletionTimestamp() == nil && growsOnUpdate(res) {
+		if err := s.admitQuota(ctx, res, obj, old, wc.dryRun); err != nil {
+			return nil, err
+		}
 	}
 	if !applied {
 		var err error

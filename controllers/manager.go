@@ -18,10 +18,16 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/daemonset"
+	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
+	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/namespace"
+	"bonsai.dev/bonsai/controllers/pvbinder"
+	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
+	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
 // Deps is what every controller is built from.
@@ -36,6 +42,9 @@ type Deps struct {
 	// certificate, which the root-ca-cert-publisher puts in every
 	// namespace for pods to verify the API server with.
 	RootCA []byte
+	// DataDir is bonsai's data dir: the local-path provisioner keeps
+	// its volumes under DataDir/storage.
+	DataDir string
 }
 
 type runner interface {
@@ -50,6 +59,24 @@ var all = []struct {
 }{
 	{"daemonset", func(d Deps) (runner, error) {
 		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"persistentvolume-binder", func(d Deps) (runner, error) {
+		return pvbinder.New(pvbinder.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"local-path-provisioner", func(d Deps) (runner, error) {
+		return localpath.New(localpath.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, DataDir: d.DataDir})
+	}},
+	{"disruption", func(d Deps) (runner, error) {
+		return disruption.New(disruption.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"resourcequota", func(d Deps) (runner, error) {
+		return resourcequota.New(resourcequota.Config{Client: d.Client, Informers: d.Informers, RESTConfig: d.RESTConfig, Logger: d.Logger})
+	}},
+	{"ephemeral-volume", func(d Deps) (runner, error) {
+		return ephemeral.New(ephemeral.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"pvc-protection", func(d Deps) (runner, error) {
+		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"garbagecollector", func(d Deps) (runner, error) {
 		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
@@ -68,15 +95,25 @@ var all = []struct {
 	}},
 }
 
-// Start builds every controller and runs them until ctx ends. rootCA is
-// Deps.RootCA. An error building one stops the start: it means a bad
-// configuration.
-func Start(ctx context.Context, rc *rest.Config, log *slog.Logger, rootCA []byte) error {
+// Options are what the manager passes on to the controllers.
+type Options struct {
+	// RESTConfig reaches the API server as the controller manager.
+	RESTConfig *rest.Config
+	Logger     *slog.Logger
+	// RootCA and DataDir: see Deps.
+	RootCA  []byte
+	DataDir string
+}
+
+// Start builds every controller and runs them until ctx ends. An error
+// building one stops the start: it means a bad configuration.
+func Start(ctx context.Context, o Options) error {
+	rc, log := o.RESTConfig, o.Logger
 	cs, err := client.NewClientset(rc)
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: rootCA}
+	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
 		dc := d
