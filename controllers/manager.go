@@ -18,6 +18,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/daemonset"
+	"bonsai.dev/bonsai/controllers/endpointslice"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/statefulset"
@@ -31,6 +32,9 @@ type Deps struct {
 	// clientset lacks (the garbage collector's metadata client).
 	RESTConfig *rest.Config
 	Logger     *slog.Logger
+	// MaxEndpointsPerSlice is --max-endpoints-per-slice (0: the default,
+	// 100).
+	MaxEndpointsPerSlice int
 }
 
 type runner interface {
@@ -45,6 +49,9 @@ var all = []struct {
 }{
 	{"daemonset", func(d Deps) (runner, error) {
 		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"endpointslice", func(d Deps) (runner, error) {
+		return endpointslice.New(endpointslice.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, MaxEndpointsPerSlice: d.MaxEndpointsPerSlice})
 	}},
 	{"garbagecollector", func(d Deps) (runner, error) {
 		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
@@ -67,7 +74,9 @@ func Start(ctx context.Context, rc *rest.Config, log *slog.Logger) error {
 	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
-		r, err := c.new(Deps{Client: d.Client, Informers: d.Informers, RESTConfig: rc, Logger: log.With("controller", c.name)})
+		cd := d
+		cd.Logger = log.With("controller", c.name)
+		r, err := c.new(cd)
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", c.name, err)
 		}
