@@ -87,14 +87,14 @@ type Controller struct {
 
 // New builds the controller and adds its handlers to the shared informers.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Client == nil || cfg.Informers == nil {
-		return nil, errors.New("endpointslice: Client and Informers are required")
-	}
 	if cfg.MaxEndpointsPerSlice == 0 {
 		cfg.MaxEndpointsPerSlice = DefaultMaxEndpointsPerSlice
 	}
 	if cfg.MaxEndpointsPerSlice < 1 || cfg.MaxEndpointsPerSlice > MaxMaxEndpointsPerSlice {
 		return nil, fmt.Errorf("endpointslice: MaxEndpointsPerSlice %d: must be between 1 and %d", cfg.MaxEndpointsPerSlice, MaxMaxEndpointsPerSlice)
+	}
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, errors.New("endpointslice: Client and Informers are required")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = defaultWorkers
