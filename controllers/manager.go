@@ -18,6 +18,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/daemonset"
+	"bonsai.dev/bonsai/controllers/endpoints"
 	"bonsai.dev/bonsai/controllers/endpointslice"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/namespace"
@@ -49,6 +50,9 @@ var all = []struct {
 }{
 	{"daemonset", func(d Deps) (runner, error) {
 		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"endpoint", func(d Deps) (runner, error) {
+		return endpoints.New(endpoints.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"endpointslice", func(d Deps) (runner, error) {
 		return endpointslice.New(endpointslice.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, MaxEndpointsPerSlice: d.MaxEndpointsPerSlice})
