@@ -20,6 +20,7 @@ import (
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/endpoints"
 	"bonsai.dev/bonsai/controllers/endpointslice"
+	"bonsai.dev/bonsai/controllers/endpointslicemirroring"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/statefulset"
@@ -56,6 +57,9 @@ var all = []struct {
 	}},
 	{"endpointslice", func(d Deps) (runner, error) {
 		return endpointslice.New(endpointslice.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, MaxEndpointsPerSlice: d.MaxEndpointsPerSlice})
+	}},
+	{"endpointslicemirroring", func(d Deps) (runner, error) {
+		return endpointslicemirroring.New(endpointslicemirroring.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"garbagecollector", func(d Deps) (runner, error) {
 		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
