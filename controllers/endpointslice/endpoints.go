@@ -95,7 +95,33 @@ func podEndpoint(p *corev1.Pod, node *corev1.Node, svc *corev1.Service, t discov
 	if servicepods.ShouldSetHostname(p, svc) {
 		ep.Hostname = ptr(p.Spec.Hostname)
 	}
+	ep.Hints = trafficHints(svc, &ep)
 	return ep
+}
+
+// trafficHints are the hints spec.trafficDistribution asks for: a
+// preference for the endpoint's own zone (PreferClose, PreferSameZone)
+// or node and zone (PreferSameNode). Without one, no hints.
+func trafficHints(svc *corev1.Service, ep *discoveryv1.Endpoint) *discoveryv1.EndpointHints {
+	if svc.Spec.TrafficDistribution == nil {
+		return nil
+	}
+	var h discoveryv1.EndpointHints
+	switch *svc.Spec.TrafficDistribution {
+	case corev1.ServiceTrafficDistributionPreferSameNode:
+		if ep.NodeName != nil {
+			h.ForNodes = []discoveryv1.ForNode{{Name: *ep.NodeName}}
+		}
+		fallthrough
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone:
+		if ep.Zone != nil {
+			h.ForZones = []discoveryv1.ForZone{{Name: *ep.Zone}}
+		}
+	}
+	if h.ForNodes == nil && h.ForZones == nil {
+		return nil
+	}
+	return &h
 }
 
 // endpointKey identifies an endpoint across syncs (upstream hashes the

@@ -251,7 +251,7 @@ type endpointSet struct {
 func newEndpointSet() *endpointSet { return &endpointSet{m: map[string]*discoveryv1.Endpoint{}} }
 
 func (s *endpointSet) insert(ep *discoveryv1.Endpoint) { s.m[endpointKey(ep)] = ep }
-func (s *endpointSet) len() int                          { return len(s.m) }
+func (s *endpointSet) len() int                        { return len(s.m) }
 
 // take removes and returns the desired version of ep, or nil.
 func (s *endpointSet) take(ep *discoveryv1.Endpoint) *discoveryv1.Endpoint {

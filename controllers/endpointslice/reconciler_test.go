@@ -390,7 +390,9 @@ func TestAddressTypesAndLabels(t *testing.T) {
 		want: map[discoveryv1.AddressType][]string{discoveryv1.AddressTypeIPv6: {"fd00::1"}},
 	}, {
 		name: "dual-stack Service: one slice per family",
-		svc:  func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} },
+		svc: func(s *corev1.Service) {
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		},
 		want: map[discoveryv1.AddressType][]string{discoveryv1.AddressTypeIPv4: {"10.1.0.1"}, discoveryv1.AddressTypeIPv6: {"fd00::1"}},
 	}, {
 		name: "Service without families: its cluster IP's",
@@ -463,5 +465,37 @@ func TestReuseDeletedNeedsSameOwner(t *testing.T) {
 	got := [3][]string{sizes(p.create), sizes(p.update), sizes(p.delete)}
 	if want := [3][]string{{":2"}, nil, {"web-0:2"}}; !cmp.Equal(want, got) {
 		t.Errorf("create/update/delete %v, want %v", got, want)
+	}
+}
+
+func TestTrafficDistributionHints(t *testing.T) {
+	zoneHint := &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z1"}}}
+	tests := []struct {
+		dist string
+		node string
+		want *discoveryv1.EndpointHints
+	}{
+		{dist: "", node: "node-a"},
+		{dist: corev1.ServiceTrafficDistributionPreferClose, node: "node-a", want: zoneHint},
+		{dist: corev1.ServiceTrafficDistributionPreferSameZone, node: "node-a", want: zoneHint},
+		{dist: corev1.ServiceTrafficDistributionPreferSameNode, node: "node-a",
+			want: &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "node-a"}}, ForZones: []discoveryv1.ForZone{{Name: "z1"}}}},
+		{dist: corev1.ServiceTrafficDistributionPreferClose, node: "node-b"}, // no zone: no hint
+	}
+	for _, tc := range tests {
+		t.Run(tc.dist+"/"+tc.node, func(t *testing.T) {
+			svc := testService(func(s *corev1.Service) {
+				if tc.dist != "" {
+					s.Spec.TrafficDistribution = ptr(tc.dist)
+				}
+			})
+			p, err := testReconciler(100).reconcile(svc, []*corev1.Pod{testPod(0, func(p *corev1.Pod) { p.Spec.NodeName = tc.node })}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, p.create[0].Endpoints[0].Hints); diff != "" {
+				t.Errorf("hints (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
