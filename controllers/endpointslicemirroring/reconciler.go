@@ -175,7 +175,7 @@ func reconcile(ep *corev1.Endpoints, existing []*discoveryv1.EndpointSlice, maxP
 			i++
 			continue
 		}
-		s.Name, s.GenerateName, s.ResourceVersion = old.Name, "", old.ResourceVersion
+		s.Name, s.ResourceVersion = old.Name, old.ResourceVersion
 		p.create = p.create[:len(p.create)-1]
 		p.update = append(p.update, s)
 		p.delete = slices.Delete(p.delete, i, i+1)
