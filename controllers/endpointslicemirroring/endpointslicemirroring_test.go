@@ -152,6 +152,18 @@ func TestMirroringMax1000PerSubset(t *testing.T) {
 	e.service("big", nil)
 	e.endpoints("big", 1001, nil)
 	e.waitMirrored("big", 1000)
+	controllertest.Eventually(t, waitFor, func() error {
+		evs, err := e.Client.Core.Events("default").List(e.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == reasonTooManyAddressesToMirror && ev.InvolvedObject.Kind == "Endpoints" && ev.InvolvedObject.Name == "big" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event on the Endpoints among %d events", reasonTooManyAddressesToMirror, len(evs.Items))
+	})
 }
 
 // TestNotMirrored: the skip rules. Each case's Endpoints must stay
