@@ -37,7 +37,11 @@ import (
 )
 
 const (
-	componentName  = "endpoint-controller"
+	// LabelManagedBy and ControllerName mark the Endpoints this
+	// controller writes.
+	LabelManagedBy = "endpoints.kubernetes.io/managed-by"
+	ControllerName = "endpoint-controller"
+	componentName  = ControllerName
 	defaultWorkers = 5
 	minRetryDelay  = time.Second
 	maxRetryDelay  = 1000 * time.Second
@@ -340,9 +344,11 @@ func (c *Controller) write(ctx context.Context, key string, ep *corev1.Endpoints
 }
 
 // endpointsLabels are the Service's labels, plus
-// service.kubernetes.io/headless for a headless Service.
+// service.kubernetes.io/headless for a headless Service and the label
+// that tells the Endpoints this controller writes from users' (since
+// 1.33).
 func endpointsLabels(svc *corev1.Service) map[string]string {
-	out := make(map[string]string, len(svc.Labels)+1)
+	out := make(map[string]string, len(svc.Labels)+2)
 	for k, v := range svc.Labels {
 		out[k] = v
 	}
@@ -351,5 +357,6 @@ func endpointsLabels(svc *corev1.Service) map[string]string {
 	} else {
 		out[corev1.IsHeadlessService] = ""
 	}
+	out[LabelManagedBy] = ControllerName
 	return out
 }

@@ -122,7 +122,7 @@ func TestEndpointsLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ep := e.waitEndpoints("web", wantCounts(2, 1))
-	if diff := cmp.Diff(map[string]string{"team": "blue"}, ep.Labels); diff != "" {
+	if diff := cmp.Diff(map[string]string{"team": "blue", LabelManagedBy: ControllerName}, ep.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, ep.Annotations[corev1.EndpointsLastChangeTriggerTime]); err != nil {
