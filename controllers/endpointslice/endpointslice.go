@@ -48,6 +48,9 @@ const (
 	// upstream's queue does.
 	minRetryDelay = time.Second
 	maxRetryDelay = 1000 * time.Second
+	// sliceChangeMinSyncDelay is upstream's least delay of a sync
+	// triggered by a slice event.
+	sliceChangeMinSyncDelay = time.Second
 )
 
 // Config is what the controller needs; zero fields take the defaults.

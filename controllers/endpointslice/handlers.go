@@ -74,11 +74,18 @@ func managedKey(obj any) (string, *discoveryv1.EndpointSlice) {
 	return s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName], s
 }
 
+// enqueueForSlice queues a Service after a change of one of its slices,
+// at least sliceChangeMinSyncDelay later so that a burst of slice events
+// (a user deleting them all, say) costs one sync.
+func (c *Controller) enqueueForSlice(key string) {
+	c.queue.AddAfter(key, max(sliceChangeMinSyncDelay, c.cfg.EndpointUpdatesBatchPeriod))
+}
+
 // onSlice resyncs a Service when one of its slices changed in a way this
 // controller did not write itself (a user edit, say).
 func (c *Controller) onSlice(obj any) {
 	if key, s := managedKey(obj); s != nil && c.tracker.ShouldSync(key, s) {
-		c.queue.Add(key)
+		c.enqueueForSlice(key)
 	}
 }
 
@@ -87,7 +94,7 @@ func (c *Controller) onSliceUpdate(old, cur any) {
 	// a gap the old owner must fill.
 	if oldKey, o := managedKey(old); o != nil {
 		if newKey, n := managedKey(cur); n == nil || newKey != oldKey {
-			c.queue.Add(oldKey)
+			c.enqueueForSlice(oldKey)
 		}
 	}
 	c.onSlice(cur)
@@ -95,6 +102,6 @@ func (c *Controller) onSliceUpdate(old, cur any) {
 
 func (c *Controller) onSliceDelete(obj any) {
 	if key, s := managedKey(obj); s != nil && !c.tracker.HandleDeletion(key, s.Name) {
-		c.queue.Add(key)
+		c.enqueueForSlice(key)
 	}
 }
