@@ -26,7 +26,14 @@ type env struct {
 
 func newEnv(t *testing.T, nodes int) *env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
+	e := &env{Env: controllertest.New(t, controllertest.Options{Nodes: nodes}), t: t}
+	e.start()
+	return e
+}
+
+// start runs the controller.
+func (e *env) start() {
+	t := e.t
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
 	if err != nil {
@@ -38,7 +45,6 @@ func newEnv(t *testing.T, nodes int) *env {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	return &env{Env: e, t: t}
 }
 
 func (e *env) service(name string, mod func(*corev1.Service)) {
@@ -237,4 +243,30 @@ func TestEndpointsTruncatedAt1000(t *testing.T) {
 		}
 		return wantCounts(n-10, 0)(ep)
 	})
+}
+
+// TestLeftoverEndpointsDeleted: Endpoints whose Service went while the
+// controller was not running are deleted when it starts, but not the
+// leader-election ones.
+func TestLeftoverEndpointsDeleted(t *testing.T) {
+	e := &env{Env: controllertest.New(t, controllertest.Options{}), t: t}
+	for _, ep := range []*corev1.Endpoints{
+		{ObjectMeta: metav1.ObjectMeta{Name: "lock", Annotations: map[string]string{LeaderAnnotation: "{}"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}},
+	} {
+		if _, err := e.Client.Core.Endpoints("default").Create(e.Ctx, ep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start()
+	controllertest.Eventually(t, waitFor, func() error {
+		_, err := e.Client.Core.Endpoints("default").Get(e.Ctx, "orphan", metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Endpoints without a Service: %v", err)
+		}
+		return nil
+	})
+	if _, err := e.Client.Core.Endpoints("default").Get(e.Ctx, "lock", metav1.GetOptions{}); err != nil {
+		t.Errorf("leader-election Endpoints: %v", err)
+	}
 }

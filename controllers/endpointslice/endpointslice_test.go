@@ -267,10 +267,15 @@ func TestMaxEndpointsPerSliceBounds(t *testing.T) {
 }
 
 // TestOthersSlicesUntouched: Services without a selector are left to
-// their users, and slices another manager owns are never changed.
+// their users, ExternalName Services get no slices, and slices another
+// manager owns are never changed.
 func TestOthersSlicesUntouched(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	e.service("manual", func(s *corev1.Service) { s.Spec.Selector = nil })
+	e.service("extname", func(s *corev1.Service) {
+		s.Spec.Type, s.Spec.ExternalName, s.Spec.Ports = corev1.ServiceTypeExternalName, "db.example.com", nil
+		s.Spec.Selector = map[string]string{"app": "auto"}
+	})
 	e.service("auto", nil)
 	foreign := func(svc string) *discoveryv1.EndpointSlice {
 		s, err := e.Client.Discovery.EndpointSlices("default").Create(e.Ctx, &discoveryv1.EndpointSlice{
@@ -288,8 +293,10 @@ func TestOthersSlicesUntouched(t *testing.T) {
 	e.pod("auto-0", "auto", nil)
 	e.pod("manual-0", "manual", nil)
 	e.waitReadyPods("auto", "auto-0")
-	if ss := e.slices("manual"); len(ss) != 0 {
-		t.Errorf("Service without a selector got slices %s", sliceSummary(ss))
+	for _, svc := range []string{"manual", "extname"} {
+		if ss := e.slices(svc); len(ss) != 0 {
+			t.Errorf("Service %s got slices %s", svc, sliceSummary(ss))
+		}
 	}
 	for _, s := range mine {
 		got, err := e.Client.Discovery.EndpointSlices("default").Get(e.Ctx, s.Name, metav1.GetOptions{})
