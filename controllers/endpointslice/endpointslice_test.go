@@ -50,9 +50,6 @@ func TestServiceLifecycle(t *testing.T) {
 	if diff := cmp.Diff(wantPorts, s.Ports); diff != "" {
 		t.Errorf("ports (-want +got):\n%s", diff)
 	}
-	if _, err := time.Parse(time.RFC3339Nano, s.Annotations[corev1.EndpointsLastChangeTriggerTime]); err != nil {
-		t.Errorf("annotation %s: %v", corev1.EndpointsLastChangeTriggerTime, err)
-	}
 	for _, ep := range s.Endpoints {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, ep.TargetRef.Name, metav1.GetOptions{})
 		if err != nil {
@@ -197,14 +194,24 @@ func TestEndpointConditions(t *testing.T) {
 		}
 	}
 
-	// Readiness changes both ways.
-	e.setStatus("notready", "10.9.0.2", true)
-	e.setStatus("ready", "10.9.0.1", false)
-	wait("st", []endpointState{
+	// Readiness changes both ways. The slices written for them carry the
+	// time of the change: the Ready transitions, later (to the second,
+	// the API's precision) than any before.
+	flipped := time.Now().Add(time.Hour).Truncate(time.Second)
+	e.setStatusAt("notready", "10.9.0.2", true, flipped)
+	e.setStatusAt("ready", "10.9.0.1", false, flipped)
+	ss = wait("st", []endpointState{
 		{Pod: "leaving", Serving: true, Terminating: true},
 		{Pod: "notready", Ready: true, Serving: true},
 		{Pod: "ready"},
 	})
+	for _, s := range ss {
+		at, err := time.Parse(time.RFC3339Nano, s.Annotations[corev1.EndpointsLastChangeTriggerTime])
+		if err != nil || !at.Equal(flipped) {
+			t.Errorf("slice %s: %s %q (%v), want the time of the readiness changes, from %s", s.Name,
+				corev1.EndpointsLastChangeTriggerTime, s.Annotations[corev1.EndpointsLastChangeTriggerTime], err, flipped)
+		}
+	}
 }
 
 func TestNamedPortResolvedPerPod(t *testing.T) {

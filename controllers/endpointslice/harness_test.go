@@ -98,8 +98,15 @@ func (e *env) plainNode(name, zone string) {
 }
 
 // setStatus writes a pod's status as its kubelet: Running with ip, Ready
-// as ready.
+// as ready since now.
 func (e *env) setStatus(name, ip string, ready bool) {
+	e.t.Helper()
+	e.setStatusAt(name, ip, ready, time.Now())
+}
+
+// setStatusAt is setStatus with the Ready condition's transition at
+// since.
+func (e *env) setStatusAt(name, ip string, ready bool, since time.Time) {
 	e.t.Helper()
 	controllertest.Eventually(e.t, waitFor, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
@@ -111,7 +118,7 @@ func (e *env) setStatus(name, ip string, ready bool) {
 			st = corev1.ConditionTrue
 		}
 		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}}
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.NewTime(since)}}}
 		_, err = e.Client.Core.Pods("default").UpdateStatus(e.Ctx, p, metav1.UpdateOptions{})
 		return err
 	})
