@@ -39,7 +39,9 @@ type Deps struct {
 	MaxEndpointsPerSlice int
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // all lists the controllers the manager runs, by the name --controllers
 // would use in kube-controller-manager.
