@@ -210,7 +210,7 @@ func builtinResources() []*resource {
 		// coordination.k8s.io/v1
 		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true, strategy: leaseStrategy{}},
 		// discovery.k8s.io/v1
-		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true},
+		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true, strategy: endpointSliceStrategy{}},
 		// networking.k8s.io/v1
 		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
 		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},

@@ -19,6 +19,9 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/controllers/endpoints"
+	"bonsai.dev/bonsai/controllers/endpointslice"
+	"bonsai.dev/bonsai/controllers/endpointslicemirroring"
 	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/localpath"
@@ -45,6 +48,9 @@ type Deps struct {
 	// DataDir is bonsai's data dir: the local-path provisioner keeps
 	// its volumes under DataDir/storage.
 	DataDir string
+	// MaxEndpointsPerSlice is --max-endpoints-per-slice (0: the default,
+	// 100).
+	MaxEndpointsPerSlice int
 }
 
 type runner interface {
@@ -78,6 +84,15 @@ var all = []struct {
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
+	{"endpoint", func(d Deps) (runner, error) {
+		return endpoints.New(endpoints.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"endpointslice", func(d Deps) (runner, error) {
+		return endpointslice.New(endpointslice.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, MaxEndpointsPerSlice: d.MaxEndpointsPerSlice})
+	}},
+	{"endpointslicemirroring", func(d Deps) (runner, error) {
+		return endpointslicemirroring.New(endpointslicemirroring.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
 	{"garbagecollector", func(d Deps) (runner, error) {
 		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
 	}},
@@ -100,9 +115,10 @@ type Options struct {
 	// RESTConfig reaches the API server as the controller manager.
 	RESTConfig *rest.Config
 	Logger     *slog.Logger
-	// RootCA and DataDir: see Deps.
-	RootCA  []byte
-	DataDir string
+	// RootCA, DataDir and MaxEndpointsPerSlice: see Deps.
+	RootCA               []byte
+	DataDir              string
+	MaxEndpointsPerSlice int
 }
 
 // Start builds every controller and runs them until ctx ends. An error
@@ -113,7 +129,7 @@ func Start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir}
+	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
 		dc := d

@@ -34,5 +34,5 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
 		return err
 	}
-	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir})
+	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice})
 }
