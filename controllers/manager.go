@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/cronjob"
+	"bonsai.dev/bonsai/controllers/job"
+	"bonsai.dev/bonsai/controllers/ttlafterfinished"
 )
 
 // Deps is what every controller is built from.
@@ -29,14 +32,26 @@ type Deps struct {
 	Logger     *slog.Logger
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // all lists the controllers the manager runs, by the name --controllers
 // would use in kube-controller-manager.
 var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
-}{}
+}{
+	{"job", func(d Deps) (runner, error) {
+		return job.New(job.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"cronjob", func(d Deps) (runner, error) {
+		return cronjob.New(cronjob.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"ttl-after-finished", func(d Deps) (runner, error) {
+		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+}
 
 // Start builds every controller and runs them until ctx ends. An error
 // building one stops the start: it means a bad configuration.

@@ -60,16 +60,16 @@ type Config struct {
 
 // Controller is the Job controller.
 type Controller struct {
-	cfg      Config
-	client   *client.Clientset
-	jobs     cache.SharedIndexInformer
-	pods     cache.SharedIndexInformer
+	cfg       Config
+	client    *client.Clientset
+	jobs      cache.SharedIndexInformer
+	pods      cache.SharedIndexInformer
 	jobLister batchlisters.JobLister
 	podLister corelisters.PodLister
-	queue    workqueue.TypedRateLimitingInterface[string]
-	recorder record.EventRecorder
-	log      *slog.Logger
-	clock    clock.WithTicker
+	queue     workqueue.TypedRateLimitingInterface[string]
+	recorder  record.EventRecorder
+	log       *slog.Logger
+	clock     clock.WithTicker
 
 	// expect holds what this controller asked of pods and has not yet
 	// seen in the informer, so a sync on a stale cache does not create or

@@ -66,11 +66,11 @@ func newPod(j *batchv1.Job, index int, failures, ignored int) *corev1.Pod {
 	t := j.Spec.Template.DeepCopy()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    j.Namespace,
-			GenerateName: j.Name + "-",
-			Labels:       t.Labels,
-			Annotations:  t.Annotations,
-			Finalizers:   append(t.Finalizers, trackingFinalizer),
+			Namespace:       j.Namespace,
+			GenerateName:    j.Name + "-",
+			Labels:          t.Labels,
+			Annotations:     t.Annotations,
+			Finalizers:      append(t.Finalizers, trackingFinalizer),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
 		Spec: t.Spec,

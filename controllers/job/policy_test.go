@@ -115,8 +115,8 @@ func TestPodFailurePolicyFailIndex(t *testing.T) {
 func TestJudgeFailure(t *testing.T) {
 	pod := func(exit int32, conds ...corev1.PodCondition) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Status: corev1.PodStatus{
-			Phase:      corev1.PodFailed,
-			Conditions: conds,
+			Phase:                 corev1.PodFailed,
+			Conditions:            conds,
 			InitContainerStatuses: []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}},
 			ContainerStatuses:     []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit}}}},
 		}}

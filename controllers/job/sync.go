@@ -16,11 +16,11 @@ import (
 
 // jobState is what one sync learns of a Job and its pods.
 type jobState struct {
-	key  string
-	job  *batchv1.Job // a copy whose status the sync edits
+	key string
+	job *batchv1.Job // a copy whose status the sync edits
 	// written is the status as the API server last had it.
 	written batchv1.JobStatus
-	pods []*corev1.Pod
+	pods    []*corev1.Pod
 	// active are running or pending pods not being deleted; terminating
 	// pods are being deleted and not yet terminal.
 	active      []*corev1.Pod
@@ -34,8 +34,8 @@ type jobState struct {
 	// succeeded and failed count every finished pod, recorded or not
 	// (for an Indexed Job succeeded is the number of completed indexes).
 	succeeded, failed int32
-	completed     indexSet // Indexed only
-	failedIndexes indexSet // with backoffLimitPerIndex only
+	completed         indexSet // Indexed only
+	failedIndexes     indexSet // with backoffLimitPerIndex only
 	// finish is the condition the Job is heading to: FailureTarget or
 	// SuccessCriteriaMet, set once and then made Failed or Complete when
 	// its pods are gone.
