@@ -59,13 +59,16 @@ func setCondition(j *batchv1.Job, t batchv1.JobConditionType, status corev1.Cond
 	return true
 }
 
-// setSuspendCondition reports suspension and resumption; resuming
-// restarts the clock of activeDeadlineSeconds, as upstream does.
+// setSuspendCondition reports suspension and resumption. As upstream,
+// suspending clears startTime (the Job counts as never started, so its
+// scheduling directives may change) and resuming restarts it, and with
+// it the clock of activeDeadlineSeconds.
 func (c *Controller) setSuspendCondition(s *jobState, now time.Time) {
 	j := s.job
 	if suspended(j) {
 		if s.finish == nil && setCondition(j, batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended", now) {
 			c.recorder.Event(j, corev1.EventTypeNormal, "Suspended", "Job suspended")
+			j.Status.StartTime = nil
 		}
 		return
 	}

@@ -71,8 +71,56 @@ func TestSuspendResume(t *testing.T) {
 		return nil
 	})
 	j = h.waitCondition("susp", batchv1.JobSuspended)
-	if j.Status.Failed != 0 || j.Status.Active != 0 {
-		t.Errorf("after suspension failed %d active %d, want 0, 0", j.Status.Failed, j.Status.Active)
+	if j.Status.Failed != 0 || j.Status.Active != 0 || j.Status.StartTime != nil {
+		t.Errorf("after suspension failed %d active %d startTime %v, want 0, 0, none", j.Status.Failed, j.Status.Active, j.Status.StartTime)
+	}
+}
+
+// With restartPolicy OnFailure containers restart in place, and their
+// restarts count against backoffLimit.
+func TestBackoffLimitOnFailure(t *testing.T) {
+	h := newHarness(t, time.Second)
+	j := h.create(newJob("onfailure", func(j *batchv1.Job) {
+		j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		j.Spec.BackoffLimit = ptr[int32](2)
+	}))
+	p := h.waitRunning(j, 1)[0]
+	restart := func(n int32) {
+		controllertest.Eventually(t, waitFor, func() error {
+			cur, err := h.Client.Core.Pods("default").Get(h.Ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status.ContainerStatuses[0].RestartCount = n
+			_, err = h.Client.Core.Pods("default").UpdateStatus(h.Ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	restart(1)
+	h.waitStatus("onfailure", func(j *batchv1.Job) error {
+		if j.Status.Active != 1 {
+			return fmt.Errorf("active %d", j.Status.Active)
+		}
+		return nil
+	})
+	if hasCondition(h.job("onfailure"), batchv1.JobFailureTarget) {
+		t.Fatalf("failed after one restart with backoffLimit 2")
+	}
+	restart(2)
+	j = h.waitCondition("onfailure", batchv1.JobFailed)
+	if c := conditionOf(j, batchv1.JobFailed); c.Reason != batchv1.JobReasonBackoffLimitExceeded {
+		t.Errorf("Failed reason %q, want BackoffLimitExceeded", c.Reason)
+	}
+}
+
+// A Job another controller manages (spec.managedBy) is left alone.
+func TestManagedByOther(t *testing.T) {
+	h := newHarness(t, time.Second)
+	other := h.create(newJob("other", func(j *batchv1.Job) { j.Spec.ManagedBy = ptr("example.com/queue") }))
+	ours := h.create(newJob("ours", nil))
+	h.waitRunning(ours, 1)
+	if n := len(h.pods(other)); n != 0 {
+		t.Errorf("job managed by another controller got %d pods", n)
 	}
 }
 

@@ -61,6 +61,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if m := shared.Spec.ManagedBy; m != nil && *m != batchv1.JobControllerName {
+		return nil // another controller runs this Job, as upstream's managedBy says
+	}
 	if finishedCondition(shared) != nil || shared.DeletionTimestamp != nil {
 		// Nothing more to count: let every pod go.
 		return c.removeFinalizers(ctx, key, withFinalizer(pods))
