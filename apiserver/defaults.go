@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,6 +59,10 @@ func (defaulter) Default(obj runtime.Object) {
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
 	case *batchv1.Job:
+		// A Job without labels takes its template's, as upstream.
+		if len(o.Labels) == 0 && o.Spec.Template.Labels != nil {
+			o.Labels = maps.Clone(o.Spec.Template.Labels)
+		}
 		defaultJobSpec(&o.Spec)
 	case *batchv1.CronJob:
 		defaultCronJob(o)
@@ -444,6 +449,15 @@ func defaultJobSpec(s *batchv1.JobSpec) {
 	}
 	if s.Suspend == nil {
 		s.Suspend = ptrTo(false)
+	}
+	if s.PodFailurePolicy != nil {
+		for i := range s.PodFailurePolicy.Rules {
+			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
+				if c := &s.PodFailurePolicy.Rules[i].OnPodConditions[k]; c.Status == "" {
+					c.Status = corev1.ConditionTrue
+				}
+			}
+		}
 	}
 	if s.PodReplacementPolicy == nil {
 		if s.PodFailurePolicy != nil {
