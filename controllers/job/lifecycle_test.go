@@ -201,3 +201,31 @@ func TestWorkQueue(t *testing.T) {
 		t.Errorf("succeeded %d, want 2", j.Status.Succeeded)
 	}
 }
+
+// Deleting a Job lets its pods go: the tracking finalizers are removed
+// so that the garbage collector (or anyone) can delete them.
+func TestDeletedJobReleasesPods(t *testing.T) {
+	h := newHarness(t, time.Second)
+	j := h.create(newJob("gone", func(j *batchv1.Job) { j.Spec.Parallelism = ptr[int32](2) }))
+	h.waitRunning(j, 2)
+	background := metav1.DeletePropagationBackground // no garbage collector runs here: the pods stay
+	// The API server may answer a delete racing a status write with 409.
+	controllertest.Eventually(t, waitFor, func() error {
+		return h.Client.Batch.Jobs("default").Delete(h.Ctx, "gone", metav1.DeleteOptions{PropagationPolicy: &background})
+	})
+	controllertest.Eventually(t, waitFor, func() error {
+		list, err := h.Client.Core.Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 2 {
+			return fmt.Errorf("%d pods, want the 2 orphans", len(list.Items))
+		}
+		for _, p := range list.Items {
+			if hasTrackingFinalizer(&p) {
+				return fmt.Errorf("pod %s keeps the tracking finalizer", p.Name)
+			}
+		}
+		return nil
+	})
+}
