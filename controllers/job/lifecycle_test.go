@@ -229,3 +229,73 @@ func TestDeletedJobReleasesPods(t *testing.T) {
 		return nil
 	})
 }
+
+// A pod without a controller that matches a Job's selector is adopted
+// (owner reference and tracking finalizer) and counts as the Job's; an
+// owned pod relabelled out of the selector is released and replaced.
+func TestAdoptAndRelease(t *testing.T) {
+	h := newHarness(t, time.Second)
+	stray, err := h.Client.Core.Pods("default").Create(h.Ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: "default", Labels: map[string]string{"app": "adopt"}},
+		Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := h.create(newJob("adopt", func(j *batchv1.Job) {
+		j.Spec.ManualSelector = ptr(true)
+		j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "adopt"}}
+	}))
+	controllertest.Eventually(t, waitFor, func() error {
+		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != j.UID || !hasTrackingFinalizer(p) {
+			return fmt.Errorf("stray pod owner %+v finalizers %v, want the Job and the tracking finalizer", ref, p.Finalizers)
+		}
+		return nil
+	})
+	h.waitStatus("adopt", func(j *batchv1.Job) error {
+		if j.Status.Active != 1 {
+			return fmt.Errorf("active %d, want the adopted pod", j.Status.Active)
+		}
+		return nil
+	})
+	// Relabelled out of the selector, it is released and replaced.
+	controllertest.Eventually(t, waitFor, func() error {
+		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Labels["app"] = "elsewhere"
+		_, err = h.Client.Core.Pods("default").Update(h.Ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	controllertest.Eventually(t, waitFor, func() error {
+		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if metav1.GetControllerOf(p) != nil || hasTrackingFinalizer(p) {
+			return fmt.Errorf("released pod keeps owner %v finalizers %v", p.OwnerReferences, p.Finalizers)
+		}
+		return nil
+	})
+	var replacement corev1.Pod
+	controllertest.Eventually(t, waitFor, func() error {
+		list, err := h.Client.Core.Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: "app=adopt"})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.UID != stray.UID {
+				replacement = p
+				return nil
+			}
+		}
+		return fmt.Errorf("no replacement pod running")
+	})
+	h.finish(replacement, 0)
+	h.waitCondition("adopt", batchv1.JobComplete)
+}

@@ -190,6 +190,46 @@ func (c *Controller) removeFinalizer(ctx context.Context, key string, p *corev1.
 	return nil
 }
 
+// adoptPod makes the Job a pod's controller and puts the tracking
+// finalizer on it; the pod's UID in the patch guards against a pod of
+// the same name. It returns nil when the pod is gone.
+func (c *Controller) adoptPod(ctx context.Context, j *batchv1.Job, p *corev1.Pod) (*corev1.Pod, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":             p.UID,
+		"ownerReferences": []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))},
+		"finalizers":      []string{trackingFinalizer},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	adopted, err := c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return nil, nil // gone, or another pod now has the name
+	}
+	if err != nil {
+		return nil, fmt.Errorf("adopt pod %s for job %s/%s: %w", p.Name, j.Namespace, j.Name, err)
+	}
+	return adopted, nil
+}
+
+// releasePod drops the Job's owner reference and tracking finalizer from
+// a pod that no longer matches its selector.
+func (c *Controller) releasePod(ctx context.Context, key string, j *batchv1.Job, p *corev1.Pod) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":                                 p.UID,
+		"ownerReferences":                     []map[string]any{{"$patch": "delete", "uid": j.UID}},
+		"$deleteFromPrimitiveList/finalizers": []string{trackingFinalizer},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
+		return fmt.Errorf("release pod %s of job %s: %w", p.Name, key, err)
+	}
+	return nil
+}
+
 // removeFinalizers removes the tracking finalizer from every pod given.
 func (c *Controller) removeFinalizers(ctx context.Context, key string, pods []*corev1.Pod) error {
 	return parallel(len(pods), func(i int) error { return c.removeFinalizer(ctx, key, pods[i]) })

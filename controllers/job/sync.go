@@ -57,7 +57,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	pods, err := c.jobPods(shared)
+	pods, err := c.jobPods(ctx, shared)
 	if err != nil {
 		return err
 	}
@@ -100,27 +100,60 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	return manageErr
 }
 
-// jobPods are the pods the Job controls: matching its selector and owned
-// by it. Pods of another owner are never touched.
-func (c *Controller) jobPods(j *batchv1.Job) ([]*corev1.Pod, error) {
+// jobPods are the pods the Job controls, after claiming them as
+// upstream's controller-ref manager does: a pod without a controller
+// that matches the selector is adopted (owner reference and tracking
+// finalizer added), and an owned pod that no longer matches is released.
+// Pods another controller owns are never touched.
+func (c *Controller) jobPods(ctx context.Context, j *batchv1.Job) ([]*corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(j.Spec.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("job %s/%s: bad selector: %w", j.Namespace, j.Name, err)
+	if err != nil || j.Spec.Selector == nil {
+		return nil, fmt.Errorf("job %s/%s: bad selector: %v", j.Namespace, j.Name, err)
 	}
-	if j.Spec.Selector == nil {
-		sel = labels.Nothing()
-	}
-	all, err := c.podLister.Pods(j.Namespace).List(sel)
+	all, err := c.podLister.Pods(j.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
+	key := j.Namespace + "/" + j.Name
 	var own []*corev1.Pod
+	canAdopt := -1 // unknown until a pod needs it
 	for _, p := range all {
-		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == j.UID {
+		ref := metav1.GetControllerOf(p)
+		matches := sel.Matches(labels.Set(p.Labels))
+		switch {
+		case ref != nil && ref.UID == j.UID && matches:
 			own = append(own, p)
+		case ref != nil && ref.UID == j.UID:
+			if err := c.releasePod(ctx, key, j, p); err != nil {
+				return nil, err
+			}
+		case ref == nil && matches && p.DeletionTimestamp == nil && finishedCondition(j) == nil:
+			if canAdopt == -1 {
+				canAdopt = 0
+				if c.canAdopt(ctx, j) {
+					canAdopt = 1
+				}
+			}
+			if canAdopt == 0 {
+				continue
+			}
+			adopted, err := c.adoptPod(ctx, j, p)
+			if err != nil {
+				return nil, err
+			}
+			if adopted != nil {
+				own = append(own, adopted)
+			}
 		}
 	}
 	return own, nil
+}
+
+// canAdopt checks with the API server, not the cache, that the Job is
+// still the same and not being deleted, as upstream does before adopting.
+func (c *Controller) canAdopt(ctx context.Context, j *batchv1.Job) bool {
+	fresh, err := c.client.Batch.Jobs(j.Namespace).Get(ctx, j.Name, metav1.GetOptions{})
+	return err == nil && fresh.UID == j.UID && fresh.DeletionTimestamp == nil
 }
 
 // releaseOrphans removes the tracking finalizer from pods whose Job is
