@@ -79,10 +79,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	var manageErr error
 	switch {
 	case s.finish != nil:
-		// Heading to Complete or Failed: stop every pod still running.
-		// Their finalizers stay, so a failing Job counts them.
+		// Heading to Complete or Failed: record that first, so that a
+		// later sync does not take the pods stopped now for failures of
+		// their own, then stop every pod still running. Their finalizers
+		// stay, so a failing Job counts them.
 		if !hasCondition(s.job, s.finish.Type) {
 			s.job.Status.Conditions = append(s.job.Status.Conditions, *s.finish)
+			if err := c.updateStatus(ctx, s); err != nil {
+				return err
+			}
 		}
 		if len(s.active) > 0 {
 			manageErr = c.deletePods(ctx, s.job, key, s.active, false)
@@ -241,6 +246,8 @@ func (c *Controller) observe(key string, j *batchv1.Job, pods []*corev1.Pod, now
 		s.failedIndexes = parseIndexes(failed, completions)
 	}
 	var countedFailures []*corev1.Pod
+	// Pods a finishing Job stopped did not fail their index.
+	finishing := hasCondition(j, batchv1.JobFailureTarget) || hasCondition(j, batchv1.JobSuccessCriteriaMet)
 	for _, p := range pods {
 		switch {
 		case p.DeletionTimestamp != nil && !terminal(p):
@@ -268,7 +275,7 @@ func (c *Controller) observe(key string, j *batchv1.Job, pods []*corev1.Pod, now
 			if verdict.counts() {
 				countedFailures = append(countedFailures, p)
 			}
-			if s.failedIndexes != nil && verdict.counts() {
+			if s.failedIndexes != nil && verdict.counts() && !finishing {
 				ix := podIndex(p)
 				if ix != unknownIndex && ix < completions && !s.completed[ix] &&
 					(verdict.is(batchv1.PodFailurePolicyActionFailIndex) || int32(annotationInt(p, indexFailureCountKey)+1) > *j.Spec.BackoffLimitPerIndex) {
