@@ -57,15 +57,16 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if m := shared.Spec.ManagedBy; m != nil && *m != batchv1.JobControllerName {
+		return nil // another controller runs this Job, as upstream's managedBy says
+	}
 	pods, err := c.jobPods(ctx, shared)
 	if err != nil {
 		return err
 	}
-	if m := shared.Spec.ManagedBy; m != nil && *m != batchv1.JobControllerName {
-		return nil // another controller runs this Job, as upstream's managedBy says
-	}
 	if finishedCondition(shared) != nil || shared.DeletionTimestamp != nil {
 		// Nothing more to count: let every pod go.
+		c.setBackoff(key, backoffRecord{})
 		return c.removeFinalizers(ctx, key, withFinalizer(pods))
 	}
 	now := c.clock.Now()
