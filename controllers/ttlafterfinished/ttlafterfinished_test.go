@@ -13,6 +13,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/job"
 )
 
 // Finished Jobs are deleted once their TTL after the finish has passed,
@@ -98,4 +99,57 @@ func TestDeletesExpiredJobs(t *testing.T) {
 		t.Errorf("long deleted at +%s, before its 100 s TTL", clk.Since(start))
 	}
 	exists("forever", "running")
+}
+
+// With the Job controller: a Job that completes is deleted once its TTL
+// (here 1 s, on the real clock) has passed.
+func TestDeletesCompletedJobWithJobController(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	inf := client.NewInformers(e.Config)
+	jc, err := job.New(job.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.Start(e.Ctx)
+	go jc.Run(e.Ctx)
+	go tc.Run(e.Ctx)
+	ttl := int32(1)
+	j, err := e.Client.Batch.Jobs("default").Create(e.Ctx, &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "default"},
+		Spec: batchv1.JobSpec{TTLSecondsAfterFinished: &ttl, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Play the kubelet: the pod succeeds once it runs.
+	controllertest.Eventually(t, 60*time.Second, func() error {
+		pods, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("want one running pod, have %d", len(pods.Items))
+		}
+		p := pods.Items[0]
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: metav1.Now()}}
+		_, err = e.Client.Core.Pods("default").UpdateStatus(e.Ctx, &p, metav1.UpdateOptions{})
+		return err
+	})
+	controllertest.Eventually(t, 60*time.Second, func() error {
+		j, err := e.Client.Batch.Jobs("default").Get(e.Ctx, "once", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("job still there, conditions %+v", j.Status.Conditions)
+	})
 }
