@@ -60,15 +60,13 @@ func setCondition(j *batchv1.Job, t batchv1.JobConditionType, status corev1.Cond
 }
 
 // setSuspendCondition reports suspension and resumption. As upstream,
-// suspending clears startTime (the Job counts as never started, so its
-// scheduling directives may change) and resuming restarts it, and with
-// it the clock of activeDeadlineSeconds.
+// resuming restarts startTime, and with it the clock of
+// activeDeadlineSeconds, which counts only continuously active time.
 func (c *Controller) setSuspendCondition(s *jobState, now time.Time) {
 	j := s.job
 	if suspended(j) {
 		if s.finish == nil && setCondition(j, batchv1.JobSuspended, corev1.ConditionTrue, "JobSuspended", "Job suspended", now) {
 			c.recorder.Event(j, corev1.EventTypeNormal, "Suspended", "Job suspended")
-			j.Status.StartTime = nil
 		}
 		return
 	}

@@ -71,9 +71,19 @@ func TestSuspendResume(t *testing.T) {
 		return nil
 	})
 	j = h.waitCondition("susp", batchv1.JobSuspended)
-	if j.Status.Failed != 0 || j.Status.Active != 0 || j.Status.StartTime != nil {
-		t.Errorf("after suspension failed %d active %d startTime %v, want 0, 0, none", j.Status.Failed, j.Status.Active, j.Status.StartTime)
+	if j.Status.Failed != 0 || j.Status.Active != 0 {
+		t.Errorf("after suspension failed %d active %d, want 0, 0", j.Status.Failed, j.Status.Active)
 	}
+	// Resuming again restarts startTime (kept to the second by the API).
+	started := j.Status.StartTime.Time
+	time.Sleep(time.Until(started.Add(1100 * time.Millisecond)))
+	h.setSuspend("susp", false)
+	h.waitStatus("susp", func(j *batchv1.Job) error {
+		if j.Status.StartTime == nil || !j.Status.StartTime.After(started) {
+			return fmt.Errorf("startTime %v, want after %s", j.Status.StartTime, started)
+		}
+		return nil
+	})
 }
 
 // With restartPolicy OnFailure containers restart in place, and their
