@@ -341,15 +341,15 @@ func (c *Controller) decideFinish(s *jobState, now time.Time) {
 		s.finish = newCondition(batchv1.JobFailureTarget, batchv1.JobReasonMaxFailedIndexesExceeded, "Job has exceeded the specified maximal number of failed indexes", now)
 		return
 	}
+	if len(s.failedIndexes) > 0 && c.allDone(s) {
+		s.finish = newCondition(batchv1.JobFailureTarget, batchv1.JobReasonFailedIndexes, "Job has failed indexes", now)
+		return
+	}
 	if rule := successRuleMet(j, s.completed); rule >= 0 {
 		s.finish = newCondition(batchv1.JobSuccessCriteriaMet, batchv1.JobReasonSuccessPolicy, fmt.Sprintf("Matched rules at index %d", rule), now)
 		return
 	}
 	if !c.allDone(s) {
-		return
-	}
-	if len(s.failedIndexes) > 0 {
-		s.finish = newCondition(batchv1.JobFailureTarget, batchv1.JobReasonFailedIndexes, "Job has failed indexes", now)
 		return
 	}
 	s.finish = newCondition(batchv1.JobSuccessCriteriaMet, batchv1.JobReasonCompletionsReached, "Reached expected number of succeeded pods", now)
