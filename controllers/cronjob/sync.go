@@ -100,7 +100,7 @@ func (c *Controller) trackJobs(ctx context.Context, cj *batchv1.CronJob, jobs []
 			c.recorder.Eventf(cj, corev1.EventTypeWarning, "UnexpectedJob", "Saw a job that the controller did not create or forgot: %s", j.Name)
 		case active && finished != "":
 			removeActive(cj, j.UID)
-			c.recorder.Eventf(cj, corev1.EventTypeNormal, "SawCompletedJob", "Saw completed job: %s, condition: %v", j.Name, finished)
+			c.recorder.Eventf(cj, corev1.EventTypeNormal, "SawCompletedJob", "Saw completed job: %s, status: %v", j.Name, finished)
 		}
 		if finished == batchv1.JobComplete && j.Status.CompletionTime != nil &&
 			(cj.Status.LastSuccessfulTime == nil || cj.Status.LastSuccessfulTime.Before(j.Status.CompletionTime)) {
