@@ -202,6 +202,8 @@ func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.Cr
 			return untilNext(), nil
 		}
 		created = existing
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return 0, nil // the namespace goes away with the CronJob
 	case err != nil:
 		c.recorder.Eventf(cj, corev1.EventTypeWarning, "FailedCreate", "Error creating job: %v", err)
 		return 0, fmt.Errorf("create job %s/%s: %w", cj.Namespace, name, err)
