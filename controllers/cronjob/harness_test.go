@@ -29,6 +29,12 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	e := controllertest.New(t, controllertest.Options{})
+	// The CronJobs a test creates get real creation times, from which
+	// their first runs count: keep the start and those creations in one
+	// real minute, so that minute(1) is every CronJob's first run.
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+		time.Sleep(left + 10*time.Millisecond)
+	}
 	start := time.Now()
 	clk := clocktesting.NewFakeClock(start)
 	inf := client.NewInformers(e.Config)
