@@ -58,8 +58,8 @@ func (c *Controller) manage(ctx context.Context, s *jobState, now time.Time) err
 			pods = append(pods, newPod(j, unknownIndex, 0, 0))
 		}
 	}
-	err := c.createPods(ctx, j, s.key, pods)
-	s.active = append(s.active, pods...) // counted active from now on, as upstream
+	created, err := c.createPods(ctx, j, s.key, pods)
+	s.active = append(s.active, pods[:created]...) // counted active from now on, as upstream
 	return err
 }
 

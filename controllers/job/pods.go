@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -121,8 +122,23 @@ func hasEnv(env []corev1.EnvVar, name string) bool {
 	return false
 }
 
-// createPods creates the pods, one per entry, in parallel.
-func (c *Controller) createPods(ctx context.Context, j *batchv1.Job, key string, pods []*corev1.Pod) error {
+// createPods creates the pods in batches of 1, 2, 4, ... (upstream's
+// slow start), stopping at the first batch with a failure, so that a Job
+// whose pods cannot be created (quota, admission) does not send a burst
+// of doomed requests each sync. It returns how many it created.
+func (c *Controller) createPods(ctx context.Context, j *batchv1.Job, key string, pods []*corev1.Pod) (int, error) {
+	var created atomic.Int32
+	for next, batch := 0, 1; next < len(pods); batch *= 2 {
+		n := min(batch, len(pods)-next)
+		if err := c.createBatch(ctx, j, key, pods[next:next+n], &created); err != nil {
+			return int(created.Load()), err
+		}
+		next += n
+	}
+	return int(created.Load()), nil
+}
+
+func (c *Controller) createBatch(ctx context.Context, j *batchv1.Job, key string, pods []*corev1.Pod, count *atomic.Int32) error {
 	return parallel(len(pods), func(i int) error {
 		created, err := c.client.Core.Pods(j.Namespace).Create(ctx, pods[i], metav1.CreateOptions{})
 		if err != nil {
@@ -133,6 +149,7 @@ func (c *Controller) createPods(ctx context.Context, j *batchv1.Job, key string,
 			return fmt.Errorf("create pod for job %s: %w", key, err)
 		}
 		c.expect.created(key, created.Name)
+		count.Add(1)
 		c.recorder.Eventf(j, corev1.EventTypeNormal, "SuccessfulCreate", "Created pod: %v", created.Name)
 		return nil
 	})

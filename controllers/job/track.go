@@ -14,6 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 )
 
+// maxUncounted bounds the pods one sync records in
+// uncountedTerminatedPods and releases, as upstream does, so the status
+// stays small and a huge Job does not starve the others.
+const maxUncounted = 500
+
 // trackAndUpdate counts finished pods and writes the status, in
 // upstream's three steps so that no pod is counted twice or lost across a
 // crash: (1) record the finished pods' UIDs in uncountedTerminatedPods
@@ -25,6 +30,12 @@ func (c *Controller) trackAndUpdate(ctx context.Context, s *jobState, now time.T
 	failing := s.finish != nil && s.finish.Type == batchv1.JobFailureTarget
 	var release []*corev1.Pod
 	for _, p := range s.pods {
+		if len(release)+s.uncountedSucceeded.Len()+s.uncountedFailed.Len() >= maxUncounted {
+			// Keep the status small and this sync short; the rest
+			// comes next time.
+			c.queue.Add(s.key)
+			break
+		}
 		if !hasTrackingFinalizer(p) || c.expect.pendingFinalizer(s.key, p.UID) {
 			continue
 		}
