@@ -18,7 +18,9 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/cronjob"
+	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/job"
+	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/ttlafterfinished"
 )
 
@@ -42,6 +44,12 @@ var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
 }{
+	{"garbagecollector", func(d Deps) (runner, error) {
+		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
+	}},
+	{"namespace", func(d Deps) (runner, error) {
+		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
 	{"job", func(d Deps) (runner, error) {
 		return job.New(job.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},

@@ -6,6 +6,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/controllers/nodeipam"
 )
 
@@ -28,5 +29,8 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 			log.Error("node IPAM controller stopped", "err", err)
 		}
 	}()
-	return startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log)
+	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
+		return err
+	}
+	return controllers.Start(ctx, api.ClientConfig(user), log)
 }
