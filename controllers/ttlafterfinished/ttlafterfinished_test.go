@@ -13,6 +13,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/job"
 )
 
@@ -101,10 +102,16 @@ func TestDeletesExpiredJobs(t *testing.T) {
 	exists("forever", "running")
 }
 
-// With the Job controller: a Job that completes is deleted once its TTL
-// (here 1 s, on the real clock) has passed.
+// With the Job controller and the garbage collector: a Job that
+// completes is deleted once its TTL (here 1 s, on the real clock) has
+// passed, and its pods after it (background propagation).
 func TestDeletesCompletedJobWithJobController(t *testing.T) {
 	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	gc, err := garbagecollector.New(garbagecollector.Config{RESTConfig: e.Config, Client: e.Client, Logger: e.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gc.Run(e.Ctx)
 	inf := client.NewInformers(e.Config)
 	jc, err := job.New(job.Config{Client: e.Client, Informers: inf, Logger: e.Log})
 	if err != nil {
@@ -151,5 +158,15 @@ func TestDeletesCompletedJobWithJobController(t *testing.T) {
 			return err
 		}
 		return fmt.Errorf("job still there, conditions %+v", j.Status.Conditions)
+	})
+	controllertest.Eventually(t, 60*time.Second, func() error {
+		pods, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods of the deleted job left", len(pods.Items))
+		}
+		return nil
 	})
 }
