@@ -429,6 +429,9 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 	defaultPodSpec(&d.Spec.Template.Spec)
 }
 
+// defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
+// CronJob's job template gets only the nested defaults (defaultJobTemplate):
+// the Job the CronJob creates is defaulted when it is created.
 func defaultJobSpec(s *batchv1.JobSpec) {
 	if s.Completions == nil && s.Parallelism == nil {
 		s.Completions = ptrTo[int32](1)
@@ -450,6 +453,22 @@ func defaultJobSpec(s *batchv1.JobSpec) {
 	if s.Suspend == nil {
 		s.Suspend = ptrTo(false)
 	}
+	if s.PodReplacementPolicy == nil {
+		if s.PodFailurePolicy != nil {
+			s.PodReplacementPolicy = ptrTo(batchv1.Failed)
+		} else {
+			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
+		}
+	}
+	if s.ManualSelector == nil {
+		s.ManualSelector = ptrTo(false)
+	}
+	defaultJobTemplate(s)
+}
+
+// defaultJobTemplate applies the defaults of the types inside a JobSpec:
+// the pod spec, and pod failure policy condition patterns matching True.
+func defaultJobTemplate(s *batchv1.JobSpec) {
 	if s.PodFailurePolicy != nil {
 		for i := range s.PodFailurePolicy.Rules {
 			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
@@ -457,13 +476,6 @@ func defaultJobSpec(s *batchv1.JobSpec) {
 					c.Status = corev1.ConditionTrue
 				}
 			}
-		}
-	}
-	if s.PodReplacementPolicy == nil {
-		if s.PodFailurePolicy != nil {
-			s.PodReplacementPolicy = ptrTo(batchv1.Failed)
-		} else {
-			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
 		}
 	}
 	defaultPodSpec(&s.Template.Spec)
@@ -482,5 +494,5 @@ func defaultCronJob(c *batchv1.CronJob) {
 	if c.Spec.FailedJobsHistoryLimit == nil {
 		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
 	}
-	defaultJobSpec(&c.Spec.JobTemplate.Spec)
+	defaultJobTemplate(&c.Spec.JobTemplate.Spec)
 }

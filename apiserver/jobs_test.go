@@ -55,8 +55,37 @@ func TestJobDefaults(t *testing.T) {
 		t.Errorf("onPodConditions status %q, want True", got)
 	}
 	if *j.Spec.Completions != 1 || *j.Spec.Parallelism != 1 || *j.Spec.BackoffLimit != 6 || *j.Spec.CompletionMode != batchv1.NonIndexedCompletion ||
-		*j.Spec.Suspend || *j.Spec.PodReplacementPolicy != batchv1.Failed {
+		*j.Spec.Suspend || *j.Spec.PodReplacementPolicy != batchv1.Failed || j.Spec.ManualSelector == nil || *j.Spec.ManualSelector {
 		t.Errorf("spec defaults %+v", j.Spec)
+	}
+}
+
+// A CronJob's job template gets only the nested defaults (pod spec, pod
+// failure policy patterns), not a Job's: as upstream, the Job it creates
+// is defaulted on its own create.
+func TestCronJobTemplateDefaults(t *testing.T) {
+	e := newTestEnv(t)
+	tmpl := testJob("t", func(j *batchv1.Job) {
+		j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}},
+		}}}
+	})
+	cj, err := e.cs.BatchV1().CronJobs("default").Create(e.ctx, &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly"},
+		Spec:       batchv1.CronJobSpec{Schedule: "@daily", JobTemplate: batchv1.JobTemplateSpec{Spec: tmpl.Spec}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cj.Spec.JobTemplate.Spec
+	if s.Completions != nil || s.Parallelism != nil || s.BackoffLimit != nil || s.CompletionMode != nil || s.ManualSelector != nil {
+		t.Errorf("job template got a Job's defaults: %+v", s)
+	}
+	if s.Template.Spec.TerminationGracePeriodSeconds == nil || s.PodFailurePolicy.Rules[0].OnPodConditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("job template lacks the nested defaults: %+v", s)
+	}
+	if *cj.Spec.SuccessfulJobsHistoryLimit != 3 || *cj.Spec.FailedJobsHistoryLimit != 1 || cj.Spec.ConcurrencyPolicy != batchv1.AllowConcurrent || *cj.Spec.Suspend {
+		t.Errorf("cronjob defaults %+v", cj.Spec)
 	}
 }
 
@@ -154,5 +183,30 @@ func TestJobUpdateValidation(t *testing.T) {
 	ix.Spec.Completions, ix.Spec.Parallelism = ptrTo[int32](4), ptrTo[int32](4)
 	if _, err := jobs.Update(e.ctx, ix, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("scaling an elastic Indexed Job: %v", err)
+	}
+}
+
+// A CronJob's job template is validated as a Job's spec, at its own path.
+func TestCronJobTemplateValidation(t *testing.T) {
+	e := newTestEnv(t)
+	tmpl := testJob("t", func(j *batchv1.Job) {
+		j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		j.Spec.BackoffLimitPerIndex = ptrTo[int32](1)
+	})
+	_, err := e.cs.BatchV1().CronJobs("default").Create(e.ctx, &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad"},
+		Spec:       batchv1.CronJobSpec{Schedule: "@daily", JobTemplate: batchv1.JobTemplateSpec{Spec: tmpl.Spec}},
+	}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want 422 Invalid, got %v", err)
+	}
+	var got []string
+	for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+		got = append(got, c.Field)
+	}
+	sort.Strings(got)
+	want := []string{"spec.jobTemplate.spec.backoffLimitPerIndex", "spec.jobTemplate.spec.backoffLimitPerIndex", "spec.jobTemplate.spec.template.spec.restartPolicy"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("causes (-want +got):\n%s", diff)
 	}
 }

@@ -135,10 +135,10 @@ func validateJobSpec(s *batchv1.JobSpec, p *field.Path) field.ErrorList {
 		}
 	}
 	if s.PodFailurePolicy != nil {
-		errs = append(errs, validatePodFailurePolicy(s, p.Child("podFailurePolicy"))...)
+		errs = append(errs, validatePodFailurePolicy(s, p)...)
 	}
 	if s.SuccessPolicy != nil {
-		errs = append(errs, validateSuccessPolicy(s, indexed, p.Child("successPolicy"))...)
+		errs = append(errs, validateSuccessPolicy(s, indexed, p)...)
 	}
 	if r := s.PodReplacementPolicy; r != nil {
 		switch {
@@ -151,10 +151,12 @@ func validateJobSpec(s *batchv1.JobSpec, p *field.Path) field.ErrorList {
 	return errs
 }
 
-func validatePodFailurePolicy(s *batchv1.JobSpec, p *field.Path) field.ErrorList {
+// validatePodFailurePolicy checks the policy of the Job spec at spec.
+func validatePodFailurePolicy(s *batchv1.JobSpec, spec *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	p := spec.Child("podFailurePolicy")
 	if rp := s.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyNever {
-		errs = append(errs, field.NotSupported(field.NewPath("spec", "template", "spec", "restartPolicy"), rp, []string{string(corev1.RestartPolicyNever)}))
+		errs = append(errs, field.NotSupported(spec.Child("template", "spec", "restartPolicy"), rp, []string{string(corev1.RestartPolicyNever)}))
 	}
 	actions := []string{string(batchv1.PodFailurePolicyActionFailJob), string(batchv1.PodFailurePolicyActionFailIndex), string(batchv1.PodFailurePolicyActionIgnore), string(batchv1.PodFailurePolicyActionCount)}
 	for i, rule := range s.PodFailurePolicy.Rules {
@@ -197,10 +199,12 @@ func validateOnExitCodes(r *batchv1.PodFailurePolicyOnExitCodesRequirement, p *f
 	return errs
 }
 
-func validateSuccessPolicy(s *batchv1.JobSpec, indexed bool, p *field.Path) field.ErrorList {
+// validateSuccessPolicy checks the policy of the Job spec at spec.
+func validateSuccessPolicy(s *batchv1.JobSpec, indexed bool, spec *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	p := spec.Child("successPolicy")
 	if !indexed {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "completionMode"), s.CompletionMode, "requires indexed completion mode"))
+		errs = append(errs, field.Invalid(spec.Child("completionMode"), s.CompletionMode, "requires indexed completion mode"))
 	}
 	for i, rule := range s.SuccessPolicy.Rules {
 		rp := p.Child("rules").Index(i)
@@ -272,7 +276,14 @@ func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList
 	if len(c.Name) > 52 {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, "must be no more than 52 characters"))
 	}
-	return errs
+	// The job template is checked as a Job's spec would be.
+	p := field.NewPath("spec", "jobTemplate", "spec")
+	t := &c.Spec.JobTemplate.Spec
+	if rp := t.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
+	}
+	errs = append(errs, validateJobSpec(t, p)...)
+	return append(errs, validatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
 }
 
 func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
