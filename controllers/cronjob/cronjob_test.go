@@ -208,3 +208,28 @@ func TestTimeZones(t *testing.T) {
 		}
 	}
 }
+
+// An active Job deleted by someone else leaves status.active (MissingJob).
+func TestMissingJob(t *testing.T) {
+	h := newHarness(t)
+	cj := h.create(newCronJob("missing", nil))
+	m1 := h.minute(1)
+	h.setTime(m1.Add(time.Second))
+	h.waitJobs(cj, m1)
+	controllertest.Eventually(t, waitFor, func() error {
+		if n := len(h.cronJob("missing").Status.Active); n != 1 {
+			return fmt.Errorf("%d active, want 1", n)
+		}
+		return nil
+	})
+	if err := h.Client.Batch.Jobs("default").Delete(h.Ctx, jobName(cj, m1), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(cj, "MissingJob")
+	controllertest.Eventually(t, waitFor, func() error {
+		if active := h.cronJob("missing").Status.Active; len(active) != 0 {
+			return fmt.Errorf("active %v after its job was deleted", active)
+		}
+		return nil
+	})
+}
