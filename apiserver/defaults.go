@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,6 +60,10 @@ func (defaulter) Default(obj runtime.Object) {
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
 	case *batchv1.Job:
+		// A Job without labels takes its template's, as upstream.
+		if len(o.Labels) == 0 && o.Spec.Template.Labels != nil {
+			o.Labels = maps.Clone(o.Spec.Template.Labels)
+		}
 		defaultJobSpec(&o.Spec)
 	case *batchv1.CronJob:
 		defaultCronJob(o)
@@ -429,6 +434,9 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 	defaultPodSpec(&d.Spec.Template.Spec)
 }
 
+// defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
+// CronJob's job template gets only the nested defaults (defaultJobTemplate):
+// the Job the CronJob creates is defaulted when it is created.
 func defaultJobSpec(s *batchv1.JobSpec) {
 	if s.Completions == nil && s.Parallelism == nil {
 		s.Completions = ptrTo[int32](1)
@@ -457,6 +465,24 @@ func defaultJobSpec(s *batchv1.JobSpec) {
 			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
 		}
 	}
+	if s.ManualSelector == nil {
+		s.ManualSelector = ptrTo(false)
+	}
+	defaultJobTemplate(s)
+}
+
+// defaultJobTemplate applies the defaults of the types inside a JobSpec:
+// the pod spec, and pod failure policy condition patterns matching True.
+func defaultJobTemplate(s *batchv1.JobSpec) {
+	if s.PodFailurePolicy != nil {
+		for i := range s.PodFailurePolicy.Rules {
+			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
+				if c := &s.PodFailurePolicy.Rules[i].OnPodConditions[k]; c.Status == "" {
+					c.Status = corev1.ConditionTrue
+				}
+			}
+		}
+	}
 	defaultPodSpec(&s.Template.Spec)
 }
 
@@ -473,7 +499,7 @@ func defaultCronJob(c *batchv1.CronJob) {
 	if c.Spec.FailedJobsHistoryLimit == nil {
 		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
 	}
-	defaultJobSpec(&c.Spec.JobTemplate.Spec)
+	defaultJobTemplate(&c.Spec.JobTemplate.Spec)
 }
 
 // defaultRequestsToLimits gives a pod's containers that set a limit and

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -524,72 +523,6 @@ func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 func (st daemonSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
 	errs := st.validate(w, obj)
 	return append(errs, validateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
-}
-
-type jobStrategy struct{ generationStrategy }
-
-// Job labels that tie pods to their Job, set by the API server unless the
-// Job asks to choose its own selector.
-const (
-	jobControllerUIDLabel = "batch.kubernetes.io/controller-uid"
-	jobNameLabel          = "batch.kubernetes.io/job-name"
-)
-
-func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
-	j := obj.(*batchv1.Job)
-	j.Status = batchv1.JobStatus{}
-	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
-		uid := string(j.UID)
-		if j.Spec.Template.Labels == nil {
-			j.Spec.Template.Labels = map[string]string{}
-		}
-		for k, v := range map[string]string{jobControllerUIDLabel: uid, jobNameLabel: j.Name, "controller-uid": uid, "job-name": j.Name} {
-			j.Spec.Template.Labels[k] = v
-		}
-		if j.Spec.Selector == nil {
-			j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{jobControllerUIDLabel: uid}}
-		}
-	}
-	return nil
-}
-
-func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	j := obj.(*batchv1.Job)
-	p := field.NewPath("spec")
-	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
-	if rp := j.Spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
-		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
-	}
-	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
-}
-
-func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
-	errs := st.validate(w, obj)
-	p := field.NewPath("spec")
-	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
-	if !apiequality.Semantic.DeepEqual(j.Spec.Completions, o.Spec.Completions) {
-		errs = append(errs, field.Invalid(p.Child("completions"), j.Spec.Completions, "field is immutable"))
-	}
-	return errs
-}
-
-type cronJobStrategy struct{ generationStrategy }
-
-func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	c := obj.(*batchv1.CronJob)
-	var errs field.ErrorList
-	if c.Spec.Schedule == "" {
-		errs = append(errs, field.Required(field.NewPath("spec", "schedule"), ""))
-	}
-	if len(c.Name) > 52 {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, "must be no more than 52 characters"))
-	}
-	return errs
-}
-
-func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
 }
 
 // validateResources checks container requests and limits as Kubernetes

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/cronjob"
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/disruption"
 	"bonsai.dev/bonsai/controllers/endpoints"
@@ -24,12 +25,14 @@ import (
 	"bonsai.dev/bonsai/controllers/endpointslicemirroring"
 	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
+	"bonsai.dev/bonsai/controllers/job"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
+	"bonsai.dev/bonsai/controllers/ttlafterfinished"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
@@ -107,6 +110,15 @@ var all = []struct {
 	}},
 	{"statefulset", func(d Deps) (runner, error) {
 		return statefulset.New(statefulset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"job", func(d Deps) (runner, error) {
+		return job.New(job.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"cronjob", func(d Deps) (runner, error) {
+		return cronjob.New(cronjob.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"ttl-after-finished", func(d Deps) (runner, error) {
+		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 }
 
