@@ -765,6 +765,7 @@ func TestEvictionHonoursDisruptionBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		if _, err := pods.UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -18,11 +18,19 @@ import (
 var systemNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
 
 // bootstrap creates what a cluster has before anyone writes: the system
-// namespaces, the built-in priority classes, and the kubernetes Service
+// namespaces with their default ServiceAccounts, the built-in priority classes, and the kubernetes Service
 // with its Endpoints and EndpointSlice pointing at this API server.
 func (s *Server) bootstrap(ctx context.Context) error {
 	for _, ns := range systemNamespaces {
 		if err := s.ensure(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, gvr("", "v1", "namespaces")); err != nil {
+			return err
+		}
+		// Pod admission needs the default account; the serviceaccount
+		// controller makes it in every namespace, but the system ones
+		// should not wait for a controller (nor a server run without
+		// controllers, as in tests) to take pods.
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: defaultServiceAccountName, Namespace: ns}}
+		if err := s.ensure(ctx, sa, gvr("", "v1", "serviceaccounts")); err != nil {
 			return err
 		}
 	}

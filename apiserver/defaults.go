@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,6 +25,7 @@ func (defaulter) Default(obj runtime.Object) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		defaultPodSpec(&o.Spec)
+		defaultRequestsToLimits(o)
 	case *corev1.PodTemplate:
 		defaultPodSpec(&o.Template.Spec)
 	case *corev1.ReplicationController:
@@ -58,6 +60,10 @@ func (defaulter) Default(obj runtime.Object) {
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
 	case *batchv1.Job:
+		// A Job without labels takes its template's, as upstream.
+		if len(o.Labels) == 0 && o.Spec.Template.Labels != nil {
+			o.Labels = maps.Clone(o.Spec.Template.Labels)
+		}
 		defaultJobSpec(&o.Spec)
 	case *batchv1.CronJob:
 		defaultCronJob(o)
@@ -94,6 +100,8 @@ func (defaulter) Default(obj runtime.Object) {
 		}
 	case *networkingv1.NetworkPolicy:
 		defaultNetworkPolicy(o)
+	case *corev1.LimitRange:
+		defaultLimitRange(o)
 	case *storagev1.StorageClass:
 		if o.ReclaimPolicy == nil {
 			o.ReclaimPolicy = ptrTo(corev1.PersistentVolumeReclaimDelete)
@@ -364,13 +372,15 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 	if s.Spec.PodManagementPolicy == "" {
 		s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
 	}
+	// Only an unset strategy gets rollingUpdate filled in: upstream leaves
+	// an explicit "RollingUpdate" without parameters as it is.
 	if s.Spec.UpdateStrategy.Type == "" {
 		s.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
-	}
-	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType {
 		if s.Spec.UpdateStrategy.RollingUpdate == nil {
 			s.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{}
 		}
+	}
+	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType && s.Spec.UpdateStrategy.RollingUpdate != nil {
 		if s.Spec.UpdateStrategy.RollingUpdate.Partition == nil {
 			s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](0)
 		}
@@ -424,6 +434,9 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 	defaultPodSpec(&d.Spec.Template.Spec)
 }
 
+// defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
+// CronJob's job template gets only the nested defaults (defaultJobTemplate):
+// the Job the CronJob creates is defaulted when it is created.
 func defaultJobSpec(s *batchv1.JobSpec) {
 	if s.Completions == nil && s.Parallelism == nil {
 		s.Completions = ptrTo[int32](1)
@@ -452,6 +465,24 @@ func defaultJobSpec(s *batchv1.JobSpec) {
 			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
 		}
 	}
+	if s.ManualSelector == nil {
+		s.ManualSelector = ptrTo(false)
+	}
+	defaultJobTemplate(s)
+}
+
+// defaultJobTemplate applies the defaults of the types inside a JobSpec:
+// the pod spec, and pod failure policy condition patterns matching True.
+func defaultJobTemplate(s *batchv1.JobSpec) {
+	if s.PodFailurePolicy != nil {
+		for i := range s.PodFailurePolicy.Rules {
+			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
+				if c := &s.PodFailurePolicy.Rules[i].OnPodConditions[k]; c.Status == "" {
+					c.Status = corev1.ConditionTrue
+				}
+			}
+		}
+	}
 	defaultPodSpec(&s.Template.Spec)
 }
 
@@ -468,5 +499,61 @@ func defaultCronJob(c *batchv1.CronJob) {
 	if c.Spec.FailedJobsHistoryLimit == nil {
 		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
 	}
-	defaultJobSpec(&c.Spec.JobTemplate.Spec)
+	defaultJobTemplate(&c.Spec.JobTemplate.Spec)
+}
+
+// defaultRequestsToLimits gives a pod's containers that set a limit and
+// no request the limit as request, as Kubernetes does for pods (not for
+// pod templates, so a LimitRange default request still applies to the
+// pods made from them).
+func defaultRequestsToLimits(p *corev1.Pod) {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			r := &cs[i].Resources
+			for k, v := range r.Limits {
+				if _, ok := r.Requests[k]; !ok {
+					if r.Requests == nil {
+						r.Requests = corev1.ResourceList{}
+					}
+					r.Requests[k] = v.DeepCopy()
+				}
+			}
+		}
+	}
+}
+
+// defaultLimitRange fills a Container item's defaults as Kubernetes
+// does: the default limit is the max, the default request the default
+// limit or else the min.
+func defaultLimitRange(lr *corev1.LimitRange) {
+	for i := range lr.Spec.Limits {
+		item := &lr.Spec.Limits[i]
+		if item.Type != corev1.LimitTypeContainer {
+			continue
+		}
+		for k, v := range item.Max {
+			if _, ok := item.Default[k]; !ok {
+				if item.Default == nil {
+					item.Default = corev1.ResourceList{}
+				}
+				item.Default[k] = v.DeepCopy()
+			}
+		}
+		for k, v := range item.Default {
+			if _, ok := item.DefaultRequest[k]; !ok {
+				if item.DefaultRequest == nil {
+					item.DefaultRequest = corev1.ResourceList{}
+				}
+				item.DefaultRequest[k] = v.DeepCopy()
+			}
+		}
+		for k, v := range item.Min {
+			if _, ok := item.DefaultRequest[k]; !ok {
+				if item.DefaultRequest == nil {
+					item.DefaultRequest = corev1.ResourceList{}
+				}
+				item.DefaultRequest[k] = v.DeepCopy()
+			}
+		}
+	}
 }

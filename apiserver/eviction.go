@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	pdbhelper "k8s.io/component-helpers/apps/poddisruptionbudget"
 )
 
 // createEviction serves pods/eviction as kube-apiserver does: the pod is
@@ -56,9 +57,30 @@ func (s *Server) createEviction(w http.ResponseWriter, r *http.Request, ri reque
 		opts.Preconditions.UID = &uid
 	}
 	// A pod that is finished, not yet running or already going needs no
-	// budget.
-	if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodPending {
-		if err := s.takeDisruption(ctx, pod, len(opts.DryRun) > 0); err != nil {
+	// budget: its disruption has happened.
+	if !canIgnoreBudget(pod) {
+		pdb, err := s.podBudget(ctx, pod)
+		if err != nil {
+			return err
+		}
+		switch {
+		case pdb == nil:
+		case !podIsReady(pod) && unhealthyEvictable(pdb):
+			// An unhealthy pod goes without spending the budget; the
+			// resourceVersion precondition makes sure it did not turn
+			// Ready meanwhile.
+			if opts.Preconditions.ResourceVersion == nil {
+				rv := pod.ResourceVersion
+				opts.Preconditions.ResourceVersion = &rv
+			}
+		default:
+			if err := s.takeDisruption(ctx, pod, pdb, len(opts.DryRun) > 0); err != nil {
+				return err
+			}
+		}
+	}
+	if len(opts.DryRun) == 0 {
+		if err := s.markDisruptionTarget(ctx, res, pod, opts); err != nil {
 			return err
 		}
 	}
@@ -69,44 +91,87 @@ func (s *Server) createEviction(w http.ResponseWriter, r *http.Request, ri reque
 	return nil
 }
 
-// takeDisruption spends one allowed disruption of the pod's budget, if it
-// has one, recording the pod in disruptedPods as the disruption controller
-// expects.
-func (s *Server) takeDisruption(ctx context.Context, pod *corev1.Pod, dry bool) error {
+// canIgnoreBudget: a pod already terminal, not yet running, or being
+// deleted may be evicted whatever its budget says.
+func canIgnoreBudget(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded ||
+		pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodPending
+}
+
+func podIsReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// unhealthyEvictable applies the budget's unhealthyPodEvictionPolicy to
+// a pod that is not Ready: AlwaysAllow lets it go; IfHealthyBudget (the
+// default) only while the budget has the healthy pods it needs.
+func unhealthyEvictable(pdb *policyv1.PodDisruptionBudget) bool {
+	if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+		return true
+	}
+	return pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy && pdb.Status.DesiredHealthy > 0
+}
+
+// podBudget is the one budget selecting the pod, nil when none does. In
+// policy/v1 an empty selector selects every pod of the namespace.
+func (s *Server) podBudget(ctx context.Context, pod *corev1.Pod) (*policyv1.PodDisruptionBudget, error) {
+	pdbRes := s.reg.byGVR[gvr("policy", "v1", "poddisruptionbudgets")]
+	items, _, err := s.listObjects(ctx, pdbRes, pod.Namespace, listOptions{labels: labels.Everything(), fields: fields.Everything()})
+	if err != nil {
+		return nil, err
+	}
+	var matching []*policyv1.PodDisruptionBudget
+	for _, o := range items {
+		pdb := o.(*policyv1.PodDisruptionBudget)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		matching = append(matching, pdb)
+	}
+	switch len(matching) {
+	case 0:
+		return nil, nil
+	case 1:
+		return matching[0], nil
+	}
+	return nil, apierrors.NewInternalError(fmt.Errorf("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))
+}
+
+// maxDisruptedPods bounds a budget's disruptedPods, as upstream's: more
+// means the disruption controller is not keeping up.
+const maxDisruptedPods = 2000
+
+// takeDisruption spends one allowed disruption of the pod's budget,
+// recording the pod in disruptedPods as the disruption controller
+// expects; it answers 429 when none is left.
+func (s *Server) takeDisruption(ctx context.Context, pod *corev1.Pod, pdb *policyv1.PodDisruptionBudget, dry bool) error {
 	pdbRes := s.reg.byGVR[gvr("policy", "v1", "poddisruptionbudgets")]
 	for attempt := 0; ; attempt++ {
-		items, _, err := s.listObjects(ctx, pdbRes, pod.Namespace, listOptions{labels: labels.Everything(), fields: fields.Everything()})
-		if err != nil {
-			return err
+		if pdb.Status.ObservedGeneration < pdb.Generation {
+			return budgetError(10, fmt.Sprintf("The disruption budget %s is still being processed by the server.", pdb.Name))
 		}
-		var matching []*policyv1.PodDisruptionBudget
-		for _, o := range items {
-			pdb := o.(*policyv1.PodDisruptionBudget)
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-				continue
-			}
-			matching = append(matching, pdb)
+		if pdb.Status.DisruptionsAllowed < 0 {
+			return apierrors.NewForbidden(policyv1.Resource("poddisruptionbudget"), pdb.Name, fmt.Errorf("pdb disruptions allowed is negative"))
 		}
-		switch {
-		case len(matching) == 0:
-			return nil
-		case len(matching) > 1:
-			return apierrors.NewInternalError(fmt.Errorf("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))
+		if len(pdb.Status.DisruptedPods) > maxDisruptedPods {
+			return apierrors.NewForbidden(policyv1.Resource("poddisruptionbudget"), pdb.Name, fmt.Errorf("DisruptedPods map too big - too many evictions not confirmed by PDB controller"))
 		}
-		pdb := matching[0]
-		if pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.DisruptionsAllowed <= 0 {
-			err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-			err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-				Type:    policyv1.DisruptionBudgetCause,
-				Message: fmt.Sprintf("The disruption budget %s needs %d healthy pods and has %d currently", pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy),
-			})
-			return err
+		if pdb.Status.DisruptionsAllowed == 0 {
+			return budgetError(0, fmt.Sprintf("The disruption budget %s needs %d healthy pods and has %d currently", pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy))
 		}
 		if dry {
 			return nil
 		}
 		pdb.Status.DisruptionsAllowed--
+		if pdb.Status.DisruptionsAllowed == 0 {
+			pdbhelper.UpdateDisruptionAllowedCondition(pdb)
+		}
 		if pdb.Status.DisruptedPods == nil {
 			pdb.Status.DisruptedPods = map[string]metav1.Time{}
 		}
@@ -119,14 +184,93 @@ func (s *Server) takeDisruption(ctx context.Context, pod *corev1.Pod, dry bool) 
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}
-		if _, err := s.cfg.Store.Update(ctx, pdbRes.key(pdb.Namespace, pdb.Name), data, rev); err != nil {
-			if apierrors.IsConflict(storeError(err, pdbRes, pdb.Name)) && attempt < 10 {
-				continue
-			}
-			return storeError(err, pdbRes, pdb.Name)
+		_, err = s.cfg.Store.Update(ctx, pdbRes.key(pdb.Namespace, pdb.Name), data, rev)
+		if err == nil {
+			return nil
 		}
-		return nil
+		if err := storeError(err, pdbRes, pdb.Name); !apierrors.IsConflict(err) || attempt >= 10 {
+			return err
+		}
+		// Someone else spent or refreshed the budget: judge again on
+		// what is there now.
+		if err := waitToRetry(ctx, attempt); err != nil {
+			return err
+		}
+		obj, _, err := s.getObject(ctx, pdbRes, pdb.Namespace, pdb.Name)
+		if err != nil {
+			return err
+		}
+		pdb = obj.(*policyv1.PodDisruptionBudget)
 	}
+}
+
+// budgetError is the eviction API's 429 with the DisruptionBudget cause.
+func budgetError(retryAfter int, cause string) error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", retryAfter)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: cause})
+	return err
+}
+
+// markDisruptionTarget sets the pod's DisruptionTarget condition before
+// it is deleted, as kube-apiserver does, so the pod's owner (a Job's
+// pod failure policy) can tell an eviction from a failure. A pod changed
+// meanwhile is read again, unless opts hold it to a resourceVersion;
+// that precondition then moves to the pod with the condition.
+func (s *Server) markDisruptionTarget(ctx context.Context, res *resource, pod *corev1.Pod, opts *metav1.DeleteOptions) error {
+	for attempt := 0; ; attempt++ {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		upd := pod.DeepCopy()
+		setDisruptionTarget(upd)
+		rev, err := parseRV(pod.ResourceVersion)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		wc := &writeCtx{s: s, res: res}
+		ri := requestInfo{verb: "update", gvr: res.gvr, namespace: pod.Namespace, name: pod.Name, subresource: "status"}
+		out, err := s.updateObject(ctx, wc, ri, upd, pod, rev, "kube-apiserver", true, false)
+		if err == nil {
+			if p := opts.Preconditions; p.ResourceVersion != nil && *p.ResourceVersion == pod.ResourceVersion {
+				rv := out.(*corev1.Pod).ResourceVersion
+				p.ResourceVersion = &rv
+			}
+			return nil
+		}
+		if !apierrors.IsConflict(err) || opts.Preconditions.ResourceVersion != nil || attempt >= 10 {
+			return err
+		}
+		if err := waitToRetry(ctx, attempt); err != nil {
+			return err
+		}
+		obj, _, err := s.getObject(ctx, res, pod.Namespace, pod.Name)
+		if err != nil {
+			return err
+		}
+		if obj.(*corev1.Pod).UID != *opts.Preconditions.UID {
+			return apierrors.NewConflict(qualified(res), pod.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *opts.Preconditions.UID, obj.(*corev1.Pod).UID))
+		}
+		pod = obj.(*corev1.Pod)
+	}
+}
+
+// setDisruptionTarget sets the pod's DisruptionTarget condition to
+// True, in place when it has one (reset to False by the disruption
+// controller after an eviction that did not happen).
+func setDisruptionTarget(pod *corev1.Pod) {
+	cond := corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
+		Message: "Eviction API: evicting", LastTransitionTime: metav1.Now(),
+	}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.DisruptionTarget {
+			pod.Status.Conditions[i] = cond
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, cond)
 }
 
 func parseRV(rv string) (uint64, error) { return strconv.ParseUint(rv, 10, 64) }

@@ -187,7 +187,7 @@ func builtinResources() []*resource {
 		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
 		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
 		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},
-		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}},
+		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}, subresources: []string{"token"}},
 		{gvr: gvr("", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}, fields: fieldsEvent},
 		{gvr: gvr("", "v1", "limitranges"), kind: "LimitRange", namespaced: true, shortNames: []string{"limits"}},
 		{gvr: gvr("", "v1", "resourcequotas"), kind: "ResourceQuota", namespaced: true, shortNames: []string{"quota"}, subresources: []string{"status"}},
@@ -210,7 +210,7 @@ func builtinResources() []*resource {
 		// coordination.k8s.io/v1
 		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true, strategy: leaseStrategy{}},
 		// discovery.k8s.io/v1
-		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true},
+		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true, strategy: endpointSliceStrategy{}},
 		// networking.k8s.io/v1
 		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
 		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},

@@ -86,6 +86,11 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 		return methodNotSupported(res, ri.verb)
 	case "log":
 		return s.serveLog(w, r, ri, res)
+	case "token":
+		if ri.verb == "create" {
+			return s.createToken(w, r, ri, res)
+		}
+		return methodNotSupported(res, ri.verb)
 	case "exec", "attach", "portforward":
 		return s.serveConnect(w, r, ri, res)
 	case "ephemeralcontainers":
@@ -261,7 +266,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
-	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	wc := &writeCtx{s: s, res: res, dryRun: dry, generatedName: generated}
 	// A generated name that is taken is the server's problem, not the
 	// client's: try others, as kube-apiserver does (RetryGenerateName).
 	for attempt := 0; ; attempt++ {
@@ -294,7 +299,17 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetSelfLink("")
 	defaulter{}.Default(obj)
+	// Mutating admission runs on the defaulted object, before the
+	// strategy and validation see it, as in kube-apiserver.
+	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
+		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
+			return nil, err
+		}
+	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
+		return nil, err
+	}
+	if err := s.limitRangeDefaults(ctx, res, obj); err != nil {
 		return nil, err
 	}
 	if res.strategy.tracksGeneration() {
@@ -306,6 +321,12 @@ func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	errs = append(errs, res.strategy.validate(wc, obj)...)
 	if len(errs) > 0 {
 		return nil, invalid(res, m.GetName(), errs)
+	}
+	if err := s.limitRangeValidate(ctx, res, obj); err != nil {
+		return nil, err
+	}
+	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
+		return nil, err
 	}
 	if !applied {
 		var err error
@@ -368,12 +389,11 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 	}
 	if terminating {
-		// The cause tells controllers (ReplicaSet, Deployment) that
-		// every later create fails too, as kube-apiserver's does.
-		msg := fmt.Sprintf("unable to create new content in namespace %s because it is being terminated", ri.namespace)
-		err := apierrors.NewForbidden(qualified(res), m.GetName(), errors.New(msg))
+		err := apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
+		// Controllers recognise this refusal by its cause.
 		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-			Type: corev1.NamespaceTerminatingCause, Message: msg, Field: "metadata.namespace"})
+			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ri.namespace), Field: "metadata.namespace",
+		})
 		return err
 	}
 	return nil
@@ -408,13 +428,29 @@ func fieldManager(r *http.Request) string {
 	return ua
 }
 
-// update serves PUT and PATCH of the main resource and its status-like
-// subresources. It retries on conflict when the client set no
-// resourceVersion precondition.
 // maxUnconditionalRetries bounds the retries of a write without a
 // resourceVersion that keeps losing races: with waits capped at 50 ms,
 // about five seconds.
 const maxUnconditionalRetries = 100
+
+// waitToRetry waits before the attempt-th retry of a write that lost a
+// race. The write that beat it is queued in the store but not yet
+// readable (it waits for its fsync): reading again at once would find the
+// same old revision. Each wait is a little longer, a few milliseconds
+// being one fsync. kube-apiserver retries such writes until they land; a
+// busy disk can take many fsyncs, so the budget is seconds, not attempts.
+func waitToRetry(ctx context.Context, attempt int) error {
+	select {
+	case <-time.After(min(time.Millisecond<<attempt, 50*time.Millisecond)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// update serves PUT and PATCH of the main resource and its status-like
+// subresources. It retries on conflict when the client set no
+// resourceVersion precondition.
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
 	p, err := parseWrite(r)
@@ -485,16 +521,8 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		}
 		out, err := s.updateObject(r.Context(), wc, ri, obj, old, rev, manager, conditional, applied)
 		if apierrors.IsConflict(err) && !conditional && attempt < maxUnconditionalRetries {
-			// The write that beat this one is queued in the store but not
-			// yet readable (it waits for its fsync): reading again at once
-			// would find the same old revision. Wait a little longer each
-			// time, a few milliseconds being one fsync. kube-apiserver
-			// retries such writes until they land; a busy disk can take
-			// many fsyncs, so the budget is seconds, not attempts.
-			select {
-			case <-time.After(min(time.Millisecond<<attempt, 50*time.Millisecond)):
-			case <-r.Context().Done():
-				return r.Context().Err()
+			if err := waitToRetry(r.Context(), attempt); err != nil {
+				return err
 			}
 			continue
 		}
@@ -576,6 +604,13 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
+	}
+	// Only claims (a bigger request), services (a new type) and pods
+	// can use more after an update.
+	if ri.subresource == "" && m.GetDeletionTimestamp() == nil && growsOnUpdate(res) {
+		if err := s.admitQuota(ctx, res, obj, old, wc.dryRun); err != nil {
+			return nil, err
+		}
 	}
 	if !applied {
 		var err error

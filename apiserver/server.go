@@ -7,7 +7,12 @@ package apiserver
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -41,6 +46,14 @@ type Config struct {
 	// kubelet whose Node reports none (default 10250).
 	KubeletTLS  *tls.Config
 	KubeletPort int
+	// ServiceAccountKey signs the service-account tokens of TokenRequest
+	// and verifies them as bearer tokens; it must outlive restarts (see
+	// pki.Certs.ServiceAccountKey). Nil: a key made at start, whose
+	// tokens die with the process (tests).
+	ServiceAccountKey crypto.Signer
+	// ServiceAccountIssuer is the tokens' "iss" and the API server's
+	// audience; default https://kubernetes.default.svc.<ClusterDomain>.
+	ServiceAccountIssuer string
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -72,6 +85,10 @@ type Server struct {
 	watches     context.Context
 	endWatchesF context.CancelFunc
 
+	// saSigner issues service-account tokens, which the authenticator
+	// checks.
+	saSigner *authn.TokenSigner
+
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
 	kubelet, kubeletInsecure *http.Transport
@@ -95,7 +112,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = "cluster.local"
 	}
+	if cfg.ServiceAccountIssuer == "" {
+		cfg.ServiceAccountIssuer = "https://kubernetes.default.svc." + cfg.ClusterDomain
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources())}
+	if err := s.setupServiceAccountTokens(); err != nil {
+		cancel()
+		return nil, err
+	}
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.nsCache = newNamespaceCache()
 	s.cfg.Store = namespaceWrites{
@@ -146,6 +170,8 @@ func (s *Server) routes(r chi.Router) {
 	}
 	r.Get("/version", s.serveVersion)
 	r.Get("/metrics", s.serveMetrics)
+	r.Get(openIDConfigPath, s.serveOpenIDConfiguration)
+	r.Get(jwksPath, s.serveJWKS)
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {
 		r.HandleFunc(p, s.serveAPITree)
 	}
@@ -155,3 +181,29 @@ func (s *Server) routes(r chi.Router) {
 	r.Get("/openapi/v3", oa.ServeV3)
 	r.Get("/openapi/v3/*", oa.ServeV3)
 }
+
+// setupServiceAccountTokens makes the token signer and puts the
+// service-account token authenticator in front of the configured ones.
+func (s *Server) setupServiceAccountTokens() error {
+	key := s.cfg.ServiceAccountKey
+	if key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return fmt.Errorf("service-account key: %w", err)
+		}
+		key = k
+	}
+	signer, err := authn.NewTokenSigner(key, s.cfg.ServiceAccountIssuer)
+	if err != nil {
+		return err
+	}
+	s.saSigner = signer
+	if s.cfg.Authenticator != nil {
+		sa := authn.NewServiceAccountTokens(signer, s.apiAudiences(), storeObjects{s})
+		s.cfg.Authenticator = authn.WithServiceAccounts(sa, s.cfg.Authenticator)
+	}
+	return nil
+}
+
+// apiAudiences are the audiences the API server accepts tokens for.
+func (s *Server) apiAudiences() []string { return []string{s.cfg.ServiceAccountIssuer} }

@@ -3,11 +3,12 @@ package apiserver
 import (
 	"fmt"
 	"reflect"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -75,11 +76,10 @@ type podStrategy struct{ generationStrategy }
 func (podStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	p := obj.(*corev1.Pod)
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(p)}
-	// What kube-apiserver's admission adds to every pod: the service
-	// account, the default NoExecute tolerations and the priority.
-	if p.Spec.ServiceAccountName == "" {
-		p.Spec.ServiceAccountName = "default"
-	}
+	// What kube-apiserver's admission adds to every pod: the default
+	// NoExecute tolerations and the priority (the service account is
+	// admitPodServiceAccount's). The deprecated field mirrors the
+	// account, as v1 conversion keeps it.
 	p.Spec.DeprecatedServiceAccount = p.Spec.ServiceAccountName
 	addDefaultToleration(p, corev1.TaintNodeNotReady)
 	addDefaultToleration(p, corev1.TaintNodeUnreachable)
@@ -435,7 +435,8 @@ type statefulSetStrategy struct{ generationStrategy }
 
 func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
-	return validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	errs := validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	return append(errs, validateStatefulSetSpec(&s.Spec, field.NewPath("spec"))...)
 }
 
 func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -451,6 +452,61 @@ func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Objec
 
 type daemonSetStrategy struct{ generationStrategy }
 
+// A DaemonSet's template generation, which the daemonset controller
+// labels its pods with (pod-template-generation): apps/v1 has no field
+// for it, so kube-apiserver keeps it in this annotation, starting at 1 and
+// counting template changes; clients cannot set it.
+const daemonSetTemplateGeneration = appsv1.DeprecatedTemplateGeneration
+
+func (daemonSetStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	d := obj.(*appsv1.DaemonSet)
+	d.Status = appsv1.DaemonSetStatus{}
+	gen, err := templateGeneration(d)
+	if err != nil {
+		return err
+	}
+	setTemplateGeneration(d, max(gen, 1))
+	return nil
+}
+
+func (daemonSetStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	d, o := obj.(*appsv1.DaemonSet), old.(*appsv1.DaemonSet)
+	d.Status = o.Status
+	if _, err := templateGeneration(d); err != nil {
+		return err
+	}
+	gen, err := templateGeneration(o)
+	if err != nil {
+		return err
+	}
+	if !apiequality.Semantic.DeepEqual(d.Spec.Template, o.Spec.Template) {
+		gen++
+	}
+	setTemplateGeneration(d, gen)
+	return nil
+}
+
+// templateGeneration reads the annotation; 0 when absent. A value that is
+// not a number is refused, as kube-apiserver's conversion refuses it.
+func templateGeneration(d *appsv1.DaemonSet) (int64, error) {
+	v, ok := d.Annotations[daemonSetTemplateGeneration]
+	if !ok {
+		return 0, nil
+	}
+	gen, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("annotation %s: %q is not an integer", daemonSetTemplateGeneration, v))
+	}
+	return gen, nil
+}
+
+func setTemplateGeneration(d *appsv1.DaemonSet, gen int64) {
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[daemonSetTemplateGeneration] = strconv.FormatInt(gen, 10)
+}
+
 func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	d := obj.(*appsv1.DaemonSet)
 	p := field.NewPath("spec")
@@ -458,78 +514,13 @@ func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	if d.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), d.Spec.Template.Spec.RestartPolicy, []string{"Always"}))
 	}
+	errs = append(errs, validateDaemonSetSpec(&d.Spec, p)...)
 	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 
 func (st daemonSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
 	errs := st.validate(w, obj)
 	return append(errs, validateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
-}
-
-type jobStrategy struct{ generationStrategy }
-
-// Job labels that tie pods to their Job, set by the API server unless the
-// Job asks to choose its own selector.
-const (
-	jobControllerUIDLabel = "batch.kubernetes.io/controller-uid"
-	jobNameLabel          = "batch.kubernetes.io/job-name"
-)
-
-func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
-	j := obj.(*batchv1.Job)
-	j.Status = batchv1.JobStatus{}
-	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
-		uid := string(j.UID)
-		if j.Spec.Template.Labels == nil {
-			j.Spec.Template.Labels = map[string]string{}
-		}
-		for k, v := range map[string]string{jobControllerUIDLabel: uid, jobNameLabel: j.Name, "controller-uid": uid, "job-name": j.Name} {
-			j.Spec.Template.Labels[k] = v
-		}
-		if j.Spec.Selector == nil {
-			j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{jobControllerUIDLabel: uid}}
-		}
-	}
-	return nil
-}
-
-func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	j := obj.(*batchv1.Job)
-	p := field.NewPath("spec")
-	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
-	if rp := j.Spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
-		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
-	}
-	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
-}
-
-func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
-	errs := st.validate(w, obj)
-	p := field.NewPath("spec")
-	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
-	if !apiequality.Semantic.DeepEqual(j.Spec.Completions, o.Spec.Completions) {
-		errs = append(errs, field.Invalid(p.Child("completions"), j.Spec.Completions, "field is immutable"))
-	}
-	return errs
-}
-
-type cronJobStrategy struct{ generationStrategy }
-
-func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	c := obj.(*batchv1.CronJob)
-	var errs field.ErrorList
-	if c.Spec.Schedule == "" {
-		errs = append(errs, field.Required(field.NewPath("spec", "schedule"), ""))
-	}
-	if len(c.Name) > 52 {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, "must be no more than 52 characters"))
-	}
-	return errs
-}
-
-func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
 }
 
 // validateResources checks container requests and limits as Kubernetes

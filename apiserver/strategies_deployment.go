@@ -1,15 +1,12 @@
 package apiserver
 
 import (
-	"regexp"
-	"strconv"
-	"strings"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -18,32 +15,18 @@ import (
 // rollout strategy and its fenceposts, the durations, and the template's
 // restart policy.
 
-var percentRE = regexp.MustCompile(`^[0-9]+%$`)
-
-// validateIntOrPercent: a non-negative integer or a percent string,
-// at most 100% when notOver100.
-func validateIntOrPercent(v *intstr.IntOrString, path *field.Path, notOver100 bool) field.ErrorList {
-	if v == nil {
-		return nil
+// surgeIntOrPercent checks a Deployment's maxSurge: a non-negative
+// integer or percentage, which unlike maxUnavailable (intOrPercent) may
+// exceed 100%.
+func surgeIntOrPercent(v intstr.IntOrString, p *field.Path) field.ErrorList {
+	if v.Type == intstr.String {
+		var errs field.ErrorList
+		for _, msg := range validation.IsValidPercent(v.StrVal) {
+			errs = append(errs, field.Invalid(p, v, msg))
+		}
+		return errs
 	}
-	switch v.Type {
-	case intstr.Int:
-		if v.IntVal < 0 {
-			return field.ErrorList{field.Invalid(path, v.IntVal, "must be greater than or equal to 0")}
-		}
-	case intstr.String:
-		if !percentRE.MatchString(v.StrVal) {
-			return field.ErrorList{field.Invalid(path, v.StrVal, "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')")}
-		}
-		if n, _ := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%")); notOver100 && n > 100 {
-			return field.ErrorList{field.Invalid(path, v.StrVal, "must not be greater than 100%")}
-		}
-	}
-	return nil
-}
-
-func isZeroIntOrPercent(v *intstr.IntOrString) bool {
-	return v == nil || (v.Type == intstr.Int && v.IntVal == 0) || (v.Type == intstr.String && strings.TrimLeft(strings.TrimSuffix(v.StrVal, "%"), "0") == "")
+	return nonNegative(int64(v.IntValue()), p)
 }
 
 func validateDeploymentStrategy(st *appsv1.DeploymentStrategy, path *field.Path) field.ErrorList {
@@ -59,22 +42,19 @@ func validateDeploymentStrategy(st *appsv1.DeploymentStrategy, path *field.Path)
 			return append(errs, field.Required(path.Child("rollingUpdate"), "this should be defaulted and never be nil"))
 		}
 		rp := path.Child("rollingUpdate")
-		errs = append(errs, validateIntOrPercent(ru.MaxUnavailable, rp.Child("maxUnavailable"), true)...)
-		errs = append(errs, validateIntOrPercent(ru.MaxSurge, rp.Child("maxSurge"), false)...)
-		if isZeroIntOrPercent(ru.MaxSurge) && isZeroIntOrPercent(ru.MaxUnavailable) {
+		if ru.MaxUnavailable != nil {
+			errs = append(errs, intOrPercent(*ru.MaxUnavailable, rp.Child("maxUnavailable"))...)
+		}
+		if ru.MaxSurge != nil {
+			errs = append(errs, surgeIntOrPercent(*ru.MaxSurge, rp.Child("maxSurge"))...)
+		}
+		if isZero(ru.MaxSurge) && isZero(ru.MaxUnavailable) {
 			errs = append(errs, field.Invalid(rp.Child("maxUnavailable"), ru.MaxUnavailable, "may not be 0 when `maxSurge` is 0"))
 		}
 	default:
 		errs = append(errs, field.NotSupported(path.Child("type"), st.Type, []string{string(appsv1.RecreateDeploymentStrategyType), string(appsv1.RollingUpdateDeploymentStrategyType)}))
 	}
 	return errs
-}
-
-func validateNonNegative(v int64, path *field.Path) field.ErrorList {
-	if v < 0 {
-		return field.ErrorList{field.Invalid(path, v, "must be greater than or equal to 0")}
-	}
-	return nil
 }
 
 // validateRestartAlways: a controller's pods are replaced, never left
@@ -91,12 +71,12 @@ func validateDeploymentSpec(s *appsv1.DeploymentSpec) field.ErrorList {
 	errs := validateWorkload(s.Selector, &s.Template, s.Replicas)
 	errs = append(errs, validateRestartAlways(&s.Template, p)...)
 	errs = append(errs, validateDeploymentStrategy(&s.Strategy, p.Child("strategy"))...)
-	errs = append(errs, validateNonNegative(int64(s.MinReadySeconds), p.Child("minReadySeconds"))...)
+	errs = append(errs, nonNegative(int64(s.MinReadySeconds), p.Child("minReadySeconds"))...)
 	if s.RevisionHistoryLimit != nil {
-		errs = append(errs, validateNonNegative(int64(*s.RevisionHistoryLimit), p.Child("revisionHistoryLimit"))...)
+		errs = append(errs, nonNegative(int64(*s.RevisionHistoryLimit), p.Child("revisionHistoryLimit"))...)
 	}
 	if pd := s.ProgressDeadlineSeconds; pd != nil {
-		errs = append(errs, validateNonNegative(int64(*pd), p.Child("progressDeadlineSeconds"))...)
+		errs = append(errs, nonNegative(int64(*pd), p.Child("progressDeadlineSeconds"))...)
 		if *pd <= s.MinReadySeconds {
 			errs = append(errs, field.Invalid(p.Child("progressDeadlineSeconds"), *pd, "must be greater than minReadySeconds"))
 		}
@@ -108,7 +88,7 @@ func validateReplicaSetSpec(s *appsv1.ReplicaSetSpec) field.ErrorList {
 	p := field.NewPath("spec")
 	errs := validateWorkload(s.Selector, &s.Template, s.Replicas)
 	errs = append(errs, validateRestartAlways(&s.Template, p)...)
-	return append(errs, validateNonNegative(int64(s.MinReadySeconds), p.Child("minReadySeconds"))...)
+	return append(errs, nonNegative(int64(s.MinReadySeconds), p.Child("minReadySeconds"))...)
 }
 
 // prepareForUpdate: a Deployment's generation counts annotation changes

@@ -30,6 +30,9 @@ type writeCtx struct {
 	s      *Server
 	res    *resource
 	dryRun bool
+	// generatedName: the object's name was made from its generateName
+	// by this request.
+	generatedName bool
 }
 
 // defaultStrategy suits kinds without rules of their own: status (if any)

@@ -123,7 +123,10 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		}
 		wc := &writeCtx{s: s, res: res, dryRun: dry}
 		out, err := s.updateObject(r.Context(), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, fieldManager(r), false, false)
-		if apierrors.IsConflict(err) && attempt < 10 {
+		if apierrors.IsConflict(err) && attempt < maxUnconditionalRetries {
+			if err := waitToRetry(r.Context(), attempt); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {
@@ -174,7 +177,10 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 			return apierrors.NewInternalError(err)
 		}
 		if _, err := s.cfg.Store.Update(r.Context(), res.key(ri.namespace, ri.name), data, rev); err != nil {
-			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < 10 {
+			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < maxUnconditionalRetries {
+				if err := waitToRetry(r.Context(), attempt); err != nil {
+					return err
+				}
 				continue
 			}
 			return storeError(err, res, ri.name)

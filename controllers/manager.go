@@ -17,8 +17,25 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/cronjob"
+	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/deployment"
+	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/controllers/endpoints"
+	"bonsai.dev/bonsai/controllers/endpointslice"
+	"bonsai.dev/bonsai/controllers/endpointslicemirroring"
+	"bonsai.dev/bonsai/controllers/ephemeral"
+	"bonsai.dev/bonsai/controllers/garbagecollector"
+	"bonsai.dev/bonsai/controllers/job"
+	"bonsai.dev/bonsai/controllers/localpath"
+	"bonsai.dev/bonsai/controllers/namespace"
+	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/resourcequota"
+	"bonsai.dev/bonsai/controllers/serviceaccount"
+	"bonsai.dev/bonsai/controllers/statefulset"
+	"bonsai.dev/bonsai/controllers/ttlafterfinished"
+	"bonsai.dev/bonsai/controllers/volumeprotection"
 )
 
 // Deps is what every controller is built from.
@@ -29,6 +46,16 @@ type Deps struct {
 	// clientset lacks (the garbage collector's metadata client).
 	RESTConfig *rest.Config
 	Logger     *slog.Logger
+	// RootCA is the PEM of the CA that signs the API server's serving
+	// certificate, which the root-ca-cert-publisher puts in every
+	// namespace for pods to verify the API server with.
+	RootCA []byte
+	// DataDir is bonsai's data dir: the local-path provisioner keeps
+	// its volumes under DataDir/storage.
+	DataDir string
+	// MaxEndpointsPerSlice is --max-endpoints-per-slice (0: the default,
+	// 100).
+	MaxEndpointsPerSlice int
 }
 
 type runner interface {
@@ -47,19 +74,87 @@ var all = []struct {
 	{"deployment", func(d Deps) (runner, error) {
 		return deployment.New(deployment.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
+	{"daemonset", func(d Deps) (runner, error) {
+		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"persistentvolume-binder", func(d Deps) (runner, error) {
+		return pvbinder.New(pvbinder.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"local-path-provisioner", func(d Deps) (runner, error) {
+		return localpath.New(localpath.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, DataDir: d.DataDir})
+	}},
+	{"disruption", func(d Deps) (runner, error) {
+		return disruption.New(disruption.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"resourcequota", func(d Deps) (runner, error) {
+		return resourcequota.New(resourcequota.Config{Client: d.Client, Informers: d.Informers, RESTConfig: d.RESTConfig, Logger: d.Logger})
+	}},
+	{"ephemeral-volume", func(d Deps) (runner, error) {
+		return ephemeral.New(ephemeral.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"pvc-protection", func(d Deps) (runner, error) {
+		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"endpoint", func(d Deps) (runner, error) {
+		return endpoints.New(endpoints.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"endpointslice", func(d Deps) (runner, error) {
+		return endpointslice.New(endpointslice.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, MaxEndpointsPerSlice: d.MaxEndpointsPerSlice})
+	}},
+	{"endpointslicemirroring", func(d Deps) (runner, error) {
+		return endpointslicemirroring.New(endpointslicemirroring.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"garbagecollector", func(d Deps) (runner, error) {
+		return garbagecollector.New(garbagecollector.Config{RESTConfig: d.RESTConfig, Client: d.Client, Logger: d.Logger})
+	}},
+	{"namespace", func(d Deps) (runner, error) {
+		return namespace.New(namespace.Config{RESTConfig: d.RESTConfig, Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"root-ca-cert-publisher", func(d Deps) (runner, error) {
+		return serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, RootCA: d.RootCA})
+	}},
+	{"serviceaccount", func(d Deps) (runner, error) {
+		return serviceaccount.New(serviceaccount.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"statefulset", func(d Deps) (runner, error) {
+		return statefulset.New(statefulset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"job", func(d Deps) (runner, error) {
+		return job.New(job.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"cronjob", func(d Deps) (runner, error) {
+		return cronjob.New(cronjob.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"ttl-after-finished", func(d Deps) (runner, error) {
+		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+}
+
+// Options are what the manager passes on to the controllers.
+type Options struct {
+	// RESTConfig reaches the API server as the controller manager.
+	RESTConfig *rest.Config
+	Logger     *slog.Logger
+	// RootCA, DataDir and MaxEndpointsPerSlice: see Deps.
+	RootCA               []byte
+	DataDir              string
+	MaxEndpointsPerSlice int
 }
 
 // Start builds every controller and runs them until ctx ends. An error
 // building one stops the start: it means a bad configuration.
-func Start(ctx context.Context, rc *rest.Config, log *slog.Logger) error {
+func Start(ctx context.Context, o Options) error {
+	rc, log := o.RESTConfig, o.Logger
 	cs, err := client.NewClientset(rc)
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log}
+	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
-		r, err := c.new(Deps{Client: d.Client, Informers: d.Informers, RESTConfig: rc, Logger: log.With("controller", c.name)})
+		dc := d
+		dc.Logger = log.With("controller", c.name)
+		r, err := c.new(dc)
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", c.name, err)
 		}

@@ -274,9 +274,14 @@ func kubectlWalkthrough(t *testing.T, k *kubectlRunner, minor int) {
 		t.Errorf("get service -o json spec: %+v", svc.Spec)
 	}
 
+	// The Deployment controller makes a ReplicaSet and its pod, which
+	// stays Pending: this server runs no node.
+	waitFor(t, 30*time.Second, "deployment/web to count its pod", func() bool {
+		return k.must("get", "-n", "shop", "deployment/web", "-o", "jsonpath={.status.updatedReplicas}/{.status.unavailableReplicas}") == "1/1"
+	})
 	rows := fieldsOf(k.must("get", "-n", "shop", "deployment/web", "-o", "wide"))
 	if len(rows) != 2 || strings.Join(rows[0], " ") != "NAME READY UP-TO-DATE AVAILABLE AGE CONTAINERS IMAGES SELECTOR" ||
-		len(rows[1]) != 8 || strings.Join(rows[1][:4], " ") != "web 0/1 0 0" || strings.Join(rows[1][5:], " ") != "web nginx:1.27 app=web" {
+		len(rows[1]) != 8 || strings.Join(rows[1][:4], " ") != "web 0/1 1 0" || strings.Join(rows[1][5:], " ") != "web nginx:1.27 app=web" {
 		t.Errorf("get deployment -o wide: %q", rows)
 	}
 	rows = fieldsOf(k.must("get", "-n", "shop", "service/web", "-o", "wide"))
@@ -302,7 +307,7 @@ func kubectlWalkthrough(t *testing.T, k *kubectlRunner, minor int) {
 	desc := squeeze(k.must("describe", "-n", "shop", "deployment/web"))
 	wantContains(t, "describe deployment", desc,
 		"Name: web\n", "Namespace: shop\n", "Labels: app=web\n", "Selector: app=web\n",
-		"Replicas: 1 desired | 0 updated | 0 total | 0 available | 0 unavailable\n",
+		"Replicas: 1 desired | 1 updated | 1 total | 0 available | 1 unavailable\n",
 		"StrategyType: RollingUpdate\n", "MinReadySeconds: 0\n",
 		"RollingUpdateStrategy: 25% max unavailable, 25% max surge\n",
 		"Image: nginx:1.27\n", "Port: 80/TCP\n")
@@ -477,39 +482,32 @@ func kubectlWalkthrough(t *testing.T, k *kubectlRunner, minor int) {
 		t.Error("wait --for=delete did not return within 20s of the delete")
 	}
 
-	// delete with each --cascade. bonsai runs no garbage collector yet, so
-	// the finalizers foreground and orphan deletion add stay until someone
-	// removes them, as on a Kubernetes whose controller manager is down.
+	// delete with each --cascade; the garbage collector finishes each.
 	wantLines(t, "delete --cascade=background", k.must("delete", "-n", "shop", "configmap/settings", "--cascade=background"),
 		deleted(`configmap "settings"`))
 	if stderr := k.fails("get", "-n", "shop", "configmap/settings"); !strings.Contains(stderr, `configmaps "settings" not found`) {
 		t.Errorf("get after delete: %s", stderr)
 	}
-	wantLines(t, "delete --cascade=foreground", k.must("delete", "-n", "shop", "deployment/web", "--cascade=foreground", "--wait=false"),
+	// Foreground: kubectl waits for the Deployment, which goes only after
+	// its ReplicaSet and pod.
+	wantLines(t, "delete --cascade=foreground", k.must("delete", "-n", "shop", "deployment/web", "--cascade=foreground", "--timeout=50s"),
 		deleted(`deployment.apps "web"`))
-	if got := k.must("get", "-n", "shop", "deployment/web", "-o", `jsonpath={.metadata.finalizers} {.metadata.deletionGracePeriodSeconds} {.metadata.deletionTimestamp}`); !strings.HasPrefix(got, `["foregroundDeletion"] 0 20`) {
-		t.Errorf("deployment after a foreground delete: %q, want the foregroundDeletion finalizer and a deletionTimestamp", got)
+	if got := k.must("get", "-n", "shop", "replicasets,pods", "-l", "app=web", "-o", "name"); got != "" {
+		t.Errorf("left after a foreground delete of deployment/web: %s", got)
 	}
-	wantLines(t, "delete --cascade=orphan", k.must("delete", "-n", "shop", "secret/creds", "--cascade=orphan", "--wait=false"),
+	// Orphan: the finalizer holds the secret until the collector has
+	// released its dependents (it has none), then it goes.
+	wantLines(t, "delete --cascade=orphan", k.must("delete", "-n", "shop", "secret/creds", "--cascade=orphan", "--timeout=50s"),
 		deleted(`secret "creds"`))
-	if got := k.must("get", "-n", "shop", "secret/creds", "-o", `jsonpath={.metadata.finalizers} {.metadata.deletionTimestamp}`); !strings.HasPrefix(got, `["orphan"] 20`) {
-		t.Errorf("secret after an orphan delete: %q, want the orphan finalizer and a deletionTimestamp", got)
-	}
-	// Deleting again the same way changes nothing; a background delete
-	// drops the orphan finalizer, which was all that held the secret.
-	wantLines(t, "second orphan delete", k.must("delete", "-n", "shop", "secret/creds", "--cascade=orphan", "--wait=false"), deleted(`secret "creds"`))
-	if got := k.must("get", "-n", "shop", "secret/creds", "-o", `jsonpath={.metadata.finalizers}`); got != `["orphan"]` {
-		t.Errorf("secret after a second orphan delete: finalizers %s", got)
-	}
-	wantLines(t, "background delete of an orphaning secret", k.must("delete", "-n", "shop", "secret/creds"), deleted(`secret "creds"`))
 	if stderr := k.fails("get", "-n", "shop", "secret/creds"); !strings.Contains(stderr, `secrets "creds" not found`) {
-		t.Errorf("get after the background delete: %s", stderr)
+		t.Errorf("get after the orphan delete: %s", stderr)
 	}
 
-	// A waiting delete and wait --for=delete return once the finalizer
-	// goes, which is what the garbage collector will do.
-	_, waitDone = k.start(ctx, "wait", "-n", "shop", "--for=delete", "deployment/web", "--timeout=50s")
-	_, delDone := k.start(ctx, "delete", "-n", "shop", "deployment/web", "--cascade=foreground", "--timeout=50s")
+	// A waiting delete and wait --for=delete return once a finalizer
+	// goes, and not before.
+	k.must("apply", "-f", writeFile(t, "held.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  namespace: shop\n  finalizers: [example.com/hold]\n", 0o600))
+	_, waitDone = k.start(ctx, "wait", "-n", "shop", "--for=delete", "configmap/held", "--timeout=50s")
+	_, delDone := k.start(ctx, "delete", "-n", "shop", "configmap/held", "--timeout=50s")
 	time.Sleep(2 * time.Second)
 	for _, ch := range []<-chan kubectlResult{waitDone, delDone} {
 		select {
@@ -518,8 +516,11 @@ func kubectlWalkthrough(t *testing.T, k *kubectlRunner, minor int) {
 		default:
 		}
 	}
-	wantLines(t, "remove the finalizer", k.must("patch", "-n", "shop", "deployment/web", "--type=json", "-p", `[{"op":"remove","path":"/metadata/finalizers"}]`),
-		"deployment.apps/web patched")
+	if got := k.must("get", "-n", "shop", "configmap/held", "-o", `jsonpath={.metadata.finalizers} {.metadata.deletionTimestamp}`); !strings.HasPrefix(got, `["example.com/hold"] 20`) {
+		t.Errorf("configmap held while deleted: %q, want its finalizer and a deletionTimestamp", got)
+	}
+	wantLines(t, "remove the finalizer", k.must("patch", "-n", "shop", "configmap/held", "--type=json", "-p", `[{"op":"remove","path":"/metadata/finalizers"}]`),
+		"configmap/held patched")
 	for what, ch := range map[string]<-chan kubectlResult{"wait --for=delete": waitDone, "delete": delDone} {
 		select {
 		case res := <-ch:
@@ -530,8 +531,8 @@ func kubectlWalkthrough(t *testing.T, k *kubectlRunner, minor int) {
 			t.Errorf("%s did not return within 20s of the finalizer's removal", what)
 		}
 	}
-	if stderr := k.fails("get", "-n", "shop", "deployment/web"); !strings.Contains(stderr, `deployments.apps "web" not found`) {
-		t.Errorf("get deployment after its finalizer went: %s", stderr)
+	if stderr := k.fails("get", "-n", "shop", "configmap/held"); !strings.Contains(stderr, `configmaps "held" not found`) {
+		t.Errorf("get configmap after its finalizer went: %s", stderr)
 	}
 
 	// explain

@@ -44,7 +44,9 @@ type podEnv struct {
 	args     []string
 }
 
-func startPodEnv(t *testing.T) *podEnv {
+// startPodEnv starts bonsai with a kubelet on a containerd the test owns;
+// extra flags go after the test's own, so they win.
+func startPodEnv(t *testing.T, extra ...string) *podEnv {
 	t.Helper()
 	requireBinary(t)
 	testenv.Require(t, os.Geteuid() == 0, "pod tests need root (network namespaces, containerd)")
@@ -73,6 +75,7 @@ func startPodEnv(t *testing.T) *podEnv {
 	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge,
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
+	env.args = append(env.args, extra...)
 	t.Cleanup(func() { env.cleanup(t, dir) })
 	env.s = startServer(t, dir, env.args...)
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(env.s.kubeconfig(t).raw)
@@ -133,6 +136,18 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 			one := int64(1)
 			nss, _ := e.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 			if nss != nil {
+				// Workloads first, orphaning their pods, so no controller
+				// replaces a pod deleted below.
+				orphan := metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationOrphan)}
+				for _, ns := range nss.Items {
+					apps, batch := e.cs.AppsV1(), e.cs.BatchV1()
+					apps.Deployments(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+					apps.StatefulSets(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+					apps.DaemonSets(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+					apps.ReplicaSets(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+					batch.CronJobs(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+					batch.Jobs(ns.Name).DeleteCollection(ctx, orphan, metav1.ListOptions{})
+				}
 				for _, ns := range nss.Items {
 					e.cs.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
 				}

@@ -335,7 +335,7 @@ func snapshot(t *testing.T, dir string, names ...string) map[string][]byte {
 	return out
 }
 
-var certFiles = []string{"tls/ca.crt", "tls/ca.key", "tls/serving.crt", "tls/serving.key", "tls/admin.crt", "tls/admin.key"}
+var certFiles = []string{"tls/ca.crt", "tls/ca.key", "tls/serving.crt", "tls/serving.key", "tls/admin.crt", "tls/admin.key", "tls/service-account.key"}
 
 func TestServer(t *testing.T) {
 	requireBinary(t)
@@ -374,7 +374,7 @@ func TestServer(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(dataDir, "tls")); err != nil || st.Mode().Perm() != 0o700 {
 			t.Errorf("tls dir: %v %v, want mode 0700", st, err)
 		}
-		for _, f := range []string{"tls/ca.key", "tls/serving.key", "tls/admin.key"} {
+		for _, f := range []string{"tls/ca.key", "tls/serving.key", "tls/admin.key", "tls/service-account.key"} {
 			if st, err := os.Stat(filepath.Join(dataDir, f)); err != nil || st.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v %v, want mode 0600", f, st, err)
 			}

@@ -71,6 +71,30 @@ func TestSimulatedNodesWithKubectl(t *testing.T) {
 		t.Errorf("kubectl delete pod took %v", took)
 	}
 
+	// A DaemonSet puts one pod on each simulated node and none on
+	// edge-1; a rolling update replaces every one.
+	k.must("apply", "-f", writeFile(t, "ds.yaml", simDaemonSetYAML, 0o600))
+	k.must("rollout", "status", "daemonset/agent", "--timeout=60s")
+	if got := k.must("get", "daemonset/agent", "-o", "jsonpath={.status.desiredNumberScheduled} {.status.numberReady}"); got != "20 20" {
+		t.Errorf("daemonset desired and ready: %q", got)
+	}
+	nodes := map[string]bool{}
+	for _, n := range strings.Fields(k.must("get", "pods", "-l", "app=agent", "-o", "jsonpath={.items[*].spec.nodeName}")) {
+		nodes[n] = true
+	}
+	if len(nodes) != 20 || nodes["edge-1"] {
+		t.Errorf("daemon pods on %d distinct nodes (edge-1: %v), want the 20 simulated ones", len(nodes), nodes["edge-1"])
+	}
+	k.must("set", "env", "daemonset/agent", "LEVEL=2")
+	k.must("rollout", "status", "daemonset/agent", "--timeout=60s")
+	if got := k.must("get", "daemonset/agent", "-o", "jsonpath={.status.updatedNumberScheduled}"); got != "20" {
+		t.Errorf("updated daemon pods: %q", got)
+	}
+	if hist := fieldsOf(k.must("rollout", "history", "daemonset/agent")); len(hist) < 3 {
+		t.Errorf("daemonset history: %v", hist)
+	}
+	k.must("delete", "daemonset/agent", "--cascade=foreground", "--timeout=60s")
+
 	// A restart finds every node and keeps every pod CIDR.
 	if code, _ := s.sigterm(t); code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, s.stderrText())
@@ -107,3 +131,20 @@ func waitNodesReady(t *testing.T, k *kubectlRunner, s *server, want int) map[str
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+const simDaemonSetYAML = `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {app: agent}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      nodeSelector: {type: simulated}
+      containers:
+      - name: main
+        image: bonsai.test/agent:1
+`

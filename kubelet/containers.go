@@ -586,7 +586,7 @@ func (w *podWorker) mountsFor(pod *corev1.Pod, c *corev1.Container, attempt uint
 				}
 			}
 		}
-		out = append(out, cri.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly})
+		out = append(out, cri.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly || w.claimReadOnly(vm.Name)})
 	}
 	dir := w.podDir()
 	has := func(p string) bool {

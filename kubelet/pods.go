@@ -38,6 +38,8 @@ type podManager struct {
 	nodeUID types.UID
 
 	backoff *flowcontrol.Backoff
+	// tokens are the service-account tokens of projected volumes.
+	tokens *tokenManager
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -49,6 +51,7 @@ func newPodManager(cfg Config) *podManager {
 	return &podManager{
 		cfg: cfg, rt: cfg.Runtime, client: cfg.Client, log: cfg.Logger,
 		backoff: flowcontrol.NewBackOff(backoffInitial, backoffMax),
+		tokens:  newTokenManager(cfg.Client),
 		workers: map[types.UID]*podWorker{},
 	}
 }
@@ -162,6 +165,7 @@ func (m *podManager) workerDone(uid types.UID) {
 	m.mu.Lock()
 	delete(m.workers, uid)
 	m.mu.Unlock()
+	m.tokens.forgetPod(uid)
 }
 
 func (m *podManager) known(uid string) bool {

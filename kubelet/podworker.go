@@ -45,6 +45,9 @@ type podWorker struct {
 	startTime *metav1.Time
 	deadline  bool // activeDeadlineSeconds passed
 	events    map[string]time.Time
+	// claimMounts are the pod's claim volumes, resolved once (by volume
+	// name).
+	claimMounts map[string]claimMount
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {

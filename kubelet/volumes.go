@@ -43,6 +43,8 @@ func (w *podWorker) volumePath(pod *corev1.Pod, name string) (string, bool) {
 			return w.volumeDir("downward-api", name), true
 		case v.Projected != nil:
 			return w.volumeDir("projected", name), true
+		case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+			return w.claimPath(name)
 		}
 		return "", false
 	}
@@ -65,6 +67,8 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 	switch {
 	case v.HostPath != nil:
 		return checkHostPath(v.HostPath)
+	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+		return w.setupClaimVolume(ctx, pod, v)
 	case v.EmptyDir != nil:
 		dir := w.volumeDir("empty-dir", v.Name)
 		if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -112,7 +116,7 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 			case src.DownwardAPI != nil:
 				part, err = w.downwardFiles(pod, src.DownwardAPI.Items, v.Projected.DefaultMode)
 			case src.ServiceAccountToken != nil:
-				err = fmt.Errorf("serviceAccountToken projections are not supported yet")
+				part, err = w.serviceAccountTokenFiles(ctx, pod, src.ServiceAccountToken, v.Projected.DefaultMode)
 			}
 			if err != nil {
 				return err

@@ -53,6 +53,10 @@ type Scheduler struct {
 	queue    *schedulingQueue
 	nodes    cache.SharedIndexInformer
 	pods     cache.SharedIndexInformer
+	// storage are the claim, volume and class informers VolumeBinding
+	// reads.
+	storage  []cache.SharedIndexInformer
+	volumes  volumeBindingPlugin
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
 	writes   chan func(context.Context)
@@ -111,6 +115,9 @@ func New(cfg Config) (*Scheduler, error) {
 		writes:   make(chan func(context.Context), 4096),
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
+	if err := s.watchStorage(); err != nil {
+		return nil, err
+	}
 	s.buildPlugins()
 	s.nodes = cache.NewSharedIndexInformer(
 		cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()),
@@ -143,8 +150,8 @@ func (s *Scheduler) buildPlugins() {
 	// Kubernetes' default order: cheap, node-only checks first.
 	podAffinity := interPodAffinityPlugin{}
 	spread := topologySpreadPlugin{}
-	s.preFilters = []PreFilterPlugin{affinity, spread, podAffinity}
-	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, spread, podAffinity}
+	s.preFilters = []PreFilterPlugin{affinity, s.volumes, spread, podAffinity}
+	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, s.volumes, spread, podAffinity}
 	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity, spread} {
 		if w := o.ScoreWeights[sp.Name()]; w > 0 {
 			s.scorers = append(s.scorers, weightedScorer{sp, w})
@@ -175,7 +182,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer func() { sink.Stop(); s.events.Shutdown() }()
 	go s.nodes.RunWithContext(ctx)
 	go s.pods.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), s.nodes.HasSynced, s.pods.HasSynced) {
+	synced := []cache.InformerSynced{s.nodes.HasSynced, s.pods.HasSynced}
+	for _, inf := range s.storage {
+		go inf.RunWithContext(ctx)
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	var wg sync.WaitGroup
@@ -349,7 +361,8 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod) {
 		}
 		return
 	}
-	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node) }
+	vb := s.volumes.bindingsFor(state, node)
+	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node, vb) }
 }
 
 // place filters and scores under the cache lock and assumes the pod on
@@ -452,8 +465,25 @@ func (s *Scheduler) pickBest(state *CycleState, pod *corev1.Pod, feasible []*Nod
 
 // bind writes the decision; a failure undoes the assume and retries after
 // back-off, unless the pod is gone or bound already.
-func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string) {
+func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string, vb *volumeBindings) {
 	pod := qp.pod
+	if vb != nil {
+		err := vb.prebind(ctx, s.core)
+		if err == nil {
+			err = vb.waitBound(ctx)
+		}
+		if err != nil {
+			s.cache.forget(pod)
+			if ctx.Err() != nil {
+				s.queue.done(qp)
+				return
+			}
+			s.log.Warn("volume binding failed; retrying after back-off", "pod", qp.key, "node", node, "err", err)
+			s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedScheduling", "running PreBind plugin %q: %v", VolumeBindingName, err)
+			s.queue.requeue(qp, false)
+			return
+		}
+	}
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},

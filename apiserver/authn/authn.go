@@ -1,6 +1,8 @@
 // Package authn turns a request's credentials into a user: client
-// certificates signed by the cluster CA and bearer tokens from a static
-// token file. It decides who is asking, never what they may do.
+// certificates signed by the cluster CA, bearer tokens from a static
+// token file, and service-account tokens (JWTs it also issues, for the
+// API server's TokenRequest). It decides who is asking, never what they
+// may do.
 package authn
 
 import "net/http"

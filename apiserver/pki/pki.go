@@ -34,6 +34,9 @@ const (
 	ServingKeyFile  = "serving.key"
 	AdminCertFile   = "admin.crt"
 	AdminKeyFile    = "admin.key"
+	// ServiceAccountKeyFile signs service-account tokens. It is no
+	// certificate's key: tokens name their issuer, not a CA.
+	ServiceAccountKeyFile = "service-account.key"
 )
 
 // Admin identity: system:masters is what Kubernetes' default RBAC binds to
@@ -204,6 +207,8 @@ type Certs struct {
 	Serving tls.Certificate
 	// AdminCertPEM and AdminKeyPEM go into the admin kubeconfig.
 	AdminCertPEM, AdminKeyPEM []byte
+	// ServiceAccountKey signs service-account tokens.
+	ServiceAccountKey *ecdsa.PrivateKey
 	// Issued names the files (re)written by this Ensure, for the log.
 	Issued []string
 }
@@ -246,6 +251,9 @@ func Ensure(dir string, sans SANs) (*Certs, error) {
 		},
 		func() ([]byte, []byte, error) { return ca.IssueClient(AdminUser, []string{AdminGroup}) })
 	if err != nil {
+		return nil, err
+	}
+	if c.ServiceAccountKey, err = ensureServiceAccountKey(dir, c); err != nil {
 		return nil, err
 	}
 	return c, nil

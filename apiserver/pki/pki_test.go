@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-var allFiles = []string{CACertFile, CAKeyFile, ServingCertFile, ServingKeyFile, AdminCertFile, AdminKeyFile}
+var allFiles = []string{CACertFile, CAKeyFile, ServingCertFile, ServingKeyFile, AdminCertFile, AdminKeyFile, ServiceAccountKeyFile}
 
 func readAll(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
@@ -88,7 +88,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile}, c.Issued); diff != "" {
+	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile, ServiceAccountKeyFile}, c.Issued); diff != "" {
 		t.Errorf("issued (-want +got):\n%s", diff)
 	}
 	st, err := os.Stat(dir)
@@ -98,7 +98,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 	if st.Mode().Perm() != 0o700 {
 		t.Errorf("dir mode %v, want 0700", st.Mode().Perm())
 	}
-	for _, f := range []string{CAKeyFile, ServingKeyFile, AdminKeyFile} {
+	for _, f := range []string{CAKeyFile, ServingKeyFile, AdminKeyFile, ServiceAccountKeyFile} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
@@ -150,6 +150,9 @@ func TestEnsureReusesOnRestart(t *testing.T) {
 	}
 	if len(c.Issued) != 0 {
 		t.Errorf("restart re-issued %v", c.Issued)
+	}
+	if c.ServiceAccountKey == nil {
+		t.Error("restart lost the service-account key")
 	}
 	after := readAll(t, dir)
 	for _, f := range allFiles {

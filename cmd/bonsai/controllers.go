@@ -6,13 +6,16 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/controllers/nodeipam"
 )
 
 // startControllers runs the control plane's controllers in-process, each
 // through the whole handler chain like any client. They run with
 // --disable-agent too: they act on every node, not on this host's.
-func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+// rootCA is the CA that signs the API server's serving certificate, which
+// every namespace gets for its pods.
+func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, rootCA []byte, log *slog.Logger) error {
 	user := &authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}}
 	ipam, err := nodeipam.New(nodeipam.Config{
 		RESTConfig:   api.ClientConfig(user),
@@ -28,5 +31,8 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 			log.Error("node IPAM controller stopped", "err", err)
 		}
 	}()
-	return startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log)
+	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
+		return err
+	}
+	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice})
 }

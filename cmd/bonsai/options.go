@@ -62,6 +62,7 @@ type serverOptions struct {
 	nodeLifecycle     nodeLifecycleOptions
 	schedulerConfig   string
 	disableScheduler  bool
+	maxEndpoints      int
 }
 
 const defaultPodBridge = "bonsai0"
@@ -98,6 +99,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
+	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
@@ -139,6 +141,8 @@ type serverConfig struct {
 	// Scheduler is --scheduler-config, read and checked; zero without it.
 	Scheduler        scheduler.Options
 	DisableScheduler bool
+	// MaxEndpointsPerSlice is --max-endpoints-per-slice.
+	MaxEndpointsPerSlice int
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -297,6 +301,10 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	if err := o.validateScheduler(c); err != nil {
 		return nil, err
 	}
+	if o.maxEndpoints < 1 || o.maxEndpoints > 1000 {
+		return nil, fmt.Errorf("--max-endpoints-per-slice %d: must be between 1 and 1000", o.maxEndpoints)
+	}
+	c.MaxEndpointsPerSlice = o.maxEndpoints
 
 	for _, san := range o.tlsSANs {
 		san = strings.TrimSpace(san)

@@ -81,6 +81,8 @@ func TestServerDefaults(t *testing.T) {
 		NodeCIDRMaskSize: 24,
 		KubeletPort:      10250,
 		NodeLifecycle:    defaultNodeLifecycle,
+
+		MaxEndpointsPerSlice: 100,
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -100,7 +102,7 @@ func TestServerFlags(t *testing.T) {
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250")
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,9 @@ func TestServerFlags(t *testing.T) {
 		PodBridge:       "edge0",
 
 		NodeCIDRMaskSize: 26,
-		NodeLifecycle:    defaultNodeLifecycle,
+
+		MaxEndpointsPerSlice: 1000,
+		NodeLifecycle:        defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -182,6 +186,8 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
+		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},

@@ -122,8 +122,10 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		SecurePort:       cfg.Port,
 		KubeletTLS:       kubeletClientTLS(kcerts, certs.CA),
 		KubeletPort:      cfg.KubeletPort,
-		Version:          version,
-		Logger:           log,
+		// Kept in <data-dir>/tls: tokens outlive restarts.
+		ServiceAccountKey: certs.ServiceAccountKey,
+		Version:           version,
+		Logger:            log,
 	})
 	if err != nil {
 		return err
@@ -151,7 +153,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
 	stopAgent := func() {}
-	if err := startControllers(ctx, cfg, api, log); err != nil {
+	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, log); err != nil {
 		return err
 	}
 	if err := startScheduler(ctx, cfg, api, log); err != nil {

@@ -1,6 +1,7 @@
 // Package controllertest starts what a controller's integration test runs
 // against: the real API server in-process over a badger store in a temp
-// dir and, on request, the scheduler, node IPAM and simulated nodes, so
+// dir, the serviceaccount controller and, on request, the scheduler, node
+// IPAM and simulated nodes, so
 // that pods a controller creates are scheduled and go Running and Ready
 // as on a cluster. Nothing here is a fake of a Kubernetes component.
 package controllertest
@@ -22,6 +23,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/nodeipam"
+	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
@@ -37,6 +39,11 @@ type Options struct {
 	// Scheduler runs the scheduler (and node IPAM and the simulator)
 	// even with no nodes, for tests that add their own.
 	Scheduler bool
+	// WithoutServiceAccounts leaves out the serviceaccount controller,
+	// which otherwise runs as on every cluster: pod admission wants a
+	// namespace's default ServiceAccount, and only the system namespaces
+	// have one from the start. For that controller's own tests.
+	WithoutServiceAccounts bool
 }
 
 // Env is a running API server and what Options asked for. Everything
@@ -74,6 +81,9 @@ func New(t testing.TB, opts Options) *Env {
 	e.Config = e.ConfigFor(&authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}})
 	if e.Client, err = client.NewClientset(e.Config); err != nil {
 		t.Fatal(err)
+	}
+	if !opts.WithoutServiceAccounts {
+		e.startServiceAccounts()
 	}
 	if opts.Nodes > 0 || opts.Scheduler {
 		e.startNodes()
@@ -115,6 +125,22 @@ func (e *Env) startNodes() {
 			}
 		}()
 	}
+}
+
+// startServiceAccounts runs the serviceaccount controller on its own
+// informers.
+func (e *Env) startServiceAccounts() {
+	inf := client.NewInformers(e.Config)
+	c, err := serviceaccount.New(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	inf.Start(e.Ctx)
+	go func() {
+		if err := c.Run(e.Ctx); err != nil && e.Ctx.Err() == nil {
+			e.Log.Error("serviceaccount controller stopped", "err", err)
+		}
+	}()
 }
 
 // AddNode creates a simulated node (see simulator.NewNode) after mod

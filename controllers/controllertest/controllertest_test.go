@@ -52,3 +52,20 @@ func TestEnvRunsPods(t *testing.T) {
 		return nil
 	})
 }
+
+// Pods can be created in a namespace the test makes: the environment's
+// serviceaccount controller gives it the default account admission wants.
+func TestEnvNamespacesTakePods(t *testing.T) {
+	e := New(t, Options{})
+	if _, err := e.Client.Core.Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	p, err := e.Client.Core.Pods("fresh").Create(e.Ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.ServiceAccountName != "default" {
+		t.Errorf("serviceAccountName %q", p.Spec.ServiceAccountName)
+	}
+}

@@ -40,6 +40,7 @@ var suites = []suite{
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
+	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
 }
 

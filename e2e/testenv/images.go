@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,9 @@ func BuildBusyboxImage(busybox, ref string) ([]byte, error) {
 }
 
 // BusyboxLayer builds the busybox image's one (uncompressed) layer and its
-// image config.
-func BusyboxLayer(busybox string) (layer, config []byte, err error) {
+// image config. Extra files (path without the leading slash → content)
+// are added as executables, for images that carry a test program.
+func BusyboxLayer(busybox string, extra ...map[string][]byte) (layer, config []byte, err error) {
 	bin, err := os.ReadFile(busybox)
 	if err != nil {
 		return nil, nil, err
@@ -94,6 +96,16 @@ func BusyboxLayer(busybox string) (layer, config []byte, err error) {
 	}
 	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"))
 	file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
+	for _, files := range extra {
+		names := make([]string, 0, len(files))
+		for name := range files {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			file(name, 0o755, files[name])
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return nil, nil, err
 	}

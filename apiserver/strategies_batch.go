@@ -1,0 +1,291 @@
+package apiserver
+
+import (
+	"fmt"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// ---- jobs
+
+type jobStrategy struct{ generationStrategy }
+
+// The legacy keys of the labels the selector generation sets, kept
+// beside the batch.kubernetes.io ones as upstream does.
+const (
+	legacyJobNameLabel       = "job-name"
+	legacyControllerUIDLabel = "controller-uid"
+)
+
+// Upstream's bounds for Indexed Jobs.
+const (
+	maxIndexedCompletions = 100000
+	maxIndexedParallelism = 100000
+)
+
+// prepareForCreate generates the selector as upstream does unless the Job
+// asks to choose its own (manualSelector): the template gets the
+// controller-uid and job-name labels (new and legacy keys) where it lacks
+// them, and the selector matches the controller-uid label. A label the
+// user set is kept; validation then rejects a selector it breaks.
+func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	j := obj.(*batchv1.Job)
+	j.Status = batchv1.JobStatus{}
+	if j.Spec.ManualSelector != nil && *j.Spec.ManualSelector {
+		return nil
+	}
+	uid := string(j.UID)
+	if j.Spec.Template.Labels == nil {
+		j.Spec.Template.Labels = map[string]string{}
+	}
+	for _, l := range []struct{ key, value string }{
+		{legacyJobNameLabel, j.Name}, {batchv1.JobNameLabel, j.Name},
+		{legacyControllerUIDLabel, uid}, {batchv1.ControllerUidLabel, uid},
+	} {
+		if _, set := j.Spec.Template.Labels[l.key]; !set {
+			j.Spec.Template.Labels[l.key] = l.value
+		}
+	}
+	if j.Spec.Selector == nil {
+		j.Spec.Selector = &metav1.LabelSelector{}
+	}
+	if j.Spec.Selector.MatchLabels == nil {
+		j.Spec.Selector.MatchLabels = map[string]string{}
+	}
+	if _, set := j.Spec.Selector.MatchLabels[batchv1.ControllerUidLabel]; !set {
+		j.Spec.Selector.MatchLabels[batchv1.ControllerUidLabel] = uid
+	}
+	return nil
+}
+
+func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	j := obj.(*batchv1.Job)
+	p := field.NewPath("spec")
+	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
+	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
+		if got := j.Spec.Template.Labels[batchv1.ControllerUidLabel]; got != string(j.UID) {
+			errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels").Key(batchv1.ControllerUidLabel), got, "must be '"+string(j.UID)+"'"))
+		}
+	}
+	if rp := j.Spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
+	}
+	errs = append(errs, validateJobSpec(&j.Spec, p)...)
+	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
+}
+
+// validateJobSpec checks the counts and policies of a Job as upstream's
+// validation does.
+func validateJobSpec(s *batchv1.JobSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	nonNegative := func(v *int32, name string) {
+		if v != nil && *v < 0 {
+			errs = append(errs, field.Invalid(p.Child(name), *v, "must be greater than or equal to 0"))
+		}
+	}
+	nonNegative(s.Parallelism, "parallelism")
+	nonNegative(s.Completions, "completions")
+	nonNegative(s.BackoffLimit, "backoffLimit")
+	nonNegative(s.TTLSecondsAfterFinished, "ttlSecondsAfterFinished")
+	nonNegative(s.BackoffLimitPerIndex, "backoffLimitPerIndex")
+	nonNegative(s.MaxFailedIndexes, "maxFailedIndexes")
+	if s.ActiveDeadlineSeconds != nil && *s.ActiveDeadlineSeconds <= 0 {
+		errs = append(errs, field.Invalid(p.Child("activeDeadlineSeconds"), *s.ActiveDeadlineSeconds, "must be greater than 0"))
+	}
+	indexed := false
+	if m := s.CompletionMode; m != nil {
+		switch *m {
+		case batchv1.IndexedCompletion:
+			indexed = true
+		case batchv1.NonIndexedCompletion:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("completionMode"), *m, []string{string(batchv1.NonIndexedCompletion), string(batchv1.IndexedCompletion)}))
+		}
+	}
+	if indexed {
+		if s.Completions == nil {
+			errs = append(errs, field.Required(p.Child("completions"), fmt.Sprintf("when completion mode is %s", batchv1.IndexedCompletion)))
+		} else if *s.Completions > maxIndexedCompletions {
+			errs = append(errs, field.Invalid(p.Child("completions"), *s.Completions, fmt.Sprintf("must be less than or equal to %d when completion mode is %s", maxIndexedCompletions, batchv1.IndexedCompletion)))
+		}
+		if s.Parallelism != nil && *s.Parallelism > maxIndexedParallelism {
+			errs = append(errs, field.Invalid(p.Child("parallelism"), *s.Parallelism, fmt.Sprintf("must be less than or equal to %d when completion mode is %s", maxIndexedParallelism, batchv1.IndexedCompletion)))
+		}
+	}
+	if s.BackoffLimitPerIndex != nil {
+		if !indexed {
+			errs = append(errs, field.Invalid(p.Child("backoffLimitPerIndex"), *s.BackoffLimitPerIndex, "requires indexed completion mode"))
+		}
+		if rp := s.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyNever {
+			errs = append(errs, field.Invalid(p.Child("backoffLimitPerIndex"), *s.BackoffLimitPerIndex, "requires the pod template restartPolicy Never"))
+		}
+	}
+	if s.MaxFailedIndexes != nil {
+		if s.BackoffLimitPerIndex == nil {
+			errs = append(errs, field.Required(p.Child("backoffLimitPerIndex"), "when maxFailedIndexes is specified"))
+		}
+		if s.Completions != nil && *s.MaxFailedIndexes > *s.Completions {
+			errs = append(errs, field.Invalid(p.Child("maxFailedIndexes"), *s.MaxFailedIndexes, "must be less than or equal to completions"))
+		}
+	}
+	if s.PodFailurePolicy != nil {
+		errs = append(errs, validatePodFailurePolicy(s, p)...)
+	}
+	if s.SuccessPolicy != nil {
+		errs = append(errs, validateSuccessPolicy(s, indexed, p)...)
+	}
+	if r := s.PodReplacementPolicy; r != nil {
+		switch {
+		case *r != batchv1.Failed && *r != batchv1.TerminatingOrFailed:
+			errs = append(errs, field.NotSupported(p.Child("podReplacementPolicy"), *r, []string{string(batchv1.TerminatingOrFailed), string(batchv1.Failed)}))
+		case s.PodFailurePolicy != nil && *r != batchv1.Failed:
+			errs = append(errs, field.NotSupported(p.Child("podReplacementPolicy"), *r, []string{string(batchv1.Failed)}))
+		}
+	}
+	return errs
+}
+
+// validatePodFailurePolicy checks the policy of the Job spec at spec.
+func validatePodFailurePolicy(s *batchv1.JobSpec, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	p := spec.Child("podFailurePolicy")
+	if rp := s.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(spec.Child("template", "spec", "restartPolicy"), rp, []string{string(corev1.RestartPolicyNever)}))
+	}
+	actions := []string{string(batchv1.PodFailurePolicyActionFailJob), string(batchv1.PodFailurePolicyActionFailIndex), string(batchv1.PodFailurePolicyActionIgnore), string(batchv1.PodFailurePolicyActionCount)}
+	for i, rule := range s.PodFailurePolicy.Rules {
+		rp := p.Child("rules").Index(i)
+		if !slices.Contains(actions, string(rule.Action)) {
+			errs = append(errs, field.NotSupported(rp.Child("action"), rule.Action, actions))
+		}
+		if rule.Action == batchv1.PodFailurePolicyActionFailIndex && s.BackoffLimitPerIndex == nil {
+			errs = append(errs, field.Invalid(rp.Child("action"), rule.Action, "requires the backoffLimitPerIndex to be set"))
+		}
+		switch {
+		case rule.OnExitCodes != nil && len(rule.OnPodConditions) > 0:
+			errs = append(errs, field.Invalid(rp, field.OmitValueType{}, "specifying both OnExitCodes and OnPodConditions is not supported"))
+		case rule.OnExitCodes == nil && len(rule.OnPodConditions) == 0:
+			errs = append(errs, field.Invalid(rp, field.OmitValueType{}, "specifying one of OnExitCodes and OnPodConditions is required"))
+		case rule.OnExitCodes != nil:
+			errs = append(errs, validateOnExitCodes(rule.OnExitCodes, rp.Child("onExitCodes"))...)
+		}
+	}
+	return errs
+}
+
+func validateOnExitCodes(r *batchv1.PodFailurePolicyOnExitCodesRequirement, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r.Operator != batchv1.PodFailurePolicyOnExitCodesOpIn && r.Operator != batchv1.PodFailurePolicyOnExitCodesOpNotIn {
+		errs = append(errs, field.NotSupported(p.Child("operator"), r.Operator, []string{string(batchv1.PodFailurePolicyOnExitCodesOpIn), string(batchv1.PodFailurePolicyOnExitCodesOpNotIn)}))
+	}
+	if len(r.Values) == 0 {
+		errs = append(errs, field.Required(p.Child("values"), "at least one value is required"))
+	}
+	for i, v := range r.Values {
+		vp := p.Child("values").Index(i)
+		if i > 0 && v <= r.Values[i-1] {
+			errs = append(errs, field.Invalid(vp, v, "must be ordered and unique"))
+		}
+		if r.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn && v == 0 {
+			errs = append(errs, field.Invalid(vp, v, "must not be 0 for the In operator"))
+		}
+	}
+	return errs
+}
+
+// validateSuccessPolicy checks the policy of the Job spec at spec.
+func validateSuccessPolicy(s *batchv1.JobSpec, indexed bool, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	p := spec.Child("successPolicy")
+	if !indexed {
+		errs = append(errs, field.Invalid(spec.Child("completionMode"), s.CompletionMode, "requires indexed completion mode"))
+	}
+	for i, rule := range s.SuccessPolicy.Rules {
+		rp := p.Child("rules").Index(i)
+		if rule.SucceededIndexes == nil && rule.SucceededCount == nil {
+			errs = append(errs, field.Required(rp, "at least one of succeededCount or succeededIndexes must be specified"))
+		}
+		if c := rule.SucceededCount; c != nil {
+			if *c < 0 {
+				errs = append(errs, field.Invalid(rp.Child("succeededCount"), *c, "must be greater than or equal to 0"))
+			} else if s.Completions != nil && *c > *s.Completions {
+				errs = append(errs, field.Invalid(rp.Child("succeededCount"), *c, fmt.Sprintf("must be less than or equal to %d (the number of specified completions)", *s.Completions)))
+			}
+		}
+	}
+	return errs
+}
+
+func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
+	errs := st.validate(w, obj)
+	p := field.NewPath("spec")
+	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
+	immutable := func(changed bool, name string, v any) {
+		if changed {
+			errs = append(errs, field.Invalid(p.Child(name), v, "field is immutable"))
+		}
+	}
+	// Completions may change only with parallelism, on an Indexed Job
+	// (elastic Indexed Jobs).
+	elastic := isIndexedSpec(&j.Spec) && j.Spec.Completions != nil && j.Spec.Parallelism != nil && *j.Spec.Completions == *j.Spec.Parallelism
+	immutable(!elastic && !apiequality.Semantic.DeepEqual(j.Spec.Completions, o.Spec.Completions), "completions", j.Spec.Completions)
+	immutable(!apiequality.Semantic.DeepEqual(j.Spec.CompletionMode, o.Spec.CompletionMode), "completionMode", j.Spec.CompletionMode)
+	immutable(!apiequality.Semantic.DeepEqual(j.Spec.PodFailurePolicy, o.Spec.PodFailurePolicy), "podFailurePolicy", j.Spec.PodFailurePolicy)
+	immutable(!apiequality.Semantic.DeepEqual(j.Spec.BackoffLimitPerIndex, o.Spec.BackoffLimitPerIndex), "backoffLimitPerIndex", j.Spec.BackoffLimitPerIndex)
+	immutable(!apiequality.Semantic.DeepEqual(j.Spec.ManagedBy, o.Spec.ManagedBy), "managedBy", j.Spec.ManagedBy)
+	immutable(!apiequality.Semantic.DeepEqual(j.Spec.SuccessPolicy, o.Spec.SuccessPolicy), "successPolicy", j.Spec.SuccessPolicy)
+	// The pod template is immutable, except that a suspended Job that
+	// never started may change where its pods go (mutable scheduling
+	// directives).
+	tmpl, oldTmpl := j.Spec.Template.DeepCopy(), o.Spec.Template.DeepCopy()
+	if suspendedUnstarted(o) {
+		for _, t := range []*corev1.PodTemplateSpec{tmpl, oldTmpl} {
+			t.Labels, t.Annotations = nil, nil
+			t.Spec.NodeSelector, t.Spec.Affinity, t.Spec.Tolerations, t.Spec.SchedulingGates = nil, nil, nil, nil
+		}
+	}
+	immutable(!apiequality.Semantic.DeepEqual(tmpl, oldTmpl), "template", field.OmitValueType{})
+	return errs
+}
+
+func isIndexedSpec(s *batchv1.JobSpec) bool {
+	return s.CompletionMode != nil && *s.CompletionMode == batchv1.IndexedCompletion
+}
+
+func suspendedUnstarted(j *batchv1.Job) bool {
+	return j.Spec.Suspend != nil && *j.Spec.Suspend && j.Status.StartTime == nil
+}
+
+// ---- cronjobs
+
+type cronJobStrategy struct{ generationStrategy }
+
+func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	c := obj.(*batchv1.CronJob)
+	var errs field.ErrorList
+	if c.Spec.Schedule == "" {
+		errs = append(errs, field.Required(field.NewPath("spec", "schedule"), ""))
+	}
+	if len(c.Name) > 52 {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), c.Name, "must be no more than 52 characters"))
+	}
+	// The job template is checked as a Job's spec would be.
+	p := field.NewPath("spec", "jobTemplate", "spec")
+	t := &c.Spec.JobTemplate.Spec
+	if rp := t.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyOnFailure && rp != corev1.RestartPolicyNever {
+		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
+	}
+	errs = append(errs, validateJobSpec(t, p)...)
+	return append(errs, validatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
+}
+
+func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	return st.validate(w, obj)
+}

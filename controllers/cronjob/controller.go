@@ -1,0 +1,195 @@
+// Package cronjob creates Jobs on a schedule, as kube-controller-manager's
+// CronJob controller (v2) does: at each time a CronJob's schedule (cron
+// syntax, read by github.com/robfig/cron/v3, in spec.timeZone or the
+// controller's local zone) names, it creates a Job
+// `<cronjob>-<minutes since the epoch>` from the Job template, honours
+// concurrencyPolicy, startingDeadlineSeconds and suspend, keeps
+// status.active, lastScheduleTime and lastSuccessfulTime, and deletes
+// finished Jobs beyond the history limits.
+//
+// It wakes up at each CronJob's next scheduled time on its clock (a fake
+// one in tests) rather than polling. It owns CronJob status and the Jobs
+// it creates; it must not touch Jobs another owner controls.
+package cronjob
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/client"
+)
+
+const componentName = "cronjob-controller"
+
+// Config is what the controller needs.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	Logger    *slog.Logger
+	// Clock decides when schedules are due and wakes the controller at
+	// the next one (the real clock by default).
+	Clock clock.WithDelayedExecution
+	// Workers sync CronJobs in parallel (default 5, as upstream).
+	Workers int
+}
+
+// Controller is the CronJob controller.
+type Controller struct {
+	cfg        Config
+	client     *client.Clientset
+	cronJobs   cache.SharedIndexInformer
+	jobs       cache.SharedIndexInformer
+	cronLister batchlisters.CronJobLister
+	jobLister  batchlisters.JobLister
+	// queue retries failures in real time; wake-ups at schedule times
+	// go through the Config clock's timers instead.
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	log      *slog.Logger
+	clock    clock.WithDelayedExecution
+
+	timersMu sync.Mutex
+	timers   map[string]clock.Timer
+}
+
+// New builds the controller and registers its handlers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, fmt.Errorf("cronjob controller: Client and Informers are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 5
+	}
+	c := &Controller{
+		cfg:      cfg,
+		client:   cfg.Client,
+		cronJobs: cfg.Informers.For(&batchv1.CronJob{}),
+		jobs:     cfg.Informers.For(&batchv1.Job{}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cronjob"}),
+		log:    cfg.Logger,
+		clock:  cfg.Clock,
+		timers: map[string]clock.Timer{},
+	}
+	c.cronLister = batchlisters.NewCronJobLister(c.cronJobs.GetIndexer())
+	c.jobLister = batchlisters.NewJobLister(c.jobs.GetIndexer())
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	if _, err := c.cronJobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.stopTimer(key)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("cronjob controller: %w", err)
+	}
+	if _, err := c.jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.jobChanged,
+		UpdateFunc: func(_, obj any) { c.jobChanged(obj) },
+		DeleteFunc: c.jobChanged,
+	}); err != nil {
+		return nil, fmt.Errorf("cronjob controller: %w", err)
+	}
+	return c, nil
+}
+
+// jobChanged queues the CronJob that controls the Job.
+func (c *Controller) jobChanged(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	j, ok := obj.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(j); ref != nil && ref.Kind == "CronJob" && ref.APIVersion == batchv1.SchemeGroupVersion.String() {
+		c.queue.Add(j.Namespace + "/" + ref.Name)
+	}
+}
+
+// wakeAfter syncs key again after d on the controller's clock; a later
+// call replaces an earlier one.
+func (c *Controller) wakeAfter(key string, d time.Duration) {
+	c.timersMu.Lock()
+	defer c.timersMu.Unlock()
+	if t := c.timers[key]; t != nil {
+		t.Stop()
+	}
+	c.timers[key] = c.clock.AfterFunc(d, func() { c.queue.Add(key) })
+}
+
+func (c *Controller) stopTimer(key string) {
+	c.timersMu.Lock()
+	defer c.timersMu.Unlock()
+	if t := c.timers[key]; t != nil {
+		t.Stop()
+		delete(c.timers, key)
+	}
+}
+
+// Run waits for the caches and syncs CronJobs until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), componentName)
+	if !cache.WaitForCacheSync(ctx.Done(), c.cronJobs.HasSynced, c.jobs.HasSynced) {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.work(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	c.timersMu.Lock()
+	for _, t := range c.timers {
+		t.Stop()
+	}
+	c.timersMu.Unlock()
+	return nil
+}
+
+func (c *Controller) work(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Info("sync failed, retrying", "cronjob", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}

@@ -1,0 +1,299 @@
+// Package daemonset runs one pod of each DaemonSet on every node the
+// DaemonSet wants, as kube-controller-manager's daemonset controller does:
+// node name, selector, required node affinity and taints against the
+// template's tolerations plus the daemon tolerations decide where; pods
+// are pinned with a required node affinity on the node's name and bound
+// by the scheduler; failed pods are replaced with back-off; templates are
+// rolled out with RollingUpdate (maxUnavailable, maxSurge) or OnDelete and
+// recorded as ControllerRevisions for kubectl rollout history and undo.
+//
+// It owns daemon pods, the DaemonSets' ControllerRevisions and their
+// status. It must not touch nodes, nor pods it does not control.
+package daemonset
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/client"
+)
+
+// Upstream's tuning.
+const (
+	// burstReplicas caps the pods created or deleted in one sync.
+	burstReplicas = 250
+	// Failed pods are replaced after a back-off per DaemonSet and node.
+	failedPodBackoffInitial = time.Second
+	failedPodBackoffMax     = 15 * time.Minute
+	statusUpdateRetries     = 1
+	workers                 = 2
+)
+
+var controllerKind = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+
+// Config is what the controller needs; Clock and Logger may be nil.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	Clock     clock.Clock
+	Logger    *slog.Logger
+}
+
+// Controller is the DaemonSet controller.
+type Controller struct {
+	client   *client.Clientset
+	clock    clock.Clock
+	log      *slog.Logger
+	recorder record.EventRecorder
+
+	dsLister   appslisters.DaemonSetLister
+	revLister  appslisters.ControllerRevisionLister
+	podLister  corelisters.PodLister
+	nodeLister corelisters.NodeLister
+	synced     []cache.InformerSynced
+
+	queue        workqueue.TypedRateLimitingInterface[string]
+	expectations *expectations
+	failedPods   *flowcontrol.Backoff
+}
+
+// New builds the controller and registers its informer handlers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, fmt.Errorf("daemonset: Client and Informers are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Controller{
+		client:       cfg.Client,
+		clock:        cfg.Clock,
+		log:          cfg.Logger,
+		queue:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "daemonset"}),
+		expectations: newExpectations(cfg.Clock),
+		failedPods:   flowcontrol.NewBackOff(failedPodBackoffInitial, failedPodBackoffMax),
+	}
+	c.failedPods.Clock = cfg.Clock
+	dsInf := cfg.Informers.For(&appsv1.DaemonSet{})
+	revInf := cfg.Informers.For(&appsv1.ControllerRevision{})
+	podInf := cfg.Informers.For(&corev1.Pod{})
+	nodeInf := cfg.Informers.For(&corev1.Node{})
+	c.dsLister = appslisters.NewDaemonSetLister(dsInf.GetIndexer())
+	c.revLister = appslisters.NewControllerRevisionLister(revInf.GetIndexer())
+	c.podLister = corelisters.NewPodLister(podInf.GetIndexer())
+	c.nodeLister = corelisters.NewNodeLister(nodeInf.GetIndexer())
+	c.synced = []cache.InformerSynced{dsInf.HasSynced, revInf.HasSynced, podInf.HasSynced, nodeInf.HasSynced}
+
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{dsInf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueue,
+			UpdateFunc: func(_, cur any) { c.enqueue(cur) },
+			DeleteFunc: c.enqueue,
+		}},
+		{revInf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueOwner,
+			UpdateFunc: func(_, cur any) { c.enqueueOwner(cur) },
+			DeleteFunc: c.enqueueOwner,
+		}},
+		{podInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
+		{nodeInf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.enqueueAll() },
+			UpdateFunc: c.updateNode,
+			DeleteFunc: func(any) { c.enqueueAll() },
+		}},
+	} {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return nil, fmt.Errorf("daemonset: add event handler: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Run works until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "daemonset-controller")
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return nil
+	}
+	for range workers {
+		go c.work(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case ctx.Err() != nil:
+		default:
+			c.log.Info("sync failed; retrying", "daemonset", key, "err", err)
+			c.queue.AddRateLimited(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) {
+	c.queue.AddAfter(ds.Namespace+"/"+ds.Name, d)
+}
+
+func (c *Controller) enqueueAll() {
+	list, _ := c.dsLister.List(labels.Everything())
+	for _, ds := range list {
+		c.enqueue(ds)
+	}
+}
+
+// owner is the DaemonSet that controls obj, if it still exists with the
+// uid the reference names.
+func (c *Controller) owner(obj metav1.Object) *appsv1.DaemonSet {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+		return nil
+	}
+	ds, err := c.dsLister.DaemonSets(obj.GetNamespace()).Get(ref.Name)
+	if err != nil || ds.UID != ref.UID {
+		return nil
+	}
+	return ds
+}
+
+func (c *Controller) enqueueOwner(obj any) {
+	if m, ok := metaOf(obj); ok {
+		if ds := c.owner(m); ds != nil {
+			c.enqueue(ds)
+		}
+	}
+}
+
+// metaOf reads an informer object, tombstones included.
+func metaOf(obj any) (metav1.Object, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
+}
+
+// selecting is the DaemonSets whose selector matches an orphan pod: one
+// of them may adopt it.
+func (c *Controller) selecting(pod *corev1.Pod) []*appsv1.DaemonSet {
+	list, _ := c.dsLister.DaemonSets(pod.Namespace).List(labels.Everything())
+	var out []*appsv1.DaemonSet
+	for _, ds := range list {
+		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		out = append(out, ds)
+	}
+	return out
+}
+
+func (c *Controller) addPod(obj any) {
+	pod := obj.(*corev1.Pod)
+	if pod.DeletionTimestamp != nil {
+		c.deletePod(pod)
+		return
+	}
+	if ds := c.owner(pod); ds != nil {
+		c.expectations.observe(keyOf(ds), 1, 0)
+		c.enqueue(ds)
+		return
+	}
+	if metav1.GetControllerOfNoCopy(pod) == nil {
+		for _, ds := range c.selecting(pod) {
+			c.enqueue(ds)
+		}
+	}
+}
+
+func (c *Controller) updatePod(old, cur any) {
+	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
+	if o.ResourceVersion == p.ResourceVersion {
+		return
+	}
+	if ds := c.owner(o); ds != nil && !apiequality.Semantic.DeepEqual(metav1.GetControllerOfNoCopy(o), metav1.GetControllerOfNoCopy(p)) {
+		c.enqueue(ds)
+	}
+	if ds := c.owner(p); ds != nil {
+		c.enqueue(ds)
+		// A pod turning Ready becomes available minReadySeconds later,
+		// with no event to say so.
+		if ds.Spec.MinReadySeconds > 0 && !podReady(o) && podReady(p) {
+			c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
+		}
+		return
+	}
+	if metav1.GetControllerOfNoCopy(p) == nil && !labels.Equals(o.Labels, p.Labels) {
+		for _, ds := range c.selecting(p) {
+			c.enqueue(ds)
+		}
+	}
+}
+
+func (c *Controller) deletePod(obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	if ds := c.owner(m); ds != nil {
+		c.expectations.observe(keyOf(ds), 0, 1)
+		c.enqueue(ds)
+	}
+}
+
+// updateNode wakes the DaemonSets for which the node's change changes
+// where they run; status heartbeats change nothing.
+func (c *Controller) updateNode(old, cur any) {
+	o, n := old.(*corev1.Node), cur.(*corev1.Node)
+	if labels.Equals(o.Labels, n.Labels) && apiequality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) && o.Spec.Unschedulable == n.Spec.Unschedulable {
+		return
+	}
+	list, _ := c.dsLister.List(labels.Everything())
+	for _, ds := range list {
+		run0, keep0 := shouldRun(o, ds)
+		run1, keep1 := shouldRun(n, ds)
+		if run0 != run1 || keep0 != keep1 {
+			c.enqueue(ds)
+		}
+	}
+}
+
+func keyOf(ds *appsv1.DaemonSet) string { return ds.Namespace + "/" + ds.Name }

@@ -1,0 +1,169 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"bonsai.dev/bonsai/controllers/controllertest"
+)
+
+func TestName(t *testing.T) {
+	long := strings.Repeat("a", 300)
+	for _, tc := range []struct{ parent, want string }{
+		{"web", "web-abc"},
+		{long, long[:223] + "-abc"},
+	} {
+		if got := Name(tc.parent, "abc"); got != tc.want {
+			t.Errorf("Name(%d chars) = %d chars, want %d", len(tc.parent), len(got), len(tc.want))
+		}
+	}
+}
+
+func TestHashes(t *testing.T) {
+	rev := &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: []byte(`{"a":1}`)}}
+	other := &appsv1.ControllerRevision{Data: runtime.RawExtension{Raw: []byte(`{"a":2}`)}}
+	one := int32(1)
+	hashes := []string{HashRevision(rev, nil), HashRevision(rev, &one), HashRevision(other, nil)}
+	if hashes[0] != HashRevision(rev.DeepCopy(), nil) {
+		t.Error("HashRevision is not stable")
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(hashes)))) != 3 {
+		t.Errorf("hashes of other data or probe collide: %v", hashes)
+	}
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	if HashObject(&tmpl, nil) == HashObject(&tmpl, &one) {
+		t.Error("the collision count does not change HashObject")
+	}
+}
+
+func TestSort(t *testing.T) {
+	at := func(s int64) metav1.Time { return metav1.Unix(s, 0) }
+	rev := func(name string, n int64, created int64) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)}, Revision: n}
+	}
+	revs := []*appsv1.ControllerRevision{rev("d", 3, 0), rev("c", 1, 5), rev("b", 1, 5), rev("a", 1, 9), rev("e", 2, 0)}
+	Sort(revs)
+	var got []string
+	for _, r := range revs {
+		got = append(got, r.Name)
+	}
+	if diff := cmp.Diff([]string{"b", "c", "a", "e", "d"}, got); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	if MaxRevision(revs) != 3 || MaxRevision(nil) != 0 {
+		t.Errorf("MaxRevision %d, %d", MaxRevision(revs), MaxRevision(nil))
+	}
+}
+
+// A revision whose name is taken by other data is a hash collision: the
+// collision count goes up until a free name is found; equal data reuses
+// the existing revision.
+func TestCreateCollision(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{})
+	parent := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "1234"}}
+	kind := appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+	var count int32
+	want := New(parent, kind, map[string]string{"app": "web"}, []byte(`{"want":1}`), 1, &count)
+	squatter := want.DeepCopy()
+	squatter.Data.Raw = []byte(`{"other":1}`)
+	if _, err := e.Client.Apps.ControllerRevisions("default").Create(e.Ctx, squatter, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Create(e.Ctx, e.Client.Apps, parent, want, &count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	if count != 1 || got.Name != Name("web", HashRevision(want, &one)) || got.Labels[HashLabel] != HashRevision(want, &one) {
+		t.Fatalf("after a collision: count %d, revision %s labelled %s", count, got.Name, got.Labels[HashLabel])
+	}
+	again, err := Create(e.Ctx, e.Client.Apps, parent, want, &count)
+	if err != nil || again.UID != got.UID || count != 1 {
+		t.Fatalf("creating equal data again: %v, uid %s (want %s), count %d", err, again.UID, got.UID, count)
+	}
+}
+
+// Claim adopts matching orphans, releases owned objects that no longer
+// match, and leaves other controllers' objects alone; a failed recheck of
+// the owner stops adoption.
+func TestClaim(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{})
+	owner := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default", UID: "owner-uid"}}
+	kind := appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+	other := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "other", UID: "other-uid", Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
+	pods := e.Client.Core.Pods("default")
+	mk := func(name, app string, refs ...metav1.OwnerReference) *corev1.Pod {
+		p, err := pods.Create(e.Ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": app}, OwnerReferences: refs},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	objs := []*corev1.Pod{
+		mk("orphan", "a"),
+		mk("stranger", "b"),
+		mk("leaving", "b", *metav1.NewControllerRef(owner, kind)),
+		mk("staying", "a", *metav1.NewControllerRef(owner, kind)),
+		mk("others", "a", other),
+	}
+	claimer := func(recheck error) *Claimer {
+		return &Claimer{
+			Owner: owner, Kind: kind, Selector: labels.SelectorFromSet(labels.Set{"app": "a"}),
+			Patch: func(ctx context.Context, ns, name string, patch []byte) error {
+				_, err := pods.Patch(ctx, name, PatchType, patch, metav1.PatchOptions{})
+				return err
+			},
+			Recheck: func(context.Context) error { return recheck },
+		}
+	}
+
+	if got, err := Claim(e.Ctx, claimer(errors.New("owner is being deleted")), objs[:1], nil); err == nil || len(got) != 0 {
+		t.Fatalf("claim with a failed recheck: %v, %d claimed", err, len(got))
+	}
+	got, err := Claim(e.Ctx, claimer(nil), objs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if diff := cmp.Diff([]string{"orphan", "staying"}, names); diff != "" {
+		t.Errorf("claimed (-want +got):\n%s", diff)
+	}
+	for name, want := range map[string]types.UID{"orphan": owner.UID, "stranger": "", "leaving": "", "staying": owner.UID, "others": other.UID} {
+		p, err := pods.Get(e.Ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got types.UID
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			got = ref.UID
+			if ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+				t.Errorf("%s: controller reference without blockOwnerDeletion", name)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: controller %q, want %q", name, got, want)
+		}
+	}
+	if err := claimer(nil).patch(e.Ctx, &metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "x"}, "adopt", nil); err != nil {
+		t.Errorf("patching a pod that is gone: %v, want nil", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

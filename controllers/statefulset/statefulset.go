@@ -1,0 +1,255 @@
+// Package statefulset runs the pods of StatefulSets as
+// kube-controller-manager's statefulset controller does: stable names
+// <set>-<ordinal> from spec.ordinals.start, hostname and subdomain, PVCs
+// from volumeClaimTemplates created before their pod and kept or handed to
+// the garbage collector per persistentVolumeClaimRetentionPolicy,
+// OrderedReady (one pod at a time, in order up, in reverse down) or
+// Parallel management, RollingUpdate (partition, maxUnavailable) from the
+// highest ordinal down or OnDelete, ControllerRevisions for kubectl
+// rollout history and undo, and status.
+//
+// It owns the sets' pods, their PVCs' creation and ownerReferences, the
+// sets' ControllerRevisions and status. It never deletes a PVC itself,
+// and must not touch pods it does not control.
+package statefulset
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/history"
+)
+
+// workers is upstream's --concurrent-statefulset-syncs.
+const workers = 5
+
+var controllerKind = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+
+// Config is what the controller needs; Clock and Logger may be nil.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	Clock     clock.PassiveClock
+	Logger    *slog.Logger
+}
+
+// Controller is the StatefulSet controller.
+type Controller struct {
+	client   *client.Clientset
+	clock    clock.PassiveClock
+	log      *slog.Logger
+	recorder record.EventRecorder
+
+	setLister appslisters.StatefulSetLister
+	revLister appslisters.ControllerRevisionLister
+	podLister corelisters.PodLister
+	pvcLister corelisters.PersistentVolumeClaimLister
+	synced    []cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+// New builds the controller and registers its informer handlers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, fmt.Errorf("statefulset: Client and Informers are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Controller{
+		client: cfg.Client,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "statefulset"}),
+	}
+	setInf := cfg.Informers.For(&appsv1.StatefulSet{})
+	revInf := cfg.Informers.For(&appsv1.ControllerRevision{})
+	podInf := cfg.Informers.For(&corev1.Pod{})
+	pvcInf := cfg.Informers.For(&corev1.PersistentVolumeClaim{})
+	c.setLister = appslisters.NewStatefulSetLister(setInf.GetIndexer())
+	c.revLister = appslisters.NewControllerRevisionLister(revInf.GetIndexer())
+	c.podLister = corelisters.NewPodLister(podInf.GetIndexer())
+	c.pvcLister = corelisters.NewPersistentVolumeClaimLister(pvcInf.GetIndexer())
+	c.synced = []cache.InformerSynced{setInf.HasSynced, revInf.HasSynced, podInf.HasSynced, pvcInf.HasSynced}
+
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{setInf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueue,
+			UpdateFunc: func(_, cur any) { c.enqueue(cur) },
+			DeleteFunc: c.enqueue,
+		}},
+		{podInf, cache.ResourceEventHandlerFuncs{AddFunc: c.onPodAdd, UpdateFunc: c.onPodUpdate, DeleteFunc: c.onPodDelete}},
+		// A claim released by the garbage collector unblocks a pod
+		// waiting on a stale one.
+		{pvcInf, cache.ResourceEventHandlerFuncs{DeleteFunc: c.onClaimDelete}},
+	} {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return nil, fmt.Errorf("statefulset: add event handler: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Run works until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "statefulset-controller")
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return nil
+	}
+	for range workers {
+		go c.work(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case ctx.Err() != nil:
+		default:
+			c.log.Info("sync failed; retrying", "statefulset", key, "err", err)
+			c.queue.AddRateLimited(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) enqueueAfter(set *appsv1.StatefulSet, d time.Duration) {
+	c.queue.AddAfter(set.Namespace+"/"+set.Name, d)
+}
+
+// owner is the set that controls obj, if it still exists with the uid
+// the reference names.
+func (c *Controller) owner(obj metav1.Object) *appsv1.StatefulSet {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+		return nil
+	}
+	set, err := c.setLister.StatefulSets(obj.GetNamespace()).Get(ref.Name)
+	if err != nil || set.UID != ref.UID {
+		return nil
+	}
+	return set
+}
+
+// selecting is the sets whose selector matches an orphan pod.
+func (c *Controller) selecting(pod *corev1.Pod) []*appsv1.StatefulSet {
+	list, _ := c.setLister.StatefulSets(pod.Namespace).List(labels.Everything())
+	var out []*appsv1.StatefulSet
+	for _, set := range list {
+		sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
+			out = append(out, set)
+		}
+	}
+	return out
+}
+
+func (c *Controller) onPodAdd(obj any) {
+	pod := obj.(*corev1.Pod)
+	if set := c.owner(pod); set != nil {
+		c.enqueue(set)
+		return
+	}
+	if metav1.GetControllerOfNoCopy(pod) == nil {
+		for _, set := range c.selecting(pod) {
+			c.enqueue(set)
+		}
+	}
+}
+
+func (c *Controller) onPodUpdate(old, cur any) {
+	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
+	if o.ResourceVersion == p.ResourceVersion {
+		return
+	}
+	if set := c.owner(o); set != nil && !apiequality.Semantic.DeepEqual(metav1.GetControllerOfNoCopy(o), metav1.GetControllerOfNoCopy(p)) {
+		c.enqueue(set)
+	}
+	if set := c.owner(p); set != nil {
+		c.enqueue(set)
+		// Turning Ready makes a pod available minReadySeconds later,
+		// with no event to say so.
+		if set.Spec.MinReadySeconds > 0 && !podReady(o) && podReady(p) {
+			c.enqueueAfter(set, time.Duration(set.Spec.MinReadySeconds)*time.Second+time.Second)
+		}
+		return
+	}
+	if metav1.GetControllerOfNoCopy(p) == nil && !labels.Equals(o.Labels, p.Labels) {
+		for _, set := range c.selecting(p) {
+			c.enqueue(set)
+		}
+	}
+}
+
+func (c *Controller) onPodDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		if set := c.owner(pod); set != nil {
+			c.enqueue(set)
+		}
+	}
+}
+
+func (c *Controller) onClaimDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	list, _ := c.setLister.StatefulSets(pvc.Namespace).List(labels.Everything())
+	for _, set := range list {
+		sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(pvc.Labels)) {
+			c.enqueue(set)
+		}
+	}
+}
+
+// recheck is the Claimer.Recheck of set: a fresh read from the API.
+func (c *Controller) recheck(set *appsv1.StatefulSet) func(context.Context) error {
+	return history.RecheckOwner(set, func(ctx context.Context) (metav1.Object, error) {
+		return c.client.Apps.StatefulSets(set.Namespace).Get(ctx, set.Name, metav1.GetOptions{})
+	})
+}

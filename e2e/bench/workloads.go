@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// workloadParams size the workloads suite.
+type workloadParams struct {
+	nodes, replicas, nsObjects int
+	idle                       time.Duration
+}
+
+func workloadParamsFor(quick bool) workloadParams {
+	if quick {
+		return workloadParams{nodes: 20, replicas: 200, nsObjects: 1000, idle: 5 * time.Second}
+	}
+	return workloadParams{nodes: 100, replicas: 1000, nsObjects: 5000, idle: 15 * time.Second}
+}
+
+type workloadResults struct {
+	available, rollout, nsGone, idleCPU *float64
+}
+
+// workloadsSuite drives the workload controllers of a real `bonsai server
+// --simulated-nodes N`: a Deployment from create to every replica
+// Available, a rolling update of it to completion, the deletion of a
+// namespace full of objects, and the server's CPU while nothing changes.
+func workloadsSuite(ctx context.Context, b *bench) ([]Row, error) {
+	p := workloadParamsFor(b.quick)
+	res := &workloadResults{}
+	rows := func() []Row { return workloadRows(p, res) }
+	bin, err := buildBonsai(ctx, b)
+	if err != nil {
+		return rows(), err
+	}
+	cfgFile := filepath.Join(b.dir, "workloads-empty-config.yaml")
+	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+		return rows(), err
+	}
+	dir := filepath.Join(b.dir, "workloads")
+	defer os.RemoveAll(dir)
+	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, "--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(p.nodes))
+	if err != nil {
+		return rows(), err
+	}
+	defer srv.stop()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(srv.dir, "kubeconfig.yaml"))
+	if err != nil {
+		return rows(), err
+	}
+	cfg.QPS, cfg.UserAgent = -1, "bonsai-bench-workloads"
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return rows(), err
+	}
+	if _, err := waitSimReady(ctx, cs, p.nodes, 2*time.Minute); err != nil {
+		return rows(), fmt.Errorf("%w\n%s", err, srv.logTail())
+	}
+
+	b.logf("workloads: a Deployment of %s replicas on %d simulated nodes", fmtNum(float64(p.replicas)), p.nodes)
+	d := benchDeployment(int32(p.replicas))
+	start := time.Now()
+	if d, err = cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return rows(), err
+	}
+	if err := waitDeployment(ctx, cs, d.Name, d.Generation, p.replicas); err != nil {
+		return rows(), fmt.Errorf("deployment: %w\n%s", err, srv.logTail())
+	}
+	res.available = ms(time.Since(start))
+
+	// Steady: no controller should have anything to do.
+	if err := sleep(ctx, 3*time.Second); err != nil {
+		return rows(), err
+	}
+	pid := strconv.Itoa(srv.cmd.Process.Pid)
+	t0, c0, err := time.Now(), uint64(0), error(nil)
+	if c0, err = cpuTicks(pid); err != nil {
+		return rows(), err
+	}
+	if err := sleep(ctx, p.idle); err != nil {
+		return rows(), err
+	}
+	c1, err := cpuTicks(pid)
+	if err != nil {
+		return rows(), err
+	}
+	// Linux reports process times in 100 Hz ticks.
+	res.idleCPU = num(float64(c1-c0) / 100 / time.Since(t0).Seconds() * 100)
+
+	b.logf("workloads: a rolling update of the %s replicas", fmtNum(float64(p.replicas)))
+	start = time.Now()
+	d, err = cs.AppsV1().Deployments("default").Get(ctx, d.Name, metav1.GetOptions{})
+	if err != nil {
+		return rows(), err
+	}
+	d.Spec.Template.Annotations = map[string]string{"bench/rollout": "2"}
+	if d, err = cs.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		return rows(), err
+	}
+	if err := waitDeployment(ctx, cs, d.Name, d.Generation, p.replicas); err != nil {
+		return rows(), fmt.Errorf("rollout: %w\n%s", err, srv.logTail())
+	}
+	res.rollout = ms(time.Since(start))
+
+	b.logf("workloads: deleting a namespace of %s ConfigMaps", fmtNum(float64(p.nsObjects)))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bulk"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return rows(), err
+	}
+	ac := &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
+	defer ac.closeAll()
+	if err := createMany(ctx, ac, "bulk", "cm", p.nsObjects, 16, 256); err != nil {
+		return rows(), err
+	}
+	start = time.Now()
+	if err := cs.CoreV1().Namespaces().Delete(ctx, "bulk", metav1.DeleteOptions{}); err != nil {
+		return rows(), err
+	}
+	for {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, "bulk", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return rows(), fmt.Errorf("namespace bulk still there after 2 minutes (%v)\n%s", err, srv.logTail())
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return rows(), err
+		}
+	}
+	res.nsGone = ms(time.Since(start))
+	return rows(), nil
+}
+
+func benchDeployment(replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": "bench"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "bench:1"}}},
+			},
+		},
+	}
+}
+
+// waitDeployment watches a Deployment until its controller has seen
+// generation and every one of n replicas is updated and available, with
+// no old ones left.
+func waitDeployment(ctx context.Context, cs kubernetes.Interface, name string, generation int64, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	done := func(d *appsv1.Deployment) bool {
+		s := d.Status
+		return s.ObservedGeneration >= generation && int(s.UpdatedReplicas) == n && int(s.AvailableReplicas) == n && int(s.Replicas) == n
+	}
+	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", "default", fields.OneTermEqualSelector("metadata.name", name))
+	_, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && done(d), nil
+	})
+	return err
+}
+
+func workloadRows(p workloadParams, r *workloadResults) []Row {
+	row := func(name, unit string, v *float64, t *Target) Row {
+		return Row{Name: "workloads: " + name, Unit: unit, Bonsai: v, Target: t}
+	}
+	rows := []Row{
+		row(fmt.Sprintf("Deployment of %s replicas on %d simulated nodes, create to all Available", fmtNum(float64(p.replicas)), p.nodes), "ms", r.available, nil),
+		row(fmt.Sprintf("rolling update of the %s replicas to completion", fmtNum(float64(p.replicas))), "ms", r.rollout, nil),
+		row(fmt.Sprintf("namespace of %s ConfigMaps, delete to gone", fmtNum(float64(p.nsObjects))), "ms", r.nsGone, nil),
+		row(fmt.Sprintf("server CPU, steady with %s pods on %d simulated nodes", fmtNum(float64(p.replicas)), p.nodes), "% of a core", r.idleCPU, nil),
+	}
+	if p.replicas == 1000 {
+		rows[0].Target = atMost(5000, "ms")
+		rows[1].Target = atMost(10000, "ms")
+	}
+	if p.nsObjects == 5000 {
+		rows[2].Target = atMost(10000, "ms")
+	}
+	return rows
+}

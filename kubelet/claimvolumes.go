@@ -1,0 +1,108 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/storage/ephemeral"
+)
+
+// A persistentVolumeClaim volume (or a generic ephemeral one, through
+// the claim made for it) mounts the claim's PersistentVolume. bonsai
+// mounts the volume kinds that are a directory on this host: hostPath
+// (what the local-path provisioner makes) and local. The claim must be
+// Bound first; until it is, the pod waits with FailedMount events, as
+// the kubelet's volume manager makes it wait.
+
+// claimMount is where a claim's volume is on the host.
+type claimMount struct {
+	path     string
+	readOnly bool
+}
+
+// claimNameOf is the claim a volume uses, "" for other volume kinds.
+func claimNameOf(pod *corev1.Pod, v *corev1.Volume) string {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.Ephemeral != nil:
+		return ephemeral.VolumeClaimName(pod, v)
+	}
+	return ""
+}
+
+// setupClaimVolume resolves a claim volume once: a bound claim's volume
+// never changes, and a claim being deleted stops only pods not yet
+// started with it.
+func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
+	if _, ok := w.claimMounts[v.Name]; ok {
+		return nil
+	}
+	name := claimNameOf(pod, v)
+	pvc, err := w.m.client.getClaim(ctx, pod.Namespace, name)
+	if err != nil {
+		return fmt.Errorf("error processing PVC %s/%s: %v", pod.Namespace, name, err)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return fmt.Errorf("can't start pod because PVC %s/%s is being deleted", pod.Namespace, name)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return fmt.Errorf("PVC %s/%s has non-bound phase (%q) or empty pvc.Spec.VolumeName (%q)", pod.Namespace, name, pvc.Status.Phase, pvc.Spec.VolumeName)
+	}
+	pv, err := w.m.client.getVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil {
+		return fmt.Errorf("error processing PVC %s/%s: failed to fetch PV %q: %v", pod.Namespace, name, pvc.Spec.VolumeName, err)
+	}
+	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
+		return fmt.Errorf("PV %q is not bound to PVC %s/%s", pv.Name, pod.Namespace, name)
+	}
+	var path string
+	switch {
+	case pv.Spec.HostPath != nil:
+		if err := checkHostPath(pv.Spec.HostPath); err != nil {
+			return err
+		}
+		path = pv.Spec.HostPath.Path
+	case pv.Spec.Local != nil:
+		st, err := os.Stat(pv.Spec.Local.Path)
+		if err != nil {
+			return fmt.Errorf("local volume %q: %v", pv.Name, err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("local volume %q: %s is not a directory (block devices are not supported)", pv.Name, pv.Spec.Local.Path)
+		}
+		path = pv.Spec.Local.Path
+	default:
+		return fmt.Errorf("persistent volume %q: only hostPath and local volumes can be mounted on this node", pv.Name)
+	}
+	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
+	if w.claimMounts == nil {
+		w.claimMounts = map[string]claimMount{}
+	}
+	w.claimMounts[v.Name] = claimMount{path: path, readOnly: readOnly}
+	return nil
+}
+
+// claimPath is the host path of a claim volume set up before.
+func (w *podWorker) claimPath(name string) (string, bool) {
+	m, ok := w.claimMounts[name]
+	return m.path, ok
+}
+
+// claimReadOnly: the pod asked for the claim read-only, which binds
+// every mount of it read-only.
+func (w *podWorker) claimReadOnly(name string) bool {
+	return w.claimMounts[name].readOnly
+}
+
+func (c *Client) getClaim(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	out := &corev1.PersistentVolumeClaim{}
+	return out, c.core.Get().Namespace(ns).Resource("persistentvolumeclaims").Name(name).Do(ctx).Into(out)
+}
+
+func (c *Client) getVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
+	out := &corev1.PersistentVolume{}
+	return out, c.core.Get().Resource("persistentvolumes").Name(name).Do(ctx).Into(out)
+}
