@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,20 +469,19 @@ func TestMinReadySecondsFollows(t *testing.T) {
 	})
 }
 
-// Refused creates show in the Deployment's conditions: a ReplicaSet's
-// ReplicaFailure is copied as the Deployment's, and a ReplicaSet it
-// cannot create makes Progressing False, ReplicaSetCreateError; both
-// clear once creates succeed.
+// Creates refused by ResourceQuotas show in the Deployment's
+// conditions: a ReplicaSet's ReplicaFailure is copied as the
+// Deployment's, and a ReplicaSet it cannot create makes Progressing False,
+// ReplicaSetCreateError; both clear once creates succeed.
 func TestCreateFailures(t *testing.T) {
-	pods, rss := &atomic.Bool{}, &atomic.Bool{}
-	pods.Store(true)
-	e := startRefusing(t, 1, map[string]*atomic.Bool{"pods": pods, "replicasets": rss})
+	e := start(t, 1)
+	e.setQuota("pods", corev1.ResourcePods, 0, 0)
 	e.create(newDeployment("web", 2))
 	d := e.waitCondition("web", appsv1.DeploymentReplicaFailure, corev1.ConditionTrue, "FailedCreate", 20*time.Second)
 	if c := condition(d, appsv1.DeploymentReplicaFailure); !strings.Contains(c.Message, "exceeded quota") {
 		t.Errorf("ReplicaFailure message %q", c.Message)
 	}
-	pods.Store(false)
+	e.setQuota("pods", corev1.ResourcePods, 100, 0)
 	e.complete("web", 30*time.Second)
 	controllertest.Eventually(t, 10*time.Second, func() error {
 		if c := condition(e.get("web"), appsv1.DeploymentReplicaFailure); c != nil {
@@ -492,13 +490,14 @@ func TestCreateFailures(t *testing.T) {
 		return nil
 	})
 
-	rss.Store(true)
+	// One ReplicaSet exists; the quota allows no other.
+	e.setQuota("replicasets", "count/replicasets.apps", 1, 1)
 	e.update("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "busybox:2" })
 	d = e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionFalse, reasonFailedRSCreate, 20*time.Second)
-	if c := condition(d, appsv1.DeploymentProgressing); !strings.Contains(c.Message, "Failed to create new replica set") {
+	if c := condition(d, appsv1.DeploymentProgressing); !strings.Contains(c.Message, "Failed to create new replica set") || !strings.Contains(c.Message, "exceeded quota") {
 		t.Errorf("Progressing message %q", c.Message)
 	}
-	rss.Store(false)
+	e.setQuota("replicasets", "count/replicasets.apps", 5, 1)
 	e.complete("web", 30*time.Second)
 	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 20*time.Second)
 }

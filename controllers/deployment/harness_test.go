@@ -2,21 +2,18 @@ package deployment
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
@@ -36,39 +33,13 @@ type env struct {
 
 func start(t *testing.T, nodes int) *env {
 	t.Helper()
-	return startRefusing(t, nodes, nil)
-}
-
-// startRefusing is start with the controllers' creates of a resource
-// ("pods", "replicasets") refused, while refuse[resource] is true, the
-// way kube-apiserver's quota admission refuses them (bonsai enforces no
-// quota).
-func startRefusing(t *testing.T, nodes int, refuse map[string]*atomic.Bool) *env {
-	t.Helper()
 	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
-	cfg := rest.CopyConfig(e.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			res := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
-			if on := refuse[res]; on != nil && on.Load() && r.Method == http.MethodPost {
-				body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,`+
-					`"message":"%s is forbidden: exceeded quota: q"}`, res)
-				return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json"}},
-					Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
-			}
-			return rt.RoundTrip(r)
-		})
-	}
-	cs, err := client.NewClientset(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	inf := client.NewInformers(e.Config)
-	rsc, err := replicaset.New(replicaset.Config{Client: cs, Informers: inf, Logger: e.Log.With("controller", "replicaset")})
+	rsc, err := replicaset.New(replicaset.Config{Client: e.Client, Informers: inf, Logger: e.Log.With("controller", "replicaset")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := New(Config{Client: cs, Informers: inf, Logger: e.Log.With("controller", "deployment")})
+	dc, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log.With("controller", "deployment")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +50,32 @@ func startRefusing(t *testing.T, nodes int, refuse map[string]*atomic.Bool) *env
 	return &env{Env: e}
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// setQuota creates the ResourceQuota name of hard n of res (used: what
+// exists of it now), or raises it to n. With no quota controller
+// running, admission charges status.used itself.
+func (e *env) setQuota(name string, res corev1.ResourceName, n, used int64) {
+	e.T.Helper()
+	quotas := e.Client.Core.ResourceQuotas(ns)
+	hard := corev1.ResourceList{res: *resource.NewQuantity(n, resource.DecimalSI)}
+	controllertest.Eventually(e.T, 10*time.Second, func() error {
+		q, err := quotas.Get(e.Ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			q, err = quotas.Create(e.Ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{res: *resource.NewQuantity(used, resource.DecimalSI)}}
+			_, err = quotas.UpdateStatus(e.Ctx, q, metav1.UpdateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		q.Spec.Hard = hard
+		_, err = quotas.Update(e.Ctx, q, metav1.UpdateOptions{})
+		return err
+	})
+}
 
 func newDeployment(name string, replicas int32) *appsv1.Deployment {
 	l := map[string]string{"app": name}

@@ -3,8 +3,6 @@ package replicaset
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,8 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
@@ -330,41 +328,14 @@ func TestMinReadySeconds(t *testing.T) {
 	}
 }
 
-// A create refused by the API sets the ReplicaFailure condition; it
-// goes once creates succeed. bonsai enforces no ResourceQuota, so the
-// refusal, worded as kube-apiserver's quota admission words it, comes
-// from the controller's transport.
+// A create refused by the API (a ResourceQuota's admission) sets the
+// ReplicaFailure condition; it goes once creates succeed.
 func TestReplicaFailureCondition(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
-	var refuse atomic.Bool
-	refuse.Store(true)
-	cfg := rest.CopyConfig(e.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if refuse.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pods") {
-				body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
-					`"message":"pods \"web-x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"}`
-				return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": {"application/json"}},
-					Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
-			}
-			return rt.RoundTrip(r)
-		})
-	}
-	cs, err := client.NewClientset(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf := client.NewInformers(e.Config)
-	c, err := New(Config{Client: cs, Informers: inf, Logger: e.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(e.Ctx)
-	go c.Run(e.Ctx)
-	te := &env{Env: e}
-	te.create(newRS("web", 3, map[string]string{"app": "web"}))
+	e := start(t, 1)
+	setPodQuota(e.Env, 1)
+	e.create(newRS("web", 3, map[string]string{"app": "web"}))
 	controllertest.Eventually(t, 20*time.Second, func() error {
-		rs := te.get("web")
+		rs := e.get("web")
 		for _, c := range rs.Status.Conditions {
 			if c.Type == appsv1.ReplicaSetReplicaFailure && c.Status == corev1.ConditionTrue && c.Reason == "FailedCreate" && strings.Contains(c.Message, "exceeded quota") {
 				return nil
@@ -372,19 +343,48 @@ func TestReplicaFailureCondition(t *testing.T) {
 		}
 		return fmt.Errorf("conditions %+v", rs.Status.Conditions)
 	})
-	refuse.Store(false)
-	te.waitStatus("web", settled(3))
+	setPodQuota(e.Env, 3)
+	e.waitStatus("web", settled(3))
 	controllertest.Eventually(t, 10*time.Second, func() error {
-		if c := te.get("web").Status.Conditions; len(c) != 0 {
+		if c := e.get("web").Status.Conditions; len(c) != 0 {
 			return fmt.Errorf("conditions %+v", c)
 		}
 		return nil
 	})
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// setPodQuota creates or raises a ResourceQuota of n pods in ns. With no
+// quota controller running, admission charges status.used itself.
+func setPodQuota(e *controllertest.Env, n int64) {
+	e.T.Helper()
+	quotas := e.Client.Core.ResourceQuotas(ns)
+	hard := corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(n, resource.DecimalSI)}
+	_, err := quotas.Get(e.Ctx, "pods", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		q, err := quotas.Create(e.Ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "pods"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		q.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+		if _, err := quotas.UpdateStatus(e.Ctx, q, metav1.UpdateOptions{}); err != nil {
+			e.T.Fatal(err)
+		}
+		return
+	}
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	// Admission writes status.used as pods come: retry on conflicts.
+	controllertest.Eventually(e.T, 10*time.Second, func() error {
+		q, err := quotas.Get(e.Ctx, "pods", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		q.Spec.Hard = hard
+		_, err = quotas.Update(e.Ctx, q, metav1.UpdateOptions{})
+		return err
+	})
+}
 
 // On scale-down the ReplicaSet deletes its unscheduled and not-Ready pods
 // before its Ready ones.
