@@ -301,10 +301,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("resumed: %s", describe(rss))
 	}
 	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 10*time.Second)
-	want := []string{reasonNewReplicaSet, reasonNewRSAvailable, reasonPaused, reasonResumed, reasonNewReplicaSet, reasonNewRSAvailable}
-	if got := reasons(); !containsInOrder(got, want) {
-		t.Errorf("Progressing reasons %v, want %v in that order", got, want)
-	}
+	waitReasons(t, reasons, reasonNewReplicaSet, reasonNewRSAvailable, reasonPaused, reasonResumed, reasonNewReplicaSet, reasonNewRSAvailable)
 }
 
 // A rollout whose pods never become Ready is reported past its deadline:
@@ -423,9 +420,7 @@ func TestAdoptsReplicaSet(t *testing.T) {
 		t.Fatalf("ReplicaSets: %s", describe(rss))
 	}
 	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSAvailable, 10*time.Second)
-	if got, want := reasons(), []string{reasonFoundNewRS, reasonNewRSAvailable}; !containsInOrder(got, want) {
-		t.Errorf("Progressing reasons %v, want %v in that order", got, want)
-	}
+	waitReasons(t, reasons, reasonFoundNewRS, reasonNewRSAvailable)
 }
 
 // A ReplicaSet of another template in the new ReplicaSet's name is a

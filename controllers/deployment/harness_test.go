@@ -353,3 +353,15 @@ func containsInOrder(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// waitReasons waits until the informer of progressReasons has seen want,
+// in that order: it may lag the API reads of the test.
+func waitReasons(t *testing.T, reasons func() []string, want ...string) {
+	t.Helper()
+	controllertest.Eventually(t, 10*time.Second, func() error {
+		if got := reasons(); !containsInOrder(got, want) {
+			return fmt.Errorf("Progressing reasons %v, want %v in that order", got, want)
+		}
+		return nil
+	})
+}
