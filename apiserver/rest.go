@@ -569,6 +569,9 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 		mm.SetManagedFields(m.GetManagedFields())
 		mm.SetResourceVersion(m.GetResourceVersion())
 		resetMetaForStatus(mm, om)
+		if _, ok := res.strategy.(statusAnnotationsStrategy); ok {
+			mm.SetAnnotations(m.GetAnnotations())
+		}
 		obj, m = merged, mm
 		if st, ok := res.strategy.(statusStrategy); ok {
 			if err := st.prepareForStatusUpdate(wc, obj, old); err != nil {
@@ -648,6 +651,12 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 	setResourceVersion(obj, newRev)
 	return obj, nil
 }
+
+// statusAnnotationsStrategy is implemented by kinds whose status writes
+// may change annotations too, as kube-apiserver's status strategies for
+// them allow: the Deployment controller records a rollout's revision on
+// the Deployment that way.
+type statusAnnotationsStrategy interface{ statusWritesAnnotations() }
 
 // statusStrategy is implemented by kinds with rules for status writes.
 type statusStrategy interface {

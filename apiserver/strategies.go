@@ -412,8 +412,7 @@ func validateWorkload(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec, r
 type deploymentStrategy struct{ generationStrategy }
 
 func (deploymentStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	d := obj.(*appsv1.Deployment)
-	return validateWorkload(d.Spec.Selector, &d.Spec.Template, d.Spec.Replicas)
+	return validateDeploymentSpec(&obj.(*appsv1.Deployment).Spec)
 }
 
 func (st deploymentStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -424,8 +423,7 @@ func (st deploymentStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object
 type replicaSetStrategy struct{ generationStrategy }
 
 func (replicaSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	r := obj.(*appsv1.ReplicaSet)
-	return validateWorkload(r.Spec.Selector, &r.Spec.Template, r.Spec.Replicas)
+	return validateReplicaSetSpec(&obj.(*appsv1.ReplicaSet).Spec)
 }
 
 func (st replicaSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -546,3 +544,10 @@ func validateResources(r corev1.ResourceRequirements, path *field.Path) field.Er
 	}
 	return errs
 }
+
+// A Deployment's and a ReplicaSet's status writes may change annotations,
+// as upstream's status strategies allow (they reset spec, and a
+// Deployment's labels, only): the Deployment controller records the
+// rollout's revision on the Deployment through its status.
+func (deploymentStrategy) statusWritesAnnotations() {}
+func (replicaSetStrategy) statusWritesAnnotations() {}

@@ -69,6 +69,15 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		return err
 	}
 	scaleRes := &resource{gvr: gvr("autoscaling", "v1", "scales"), kind: "Scale"}
+	// The body is read once: a retry after a conflicting write (a
+	// controller's status update) applies it again to the object read
+	// afresh.
+	var body []byte
+	if ri.verb == "update" || ri.verb == "patch" {
+		if body, err = readBody(r); err != nil {
+			return err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		obj, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
 		if err != nil {
@@ -85,10 +94,6 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		case "update", "patch":
 		default:
 			return methodNotSupported(res, ri.verb)
-		}
-		body, err := readBody(r)
-		if err != nil {
-			return err
 		}
 		var next autoscalingv1.Scale
 		if ri.verb == "patch" {

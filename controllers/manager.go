@@ -19,6 +19,7 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/cronjob"
 	"bonsai.dev/bonsai/controllers/daemonset"
+	"bonsai.dev/bonsai/controllers/deployment"
 	"bonsai.dev/bonsai/controllers/disruption"
 	"bonsai.dev/bonsai/controllers/endpoints"
 	"bonsai.dev/bonsai/controllers/endpointslice"
@@ -29,6 +30,7 @@ import (
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/pvbinder"
+	"bonsai.dev/bonsai/controllers/replicaset"
 	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
@@ -66,6 +68,12 @@ var all = []struct {
 	name string
 	new  func(Deps) (runner, error)
 }{
+	{"replicaset", func(d Deps) (runner, error) {
+		return replicaset.New(replicaset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"deployment", func(d Deps) (runner, error) {
+		return deployment.New(deployment.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
 	{"daemonset", func(d Deps) (runner, error) {
 		return daemonset.New(daemonset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},

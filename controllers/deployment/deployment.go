@@ -1,0 +1,333 @@
+// Package deployment is the Deployment controller, as
+// kube-controller-manager's: it rolls a Deployment's pod template out
+// through ReplicaSets, one per template (named by the pod-template-hash
+// label), with the RollingUpdate (maxSurge, maxUnavailable) or Recreate
+// strategy; scales them proportionally when the Deployment is resized
+// mid-rollout; keeps revisionHistoryLimit old ReplicaSets; honours
+// spec.paused; and reports status, the Progressing and Available
+// conditions and the revision annotations that kubectl rollout reads. A
+// rollback (kubectl rollout undo) is a template change back to an old
+// ReplicaSet's template: that ReplicaSet becomes the new one again.
+//
+// It owns the ReplicaSets it controls (their spec.replicas, annotations
+// and ownerReferences) and Deployment status and revision annotation.
+// Pods are the ReplicaSet controller's: it never creates or deletes one.
+package deployment
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/replicaset"
+)
+
+// DefaultWorkers is upstream's --concurrent-deployment-syncs.
+const DefaultWorkers = 5
+
+var controllerKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
+
+// Config is what the controller is built from; zero fields take defaults.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	Logger    *slog.Logger
+	Clock     clock.WithTicker
+	Workers   int
+}
+
+// Controller is the Deployment controller.
+type Controller struct {
+	cfg      Config
+	client   *client.Clientset
+	clock    clock.WithTicker
+	log      *slog.Logger
+	dInf     cache.SharedIndexInformer
+	rsInf    cache.SharedIndexInformer
+	podInf   cache.SharedIndexInformer
+	dLister  appslisters.DeploymentLister
+	rsLister appslisters.ReplicaSetLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+}
+
+// New builds the controller over cfg's shared informers; Run starts it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, errors.New("deployment: Client and Informers are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	c := &Controller{
+		cfg:    cfg,
+		client: cfg.Client,
+		clock:  cfg.Clock,
+		log:    cfg.Logger,
+		dInf:   cfg.Informers.For(&appsv1.Deployment{}),
+		rsInf:  cfg.Informers.For(&appsv1.ReplicaSet{}),
+		podInf: cfg.Informers.For(&corev1.Pod{}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "deployment", Clock: cfg.Clock}),
+	}
+	c.dLister = appslisters.NewDeploymentLister(c.dInf.GetIndexer())
+	c.rsLister = appslisters.NewReplicaSetLister(c.rsInf.GetIndexer())
+	for _, inf := range []cache.SharedIndexInformer{c.rsInf, c.podInf} {
+		if err := replicaset.AddOwnerIndex(inf, replicaset.OwnerIndex); err != nil {
+			return nil, err
+		}
+	}
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{c.dInf, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: func(_, cur any) { c.enqueue(cur) }, DeleteFunc: c.enqueue}},
+		{c.rsInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addReplicaSet, UpdateFunc: c.updateReplicaSet, DeleteFunc: c.deleteReplicaSet}},
+		{c.podInf, cache.ResourceEventHandlerFuncs{DeleteFunc: c.deletePod}},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run waits for the caches, then syncs Deployments until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "deployment-controller")
+	if !cache.WaitForCacheSync(ctx.Done(), c.dInf.HasSynced, c.rsInf.HasSynced, c.podInf.HasSynced) {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.work, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case ctx.Err() == nil:
+			c.log.Info("sync failed, retrying", "deployment", key, "err", err)
+			c.queue.AddRateLimited(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+func keyOf(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }
+
+func (c *Controller) enqueue(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if d, ok := obj.(*appsv1.Deployment); ok {
+		c.queue.Add(keyOf(d))
+	}
+}
+
+// resolveController is the Deployment ref names, if cached with its UID.
+func (c *Controller) resolveController(namespace string, ref *metav1.OwnerReference) *appsv1.Deployment {
+	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+		return nil
+	}
+	d, err := c.dLister.Deployments(namespace).Get(ref.Name)
+	if err != nil || d.UID != ref.UID {
+		return nil
+	}
+	return d
+}
+
+// deploymentsSelecting are the Deployments that may adopt rs.
+func (c *Controller) deploymentsSelecting(rs *appsv1.ReplicaSet) []*appsv1.Deployment {
+	if len(rs.Labels) == 0 {
+		return nil
+	}
+	all, err := c.dLister.Deployments(rs.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*appsv1.Deployment
+	for _, d := range all {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(rs.Labels)) {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (c *Controller) addReplicaSet(obj any) {
+	rs := obj.(*appsv1.ReplicaSet)
+	if rs.DeletionTimestamp != nil {
+		c.deleteReplicaSet(rs)
+		return
+	}
+	if ref := metav1.GetControllerOf(rs); ref != nil {
+		if d := c.resolveController(rs.Namespace, ref); d != nil {
+			c.queue.Add(keyOf(d))
+		}
+		return
+	}
+	for _, d := range c.deploymentsSelecting(rs) {
+		c.queue.Add(keyOf(d))
+	}
+}
+
+func (c *Controller) updateReplicaSet(oldObj, curObj any) {
+	old, cur := oldObj.(*appsv1.ReplicaSet), curObj.(*appsv1.ReplicaSet)
+	if old.ResourceVersion == cur.ResourceVersion {
+		return
+	}
+	curRef, oldRef := metav1.GetControllerOf(cur), metav1.GetControllerOf(old)
+	refChanged := !reflect.DeepEqual(curRef, oldRef)
+	if refChanged && oldRef != nil {
+		if d := c.resolveController(old.Namespace, oldRef); d != nil {
+			c.queue.Add(keyOf(d))
+		}
+	}
+	if curRef != nil {
+		if d := c.resolveController(cur.Namespace, curRef); d != nil {
+			c.queue.Add(keyOf(d))
+		}
+		return
+	}
+	if refChanged || !reflect.DeepEqual(old.Labels, cur.Labels) {
+		for _, d := range c.deploymentsSelecting(cur) {
+			c.queue.Add(keyOf(d))
+		}
+	}
+}
+
+func (c *Controller) deleteReplicaSet(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(rs); ref != nil {
+		if d := c.resolveController(rs.Namespace, ref); d != nil {
+			c.queue.Add(keyOf(d))
+		}
+	}
+}
+
+// deletePod wakes a Recreate Deployment: it waits for its old pods to be
+// gone before it creates new ones, and a pod's deletion changes no
+// ReplicaSet.
+func (c *Controller) deletePod(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return
+	}
+	rs, err := c.rsLister.ReplicaSets(pod.Namespace).Get(ref.Name)
+	if err != nil || rs.UID != ref.UID {
+		return
+	}
+	if dref := metav1.GetControllerOf(rs); dref != nil {
+		if d := c.resolveController(rs.Namespace, dref); d != nil && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+			c.queue.Add(keyOf(d))
+		}
+	}
+}
+
+// sync moves one Deployment a step toward its spec.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	cached, err := c.dLister.Deployments(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d := cached.DeepCopy()
+	if d.Spec.Selector == nil || (len(d.Spec.Selector.MatchLabels) == 0 && len(d.Spec.Selector.MatchExpressions) == 0) {
+		c.recorder.Eventf(d, corev1.EventTypeWarning, reasonSelectingAll, "This deployment is selecting all pods. A non-empty selector is required.")
+		if d.Status.ObservedGeneration < d.Generation {
+			d.Status.ObservedGeneration = d.Generation
+			_, err := c.client.Apps.Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
+			return err
+		}
+		return nil
+	}
+	rsList, err := c.claimReplicaSets(ctx, d)
+	if err != nil {
+		return err
+	}
+	if d.DeletionTimestamp != nil {
+		return c.syncStatusOnly(ctx, d, rsList)
+	}
+	if err := c.checkPausedConditions(ctx, d); err != nil {
+		return err
+	}
+	if d.Spec.Paused {
+		return c.syncScaleOnly(ctx, d, rsList)
+	}
+	scaling, err := c.isScalingEvent(ctx, d, rsList)
+	if err != nil {
+		return err
+	}
+	if scaling {
+		return c.syncScaleOnly(ctx, d, rsList)
+	}
+	switch d.Spec.Strategy.Type {
+	case appsv1.RecreateDeploymentStrategyType:
+		return c.rolloutRecreate(ctx, d, rsList)
+	case appsv1.RollingUpdateDeploymentStrategyType:
+		return c.rolloutRolling(ctx, d, rsList)
+	}
+	return nil
+}
