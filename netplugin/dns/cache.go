@@ -60,24 +60,20 @@ func (c *responseCache) get(k cacheKey) *dns.Msg {
 	if !ok {
 		return nil
 	}
-	left := uint32((e.expires.Sub(now) + time.Second - 1) / time.Second)
 	m := e.msg.Copy()
-	for _, section := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
-		for _, rr := range section {
-			if rr.Header().Rrtype != dns.TypeOPT {
-				rr.Header().Ttl = left
-			}
-		}
-	}
+	setTTLs(m, e.expires.Sub(now))
 	return m
 }
 
-// put stores a copy of m for its TTL (see cacheTTL), if it has one.
+// put stores a copy of m for its TTL (see cacheTTL) capped at maxTTL, if
+// it has one, and gives m's records that TTL, so that the first answer
+// says what the cached ones will (as CoreDNS' cache does).
 func (c *responseCache) put(k cacheKey, m *dns.Msg) {
 	ttl := min(cacheTTL(m), c.maxTTL)
 	if ttl <= 0 {
 		return
 	}
+	setTTLs(m, ttl)
 	e := cacheEntry{msg: m.Copy(), expires: c.now().Add(ttl)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -115,4 +111,16 @@ func cacheTTL(m *dns.Msg) time.Duration {
 		}
 	}
 	return 0
+}
+
+// setTTLs gives every record of m the TTL left, rounded up to a second.
+func setTTLs(m *dns.Msg, left time.Duration) {
+	secs := uint32((left + time.Second - 1) / time.Second)
+	for _, section := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range section {
+			if rr.Header().Rrtype != dns.TypeOPT {
+				rr.Header().Ttl = secs
+			}
+		}
+	}
 }
