@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,7 +144,7 @@ func mustRR(t testing.TB, s string) dns.RR {
 // startServer runs a server on a free port of 127.0.0.1 with the given
 // informers (started by the caller, or never for tests that only forward)
 // and upstream, until the test ends.
-func startServer(t *testing.T, inf *client.Informers, upstream string, mod func(*Config)) *Server {
+func startServer(t *testing.T, inf *client.Informers, upstream string, mod func(*Config), clock ...*fakeClock) *Server {
 	t.Helper()
 	cfg := Config{
 		Informers: inf,
@@ -157,6 +158,9 @@ func startServer(t *testing.T, inf *client.Informers, upstream string, mod func(
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range clock {
+		s.fwd.cache.now = c.now
 	}
 	if _, err := s.Listen(); err != nil {
 		t.Fatal(err)
@@ -172,6 +176,19 @@ func startServer(t *testing.T, inf *client.Informers, upstream string, mod func(
 	})
 	return s
 }
+
+// fakeClock is the cache's clock in tests: it stands still until moved.
+type fakeClock struct {
+	base   time.Time
+	offset atomic.Int64
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{base: time.Now()} }
+
+func (c *fakeClock) now() time.Time { return c.base.Add(time.Duration(c.offset.Load())) }
+
+// set moves the clock to d after its start.
+func (c *fakeClock) set(d time.Duration) { c.offset.Store(int64(d)) }
 
 // unstartedInformers never list or watch anything: for tests of the
 // forwarding path, which needs no API server.

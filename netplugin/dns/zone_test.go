@@ -43,11 +43,9 @@ func newZoneEnv(t *testing.T) *zoneEnv {
 	e := controllertest.New(t, controllertest.Options{})
 	inf := client.NewInformers(e.Config)
 	stub := startStub(t)
-	s := startServer(t, inf, stub.addr, nil)
 	// Cached upstream TTLs must not count down between the UDP and TCP
 	// runs of a case.
-	frozen := time.Now()
-	s.fwd.cache.now = func() time.Time { return frozen }
+	s := startServer(t, inf, stub.addr, nil, newFakeClock())
 	inf.Start(e.Ctx)
 	z := &zoneEnv{e: e, addr: s.address, stub: stub}
 
