@@ -290,3 +290,45 @@ func waitRcode(t *testing.T, addr, name string, qtype uint16, rcode int) {
 		return nil
 	})
 }
+
+// A headless Service with more addresses than fit in 512 bytes: UDP
+// without EDNS0 gets TC and the TCP retry gets them all; an EDNS0 buffer
+// of 4096 gets them all over UDP.
+func TestZoneTruncation(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{})
+	inf := client.NewInformers(e.Config)
+	s := startServer(t, inf, startStub(t).addr, nil)
+	inf.Start(e.Ctx)
+	z := &zoneEnv{e: e, addr: s.address}
+	z.service("default", "many", corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "p", Port: 1, Protocol: corev1.ProtocolTCP}}})
+	var eps []discoveryv1.Endpoint
+	for i := range 60 {
+		eps = append(eps, endpoint(fmt.Sprintf("10.42.1.%d", i+1), ptr(true), ""))
+	}
+	z.slice("default", "many-1", "many", discoveryv1.AddressTypeIPv4, nil, eps...)
+	const name = "many.default.svc.cluster.local."
+	controllertest.Eventually(t, 10*time.Second, func() error {
+		if m := exchange(t, z.addr, "tcp", name, dns.TypeA, 0); len(m.Answer) != 60 {
+			return fmt.Errorf("%d addresses over TCP", len(m.Answer))
+		}
+		return nil
+	})
+	udp := exchange(t, z.addr, "udp", name, dns.TypeA, 0)
+	if !udp.Truncated || len(udp.Answer) == 0 || len(udp.Answer) >= 60 {
+		t.Errorf("UDP without EDNS0: TC=%v with %d addresses, want TC with a part", udp.Truncated, len(udp.Answer))
+	}
+	// Len counts compressed, as the answer was sent.
+	udp.Compress = true
+	if l := udp.Len(); l > dns.MinMsgSize {
+		t.Errorf("UDP answer of %d bytes, over 512", l)
+	}
+	edns := exchange(t, z.addr, "udp", name, dns.TypeA, 4096)
+	if edns.Truncated || len(edns.Answer) != 60 {
+		t.Errorf("UDP with EDNS0 4096: TC=%v with %d addresses", edns.Truncated, len(edns.Answer))
+	}
+	small := exchange(t, z.addr, "udp", name, dns.TypeA, 600)
+	small.Compress = true
+	if !small.Truncated || small.Len() > 600 {
+		t.Errorf("UDP with EDNS0 600: TC=%v, %d bytes", small.Truncated, small.Len())
+	}
+}
