@@ -59,8 +59,8 @@ func startStub(t *testing.T) *stubUpstream {
 		big = append(big, fmt.Sprintf("big.example.com. 60 IN TXT \"record %02d padding padding padding\"", i))
 	}
 	s.answers = map[string]func(q dns.Question) *dns.Msg{
-		stubKey("example.com.", dns.TypeA):     withAnswer("example.com. 60 IN A 192.0.2.1"),
-		stubKey("ext.example.org.", dns.TypeA): withAnswer("ext.example.org. 60 IN A 192.0.2.7"),
+		stubKey("example.com.", dns.TypeA):       withAnswer("example.com. 60 IN A 192.0.2.1"),
+		stubKey("ext.example.org.", dns.TypeA):   withAnswer("ext.example.org. 60 IN A 192.0.2.7"),
 		stubKey("big.example.com.", dns.TypeTXT): withAnswer(big...),
 		stubKey("nx.example.com.", dns.TypeA): func(q dns.Question) *dns.Msg {
 			return &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: dns.RcodeNameError}, Ns: []dns.RR{soa(q)}}

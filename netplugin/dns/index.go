@@ -27,10 +27,10 @@ type zoneIndex struct {
 	ns      dns.RR
 	version dns.RR
 
-	mu         sync.RWMutex
-	names      map[string]*rrset
-	byService  map[string]*serviceRecords
-	reverse    map[netip.Addr][]dns.RR
+	mu        sync.RWMutex
+	names     map[string]*rrset
+	byService map[string]*serviceRecords
+	reverse   map[netip.Addr][]dns.RR
 	// ipOwners are the Services with a reverse entry for each address.
 	ipOwners   map[netip.Addr]map[string]bool
 	namespaces map[string]bool
@@ -158,7 +158,7 @@ func (z *zoneIndex) setNamespace(name string, exists bool) {
 
 // answer is the result of a lookup in the zone.
 type answer struct {
-	rcode        int
+	rcode         int
 	answer, extra []dns.RR
 	// chase is the target of a CNAME at the end of answer, still to be
 	// resolved for the query's type.
