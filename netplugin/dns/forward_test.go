@@ -93,8 +93,15 @@ func TestForwardTruncation(t *testing.T) {
 	if opt := edns.IsEdns0(); opt == nil || opt.UDPSize() != 4096 {
 		t.Errorf("reply OPT %v, want the client's 4096", opt)
 	}
-	if opt := udp.IsEdns0(); opt != nil {
-		t.Errorf("reply to a query without EDNS0 has an OPT: %v", opt)
+	// An answer cached from an EDNS0 query has the upstream's OPT record;
+	// a client without EDNS0 must not get it.
+	if opt := exchange(t, s.address, "udp", "example.com.", dns.TypeA, 1232).IsEdns0(); opt == nil || opt.UDPSize() != 1232 {
+		t.Errorf("reply OPT %v, want the client's 1232", opt)
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		if opt := exchange(t, s.address, network, "example.com.", dns.TypeA, 0).IsEdns0(); opt != nil {
+			t.Errorf("reply over %s to a query without EDNS0 has an OPT: %v", network, opt)
+		}
 	}
 }
 

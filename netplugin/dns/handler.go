@@ -25,10 +25,8 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	name := strings.ToLower(q.Name)
 	var m *dns.Msg
 	switch {
-	case q.Qclass == dns.ClassINET && dns.IsSubDomain(s.zone, name):
-		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-		m = s.serveZone(ctx, req, name)
-		cancel()
+	case q.Qclass == dns.ClassINET && (name == s.zone || strings.HasSuffix(name, s.dotZone)):
+		m = s.serveZone(req, name)
 	case q.Qtype == dns.TypePTR && q.Qclass == dns.ClassINET && isReverseName(name):
 		if ip, ok := reverseIP(name); ok {
 			if ptrs := s.index.ptr(ip); len(ptrs) > 0 {
@@ -53,7 +51,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 }
 
 // serveZone answers a name in the cluster domain.
-func (s *Server) serveZone(ctx context.Context, req *dns.Msg, name string) *dns.Msg {
+func (s *Server) serveZone(req *dns.Msg, name string) *dns.Msg {
 	q := req.Question[0]
 	m := new(dns.Msg)
 	m.SetReply(req)
@@ -66,8 +64,10 @@ func (s *Server) serveZone(ctx context.Context, req *dns.Msg, name string) *dns.
 	m.Answer, m.Extra = a.answer, a.extra
 	for depth := 0; a.chase != "" && depth < maxChase; depth++ {
 		target := a.chase
-		if !dns.IsSubDomain(s.zone, target) {
+		if target != s.zone && !strings.HasSuffix(target, s.dotZone) {
+			ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 			up := s.fwd.lookup(ctx, target, q.Qtype)
+			cancel()
 			m.Answer = append(m.Answer[:len(m.Answer):len(m.Answer)], up.Answer...)
 			break
 		}
@@ -104,25 +104,30 @@ func withOwnerCase(rrs []dns.RR, lower, asked string) []dns.RR {
 	return out
 }
 
-// fitResponse gives m the client's EDNS0 buffer size and DO bit, and
-// truncates it (setting TC) to what the client can take over UDP: its
-// EDNS0 buffer size, or 512 bytes without EDNS0.
+// fitResponse gives m the client's EDNS0 buffer size and DO bit (and no
+// OPT if the client sent none, whatever an upstream or the cache had),
+// and truncates it, setting TC, to what the client can take over UDP:
+// its EDNS0 buffer size, or 512 bytes without EDNS0.
 func fitResponse(req, m *dns.Msg, tcp bool) *dns.Msg {
-	size := dns.MinMsgSize
-	if opt := req.IsEdns0(); opt != nil {
-		size = max(int(opt.UDPSize()), dns.MinMsgSize)
-		extra := make([]dns.RR, 0, len(m.Extra)+1)
+	if m.IsEdns0() != nil {
+		extra := make([]dns.RR, 0, len(m.Extra))
 		for _, rr := range m.Extra {
 			if rr.Header().Rrtype != dns.TypeOPT {
 				extra = append(extra, rr)
 			}
 		}
+		m.Extra = extra
+	}
+	size := dns.MinMsgSize
+	if opt := req.IsEdns0(); opt != nil {
+		size = max(int(opt.UDPSize()), dns.MinMsgSize)
 		reply := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
 		reply.SetUDPSize(opt.UDPSize())
 		if opt.Do() {
 			reply.SetDo()
 		}
-		m.Extra = append(extra, reply)
+		// A fresh array: m.Extra may be shared with the zone index.
+		m.Extra = append(m.Extra[:len(m.Extra):len(m.Extra)], reply)
 	}
 	if tcp {
 		size = dns.MaxMsgSize

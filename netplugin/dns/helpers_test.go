@@ -39,7 +39,7 @@ func stubKey(name string, qtype uint16) string {
 // ext.example.org A (TTL 60), nx.example.com NXDOMAIN and
 // nodata.example.com NODATA (SOA TTL 60, MINIMUM 20), fail.example.com
 // SERVFAIL, big.example.com TXT larger than 512 bytes.
-func startStub(t *testing.T) *stubUpstream {
+func startStub(t testing.TB) *stubUpstream {
 	t.Helper()
 	s := &stubUpstream{counts: map[string]int{}}
 	soa := func(q dns.Question) dns.RR {
@@ -87,6 +87,9 @@ func startStub(t *testing.T) *stubUpstream {
 		m.SetReply(r)
 		m.Rcode = rcode
 		m.RecursionAvailable = true
+		if opt := r.IsEdns0(); opt != nil {
+			m.SetEdns0(opt.UDPSize(), false)
+		}
 		if _, udp := w.LocalAddr().(*net.UDPAddr); udp {
 			size := dns.MinMsgSize
 			if opt := r.IsEdns0(); opt != nil {
@@ -115,7 +118,7 @@ func (s *stubUpstream) count(name string, qtype uint16) int {
 }
 
 // listenPair binds UDP and TCP on one free port of 127.0.0.1.
-func listenPair(t *testing.T) (net.PacketConn, net.Listener) {
+func listenPair(t testing.TB) (net.PacketConn, net.Listener) {
 	t.Helper()
 	for range 20 {
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -144,7 +147,7 @@ func mustRR(t testing.TB, s string) dns.RR {
 // startServer runs a server on a free port of 127.0.0.1 with the given
 // informers (started by the caller, or never for tests that only forward)
 // and upstream, until the test ends.
-func startServer(t *testing.T, inf *client.Informers, upstream string, mod func(*Config), clock ...*fakeClock) *Server {
+func startServer(t testing.TB, inf *client.Informers, upstream string, mod func(*Config), clock ...*fakeClock) *Server {
 	t.Helper()
 	cfg := Config{
 		Informers: inf,

@@ -66,6 +66,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	zone    string
+	dotZone string // "." + zone, to test names for the suffix
 	index   *zoneIndex
 	fwd     *forwarder
 	builder *indexBuilder
@@ -135,11 +136,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	zone := strings.ToLower(dns.Fqdn(cfg.ClusterDomain))
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		zone:  zone,
-		index: newZoneIndex(zone, uint32(cfg.TTL/time.Second), nsIPs),
-		fwd:   newForwarder(ups, cfg.UpstreamTimeout, newCache(cfg.CacheSize, cfg.CacheMaxTTL)),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		zone:    zone,
+		dotZone: "." + zone,
+		index:   newZoneIndex(zone, uint32(cfg.TTL/time.Second), nsIPs),
+		fwd:     newForwarder(ups, cfg.UpstreamTimeout, newCache(cfg.CacheSize, cfg.CacheMaxTTL)),
 	}
 	if s.builder, err = newIndexBuilder(cfg.Informers, s.index, zone, s.log); err != nil {
 		return nil, err
