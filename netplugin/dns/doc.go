@@ -17,5 +17,7 @@
 // missing. It writes nothing else to the API and must not touch the
 // network configuration of the host: making Config.Address reachable
 // (an address on a local interface, service-proxy rules) is the caller's
-// job. PodResolvConf builds the resolv.conf a pod gets, for the kubelet.
+// job. PodResolvConf builds the resolv.conf a pod gets, and
+// HostResolvConfPath picks the node's resolv.conf it starts from, for the
+// kubelet.
 package dns

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -26,6 +27,30 @@ type ResolvConf struct {
 	Nameservers []string
 	Searches    []string
 	Options     []string
+}
+
+// HostResolvConfCandidates are the node resolv.confs tried in order by
+// HostResolvConfPath: the usual one, then systemd-resolved's list of real
+// upstreams for when the usual one points at its loopback stub.
+var HostResolvConfCandidates = []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"}
+
+// HostResolvConfPath picks the resolv.conf pods with dnsPolicy Default
+// inherit, as k3s does: the first candidate with a nameserver a pod can
+// reach, which a loopback one (127.0.0.53 of systemd-resolved) is not
+// from the pod's network namespace. An error when none has one.
+func HostResolvConfPath(candidates []string) (string, error) {
+	for _, path := range candidates {
+		rc, err := ReadResolvConf(path)
+		if err != nil {
+			continue
+		}
+		for _, ns := range rc.Nameservers {
+			if ip, err := netip.ParseAddr(ns); err == nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+				return path, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of %s has a nameserver pods can reach (not loopback)", strings.Join(candidates, ", "))
 }
 
 // ReadResolvConf reads the resolv.conf at path.

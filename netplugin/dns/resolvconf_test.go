@@ -2,6 +2,8 @@ package dns
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,5 +112,36 @@ func TestPodResolvConf(t *testing.T) {
 	}
 	if n := len(strings.Join(wide[:18], " ")); n > 2048 || n+1+len(wide[18]) <= 2048 {
 		t.Fatalf("the 2048-character case is miscomputed: 18 paths are %d characters", n)
+	}
+}
+
+// The node resolv.conf for pods skips one with only loopback nameservers
+// (systemd-resolved's stub) for systemd-resolved's real list.
+func TestHostResolvConfPath(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stub := write("stub.conf", "nameserver 127.0.0.53\noptions edns0 trust-ad\n")
+	real := write("real.conf", "nameserver 192.0.2.53\n")
+	empty := write("empty.conf", "# nothing\n")
+	missing := filepath.Join(dir, "missing.conf")
+	for _, tc := range []struct {
+		candidates []string
+		want       string
+	}{
+		{[]string{real, stub}, real},
+		{[]string{stub, real}, real},
+		{[]string{missing, empty, real}, real},
+		{[]string{stub, empty, missing}, ""},
+	} {
+		got, err := HostResolvConfPath(tc.candidates)
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("HostResolvConfPath(%v) = %q, %v; want %q", tc.candidates, got, err, tc.want)
+		}
 	}
 }
