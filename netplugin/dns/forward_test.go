@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"strings"
@@ -236,5 +237,51 @@ func TestCacheBounds(t *testing.T) {
 	c.put(keyOf(tc), tc)
 	if c.get(keyOf(tc)) != nil {
 		t.Error("a truncated answer was cached")
+	}
+}
+
+// Run serves until its context ends, then returns nil and lets go of the
+// address.
+func TestRunStopsWithContext(t *testing.T) {
+	stub := startStub(t)
+	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{stub.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := s.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	if m := exchange(t, addr, "tcp", "example.com.", dns.TypeA, 0); len(m.Answer) != 1 {
+		t.Fatalf("not serving: %v", m)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		var err error
+		if network == "udp" {
+			var pc net.PacketConn
+			if pc, err = net.ListenPacket("udp", addr); err == nil {
+				pc.Close()
+			}
+		} else {
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", addr); err == nil {
+				ln.Close()
+			}
+		}
+		if err != nil {
+			t.Errorf("%s %s still held after Run returned: %v", network, addr, err)
+		}
 	}
 }

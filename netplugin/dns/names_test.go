@@ -3,6 +3,11 @@ package dns
 import (
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestPodIP(t *testing.T) {
@@ -59,6 +64,36 @@ func TestReverseIP(t *testing.T) {
 			if back := ptrRR(netip.MustParseAddr(got), "x.", 5).Header().Name; back != tc.name {
 				t.Errorf("PTR owner of %s = %q, want %q", got, back, tc.name)
 			}
+		}
+	}
+}
+
+// Config.TTL sets the TTL of the zone's answers and the SOA's negative
+// TTL (the kubernetes plugin's ttl option).
+func TestConfigurableTTL(t *testing.T) {
+	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{}, TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.43.0.20", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	svc.Name, svc.Namespace = "web", "default"
+	s.index.setService("default/web", buildService(svc, nil, s.zone, s.index.ttl))
+	s.synced.Store(true)
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  result
+	}{
+		{"web.default.svc.cluster.local.", dns.TypeA, result{Rcode: "NOERROR", Answer: []string{"web.default.svc.cluster.local. 30 IN A 10.43.0.20"}}},
+		{"nope.default.svc.cluster.local.", dns.TypeA, result{Rcode: "NXDOMAIN",
+			SOA: "cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 30"}},
+	} {
+		req := new(dns.Msg)
+		req.SetQuestion(tc.name, tc.qtype)
+		w := &discardWriter{}
+		s.ServeDNS(w, req)
+		if diff := cmp.Diff(tc.want, summarize(w.last)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
 		}
 	}
 }
