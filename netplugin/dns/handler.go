@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -47,7 +48,40 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if name != q.Name {
 		m.Answer = withOwnerCase(m.Answer, name, q.Name)
 	}
+	m.Answer = shuffleAddresses(m.Answer)
 	w.WriteMsg(fitResponse(req, m, tcp))
+}
+
+// shuffleAddresses puts the A and AAAA records of an answer in random
+// order after the others (a CNAME chain stays in front), as the
+// loadbalance plugin of the k3s and kubeadm Corefiles does, so that
+// clients taking the first address of a headless Service spread over
+// its endpoints. It copies rrs, which may be shared with the index.
+func shuffleAddresses(rrs []dns.RR) []dns.RR {
+	n := 0
+	for _, rr := range rrs {
+		if t := rr.Header().Rrtype; t == dns.TypeA || t == dns.TypeAAAA {
+			n++
+		}
+	}
+	if n < 2 {
+		return rrs
+	}
+	out := make([]dns.RR, 0, len(rrs))
+	for _, rr := range rrs {
+		if t := rr.Header().Rrtype; t != dns.TypeA && t != dns.TypeAAAA {
+			out = append(out, rr)
+		}
+	}
+	first := len(out)
+	for _, rr := range rrs {
+		if t := rr.Header().Rrtype; t == dns.TypeA || t == dns.TypeAAAA {
+			out = append(out, rr)
+		}
+	}
+	addrs := out[first:]
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	return out
 }
 
 // serveZone answers a name in the cluster domain.

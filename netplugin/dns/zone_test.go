@@ -251,6 +251,17 @@ func TestZoneFollowsTheAPI(t *testing.T) {
 		}
 	}
 
+	// Addresses come in varying order, so that clients taking the first
+	// spread over the endpoints (the Corefile's loadbalance).
+	firsts := map[string]bool{}
+	for range 50 {
+		m := exchange(t, z.addr, "udp", "db.shop.svc.cluster.local.", dns.TypeA, 0)
+		firsts[oneLine(m.Answer[0])] = true
+	}
+	if len(firsts) < 2 {
+		t.Errorf("50 answers all began with %v", firsts)
+	}
+
 	// The records follow the API: an endpoint going not ready leaves,
 	// and a deleted Service takes its names and PTRs with it.
 	e := z.e
