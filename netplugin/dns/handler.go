@@ -26,9 +26,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	name := strings.ToLower(q.Name)
 	var m *dns.Msg
 	switch {
-	case q.Qclass == dns.ClassINET && (name == s.zone || strings.HasSuffix(name, s.dotZone)):
+	case name == s.zone || strings.HasSuffix(name, s.dotZone):
+		// The cluster domain never leaves this server, whatever the class.
 		m = s.serveZone(req, name)
-	case q.Qtype == dns.TypePTR && q.Qclass == dns.ClassINET && isReverseName(name):
+	case q.Qtype == dns.TypePTR && q.Qclass == dns.ClassINET:
 		if ip, ok := reverseIP(name); ok {
 			if ptrs := s.index.ptr(ip); len(ptrs) > 0 {
 				m = new(dns.Msg)
@@ -90,7 +91,7 @@ func (s *Server) serveZone(req *dns.Msg, name string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
-	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
+	if q.Qclass != dns.ClassINET || q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		m.Rcode = dns.RcodeRefused
 		return m
 	}

@@ -332,9 +332,3 @@ func reverseIP(name string) (netip.Addr, bool) {
 	}
 	return netip.Addr{}, false
 }
-
-// isReverseName tells whether name is in a reverse zone.
-func isReverseName(name string) bool {
-	return strings.HasSuffix(name, ".in-addr.arpa.") || strings.HasSuffix(name, ".ip6.arpa.") ||
-		name == "in-addr.arpa." || name == "ip6.arpa."
-}

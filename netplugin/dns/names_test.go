@@ -97,3 +97,24 @@ func TestConfigurableTTL(t *testing.T) {
 		}
 	}
 }
+
+// A query in the cluster domain of another class than IN is refused,
+// never forwarded.
+func TestZoneOtherClassRefused(t *testing.T) {
+	stub := startStub(t)
+	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{stub.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := new(dns.Msg)
+	req.SetQuestion("web.default.svc.cluster.local.", dns.TypeA)
+	req.Question[0].Qclass = dns.ClassCHAOS
+	w := &discardWriter{}
+	s.ServeDNS(w, req)
+	if w.last.Rcode != dns.RcodeRefused {
+		t.Errorf("CH query in the zone: %s, want REFUSED", dns.RcodeToString[w.last.Rcode])
+	}
+	if n := stub.count("web.default.svc.cluster.local.", dns.TypeA); n != 0 {
+		t.Errorf("forwarded %d times", n)
+	}
+}

@@ -220,6 +220,7 @@ func TestZone(t *testing.T) {
 		{"NS address", "ns.dns.cluster.local.", dns.TypeA, ok([]string{"ns.dns.cluster.local. 5 IN A 127.0.0.1"})},
 		{"dns-version TXT", "dns-version.cluster.local.", dns.TypeTXT, ok([]string{`dns-version.cluster.local. 28800 IN TXT "1.1.0"`})},
 		{"unknown name in the zone", "foo.cluster.local.", dns.TypeA, nxdomain()},
+		{"zone transfers are refused", "cluster.local.", dns.TypeAXFR, result{Rcode: "REFUSED"}},
 		// PTR (in-addr.arpa and ip6.arpa).
 		{"PTR of a cluster IP", "1.1.43.10.in-addr.arpa.", dns.TypePTR, ok([]string{"1.1.43.10.in-addr.arpa. 5 IN PTR web.shop.svc.cluster.local."})},
 		{"PTR of an endpoint with a hostname", "10.0.42.10.in-addr.arpa.", dns.TypePTR, ok([]string{"10.0.42.10.in-addr.arpa. 5 IN PTR db-0.db.shop.svc.cluster.local."})},
