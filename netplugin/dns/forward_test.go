@@ -179,6 +179,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Informers: unstartedInformers(), Address: "10.43.0.10"},
 		{Informers: unstartedInformers(), Upstreams: []string{"not-an-ip"}},
 		{Informers: unstartedInformers(), ClusterDomain: "bad..domain"},
+		{Informers: unstartedInformers(), TTL: -time.Second},
+		{Informers: unstartedInformers(), TTL: 2 * time.Hour},
 		{},
 	} {
 		if _, err := New(cfg); err == nil {

@@ -112,6 +112,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dns: address %q: want ip:port: %w", cfg.Address, err)
 	}
+	if cfg.TTL < 0 || cfg.TTL > time.Hour {
+		// The kubernetes plugin's bounds for its ttl option.
+		return nil, fmt.Errorf("dns: TTL %s: want 0 to 3600 s", cfg.TTL)
+	}
 	if _, ok := dns.IsDomainName(cfg.ClusterDomain); !ok {
 		return nil, fmt.Errorf("dns: cluster domain %q is not a domain name", cfg.ClusterDomain)
 	}
