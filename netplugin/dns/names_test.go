@@ -2,6 +2,7 @@ package dns
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,48 @@ func TestZoneOtherClassRefused(t *testing.T) {
 	}
 	if n := stub.count("web.default.svc.cluster.local.", dns.TypeA); n != 0 {
 		t.Errorf("forwarded %d times", n)
+	}
+}
+
+// A dual-stack ClusterIP Service answers A and AAAA and has a PTR for
+// each cluster IP; its SRV targets the Service name once per port.
+func TestBuildServiceDualStack(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{
+		ClusterIP: "10.43.0.20", ClusterIPs: []string{"10.43.0.20", "fd00:43::20"},
+		Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+	}}
+	svc.Name, svc.Namespace = "web", "default"
+	z := newZoneIndex("cluster.local.", 5, nil)
+	z.setService("default/web", buildService(svc, nil, "cluster.local.", 5))
+	z.setNamespace("default", true)
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  []string
+	}{
+		{"web.default.svc.cluster.local.", dns.TypeA, []string{"web.default.svc.cluster.local. 5 IN A 10.43.0.20"}},
+		{"web.default.svc.cluster.local.", dns.TypeAAAA, []string{"web.default.svc.cluster.local. 5 IN AAAA fd00:43::20"}},
+		// CoreDNS weighs each (port, cluster IP) pair and then drops the
+		// duplicate SRV: one record of weight 50.
+		{"_http._tcp.web.default.svc.cluster.local.", dns.TypeSRV, []string{"_http._tcp.web.default.svc.cluster.local. 5 IN SRV 0 50 80 web.default.svc.cluster.local."}},
+	} {
+		if got := rrStrings(z.lookup(tc.name, tc.qtype).answer); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s %s = %v, want %v", dns.TypeToString[tc.qtype], tc.name, got, tc.want)
+		}
+	}
+	if got := rrStrings(z.lookup("_http._tcp.web.default.svc.cluster.local.", dns.TypeSRV).extra); len(got) != 2 {
+		t.Errorf("SRV extra %v, want the A and the AAAA", got)
+	}
+	for _, ip := range []string{"10.43.0.20", "fd00:43::20"} {
+		if got := rrStrings(z.ptr(netip.MustParseAddr(ip))); len(got) != 1 || !strings.HasSuffix(got[0], "PTR web.default.svc.cluster.local.") {
+			t.Errorf("PTR of %s = %v", ip, got)
+		}
+	}
+	z.setService("default/web", nil)
+	if a := z.lookup("web.default.svc.cluster.local.", dns.TypeA); a.rcode != dns.RcodeNameError {
+		t.Errorf("after removal: rcode %s", dns.RcodeToString[a.rcode])
+	}
+	if got := z.ptr(netip.MustParseAddr("fd00:43::20")); got != nil {
+		t.Errorf("PTR after removal: %v", got)
 	}
 }
