@@ -147,7 +147,7 @@ func runClient(addr string, queries [][]byte, client, n int) ([]time.Duration, e
 // ClusterIP Service's A query, to keep the serving path's allocations in
 // view.
 func BenchmarkServeDNS(b *testing.B) {
-	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{}})
+	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{}, Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

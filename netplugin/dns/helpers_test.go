@@ -153,7 +153,7 @@ func startServer(t testing.TB, inf *client.Informers, upstream string, mod func(
 		Informers: inf,
 		Address:   "127.0.0.1:0",
 		Upstreams: []string{upstream},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:    quietLogger(),
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -256,3 +256,5 @@ func oneLine(rr dns.RR) string {
 	}
 	return strings.Join(strings.Fields(rr.String()), " ")
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -72,7 +72,7 @@ func TestReverseIP(t *testing.T) {
 // Config.TTL sets the TTL of the zone's answers and the SOA's negative
 // TTL (the kubernetes plugin's ttl option).
 func TestConfigurableTTL(t *testing.T) {
-	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{}, TTL: 30 * time.Second})
+	s, err := New(Config{Informers: unstartedInformers(), Address: "127.0.0.1:0", Upstreams: []string{}, Logger: quietLogger(), TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
