@@ -23,7 +23,10 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/nodeipam"
+	"bonsai.dev/bonsai/controllers/localpath"
+	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
+	"bonsai.dev/bonsai/controllers/volumeprotection"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
@@ -44,6 +47,11 @@ type Options struct {
 	// namespace's default ServiceAccount, and only the system namespaces
 	// have one from the start. For that controller's own tests.
 	WithoutServiceAccounts bool
+	// Storage runs the PV binder, the local-path provisioner (volumes
+	// under a temp dir) and the protection controller, so that claims
+	// bind, pods using them are scheduled (the scheduler waits for a
+	// pod's claims to bind) and deleted claims go once no pod uses them.
+	Storage bool
 }
 
 // Env is a running API server and what Options asked for. Everything
@@ -84,6 +92,9 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	if !opts.WithoutServiceAccounts {
 		e.startServiceAccounts()
+	}
+	if opts.Storage {
+		e.startStorage()
 	}
 	if opts.Nodes > 0 || opts.Scheduler {
 		e.startNodes()
@@ -141,6 +152,31 @@ func (e *Env) startServiceAccounts() {
 			e.Log.Error("serviceaccount controller stopped", "err", err)
 		}
 	}()
+}
+
+// startStorage runs the storage controllers on their own informers.
+func (e *Env) startStorage() {
+	inf := client.NewInformers(e.Config)
+	binder, err := pvbinder.New(pvbinder.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	prov, err := localpath.New(localpath.Config{Client: e.Client, Informers: inf, Logger: e.Log, DataDir: e.T.TempDir()})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	prot, err := volumeprotection.New(volumeprotection.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	inf.Start(e.Ctx)
+	for name, run := range map[string]func(context.Context) error{"PV binder": binder.Run, "local-path provisioner": prov.Run, "volume protection": prot.Run} {
+		go func() {
+			if err := run(e.Ctx); err != nil && e.Ctx.Err() == nil {
+				e.Log.Error(name+" stopped", "err", err)
+			}
+		}()
+	}
 }
 
 // AddNode creates a simulated node (see simulator.NewNode) after mod
