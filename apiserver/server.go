@@ -73,7 +73,6 @@ type Server struct {
 	events  *eventCache // watch events decoded and encoded once
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
-	allocMu       sync.Mutex // service IP and node port allocation
 	log           *slog.Logger
 	handler       http.Handler
 	metrics       *metrics
