@@ -20,6 +20,12 @@ type serviceStrategy struct{ defaultStrategy }
 func (serviceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	svc := obj.(*corev1.Service)
 	svc.Status = corev1.ServiceStatus{}
+	// clusterIP and clusterIPs[0] are one field, whichever the client set.
+	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	} else if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) > 0 {
+		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+	}
 	errs := validateServiceSpec(w, svc)
 	errs = append(errs, initIPFamilies(w, svc)...)
 	if len(errs) > 0 {
