@@ -446,7 +446,9 @@ func TestServiceIPFamiliesAndHeadless(t *testing.T) {
 			`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": this cluster is not configured for dual-stack services`},
 		{"v6", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} },
 			`spec.ipFamilies[0]: Invalid value: "IPv6": not configured on this cluster`},
-		{"single-two", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} },
+		{"single-two", func(s *corev1.Service) {
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		},
 			`must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified`},
 	} {
 		svc := clusterIPService(tc.name, "")
