@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -33,12 +34,35 @@ type allocEnv struct {
 
 func newAllocEnv(t *testing.T, cidr string, ports PortRange) *allocEnv {
 	t.Helper()
+	return newAllocEnvOn(t, openBadger(t), cidr, ports)
+}
+
+func openBadger(t *testing.T) store.Store {
+	t.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return newAllocEnvOn(t, st, cidr, ports)
+	return st
+}
+
+// allocBackends are the stores the concurrency tests run on: atomicity is
+// the store's create-if-absent, which both backends must give.
+var allocBackends = []struct {
+	name string
+	open func(*testing.T) store.Store
+}{
+	{"badger", openBadger},
+	{"etcd", func(t *testing.T) store.Store {
+		e := testenv.EtcdForTest(t)
+		st, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
 }
 
 // newAllocEnvOn starts another server over st, as a restart or a second
@@ -139,7 +163,14 @@ func (e *allocEnv) createConcurrently(svcs []*corev1.Service) ([]*corev1.Service
 }
 
 func TestClusterIPConcurrentCreatesNeverShareAnIP(t *testing.T) {
-	e := newAllocEnv(t, "10.96.0.0/27", PortRange{})
+	for _, b := range allocBackends {
+		t.Run(b.name, func(t *testing.T) {
+			testClusterIPConcurrentCreates(t, newAllocEnvOn(t, b.open(t), "10.96.0.0/27", PortRange{}))
+		})
+	}
+}
+
+func testClusterIPConcurrentCreates(t *testing.T, e *allocEnv) {
 	var svcs []*corev1.Service
 	for i := range 64 {
 		svcs = append(svcs, clusterIPService(fmt.Sprintf("s%d", i), ""))
@@ -197,7 +228,14 @@ func TestRequestedClusterIPTaken(t *testing.T) {
 }
 
 func TestNodePortConcurrentCreatesGetDistinctPorts(t *testing.T) {
-	e := newAllocEnv(t, "10.96.0.0/24", PortRange{Base: 30000, Max: 30009})
+	for _, b := range allocBackends {
+		t.Run(b.name, func(t *testing.T) {
+			testNodePortConcurrentCreates(t, newAllocEnvOn(t, b.open(t), "10.96.0.0/24", PortRange{Base: 30000, Max: 30009}))
+		})
+	}
+}
+
+func testNodePortConcurrentCreates(t *testing.T, e *allocEnv) {
 	var svcs []*corev1.Service
 	for i := range 24 {
 		svcs = append(svcs, nodePortService(fmt.Sprintf("np%d", i), 0))
@@ -354,7 +392,14 @@ func TestServiceAllocationsGivenBackWhenTheWriteFails(t *testing.T) {
 }
 
 func TestServiceAllocationsSeenByASecondServer(t *testing.T) {
-	e := newAllocEnv(t, "10.96.0.0/28", PortRange{Base: 30000, Max: 30003})
+	for _, b := range allocBackends {
+		t.Run(b.name, func(t *testing.T) {
+			testSecondServer(t, newAllocEnvOn(t, b.open(t), "10.96.0.0/28", PortRange{Base: 30000, Max: 30003}))
+		})
+	}
+}
+
+func testSecondServer(t *testing.T, e *allocEnv) {
 	var svcs []*corev1.Service
 	for i := range 7 {
 		svcs = append(svcs, clusterIPService(fmt.Sprintf("first%d", i), ""))
