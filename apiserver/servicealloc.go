@@ -71,14 +71,18 @@ func serviceIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// serviceNodePorts are the node ports a Service holds: one port number
-// may serve several protocols of one Service, as upstream allows.
+// serviceNodePorts are the node ports a Service holds, its health check
+// port included: one port number may serve several protocols of one
+// Service, as upstream allows.
 func serviceNodePorts(svc *corev1.Service) []int32 {
 	var out []int32
 	for _, p := range svc.Spec.Ports {
 		if p.NodePort != 0 && !containsPort(out, p.NodePort) {
 			out = append(out, p.NodePort)
 		}
+	}
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 && !containsPort(out, hc) {
+		out = append(out, hc)
 	}
 	return out
 }

@@ -566,3 +566,46 @@ func TestServiceCIDRAndIPAddressesServed(t *testing.T) {
 		t.Errorf("parentRef change: %v", err)
 	}
 }
+
+func TestHealthCheckNodePort(t *testing.T) {
+	e := newAllocEnv(t, "10.96.0.0/24", PortRange{Base: 30000, Max: 30009})
+	svcs := e.cs.CoreV1().Services("default")
+	lb := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports: []corev1.ServicePort{{Port: 80}},
+		},
+	}
+	got, err := svcs.Create(e.ctx, lb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, np := got.Spec.HealthCheckNodePort, got.Spec.Ports[0].NodePort
+	if hc < 30000 || hc > 30009 || hc == np {
+		t.Fatalf("health check port %d, node port %d", hc, np)
+	}
+	if diff := cmp.Diff(map[int32]string{hc: "default/lb", np: "default/lb"}, e.portRecords(t)); diff != "" {
+		t.Errorf("port records (-want +got):\n%s", diff)
+	}
+	// Asking for a held one fails as upstream's allocator does.
+	other := lb.DeepCopy()
+	other.Name, other.Spec.HealthCheckNodePort = "other", hc
+	if _, err := svcs.Create(e.ctx, other, metav1.CreateOptions{}); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), fmt.Sprintf("failed to allocate requested HealthCheck NodePort %d: provided port is already allocated", hc)) {
+		t.Errorf("taken health check port: %v", err)
+	}
+	// Only a Local LoadBalancer may have one.
+	cip := clusterIPService("cip", "")
+	cip.Spec.HealthCheckNodePort = 30008
+	if _, err := svcs.Create(e.ctx, cip, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'") {
+		t.Errorf("health check port on a ClusterIP Service: %v", err)
+	}
+	// Leaving Local drops it and gives it back.
+	got.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	if got, err = svcs.Update(e.ctx, got, metav1.UpdateOptions{}); err != nil || got.Spec.HealthCheckNodePort != 0 {
+		t.Fatalf("Local→Cluster: %v %+v", err, got)
+	}
+	if diff := cmp.Diff(map[int32]string{np: "default/lb"}, e.portRecords(t)); diff != "" {
+		t.Errorf("port records after Local→Cluster (-want +got):\n%s", diff)
+	}
+}

@@ -63,6 +63,14 @@ func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) er
 			}
 		}
 	}
+	// The health check port follows its need: kept while the Service
+	// still needs it, dropped with the need unless the client changed it.
+	switch hc := &svc.Spec.HealthCheckNodePort; {
+	case *hc == 0 && needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = o.Spec.HealthCheckNodePort
+	case *hc == o.Spec.HealthCheckNodePort && !needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = 0
+	}
 	errs := validateServiceSpec(w, svc)
 	errs = append(errs, initIPFamilies(w, svc)...)
 	if len(errs) > 0 {
@@ -85,9 +93,23 @@ func needsNodePorts(s *corev1.Service) bool {
 		(s.Spec.Type == corev1.ServiceTypeLoadBalancer && (s.Spec.AllocateLoadBalancerNodePorts == nil || *s.Spec.AllocateLoadBalancerNodePorts))
 }
 
+// needsHealthCheck: a LoadBalancer that keeps traffic on the node gets a
+// node port for the load balancer's health checks.
+func needsHealthCheck(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
 func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 	p := field.NewPath("spec")
 	var errs field.ErrorList
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
+		r := w.s.cfg.NodePortRange
+		if !needsHealthCheck(svc) {
+			errs = append(errs, field.Forbidden(p.Child("healthCheckNodePort"), "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+		} else if int(hc) < r.Base || int(hc) > r.Max {
+			errs = append(errs, field.Invalid(p.Child("healthCheckNodePort"), hc, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %d-%d", r.Base, r.Max)))
+		}
+	}
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 		if len(svc.Spec.Ports) == 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -302,7 +324,6 @@ func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1
 		return nil, nil
 	}
 	var held []int32
-	take := func(p int32) { held = append(held, p) }
 	for i, sp := range svc.Spec.Ports {
 		if sp.NodePort == 0 || containsPort(held, sp.NodePort) {
 			continue
@@ -317,11 +338,39 @@ func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1
 			p := sp.NodePort
 			w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
 		}
-		take(sp.NodePort)
+		held = append(held, sp.NodePort)
 	}
-	if !needsNodePorts(svc) {
+	if needsNodePorts(svc) {
+		var err error
+		if held, err = s.allocateMissingNodePorts(ctx, w, svc, held); err != nil {
+			return nil, err
+		}
+	}
+	if !needsHealthCheck(svc) {
 		return held, nil
 	}
+	hc := &svc.Spec.HealthCheckNodePort
+	switch {
+	case *hc == 0:
+		p, err := s.takeNextNodePort(ctx, svc, held, w.dryRun)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort %d: %w", p, err))
+		}
+		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		*hc = p
+	case !containsPort(oldPorts, *hc):
+		if err := s.recordNodePort(ctx, *hc, svc, w.dryRun); err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate requested HealthCheck NodePort %d: %w", *hc, err))
+		}
+		p := *hc
+		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+	}
+	return append(held, *hc), nil
+}
+
+// allocateMissingNodePorts gives each port without a node port one,
+// returning held with the ports it took.
+func (s *Server) allocateMissingNodePorts(ctx context.Context, w *writeCtx, svc *corev1.Service, held []int32) ([]int32, error) {
 	byPort := map[int32]int32{}
 	for _, sp := range svc.Spec.Ports {
 		if sp.NodePort != 0 {
@@ -343,7 +392,7 @@ func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1
 		}
 		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
 		sp.NodePort, byPort[sp.Port] = p, p
-		take(p)
+		held = append(held, p)
 	}
 	return held, nil
 }
