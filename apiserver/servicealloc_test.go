@@ -491,6 +491,12 @@ func TestServiceIPFamiliesAndHeadless(t *testing.T) {
 			`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": this cluster is not configured for dual-stack services`},
 		{"v6", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} },
 			`spec.ipFamilies[0]: Invalid value: "IPv6": not configured on this cluster`},
+		{"two-ips", func(s *corev1.Service) {
+			s.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyPreferDualStack)
+			s.Spec.ClusterIPs = []string{"10.96.0.7", "fd00::7"}
+		}, `spec.clusterIPs[1]: Invalid value: ["10.96.0.7","fd00::7"]: IPv6 is not configured on this cluster`},
+		{"mismatch", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.7", []string{"10.96.0.8"} },
+			"first value must match `clusterIP`"},
 		{"single-two", func(s *corev1.Service) {
 			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 		},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,8 +43,16 @@ func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) er
 	if svc.Spec.ClusterIP == "" && svc.Spec.Type != corev1.ServiceTypeExternalName {
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = o.Spec.ClusterIP, o.Spec.ClusterIPs
 	}
-	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+	// A client that sets only clusterIP (an old one) means clusterIPs[0]
+	// to follow it, as kube-apiserver's normalizeClusterIPs reads it.
+	switch {
+	case len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP == o.Spec.ClusterIP:
 		svc.Spec.ClusterIPs = o.Spec.ClusterIPs
+	case svc.Spec.ClusterIP != o.Spec.ClusterIP && (len(svc.Spec.ClusterIPs) == 0 || slices.Equal(svc.Spec.ClusterIPs, o.Spec.ClusterIPs)):
+		svc.Spec.ClusterIPs = nil
+		if svc.Spec.ClusterIP != "" {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
 	}
 	if svc.Spec.IPFamilyPolicy == nil {
 		svc.Spec.IPFamilyPolicy = o.Spec.IPFamilyPolicy
@@ -170,6 +179,23 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		}
 		if port.TargetPort.IntValue() == 0 && port.TargetPort.StrVal == "" {
 			errs = append(errs, field.Required(pp.Child("targetPort"), ""))
+		}
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) > 0 && svc.Spec.ClusterIP != "" && ips[0] != svc.Spec.ClusterIP {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs"), ips, "first value must match `clusterIP`"))
+	}
+	// The service range has one family: a second IP has nowhere to be.
+	if len(ips) > 1 && ips[0] != corev1.ClusterIPNone {
+		first, err1 := netip.ParseAddr(ips[0])
+		second, err2 := netip.ParseAddr(ips[1])
+		switch {
+		case err1 != nil || err2 != nil:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+		case first.Is4() == second.Is4():
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "may specify no more than one IP for each IP family"))
+		default:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, fmt.Sprintf("%s is not configured on this cluster", ipFamilyOf(second))))
 		}
 	}
 	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {

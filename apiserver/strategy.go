@@ -39,7 +39,12 @@ type writeCtx struct {
 	undo, release []func() error
 }
 
-func (w *writeCtx) onFailure(f func() error) { w.undo = append(w.undo, f) }
+// onFailure registers an undo step; a dry run takes nothing to undo.
+func (w *writeCtx) onFailure(f func() error) {
+	if !w.dryRun {
+		w.undo = append(w.undo, f)
+	}
+}
 func (w *writeCtx) onSuccess(f func() error) { w.release = append(w.release, f) }
 
 // finish runs the undo or the release steps of a write that failed or
