@@ -544,6 +544,13 @@ func TestServiceCIDRAndIPAddressesServed(t *testing.T) {
 	if _, err := e.cs.NetworkingV1().ServiceCIDRs().Update(e.ctx, cidr, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
 		t.Errorf("ServiceCIDR change: %v", err)
 	}
+	if err := e.cs.NetworkingV1().ServiceCIDRs().Delete(e.ctx, "kubernetes", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("delete the default ServiceCIDR: %v", err)
+	}
+	extra := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "extra"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.98.0.0/24"}}}
+	if _, err := e.cs.NetworkingV1().ServiceCIDRs().Create(e.ctx, extra, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a ServiceCIDR the allocator would not use: %v", err)
+	}
 	res, err := e.cs.Discovery().ServerResourcesForGroupVersion("networking.k8s.io/v1")
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
 package apiserver
 
 import (
+	"errors"
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -45,8 +47,21 @@ func (st ipAddressStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object)
 }
 
 // serviceCIDRStrategy holds the rules of ServiceCIDRs. bonsai allocates
-// from --service-cidr only, which its "kubernetes" ServiceCIDR shows.
+// from --service-cidr only, which its "kubernetes" ServiceCIDR shows: other
+// ServiceCIDRs are refused rather than accepted and never used.
 type serviceCIDRStrategy struct{ defaultStrategy }
+
+// defaultServiceCIDRName is the ServiceCIDR of --service-cidr, as
+// kube-apiserver names it.
+const defaultServiceCIDRName = "kubernetes"
+
+func (st serviceCIDRStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	c := obj.(*networkingv1.ServiceCIDR)
+	if c.Name != defaultServiceCIDRName {
+		return apierrors.NewForbidden(qualified(w.res), c.Name, errors.New("this server allocates Service cluster IPs from --service-cidr only; it serves no other ServiceCIDR"))
+	}
+	return st.defaultStrategy.prepareForCreate(w, obj)
+}
 
 func (serviceCIDRStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*networkingv1.ServiceCIDR)
@@ -88,7 +103,7 @@ func (st serviceCIDRStrategy) validateUpdate(w *writeCtx, obj, old runtime.Objec
 // as kube-apiserver's default ServiceCIDR controller reports it.
 func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
 	return &networkingv1.ServiceCIDR{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		ObjectMeta: metav1.ObjectMeta{Name: defaultServiceCIDRName},
 		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
 		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
 			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
