@@ -622,3 +622,30 @@ func TestHealthCheckNodePort(t *testing.T) {
 		t.Errorf("port records after Local→Cluster (-want +got):\n%s", diff)
 	}
 }
+
+// TestServiceIPStaticSubrange: dynamic allocation leaves the lower band of
+// the range to static assignment until the upper band is full.
+func TestServiceIPStaticSubrange(t *testing.T) {
+	for _, tc := range []struct {
+		cidr string
+		low  uint64
+	}{
+		{"10.96.0.0/28", 16}, {"10.96.0.0/24", 16}, {"10.96.0.0/21", 128}, {"10.96.0.0/20", 256}, {"10.96.0.0/16", 256},
+	} {
+		if got := newServiceIPRange(netip.MustParsePrefix(tc.cidr)).lowBand; got != tc.low {
+			t.Errorf("%s: lower band %d, want %d", tc.cidr, got, tc.low)
+		}
+	}
+	// A /27: offsets 16-30 first, then 1-15.
+	e := newAllocEnv(t, "10.96.0.0/27", PortRange{})
+	for i := range 20 {
+		svc, err := e.cs.CoreV1().Services("default").Create(e.ctx, clusterIPService(fmt.Sprintf("s%d", i), ""), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		upper := netip.MustParseAddr(svc.Spec.ClusterIP).As4()[3] >= 16
+		if want := i < 15; upper != want {
+			t.Errorf("service %d got %s: in the upper band %v, want %v", i, svc.Spec.ClusterIP, upper, want)
+		}
+	}
+}
