@@ -523,6 +523,16 @@ func TestServiceIPFamiliesAndHeadless(t *testing.T) {
 	if got, err := svcs.Create(e.ctx, aff, metav1.CreateOptions{}); err != nil || *got.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds != 10800 {
 		t.Errorf("ClientIP affinity: %v %+v", err, got)
 	}
+	long := aff.DeepCopy()
+	long.Name, long.Spec.SessionAffinityConfig = "long", &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo[int32](86401)}}
+	if _, err := svcs.Create(e.ctx, long, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.sessionAffinityConfig.clientIP.timeoutSeconds: Invalid value: 86401: must be greater than 0 and less than 86400") {
+		t.Errorf("affinity over a day: %v", err)
+	}
+	none := clusterIPService("none", "")
+	none.Spec.SessionAffinityConfig = long.Spec.SessionAffinityConfig
+	if _, err := svcs.Create(e.ctx, none, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "must not be set when session affinity is None") {
+		t.Errorf("affinity config without affinity: %v", err)
+	}
 	// Several ports must all be named.
 	multi := clusterIPService("multi", "")
 	multi.Spec.Ports = append(multi.Spec.Ports, corev1.ServicePort{Port: 81})

@@ -131,6 +131,7 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("type"), svc.Spec.Type, []string{"ClusterIP", "ExternalName", "LoadBalancer", "NodePort"}))
 	}
+	errs = append(errs, validateSessionAffinity(svc)...)
 	if svc.Spec.Type == corev1.ServiceTypeNodePort && svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), svc.Spec.ClusterIP, "may not be set to 'None' for NodePort services"))
 	}
@@ -208,6 +209,29 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// maxClientIPServiceAffinitySeconds caps ClientIP affinity at a day, as
+// Kubernetes does.
+const maxClientIPServiceAffinitySeconds = 86400
+
+func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec")
+	cfg := svc.Spec.SessionAffinityConfig
+	switch svc.Spec.SessionAffinity {
+	case corev1.ServiceAffinityNone:
+		if cfg != nil {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig"), cfg, "must not be set when session affinity is None")}
+		}
+	case corev1.ServiceAffinityClientIP:
+		t := cfg.ClientIP.TimeoutSeconds // defaulted
+		if *t <= 0 || *t > maxClientIPServiceAffinitySeconds {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig", "clientIP", "timeoutSeconds"), *t, fmt.Sprintf("must be greater than 0 and less than %d", maxClientIPServiceAffinitySeconds))}
+		}
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("sessionAffinity"), svc.Spec.SessionAffinity, []string{"ClientIP", "None"})}
+	}
+	return nil
 }
 
 // initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
