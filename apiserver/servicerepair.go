@@ -215,11 +215,16 @@ func (p *repairPass) freeLeakedIP(ctx context.Context, ip netip.Addr) error {
 	if p.now.Sub(rec.CreationTimestamp.Time) <= allocationGracePeriod {
 		return nil
 	}
+	reason := "IPAddressNotAllocated"
 	msg := fmt.Sprintf("IPAddress %s appears to have been modified, not referencing a Service %v: cleaning up", ip, rec.Spec.ParentRef)
 	if r := rec.Spec.ParentRef; r != nil && r.Group == "" && r.Resource == "services" {
 		msg = fmt.Sprintf("IPAddress: %s for Service %s/%s appears to have leaked: cleaning up", ip, r.Namespace, r.Name)
+		if p.services[r.Namespace+"/"+r.Name] != nil {
+			reason = "IPAddressWrongReference"
+			msg = fmt.Sprintf("IPAddress: %s for Service %s/%s has a wrong reference; cleaning up", ip, r.Namespace, r.Name)
+		}
 	}
-	p.s.repairEvent(ctx, ipRepairController, rec, "IPAddressNotAllocated", "IPAddressAllocation", msg)
+	p.s.repairEvent(ctx, ipRepairController, rec, reason, "IPAddressAllocation", msg)
 	return p.deleteIP(ctx, ip)
 }
 

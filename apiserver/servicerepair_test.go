@@ -50,7 +50,12 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	if err := e.s.recordNodePort(e.ctx, 30002, gone, false); err != nil {
 		t.Fatal(err)
 	}
-	wantIPs := map[string]string{kept.Spec.ClusterIP: "default/kept", "10.96.0.50": "default/gone"}
+	// A record naming a Service that holds another IP (an update in flight,
+	// or a stale one) gets the same grace.
+	if err := e.s.recordIP(e.ctx, netip.MustParseAddr("10.96.0.51"), kept); err != nil {
+		t.Fatal(err)
+	}
+	wantIPs := map[string]string{kept.Spec.ClusterIP: "default/kept", "10.96.0.50": "default/gone", "10.96.0.51": "default/kept"}
 	wantPorts := map[int32]string{30001: "default/kept", 30002: "default/gone"}
 	// Within the grace period they stay: the Service may be on its way.
 	if err := e.s.repairServiceAllocations(e.ctx, time.Now()); err != nil {
@@ -66,6 +71,7 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(wantIPs, "10.96.0.50")
+	delete(wantIPs, "10.96.0.51")
 	delete(wantPorts, 30002)
 	if diff := cmp.Diff(wantIPs, e.ipRecords(t)); diff != "" {
 		t.Errorf("IP records after the grace period (-want +got):\n%s", diff)
@@ -73,7 +79,7 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	if diff := cmp.Diff(wantPorts, e.portRecords(t)); diff != "" {
 		t.Errorf("port records after the grace period (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"IPAddress 10.96.0.50 IPAddressNotAllocated"}, e.repairEvents(t)); diff != "" {
+	if diff := cmp.Diff([]string{"IPAddress 10.96.0.50 IPAddressNotAllocated", "IPAddress 10.96.0.51 IPAddressWrongReference"}, e.repairEvents(t)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	// The freed IP and port can be taken again.
