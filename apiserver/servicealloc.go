@@ -128,8 +128,8 @@ func ipAddressRefersTo(a *networkingv1.IPAddress, namespace, name string) bool {
 	return r != nil && r.Group == "" && r.Resource == "services" && r.Namespace == namespace && r.Name == name
 }
 
-// recordIP takes ip for svc; store.ErrExists (wrapped in AlreadyExists)
-// means someone holds it.
+// recordIP takes ip for svc: the IPAddress is created only if absent, so
+// an AlreadyExists error means someone else holds it.
 func (s *Server) recordIP(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
 	res := s.reg.byGVR[gvr("networking.k8s.io", "v1", "ipaddresses")]
 	obj := newIPAddress(ip, svc)
@@ -191,8 +191,8 @@ func (s *Server) listKeys(ctx context.Context, prefix string, f func(store.KeyVa
 // serviceIPRange is the --service-cidr as the allocator walks it.
 type serviceIPRange struct {
 	base netip.Addr
-	// size is how many offsets are handed out dynamically (capped for
-	// huge IPv6 ranges); lowBand is how many of the first ones are left to
+	// size is how many offsets are handed out dynamically (capped at 2^20
+	// for huge ranges, as a walk of the range must stay cheap); lowBand is how many of the first ones are left to
 	// static assignment until the rest is full (ServiceIPStaticSubrange).
 	size, lowBand uint64
 	v4            bool
