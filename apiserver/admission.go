@@ -18,6 +18,10 @@ func admitDelete(res *resource, namespace, name string) error {
 	if res.gvr.Group == "" && res.gvr.Resource == "namespaces" && immortalNamespaces[name] {
 		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("this namespace may not be deleted"))
 	}
+	// The range of --service-cidr stays while the server uses it.
+	if res.gvr == gvr("networking.k8s.io", "v1", "servicecidrs") && name == defaultServiceCIDRName {
+		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("the ServiceCIDR of --service-cidr may not be deleted"))
+	}
 	return nil
 }
 

@@ -2,16 +2,20 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"bonsai.dev/bonsai/store"
 )
 
 // systemNamespaces exist from the start, as on every Kubernetes cluster.
@@ -47,10 +51,13 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.ensureServiceCIDR(ctx); err != nil {
+		return err
+	}
 	if !s.cfg.AdvertiseAddress.IsValid() || s.cfg.SecurePort == 0 {
 		return nil
 	}
-	first := addOffset(s.cfg.ServiceCIDR.Masked().Addr(), 1)
+	first := newServiceIPRange(s.cfg.ServiceCIDR).addr(1)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
 		Spec: corev1.ServiceSpec{
@@ -100,6 +107,34 @@ func (s *Server) ensure(ctx context.Context, obj runtime.Object, g schema.GroupV
 	wc := &writeCtx{s: s, res: res}
 	if _, err := s.createObject(ctx, wc, obj, "bonsai", false); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
+	}
+	return nil
+}
+
+// ensureServiceCIDR creates the "kubernetes" ServiceCIDR showing
+// --service-cidr, Ready, as kube-apiserver's default ServiceCIDR
+// controller does. A create clears status, so the status goes in after.
+func (s *Server) ensureServiceCIDR(ctx context.Context) error {
+	res := s.reg.byGVR[gvr("networking.k8s.io", "v1", "servicecidrs")]
+	want := s.defaultServiceCIDR()
+	if err := s.ensure(ctx, want.DeepCopy(), res.gvr); err != nil {
+		return err
+	}
+	obj, rev, err := s.getObject(ctx, res, "", want.Name)
+	if err != nil {
+		return err
+	}
+	got := obj.(*networkingv1.ServiceCIDR)
+	if len(got.Status.Conditions) > 0 {
+		return nil
+	}
+	got.Status = want.Status
+	data, err := encodeForStore(res, got)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Store.Update(ctx, res.key("", got.Name), data, rev); err != nil && !errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("bootstrap servicecidrs status: %w", err)
 	}
 	return nil
 }

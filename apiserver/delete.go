@@ -204,6 +204,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 			}
 			return nil, false, storeError(err, res, name)
 		}
+		s.afterDelete(res, obj)
 		setResourceVersion(obj, kv.Revision)
 		return obj, true, nil
 	}

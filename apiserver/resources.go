@@ -214,7 +214,9 @@ func builtinResources() []*resource {
 		// networking.k8s.io/v1
 		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
 		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},
+		{gvr: gvr("networking.k8s.io", "v1", "ipaddresses"), kind: "IPAddress", shortNames: []string{"ip"}, strategy: ipAddressStrategy{}},
 		{gvr: gvr("networking.k8s.io", "v1", "networkpolicies"), kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}, strategy: networkPolicyStrategy{}},
+		{gvr: gvr("networking.k8s.io", "v1", "servicecidrs"), kind: "ServiceCIDR", subresources: []string{"status"}, strategy: serviceCIDRStrategy{}},
 		// policy/v1
 		{gvr: gvr("policy", "v1", "poddisruptionbudgets"), kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}, subresources: []string{"status"}, strategy: pdbStrategy{}},
 		// scheduling.k8s.io/v1

@@ -290,6 +290,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 // createObject runs the create path shared by POST, PUT-as-create and
 // apply-as-create: system fields, strategy, validation, store.
 func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Object, manager string, applied bool) (runtime.Object, error) {
+	out, err := s.createStored(ctx, wc, obj, manager, applied)
+	wc.finish(err == nil && !wc.dryRun)
+	return out, err
+}
+
+func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Object, manager string, applied bool) (runtime.Object, error) {
 	res := wc.res
 	m, _ := metaOf(obj)
 	m.SetUID(types.UID(uuid.NewUUID()))
@@ -535,6 +541,12 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 
 // updateObject writes obj over old (read at rev).
 func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo, obj, old runtime.Object, rev uint64, manager string, conditional, applied bool) (runtime.Object, error) {
+	out, err := s.updateStored(ctx, wc, ri, obj, old, rev, manager, conditional, applied)
+	wc.finish(err == nil && !wc.dryRun)
+	return out, err
+}
+
+func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo, obj, old runtime.Object, rev uint64, manager string, conditional, applied bool) (runtime.Object, error) {
 	res := wc.res
 	m, _ := metaOf(obj)
 	om, _ := metaOf(old)
@@ -628,6 +640,7 @@ func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo,
 		if err != nil {
 			return nil, storeError(err, res, ri.name)
 		}
+		s.afterDelete(res, obj)
 		setResourceVersion(obj, kv.Revision)
 		return obj, nil
 	}

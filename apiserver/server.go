@@ -73,7 +73,6 @@ type Server struct {
 	events  *eventCache // watch events decoded and encoded once
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
-	allocMu       sync.Mutex // service IP and node port allocation
 	log           *slog.Logger
 	handler       http.Handler
 	metrics       *metrics
@@ -135,11 +134,18 @@ func New(cfg Config) (*Server, error) {
 	s.handler = s.withMetrics(s.withAuthentication(r))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
+	// Before anything allocates: a store from before allocation records
+	// gets them for the Services it has.
+	if err := s.repairServiceAllocations(bctx, time.Now()); err != nil {
+		cancel()
+		return nil, fmt.Errorf("service allocation repair: %w", err)
+	}
 	if err := s.bootstrap(bctx); err != nil {
 		cancel()
 		return nil, err
 	}
 	go s.runNamespaceCache(ctx)
+	go s.runServiceRepair(ctx)
 	return s, nil
 }
 

@@ -2,15 +2,13 @@ package apiserver
 
 import (
 	"context"
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -23,10 +21,18 @@ type serviceStrategy struct{ defaultStrategy }
 func (serviceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	svc := obj.(*corev1.Service)
 	svc.Status = corev1.ServiceStatus{}
-	if errs := validateServiceSpec(w, svc); len(errs) > 0 {
+	// clusterIP and clusterIPs[0] are one field, whichever the client set.
+	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	} else if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) > 0 {
+		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+	}
+	errs := validateServiceSpec(w, svc)
+	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) > 0 {
 		return invalid(w.res, svc.Name, errs)
 	}
-	return w.s.allocateService(context.Background(), svc, nil, w.dryRun)
+	return w.s.allocateService(context.Background(), w, svc, nil)
 }
 
 func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
@@ -37,8 +43,16 @@ func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) er
 	if svc.Spec.ClusterIP == "" && svc.Spec.Type != corev1.ServiceTypeExternalName {
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = o.Spec.ClusterIP, o.Spec.ClusterIPs
 	}
-	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+	// A client that sets only clusterIP (an old one) means clusterIPs[0]
+	// to follow it, as kube-apiserver's normalizeClusterIPs reads it.
+	switch {
+	case len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP == o.Spec.ClusterIP:
 		svc.Spec.ClusterIPs = o.Spec.ClusterIPs
+	case svc.Spec.ClusterIP != o.Spec.ClusterIP && (len(svc.Spec.ClusterIPs) == 0 || slices.Equal(svc.Spec.ClusterIPs, o.Spec.ClusterIPs)):
+		svc.Spec.ClusterIPs = nil
+		if svc.Spec.ClusterIP != "" {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
 	}
 	if svc.Spec.IPFamilyPolicy == nil {
 		svc.Spec.IPFamilyPolicy = o.Spec.IPFamilyPolicy
@@ -58,10 +72,20 @@ func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) er
 			}
 		}
 	}
-	if errs := validateServiceSpec(w, svc); len(errs) > 0 {
+	// The health check port follows its need: kept while the Service
+	// still needs it, dropped with the need unless the client changed it.
+	switch hc := &svc.Spec.HealthCheckNodePort; {
+	case *hc == 0 && needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = o.Spec.HealthCheckNodePort
+	case *hc == o.Spec.HealthCheckNodePort && !needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = 0
+	}
+	errs := validateServiceSpec(w, svc)
+	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) > 0 {
 		return invalid(w.res, svc.Name, errs)
 	}
-	return w.s.allocateService(context.Background(), svc, o, w.dryRun)
+	return w.s.allocateService(context.Background(), w, svc, o)
 }
 
 func (serviceStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
@@ -78,9 +102,23 @@ func needsNodePorts(s *corev1.Service) bool {
 		(s.Spec.Type == corev1.ServiceTypeLoadBalancer && (s.Spec.AllocateLoadBalancerNodePorts == nil || *s.Spec.AllocateLoadBalancerNodePorts))
 }
 
+// needsHealthCheck: a LoadBalancer that keeps traffic on the node gets a
+// node port for the load balancer's health checks.
+func needsHealthCheck(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
 func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 	p := field.NewPath("spec")
 	var errs field.ErrorList
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
+		r := w.s.cfg.NodePortRange
+		if !needsHealthCheck(svc) {
+			errs = append(errs, field.Forbidden(p.Child("healthCheckNodePort"), "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+		} else if int(hc) < r.Base || int(hc) > r.Max {
+			errs = append(errs, field.Invalid(p.Child("healthCheckNodePort"), hc, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %d-%d", r.Base, r.Max)))
+		}
+	}
 	switch svc.Spec.Type {
 	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 		if len(svc.Spec.Ports) == 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -93,11 +131,13 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("type"), svc.Spec.Type, []string{"ClusterIP", "ExternalName", "LoadBalancer", "NodePort"}))
 	}
+	errs = append(errs, validateSessionAffinity(svc)...)
 	if svc.Spec.Type == corev1.ServiceTypeNodePort && svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), svc.Spec.ClusterIP, "may not be set to 'None' for NodePort services"))
 	}
 	seen := map[string]bool{}
 	names := map[string]bool{}
+	nodePorts := map[corev1.ServicePort]bool{}
 	for i, port := range svc.Spec.Ports {
 		pp := p.Child("ports").Index(i)
 		for _, msg := range validation.IsValidPortNum(int(port.Port)) {
@@ -127,7 +167,12 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		seen[key] = true
 		if port.NodePort != 0 {
 			r := w.s.cfg.NodePortRange
-			if !needsNodePorts(svc) {
+			np := corev1.ServicePort{NodePort: port.NodePort, Protocol: port.Protocol}
+			if nodePorts[np] {
+				errs = append(errs, field.Duplicate(pp.Child("nodePort"), port.NodePort))
+			}
+			nodePorts[np] = true
+			if svc.Spec.Type == corev1.ServiceTypeClusterIP {
 				errs = append(errs, field.Forbidden(pp.Child("nodePort"), "may not be used when `type` is 'ClusterIP'"))
 			} else if int(port.NodePort) < r.Base || int(port.NodePort) > r.Max {
 				errs = append(errs, field.Invalid(pp.Child("nodePort"), port.NodePort, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %d-%d", r.Base, r.Max)))
@@ -135,6 +180,23 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		}
 		if port.TargetPort.IntValue() == 0 && port.TargetPort.StrVal == "" {
 			errs = append(errs, field.Required(pp.Child("targetPort"), ""))
+		}
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) > 0 && svc.Spec.ClusterIP != "" && ips[0] != svc.Spec.ClusterIP {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs"), ips, "first value must match `clusterIP`"))
+	}
+	// The service range has one family: a second IP has nowhere to be.
+	if len(ips) > 1 && ips[0] != corev1.ClusterIPNone {
+		first, err1 := netip.ParseAddr(ips[0])
+		second, err2 := netip.ParseAddr(ips[1])
+		switch {
+		case err1 != nil || err2 != nil:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+		case first.Is4() == second.Is4():
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "may specify no more than one IP for each IP family"))
+		default:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, fmt.Sprintf("%s is not configured on this cluster", ipFamilyOf(second))))
 		}
 	}
 	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
@@ -149,124 +211,258 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 	return errs
 }
 
-// allocateService assigns the cluster IP and node ports a Service lacks,
-// refusing taken ones. Allocation is serialised; what is taken is read
-// from the stored Services, so a restart or another server sees the same.
-func (s *Server) allocateService(ctx context.Context, svc, old *corev1.Service, dry bool) error {
-	s.allocMu.Lock()
-	defer s.allocMu.Unlock()
-	res := s.reg.byGVR[gvr("", "v1", "services")]
-	items, _, err := s.listObjects(ctx, res, "", listOptions{labels: labels.Everything(), fields: fields.Everything()})
+// maxClientIPServiceAffinitySeconds caps ClientIP affinity at a day, as
+// Kubernetes does.
+const maxClientIPServiceAffinitySeconds = 86400
+
+func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec")
+	cfg := svc.Spec.SessionAffinityConfig
+	switch svc.Spec.SessionAffinity {
+	case corev1.ServiceAffinityNone:
+		if cfg != nil {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig"), cfg, "must not be set when session affinity is None")}
+		}
+	case corev1.ServiceAffinityClientIP:
+		t := cfg.ClientIP.TimeoutSeconds // defaulted
+		if *t <= 0 || *t > maxClientIPServiceAffinitySeconds {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig", "clientIP", "timeoutSeconds"), *t, fmt.Sprintf("must be greater than 0 and less than %d", maxClientIPServiceAffinitySeconds))}
+		}
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("sessionAffinity"), svc.Spec.SessionAffinity, []string{"ClientIP", "None"})}
+	}
+	return nil
+}
+
+// initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
+// the cluster cannot give, as kube-apiserver does: bonsai's service range
+// has one family, so a Service may not require two.
+func initIPFamilies(w *writeCtx, svc *corev1.Service) field.ErrorList {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	family := corev1.IPv4Protocol
+	if w.s.cfg.ServiceCIDR.Addr().Is6() {
+		family = corev1.IPv6Protocol
+	}
+	other := map[corev1.IPFamily]corev1.IPFamily{corev1.IPv4Protocol: corev1.IPv6Protocol, corev1.IPv6Protocol: corev1.IPv4Protocol}
+	headlessNoSelector := svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0
+	if svc.Spec.IPFamilyPolicy == nil {
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
+		if headlessNoSelector {
+			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+		}
+	}
+	p := field.NewPath("spec")
+	policy := *svc.Spec.IPFamilyPolicy
+	var errs field.ErrorList
+	switch policy {
+	case corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack:
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("ipFamilyPolicy"), policy, []string{"PreferDualStack", "RequireDualStack", "SingleStack"})}
+	}
+	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.ClusterIPs) > 1 {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+	}
+	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.IPFamilies) > 1 {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
+			errs = append(errs, field.NotSupported(p.Child("ipFamilies").Index(i), f, []string{"IPv4", "IPv6"}))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if headlessNoSelector {
+		// A headless Service without selector may name families the
+		// cluster lacks: its endpoints are the user's.
+		if len(svc.Spec.IPFamilies) == 0 {
+			svc.Spec.IPFamilies = []corev1.IPFamily{family}
+		}
+		if len(svc.Spec.IPFamilies) == 1 && policy != corev1.IPFamilyPolicySingleStack {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, other[svc.Spec.IPFamilies[0]])
+		}
+		return nil
+	}
+	if policy == corev1.IPFamilyPolicyRequireDualStack {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "this cluster is not configured for dual-stack services"))
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		if f != family {
+			errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(i), f, "not configured on this cluster"))
+		}
+	}
+	if len(svc.Spec.IPFamilies) == 0 {
+		svc.Spec.IPFamilies = []corev1.IPFamily{family}
+	}
+	return errs
+}
+
+// allocateService takes in the store the cluster IP and node ports svc
+// needs and old (nil on create) does not hold, and arranges with w that
+// they are given back if the write fails and that what old held and svc
+// no longer does is given back once the write is stored.
+func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *corev1.Service) error {
+	res := w.res
+	ctx = context.WithoutCancel(ctx)
+	var oldIPs []netip.Addr
+	var oldPorts []int32
+	if old != nil {
+		oldIPs, oldPorts = serviceIPs(old), serviceNodePorts(old)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
+	} else if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		switch {
+		case svc.Spec.ClusterIP == "":
+			if ip, err = s.takeNextIP(ctx, svc, w.dryRun); err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			}
+			w.onFailure(func() error { return s.releaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		case err != nil || containsAddr(oldIPs, ip):
+			// Validation has refused a malformed IP; a held one stays.
+		default:
+			if err := s.takeIP(ctx, ip, svc, w.dryRun); err != nil {
+				if errors.Is(err, errIPAllocated) {
+					return invalid(res, svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
+				}
+				return apierrors.NewInternalError(err)
+			}
+			w.onFailure(func() error { return s.releaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		}
+		svc.Spec.ClusterIP = ip.String()
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	} else {
+		// Headless: nothing to allocate.
+		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	}
+	kept, err := s.allocateNodePorts(ctx, w, svc, oldPorts)
 	if err != nil {
 		return err
 	}
-	usedIPs := map[netip.Addr]string{}
-	usedPorts := map[int32]string{}
-	for _, o := range items {
-		other := o.(*corev1.Service)
-		if other.Namespace == svc.Namespace && other.Name == svc.Name {
-			continue
-		}
-		if a, err := netip.ParseAddr(other.Spec.ClusterIP); err == nil {
-			usedIPs[a] = other.Namespace + "/" + other.Name
-		}
-		for _, p := range other.Spec.Ports {
-			if p.NodePort != 0 {
-				usedPorts[p.NodePort] = other.Namespace + "/" + other.Name
-			}
+	if old == nil {
+		return nil
+	}
+	// What the stored Service no longer holds goes once it is stored.
+	newIPs := serviceIPs(svc)
+	for _, ip := range oldIPs {
+		if !containsAddr(newIPs, ip) {
+			w.onSuccess(func() error { return s.releaseIP(ctx, ip, old.Namespace, old.Name) })
 		}
 	}
-	fp := field.NewPath("spec")
-	if svc.Spec.Type != corev1.ServiceTypeExternalName {
-		if svc.Spec.ClusterIP == "" {
-			ip, err := pickIP(s.cfg.ServiceCIDR, usedIPs)
-			if err != nil {
-				return apierrors.NewInternalError(err)
-			}
-			svc.Spec.ClusterIP = ip.String()
-		} else if a, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
-			if _, taken := usedIPs[a]; taken {
-				return invalid(s.reg.byGVR[gvr("", "v1", "services")], svc.Name, field.ErrorList{field.Invalid(fp.Child("clusterIPs").Index(0), svc.Spec.ClusterIP, "failed to allocate IP "+svc.Spec.ClusterIP+": provided IP is already allocated")})
-			}
-		}
-		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
-		if svc.Spec.ClusterIP != corev1.ClusterIPNone || len(svc.Spec.IPFamilies) == 0 {
-			if len(svc.Spec.IPFamilies) == 0 {
-				svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
-				if s.cfg.ServiceCIDR.Addr().Is6() {
-					svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
-				}
-			}
-		}
-		if svc.Spec.IPFamilyPolicy == nil {
-			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
-		}
-	} else {
-		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
-	}
-	if needsNodePorts(svc) {
-		r := s.cfg.NodePortRange
-		mine := map[int32]bool{}
-		for i := range svc.Spec.Ports {
-			p := &svc.Spec.Ports[i]
-			if p.NodePort != 0 {
-				if _, taken := usedPorts[p.NodePort]; taken || mine[p.NodePort] {
-					return invalid(s.reg.byGVR[gvr("", "v1", "services")], svc.Name, field.ErrorList{field.Invalid(fp.Child("ports").Index(i).Child("nodePort"), p.NodePort, "provided port is already allocated")})
-				}
-				mine[p.NodePort] = true
-				continue
-			}
-			n := r.Max - r.Base + 1
-			start := rand.IntN(n)
-			for k := 0; k < n; k++ {
-				cand := int32(r.Base + (start+k)%n)
-				if _, taken := usedPorts[cand]; !taken && !mine[cand] {
-					p.NodePort, mine[cand] = cand, true
-					break
-				}
-			}
-			if p.NodePort == 0 {
-				return apierrors.NewInternalError(fmt.Errorf("no free node port in %d-%d", r.Base, r.Max))
-			}
-		}
-	} else if svc.Spec.Type == corev1.ServiceTypeClusterIP {
-		for i := range svc.Spec.Ports {
-			svc.Spec.Ports[i].NodePort = 0
+	for _, p := range oldPorts {
+		if !containsPort(kept, p) {
+			w.onSuccess(func() error { return s.releaseNodePort(ctx, p, old) })
 		}
 	}
 	return nil
 }
 
-// pickIP chooses a free address of cidr at random, skipping the network
-// address, the first address (the kubernetes Service's, given only on
-// request) and the broadcast address.
-func pickIP(cidr netip.Prefix, used map[netip.Addr]string) (netip.Addr, error) {
-	bits := cidr.Addr().BitLen() - cidr.Bits()
-	if bits > 20 {
-		bits = 20
+// allocateNodePorts records the node ports svc asks for, then gives the
+// ports that lack one a free port (a port number served over several
+// protocols shares one node port, as upstream). It returns the node ports
+// svc holds after the write.
+func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1.Service, oldPorts []int32) ([]int32, error) {
+	if svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].NodePort = 0
+		}
+		return nil, nil
 	}
-	size := 1 << bits
-	start := rand.IntN(size)
-	for k := 0; k < size; k++ {
-		off := (start + k) % size
-		if off < 2 || off == size-1 {
+	var held []int32
+	for i, sp := range svc.Spec.Ports {
+		if sp.NodePort == 0 || containsPort(held, sp.NodePort) {
 			continue
 		}
-		a := addOffset(cidr.Masked().Addr(), uint64(off))
-		if _, taken := used[a]; !taken {
-			return a, nil
+		if !containsPort(oldPorts, sp.NodePort) {
+			if err := s.recordNodePort(ctx, sp.NodePort, svc, w.dryRun); err != nil {
+				if errors.Is(err, errPortAllocated) {
+					return nil, invalid(w.res, svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Index(i).Child("nodePort"), sp.NodePort, err.Error())})
+				}
+				return nil, apierrors.NewInternalError(err)
+			}
+			p := sp.NodePort
+			w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		}
+		held = append(held, sp.NodePort)
+	}
+	if needsNodePorts(svc) {
+		var err error
+		if held, err = s.allocateMissingNodePorts(ctx, w, svc, held); err != nil {
+			return nil, err
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("service CIDR %s is full", cidr)
+	if !needsHealthCheck(svc) {
+		return held, nil
+	}
+	hc := &svc.Spec.HealthCheckNodePort
+	switch {
+	case *hc == 0:
+		p, err := s.takeNextNodePort(ctx, svc, held, w.dryRun)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort %d: %w", p, err))
+		}
+		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		*hc = p
+	case !containsPort(oldPorts, *hc):
+		if err := s.recordNodePort(ctx, *hc, svc, w.dryRun); err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate requested HealthCheck NodePort %d: %w", *hc, err))
+		}
+		p := *hc
+		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+	}
+	return append(held, *hc), nil
 }
 
-func addOffset(a netip.Addr, off uint64) netip.Addr {
-	b := a.As16()
-	lo := binary.BigEndian.Uint64(b[8:]) + off
-	binary.BigEndian.PutUint64(b[8:], lo)
-	out := netip.AddrFrom16(b)
-	if a.Is4() {
-		return out.Unmap()
+// allocateMissingNodePorts gives each port without a node port one,
+// returning held with the ports it took.
+func (s *Server) allocateMissingNodePorts(ctx context.Context, w *writeCtx, svc *corev1.Service, held []int32) ([]int32, error) {
+	byPort := map[int32]int32{}
+	for _, sp := range svc.Spec.Ports {
+		if sp.NodePort != 0 {
+			byPort[sp.Port] = sp.NodePort
+		}
 	}
-	return out
+	for i := range svc.Spec.Ports {
+		sp := &svc.Spec.Ports[i]
+		if sp.NodePort != 0 {
+			continue
+		}
+		if np, ok := byPort[sp.Port]; ok {
+			sp.NodePort = np
+			continue
+		}
+		p, err := s.takeNextNodePort(ctx, svc, held, w.dryRun)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+		}
+		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		sp.NodePort, byPort[sp.Port] = p, p
+		held = append(held, p)
+	}
+	return held, nil
+}
+
+// afterDelete gives back what a deleted Service held. A failure leaves a
+// record without a Service, which the repair loop frees.
+func (s *Server) afterDelete(res *resource, obj runtime.Object) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok || res.gvr != gvr("", "v1", "services") {
+		return
+	}
+	ctx := context.WithoutCancel(s.ctx)
+	for _, ip := range serviceIPs(svc) {
+		if err := s.releaseIP(ctx, ip, svc.Namespace, svc.Name); err != nil {
+			s.log.Warn("cluster IP of a deleted service not released; the repair loop will", "service", svc.Namespace+"/"+svc.Name, "err", err)
+		}
+	}
+	for _, p := range serviceNodePorts(svc) {
+		if err := s.releaseNodePort(ctx, p, svc); err != nil {
+			s.log.Warn("node port of a deleted service not released; the repair loop will", "service", svc.Namespace+"/"+svc.Name, "err", err)
+		}
+	}
 }

@@ -33,6 +33,33 @@ type writeCtx struct {
 	// generatedName: the object's name was made from its generateName
 	// by this request.
 	generatedName bool
+	// undo gives back what the strategy took in the store for this write
+	// (a Service's cluster IP and node ports) if the write fails; release
+	// gives back what the stored object no longer holds once it is stored.
+	undo, release []func() error
+}
+
+// onFailure registers an undo step; a dry run takes nothing to undo.
+func (w *writeCtx) onFailure(f func() error) {
+	if !w.dryRun {
+		w.undo = append(w.undo, f)
+	}
+}
+func (w *writeCtx) onSuccess(f func() error) { w.release = append(w.release, f) }
+
+// finish runs the undo or the release steps of a write that failed or
+// was stored. A step that fails leaves a record the repair loop frees.
+func (w *writeCtx) finish(stored bool) {
+	steps := w.undo
+	if stored {
+		steps = w.release
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			w.s.log.Warn("service allocation not given back; the repair loop will", "resource", w.res.gvr.Resource, "err", err)
+		}
+	}
+	w.undo, w.release = nil, nil
 }
 
 // defaultStrategy suits kinds without rules of their own: status (if any)

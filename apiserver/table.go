@@ -172,6 +172,8 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "networking.k8s.io", Resource: "ingresses"}:       ingressPrinter,
 	{Group: "networking.k8s.io", Resource: "ingressclasses"}:  ingressClassPrinter,
 	{Group: "networking.k8s.io", Resource: "networkpolicies"}: networkPolicyPrinter,
+	{Group: "networking.k8s.io", Resource: "ipaddresses"}:     ipAddressPrinter,
+	{Group: "networking.k8s.io", Resource: "servicecidrs"}:    serviceCIDRPrinter,
 	{Group: "policy", Resource: "poddisruptionbudgets"}:       pdbPrinter,
 	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}: priorityClassPrinter,
 	{Group: "storage.k8s.io", Resource: "storageclasses"}:     storageClassPrinter,
@@ -1061,6 +1063,30 @@ var ingressClassPrinter = printer{
 			params += "/" + p.Name
 		}
 		return []any{c.Name, c.Spec.Controller, params, age(c)}
+	},
+}
+
+var ipAddressPrinter = printer{
+	columns: cols(nameCol, col("ParentRef", tString, networkingv1.IPAddressSpec{}.SwaggerDoc()["parentRef"])),
+	cells: func(o runtime.Object) []any {
+		a := o.(*networkingv1.IPAddress)
+		parent := "<none>"
+		if r := a.Spec.ParentRef; r != nil {
+			parent = strings.ToLower(schema.GroupResource{Group: r.Group, Resource: r.Resource}.String())
+			if r.Namespace != "" {
+				parent += "/" + r.Namespace
+			}
+			parent += "/" + r.Name
+		}
+		return []any{a.Name, parent}
+	},
+}
+
+var serviceCIDRPrinter = printer{
+	columns: cols(nameCol, col("CIDRs", tString, networkingv1.ServiceCIDRSpec{}.SwaggerDoc()["cidrs"]), ageCol),
+	cells: func(o runtime.Object) []any {
+		c := o.(*networkingv1.ServiceCIDR)
+		return []any{c.Name, strings.Join(c.Spec.CIDRs, ","), age(c)}
 	},
 }
 

@@ -576,6 +576,13 @@ func TestTablesOtherGroups(t *testing.T) {
 			[]any{"nginx", "k8s.io/ingress-nginx", "IngressParameters.k8s.example.com/external-lb", recent})
 	})
 
+	t.Run("ipaddresses and servicecidrs", func(t *testing.T) {
+		checkTable(t, getTable(t, e, "/apis/networking.k8s.io/v1/ipaddresses/10.43.0.1"), []string{"NAME", "PARENTREF"},
+			[]any{"10.43.0.1", "services/default/kubernetes"})
+		checkTable(t, getTable(t, e, "/apis/networking.k8s.io/v1/servicecidrs/kubernetes"), []string{"NAME", "CIDRS", "AGE"},
+			[]any{"kubernetes", "10.43.0.0/16", recent})
+	})
+
 	t.Run("networkpolicies", func(t *testing.T) {
 		for name, sel := range map[string]metav1.LabelSelector{"web-only": {MatchLabels: webLabels}, "deny-all": {}} {
 			must(e.cs.NetworkingV1().NetworkPolicies("default").Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
