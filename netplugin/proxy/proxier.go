@@ -1,0 +1,375 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/client"
+)
+
+const (
+	defaultBridge          = "bonsai0"
+	defaultMinSyncInterval = time.Second // kube-proxy's --min-sync-period for nftables
+	fullSyncInterval       = time.Hour   // repairs what someone else changed in the table
+	sliceServiceIndex      = "proxy-service"
+)
+
+// Config is what the proxy needs; Client, Informers and NodeName are
+// required.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	NodeName  string
+	// NodeIPs are this node's addresses. LoadBalancer Services get the
+	// InternalIPs of the cluster's Nodes as ingress; NodeIPs stand in
+	// while no Node lists one (the first start of a one-node cluster).
+	NodeIPs []netip.Addr
+	// ClusterCIDR is the pod network. Traffic from outside it to a
+	// cluster IP is masqueraded; invalid: it is not.
+	ClusterCIDR netip.Prefix
+	// ServiceCIDR is where cluster IPs come from: traffic to one of its
+	// addresses that no Service has is dropped; invalid: it is not.
+	ServiceCIDR netip.Prefix
+	// NodePortAddresses limits the local addresses that serve NodePorts
+	// (and whose traffic counts as external) to these prefixes, like
+	// kube-proxy's --nodeport-addresses; empty: every local address,
+	// 127.0.0.1 included.
+	NodePortAddresses []netip.Prefix
+	// Bridge is the pod network's bridge; the table is "<Bridge>-svc".
+	// Default "bonsai0".
+	Bridge string
+	// MinSyncInterval is the least time between two writes of the
+	// table, which batches bursts of changes; default 1s.
+	MinSyncInterval time.Duration
+	Logger          *slog.Logger // nil: slog.Default()
+}
+
+// TableName is the nftables table (family ip) of the proxy for a bridge.
+func TableName(bridge string) string {
+	if bridge == "" {
+		bridge = defaultBridge
+	}
+	return bridge + "-svc"
+}
+
+// Proxier keeps the table in step with the Services and EndpointSlices.
+type Proxier struct {
+	log      *slog.Logger
+	nodeName string
+	rc       ruleConfig
+	minSync  time.Duration
+	table    *kernelTable
+	services cache.Indexer
+	slices   cache.Indexer
+	synced   []cache.InformerSynced
+	lb       *lbStatusController
+
+	mu       sync.Mutex
+	dirty    map[string]bool // service keys changed since the last sync
+	needFull bool
+	wake     chan struct{}
+
+	// programmed is what the table holds for each Service, by key;
+	// only sync touches it.
+	programmed map[string]objects
+}
+
+// New builds the proxy and registers its informer handlers; it changes
+// nothing in the kernel until Run. Call it before Informers.Start.
+func New(cfg Config) (*Proxier, error) {
+	if cfg.Client == nil || cfg.Informers == nil || cfg.NodeName == "" {
+		return nil, errors.New("proxy: Client, Informers and NodeName are required")
+	}
+	conn, err := openConn(-1)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	svcInf := cfg.Informers.For(&corev1.Service{})
+	sliceInf := cfg.Informers.For(&discoveryv1.EndpointSlice{})
+	nodeInf := cfg.Informers.For(&corev1.Node{})
+	if err := sliceInf.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: index EndpointSlices by Service: %w", err)
+	}
+	p := newProxier(cfg, newKernelTable(conn, TableName(cfg.Bridge)), svcInf.GetIndexer(), sliceInf.GetIndexer())
+	p.synced = []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced}
+	p.lb = newLBStatusController(cfg, svcInf.GetIndexer(), nodeInf.GetIndexer(), p.log)
+	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.serviceChanged(obj) },
+		UpdateFunc: func(_, obj any) { p.serviceChanged(obj) },
+		DeleteFunc: func(obj any) { p.serviceChanged(obj) },
+	}); err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: watch Services: %w", err)
+	}
+	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.sliceChanged(obj) },
+		UpdateFunc: func(_, obj any) { p.sliceChanged(obj) },
+		DeleteFunc: func(obj any) { p.sliceChanged(obj) },
+	}); err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: watch EndpointSlices: %w", err)
+	}
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.lb.enqueueAll() },
+		UpdateFunc: func(any, any) { p.lb.enqueueAll() },
+		DeleteFunc: func(any) { p.lb.enqueueAll() },
+	}); err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: watch Nodes: %w", err)
+	}
+	return p, nil
+}
+
+func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) *Proxier {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinSyncInterval <= 0 {
+		cfg.MinSyncInterval = defaultMinSyncInterval
+	}
+	return &Proxier{
+		log:      cfg.Logger.With("component", "proxy"),
+		nodeName: cfg.NodeName,
+		rc: ruleConfig{
+			clusterCIDR:   cfg.ClusterCIDR.Masked(),
+			serviceCIDR:   cfg.ServiceCIDR.Masked(),
+			nodePortCIDRs: cfg.NodePortAddresses,
+		},
+		minSync:    cfg.MinSyncInterval,
+		table:      table,
+		services:   services,
+		slices:     slices,
+		dirty:      map[string]bool{},
+		needFull:   true,
+		wake:       make(chan struct{}, 1),
+		programmed: map[string]objects{},
+	}
+}
+
+// sliceService indexes an EndpointSlice by the key of its Service.
+func sliceService(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{serviceKey(s.Namespace, name)}, nil
+}
+
+func (p *Proxier) serviceChanged(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	p.markDirty(key)
+	if p.lb != nil {
+		p.lb.enqueue(key)
+	}
+}
+
+func (p *Proxier) sliceChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	keys, _ := sliceService(obj)
+	for _, k := range keys {
+		p.markDirty(k)
+	}
+}
+
+func (p *Proxier) markDirty(key string) {
+	p.mu.Lock()
+	p.dirty[key] = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run programs the table whole, then keeps it up to date until ctx ends:
+// each change rewrites only the changed Services' parts, at most once per
+// MinSyncInterval, and every hour the table is rebuilt whole. When ctx
+// ends the table stays, as kube-proxy leaves its rules: Services keep
+// working while bonsai restarts, and the next Run replaces the table.
+// Cleanup removes it.
+func (p *Proxier) Run(ctx context.Context) error {
+	defer p.table.conn.CloseLasting()
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return nil
+	}
+	if p.lb != nil {
+		go p.lb.run(ctx)
+	}
+	full := time.NewTicker(fullSyncInterval)
+	defer full.Stop()
+	retry := time.NewTimer(0) // the first, full, sync
+	defer retry.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-full.C:
+			p.mu.Lock()
+			p.needFull = true
+			p.mu.Unlock()
+		case <-p.wake:
+		case <-retry.C:
+		}
+		if wait := p.minSync - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		if err := p.sync(); err != nil {
+			p.log.Error("sync service rules; retrying", "err", err)
+			retry.Reset(p.minSync)
+		}
+	}
+}
+
+// sync writes what changed since the last sync, or the whole table when
+// a full sync is due (the first, the hourly one, one after a failure).
+func (p *Proxier) sync() error {
+	p.mu.Lock()
+	dirty, full := p.dirty, p.needFull
+	p.dirty, p.needFull = map[string]bool{}, false
+	p.mu.Unlock()
+
+	start := time.Now()
+	var err error
+	if full {
+		err = p.syncFull()
+	} else {
+		err = p.syncDirty(dirty)
+	}
+	if err != nil {
+		// The kernel kept the table as it was; what it has is no
+		// longer certain to match programmed, so start over whole.
+		p.mu.Lock()
+		p.needFull = true
+		p.mu.Unlock()
+		return err
+	}
+	p.log.Debug("synced service rules", "full", full, "services", len(dirty), "took", time.Since(start))
+	return nil
+}
+
+func (p *Proxier) syncFull() error {
+	want := map[string]objects{}
+	for _, obj := range p.services.List() {
+		svc := obj.(*corev1.Service)
+		key := serviceKey(svc.Namespace, svc.Name)
+		if o, ok := p.serviceObjects(key); ok {
+			want[key] = o
+		}
+	}
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	all := []objects{baseObjects(p.rc)}
+	for _, k := range keys {
+		all = append(all, want[k])
+	}
+	if err := p.table.replace(all); err != nil {
+		return err
+	}
+	p.programmed = want
+	return nil
+}
+
+func (p *Proxier) syncDirty(dirty map[string]bool) error {
+	keys := make([]string, 0, len(dirty))
+	for k := range dirty {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var changes []change
+	next := map[string]objects{}
+	for _, k := range keys {
+		o, _ := p.serviceObjects(k)
+		old := p.programmed[k]
+		if renderTable("", []objects{old}) == renderTable("", []objects{o}) {
+			continue
+		}
+		changes = append(changes, change{old: old, new: o})
+		next[k] = o
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	if err := p.table.update(changes); err != nil {
+		return err
+	}
+	for k, o := range next {
+		if len(o.chains) == 0 && len(o.elems) == 0 {
+			delete(p.programmed, k)
+		} else {
+			p.programmed[k] = o
+		}
+	}
+	return nil
+}
+
+// serviceObjects is what the Service key needs in the table now; false
+// when it needs nothing (gone, headless, ExternalName).
+func (p *Proxier) serviceObjects(key string) (objects, bool) {
+	obj, exists, err := p.services.GetByKey(key)
+	if err != nil || !exists {
+		return objects{}, false
+	}
+	svc := obj.(*corev1.Service)
+	sliceObjs, err := p.slices.ByIndex(sliceServiceIndex, key)
+	if err != nil {
+		p.log.Error("list EndpointSlices of a Service", "service", key, "err", err)
+	}
+	eps := make([]*discoveryv1.EndpointSlice, 0, len(sliceObjs))
+	for _, o := range sliceObjs {
+		eps = append(eps, o.(*discoveryv1.EndpointSlice))
+	}
+	ports := servicePorts(svc, eps, p.nodeName)
+	if len(ports) == 0 {
+		return objects{}, false
+	}
+	out := objects{elems: []elem{clusterIPElem(ports[0].clusterIP)}}
+	for i := range ports {
+		o := serviceObjects(&ports[i], p.rc)
+		out.chains = append(out.chains, o.chains...)
+		out.sets = append(out.sets, o.sets...)
+		out.elems = append(out.elems, o.elems...)
+	}
+	return out, true
+}
+
+// Cleanup deletes the proxy's table for bridge ("" for the default), for
+// `bonsai server --cleanup` and uninstall. A table that is not there is
+// not an error.
+func Cleanup(bridge string) error {
+	conn, err := openConn(-1)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer conn.CloseLasting()
+	return newKernelTable(conn, TableName(bridge)).delete()
+}
