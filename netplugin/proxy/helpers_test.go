@@ -54,8 +54,8 @@ func internalLocal(s *corev1.Service) {
 
 // ep is a test endpoint: address, node, and conditions.
 type ep struct {
-	ip                           string
-	node                         string
+	ip                          string
+	node                        string
 	ready, serving, terminating bool
 }
 
