@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -23,10 +24,12 @@ type kernelTable struct {
 	batchSets map[string]*nftables.Set
 }
 
-// ackBuffer is the receive buffer the connection asks for: the kernel
-// acknowledges each message of a transaction, and a full sync of
-// thousands of Services sends tens of thousands before reading any ack.
-const ackBuffer = 64 << 20
+// socketBuffer is the send and receive buffer the connection asks for: a
+// transaction goes out in one sendmsg, which must fit the send buffer (a
+// full sync of 1,000 Services × 10 endpoints is a few MB), and the kernel
+// acknowledges each of its tens of thousands of messages before the
+// library reads any ack. The kernel allocates only what is used.
+const socketBuffer = 128 << 20
 
 // openConn opens a lasting nftables connection, in the network namespace
 // fd when fd >= 0 (tests), else in the caller's.
@@ -40,7 +43,9 @@ func openConn(netnsFD int) (*nftables.Conn, error) {
 		if err := raw.Control(func(fd uintptr) {
 			// FORCE goes past net.core.rmem_max; CAP_NET_ADMIN, which
 			// writing nftables needs anyway, allows it.
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ackBuffer)
+			serr = errors.Join(
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer),
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer))
 		}); err != nil {
 			return err
 		}
@@ -77,7 +82,16 @@ func (k *kernelTable) addChain(c chainDef) {
 func (k *kernelTable) addSet(s setDef) error {
 	set := &nftables.Set{Table: k.table, Name: s.name, KeyType: nftables.TypeIPAddr,
 		HasTimeout: true, Timeout: s.timeout, Dynamic: true}
-	if err := k.conn.AddSet(set, nil); err != nil {
+	var elems []nftables.SetElement
+	if s.endpoints != nil {
+		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+		for i, c := range s.endpoints {
+			// numgen writes its number in host byte order.
+			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
+				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
+		}
+	}
+	if err := k.conn.AddSet(set, elems); err != nil {
 		return fmt.Errorf("add set %s: %w", s.name, err)
 	}
 	k.batchSets[s.name] = set
@@ -88,51 +102,30 @@ func (k *kernelTable) delSet(name string) {
 	k.conn.DelSet(&nftables.Set{Table: k.table, Name: name})
 }
 
-// addRules appends rules to a chain, making each rule's anonymous verdict
-// map first.
-func (k *kernelTable) addRules(chain string, rules []*rule) error {
+// addRules appends rules to a chain. Rules refer to sets made in the same
+// transaction by ID as well as by name.
+func (k *kernelTable) addRules(chain string, rules []*rule) {
 	ch := k.chain(chain)
 	for _, r := range rules {
 		exprs := slices.Clone(r.exprs)
 		for i, e := range exprs {
 			switch e := e.(type) {
 			case *expr.Lookup:
-				lk := *e
-				if lk.SetName == "" { // numgen's map
-					set, err := k.addVmap(r.vmap)
-					if err != nil {
-						return fmt.Errorf("chain %s: %w", chain, err)
-					}
-					lk.SetName, lk.SetID = set.Name, set.ID
-				} else if s := k.batchSets[lk.SetName]; s != nil {
+				if s := k.batchSets[e.SetName]; s != nil {
+					lk := *e
 					lk.SetID = s.ID
+					exprs[i] = &lk
 				}
-				exprs[i] = &lk
 			case *expr.Dynset:
-				ds := *e
-				if s := k.batchSets[ds.SetName]; s != nil {
+				if s := k.batchSets[e.SetName]; s != nil {
+					ds := *e
 					ds.SetID = s.ID
+					exprs[i] = &ds
 				}
-				exprs[i] = &ds
 			}
 		}
 		k.conn.AddRule(&nftables.Rule{Table: k.table, Chain: ch, Exprs: exprs})
 	}
-	return nil
-}
-
-func (k *kernelTable) addVmap(chains []string) (*nftables.Set, error) {
-	set := &nftables.Set{Table: k.table, Anonymous: true, Constant: true, IsMap: true,
-		KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
-	elems := make([]nftables.SetElement, len(chains))
-	for i, c := range chains {
-		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
-			VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-	}
-	if err := k.conn.AddSet(set, elems); err != nil {
-		return nil, fmt.Errorf("add numgen map: %w", err)
-	}
-	return set, nil
 }
 
 func (k *kernelTable) setElems(elems []elem, add bool) error {
@@ -145,18 +138,26 @@ func (k *kernelTable) setElems(elems []elem, add bool) error {
 		bySet[e.set] = append(bySet[e.set], se)
 	}
 	for name, se := range bySet {
-		var err error
-		if add {
-			err = k.conn.SetAddElements(k.maps[name], se)
-		} else {
-			err = k.conn.SetDeleteElements(k.maps[name], se)
-		}
-		if err != nil {
-			return fmt.Errorf("map %s: %w", name, err)
+		for chunk := range slices.Chunk(se, elemsPerMessage) {
+			var err error
+			if add {
+				err = k.conn.SetAddElements(k.maps[name], chunk)
+			} else {
+				err = k.conn.SetDeleteElements(k.maps[name], chunk)
+			}
+			if err != nil {
+				return fmt.Errorf("map %s: %w", name, err)
+			}
 		}
 	}
 	return nil
 }
+
+// elemsPerMessage keeps a message's element list, one netlink attribute,
+// within the 64 KiB an attribute's 16-bit length can say: the kernel
+// silently keeps only what fits of a longer one. 128 elements of the
+// longest keys and chain names fit.
+const elemsPerMessage = 128
 
 // replace builds the whole table anew, deleting what was there, in one
 // transaction: packets see the old table or the new one.
@@ -171,23 +172,24 @@ func (k *kernelTable) replace(all []objects) error {
 			return fmt.Errorf("add map %s: %w", name, err)
 		}
 	}
+	// Chains first: the endpoint maps' elements go to them.
 	var elems []elem
 	for _, o := range all {
-		for _, s := range o.sets {
-			if err := k.addSet(s); err != nil {
-				return err
-			}
-		}
 		for _, ch := range o.chains {
 			k.addChain(ch)
 		}
 		elems = append(elems, o.elems...)
 	}
 	for _, o := range all {
-		for _, ch := range o.chains {
-			if err := k.addRules(ch.name, ch.rules); err != nil {
+		for _, s := range o.sets {
+			if err := k.addSet(s); err != nil {
 				return err
 			}
+		}
+	}
+	for _, o := range all {
+		for _, ch := range o.chains {
+			k.addRules(ch.name, ch.rules)
 		}
 	}
 	if err := k.setElems(elems, true); err != nil {
@@ -212,24 +214,22 @@ func (k *kernelTable) update(changes []change) error {
 	for _, name := range d.flushChains {
 		k.conn.FlushChain(k.chain(name))
 	}
+	for _, name := range d.delSets { // before the chains their maps go to
+		k.delSet(name)
+	}
 	for _, name := range d.delChains {
 		k.conn.DelChain(k.chain(name))
 	}
-	for _, name := range d.delSets {
-		k.delSet(name)
+	for _, ch := range d.addChains {
+		k.addChain(ch)
 	}
 	for _, s := range d.addSets {
 		if err := k.addSet(s); err != nil {
 			return err
 		}
 	}
-	for _, ch := range d.addChains {
-		k.addChain(ch)
-	}
 	for _, ch := range d.writeChains {
-		if err := k.addRules(ch.name, ch.rules); err != nil {
-			return err
-		}
+		k.addRules(ch.name, ch.rules)
 	}
 	if err := k.setElems(d.addElems, true); err != nil {
 		return err
@@ -299,7 +299,7 @@ func (d *objectDiff) add(old, new objects) {
 	newSets := map[string]bool{}
 	for _, s := range new.sets {
 		newSets[s.name] = true
-		if o, ok := oldSets[s.name]; ok && o == s {
+		if o, ok := oldSets[s.name]; ok && o.equal(s) {
 			continue
 		} else if ok {
 			d.delSets = append(d.delSets, s.name)

@@ -16,9 +16,6 @@ import (
 type rule struct {
 	text  []string
 	exprs []expr.Any
-	// vmap, when set, is the rule's anonymous verdict map (numgen's
-	// choice of endpoint): it must be created just before the rule.
-	vmap []string
 }
 
 func (r *rule) String() string { return strings.Join(r.text, " ") }
@@ -113,17 +110,12 @@ func (r *rule) vmapProtoPort(set string) *rule {
 		&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: set})
 }
 
-// numgenGoto picks one of chains with equal probability.
-func (r *rule) numgenGoto(chains []string) *rule {
-	parts := make([]string, len(chains))
-	for i, c := range chains {
-		parts[i] = fmt.Sprintf("%d : goto %s", i, c)
-	}
-	r.vmap = chains
-	// The Lookup's set is filled in when the anonymous map is made.
-	return r.add(fmt.Sprintf("numgen random mod %d vmap { %s }", len(chains), strings.Join(parts, ", ")),
-		&expr.Numgen{Register: regScratch, Type: unix.NFT_NG_RANDOM, Modulus: uint32(len(chains))},
-		&expr.Lookup{SourceRegister: regScratch, DestRegister: 0, IsDestRegSet: true})
+// numgenVmap picks one of n endpoints with equal probability: a random
+// number below n, looked up in the named verdict map of the endpoints.
+func (r *rule) numgenVmap(n int, set string) *rule {
+	return r.add(fmt.Sprintf("numgen random mod %d vmap @%s", n, set),
+		&expr.Numgen{Register: regScratch, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
+		&expr.Lookup{SourceRegister: regScratch, DestRegister: 0, IsDestRegSet: true, SetName: set})
 }
 
 // saddrInSet matches packets whose source address is in the named set.

@@ -20,6 +20,17 @@ func chainText(c chainDef) string {
 	return b.String()
 }
 
+func setText(s setDef) string {
+	if s.endpoints == nil {
+		return fmt.Sprintf("set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; }\n", s.name, int(s.timeout.Seconds()))
+	}
+	elems := make([]string, len(s.endpoints))
+	for i, c := range s.endpoints {
+		elems[i] = fmt.Sprintf("%d : goto %s", i, c)
+	}
+	return fmt.Sprintf("map %s { type integer : verdict; elements = { %s } }\n", s.name, strings.Join(elems, ", "))
+}
+
 // renderTable is the table that all programs, in a stable text form
 // close to `nft list table`: the fixed part, then each service port's
 // sets and chains in the order given, then the maps' elements sorted.
@@ -29,7 +40,7 @@ func renderTable(name string, all []objects) string {
 	var elems []string
 	for _, o := range all {
 		for _, s := range o.sets {
-			fmt.Fprintf(&b, "set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; }\n", s.name, int(s.timeout.Seconds()))
+			b.WriteString(setText(s))
 		}
 		for _, c := range o.chains {
 			b.WriteString(chainText(c))
