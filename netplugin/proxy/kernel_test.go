@@ -97,53 +97,64 @@ func (p *testProxier) remove(t *testing.T, obj any, key string) {
 }
 
 // kernelView reads the table back from the kernel: each chain's rule
-// count and each map's elements, rendered like the golden files.
-func kernelView(t *testing.T, ns netns.NsHandle) (chains map[string]int, elems []string) {
-	t.Helper()
+// count and each map's elements, rendered as elem.kernelText does.
+func kernelView(ns netns.NsHandle, name string) (chains map[string]int, elems []string, err error) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
+	table := &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
 	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, fmt.Errorf("list chains: %w", err)
 	}
 	chains = map[string]int{}
 	for _, ch := range all {
-		if ch.Table.Name != testTable {
+		if ch.Table.Name != name {
 			continue
 		}
 		rules, err := c.GetRules(table, ch)
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, fmt.Errorf("rules of %s: %w", ch.Name, err)
 		}
 		chains[ch.Name] = len(rules)
 	}
-	for name, set := range namedSets(table) {
+	for setName, set := range namedSets(table) {
 		got, err := c.GetSetElements(set)
 		if err != nil {
-			t.Fatalf("elements of %s: %v", name, err)
+			return nil, nil, fmt.Errorf("elements of %s: %w", setName, err)
 		}
 		for _, e := range got {
-			s := fmt.Sprintf("%s %x", name, e.Key)
+			s := fmt.Sprintf("%s %x", setName, e.Key)
 			if set.IsMap {
-				s += " : " + verdictText(decodeVerdict(t, e.Val))
+				v, err := decodeVerdict(e.Val)
+				if err != nil {
+					return nil, nil, err
+				}
+				s += " : " + verdictText(v)
 			}
 			elems = append(elems, s)
 		}
 	}
 	slices.Sort(elems)
+	return chains, elems, nil
+}
+
+func mustKernelView(t *testing.T, ns netns.NsHandle, name string) (chains map[string]int, elems []string) {
+	t.Helper()
+	chains, elems, err := kernelView(ns, name)
+	if err != nil {
+		t.Fatalf("read table %s back: %v", name, err)
+	}
 	return chains, elems
 }
 
 // decodeVerdict reads a vmap element's data, which the library hands
 // back undecoded: the verdict code and, for a goto, the chain.
-func decodeVerdict(t *testing.T, b []byte) *expr.Verdict {
-	t.Helper()
+func decodeVerdict(b []byte) (*expr.Verdict, error) {
 	ad, err := mnl.NewAttributeDecoder(b)
 	if err != nil {
-		t.Fatalf("decode verdict %x: %v", b, err)
+		return nil, fmt.Errorf("decode verdict %x: %w", b, err)
 	}
 	ad.ByteOrder = binary.BigEndian
 	v := &expr.Verdict{}
@@ -156,9 +167,9 @@ func decodeVerdict(t *testing.T, b []byte) *expr.Verdict {
 		}
 	}
 	if err := ad.Err(); err != nil {
-		t.Fatalf("decode verdict %x: %v", b, err)
+		return nil, fmt.Errorf("decode verdict %x: %w", b, err)
 	}
-	return v
+	return v, nil
 }
 
 func verdictText(v *expr.Verdict) string {
@@ -180,11 +191,7 @@ func wantView(p *testProxier) (chains map[string]int, elems []string) {
 			chains[c.name] = len(c.rules)
 		}
 		for _, e := range o.elems {
-			s := fmt.Sprintf("%s %x", e.set, e.key)
-			if e.verdict != nil {
-				s += " : " + verdictText(e.verdict)
-			}
-			elems = append(elems, s)
+			elems = append(elems, e.kernelText())
 		}
 	}
 	slices.Sort(elems)
@@ -193,7 +200,7 @@ func wantView(p *testProxier) (chains map[string]int, elems []string) {
 
 func checkKernelView(t *testing.T, p *testProxier) {
 	t.Helper()
-	gotChains, gotElems := kernelView(t, p.ns)
+	gotChains, gotElems := mustKernelView(t, p.ns, testTable)
 	wantChains, wantElems := wantView(p)
 	if diff := cmp.Diff(wantChains, gotChains); diff != "" {
 		t.Errorf("chains and rule counts in the kernel (-want +got):\n%s", diff)
