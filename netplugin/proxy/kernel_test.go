@@ -325,6 +325,11 @@ func TestTraffic(t *testing.T) {
 		if got["ep0"] == 0 || got["ep1"] == 0 {
 			t.Errorf("answers by endpoint = %v, want both", got)
 		}
+		// The client is outside the cluster CIDR: masqueraded, so that
+		// replies come back through the node.
+		if _, from, err := dial(n.client, "10.96.0.10:80"); err != nil || from != nodeBridgeIP {
+			t.Errorf("endpoint saw the client as %q (err %v), want the node's %s", from, err, nodeBridgeIP)
+		}
 	})
 	t.Run("NodePort on the node's address", func(t *testing.T) {
 		got := hits(t, n.client, nodeClientIP+":30080", tries)
@@ -342,9 +347,22 @@ func TestTraffic(t *testing.T) {
 		}
 	})
 	t.Run("hairpin: an endpoint reaches itself through its Service", func(t *testing.T) {
-		got := hits(t, n.endpoints[0], "10.96.0.10:80", tries)
-		if got["ep0"] == 0 {
-			t.Errorf("answers by endpoint = %v, want ep0 among them", got)
+		// A pod reaching another pod keeps its address; one reaching
+		// itself is masqueraded, or it would answer itself directly.
+		want := map[string]string{"ep0": nodeBridgeIP, "ep1": n.endpointIPs[0].String()}
+		seen := map[string]int{}
+		for range tries {
+			name, from, err := dial(n.endpoints[0], "10.96.0.10:80")
+			if err != nil {
+				t.Fatalf("from ep0: %v", err)
+			}
+			seen[name]++
+			if from != want[name] {
+				t.Errorf("%s saw ep0 as %s, want %s", name, from, want[name])
+			}
+		}
+		if seen["ep0"] == 0 || seen["ep1"] == 0 {
+			t.Errorf("answers by endpoint = %v, want both", seen)
 		}
 	})
 	t.Run("unknown port of a cluster IP is refused", func(t *testing.T) {
