@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -44,6 +46,7 @@ func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
 		NodeName:    testNode,
 		ClusterCIDR: netip.MustParsePrefix("10.200.0.0/16"),
 		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"),
+		Logger:      slog.New(slog.NewTextHandler(testLog{t}, nil)),
 	}
 	p := newProxier(cfg, newKernelTable(conn, testTable), services, slices)
 	// The namespace dies with the test, and the table with it; this
@@ -437,4 +440,65 @@ func TestTraffic(t *testing.T) {
 func isTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout() || strings.Contains(err.Error(), "timeout")
+}
+
+// TestKeyConflicts: two Services asking for the same address and port
+// must not stop syncs; the older one holds it, and the other gets it when
+// it is free.
+func TestKeyConflicts(t *testing.T) {
+	requireRoot(t)
+	p := newTestProxier(t, newNetns(t))
+	withExternal := func(name, cip string, age int) *corev1.Service {
+		return newService(name, cip, 80, func(s *corev1.Service) {
+			s.Spec.ExternalIPs = []string{"192.0.2.10"}
+			s.CreationTimestamp = metav1.NewTime(time.Unix(int64(1000+age), 0))
+		})
+	}
+	older, newer := withExternal("older", "10.96.0.10", 0), withExternal("newer", "10.96.0.11", 1)
+	p.set(t, newer, newSlice("newer", "newer-1", 8080, readyEP("10.200.0.11", testNode)))
+	p.set(t, older, newSlice("older", "older-1", 8080, readyEP("10.200.0.10", testNode)))
+	// The newer one came first and keeps the key until a full sync,
+	// which hands it to the older one.
+	sp := servicePort{namespace: "default", portName: "http", proto: protoTCP, port: 80}
+	holder := func() string {
+		_, elems := mustKernelView(t, p.ns, testTable)
+		for _, e := range elems {
+			if strings.HasPrefix(e, addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, nil).kernelText()+" : ") {
+				return e
+			}
+		}
+		return ""
+	}
+	sp.name = "newer"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after incremental syncs: %q, want %q", got, want)
+	}
+	p.needFull = true
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	sp.name = "older"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after a full sync: %q, want %q", got, want)
+	}
+	checkKernelView(t, p)
+
+	// The holder goes: the other takes the key on the sync after.
+	p.remove(t, older, "default/older")
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	sp.name = "newer"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after the holder went: %q, want %q", got, want)
+	}
+	checkKernelView(t, p)
+}
+
+// testLog sends log lines to the test's log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -80,9 +78,11 @@ type Proxier struct {
 	needFull bool
 	wake     chan struct{}
 
-	// programmed is what the table holds for each Service, by key;
-	// only sync touches it.
+	// programmed is what the table holds for each Service, by key, and
+	// conflicted the Services that lack a map key another holds (see
+	// claims.go); only sync touches them.
 	programmed map[string]objects
+	conflicted map[string]bool
 }
 
 // New builds the proxy and registers its informer handlers; it changes
@@ -155,6 +155,7 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 		needFull:   true,
 		wake:       make(chan struct{}, 1),
 		programmed: map[string]objects{},
+		conflicted: map[string]bool{},
 	}
 }
 
@@ -275,27 +276,29 @@ func (p *Proxier) sync() error {
 }
 
 func (p *Proxier) syncFull() error {
+	keys := p.services.ListKeys()
+	p.byAge(keys)
+	owners := keyOwners{}
+	conflicted := map[string]bool{}
 	want := map[string]objects{}
-	for _, obj := range p.services.List() {
-		svc := obj.(*corev1.Service)
-		key := serviceKey(svc.Namespace, svc.Name)
-		if o, ok := p.serviceObjects(key); ok {
-			want[key] = o
-		}
-	}
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	all := []objects{baseObjects(p.rc)}
 	for _, k := range keys {
-		all = append(all, want[k])
+		o, ok := p.serviceObjects(k)
+		if !ok {
+			continue
+		}
+		o, lost := owners.claim(k, o)
+		if len(lost) > 0 {
+			conflicted[k] = true
+			p.log.Warn("Service left without addresses another Service holds", "service", k, "keys", lost)
+		}
+		want[k] = o
+		all = append(all, o)
 	}
 	if err := p.table.replace(all); err != nil {
 		return err
 	}
-	p.programmed = want
+	p.programmed, p.conflicted = want, conflicted
 	return nil
 }
 
@@ -304,29 +307,52 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 	for k := range dirty {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	p.byAge(keys)
+	owners := ownersOf(p.programmed, dirty)
 	var changes []change
 	next := map[string]objects{}
+	conflicted := map[string]bool{}
+	freed := false
 	for _, k := range keys {
 		o, _ := p.serviceObjects(k)
+		o, lost := owners.claim(k, o)
+		if len(lost) > 0 {
+			conflicted[k] = true
+			p.log.Warn("Service left without addresses another Service holds", "service", k, "keys", lost)
+		}
 		old := p.programmed[k]
 		if renderTable("", []objects{old}) == renderTable("", []objects{o}) {
 			continue
 		}
+		freed = freed || released(old, o)
 		changes = append(changes, change{old: old, new: o})
 		next[k] = o
 	}
-	if len(changes) == 0 {
-		return nil
-	}
-	if err := p.table.update(changes); err != nil {
-		return err
+	if len(changes) > 0 {
+		if err := p.table.update(changes); err != nil {
+			return err
+		}
 	}
 	for k, o := range next {
 		if len(o.chains) == 0 && len(o.elems) == 0 {
 			delete(p.programmed, k)
 		} else {
 			p.programmed[k] = o
+		}
+	}
+	for _, k := range keys {
+		delete(p.conflicted, k)
+	}
+	for k := range conflicted {
+		p.conflicted[k] = true
+	}
+	// A key given up may be one a Service went without: let those try
+	// again.
+	if freed {
+		for k := range p.conflicted {
+			if !dirty[k] {
+				p.markDirty(k)
+			}
 		}
 	}
 	return nil

@@ -178,4 +178,3 @@ func (e elem) kernelText() string {
 	}
 	return s
 }
-
