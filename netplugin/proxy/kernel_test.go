@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"encoding/binary"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
