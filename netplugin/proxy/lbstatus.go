@@ -22,7 +22,9 @@ import (
 // Nodes' addresses as status.loadBalancer.ingress, and the proxy serves
 // those addresses at the Service's ports (they are external IPs to it).
 // Every node's proxy computes the same status from the same Nodes, so
-// several of them agree rather than fight.
+// several of them agree rather than fight. As with ServiceLB, whose pods
+// take the port on every node, a Service asking for a port that an older
+// LoadBalancer Service has stays pending (no ingress) until it is free.
 type lbStatusController struct {
 	client   *client.Clientset
 	services cache.Indexer
@@ -40,9 +42,8 @@ func newLBStatusController(cfg Config, services, nodes cache.Indexer, log *slog.
 	}
 }
 
-func (c *lbStatusController) enqueue(key string) { c.queue.Add(key) }
-
-// enqueueAll queues every LoadBalancer Service: the Nodes changed.
+// enqueueAll queues every LoadBalancer Service: a Node or a Service
+// changed, and with it maybe the addresses or the ports they get.
 func (c *lbStatusController) enqueueAll() {
 	for _, obj := range c.services.List() {
 		if svc := obj.(*corev1.Service); svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
@@ -82,7 +83,17 @@ func (c *lbStatusController) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	want := c.ingress()
-	if len(want) == 0 || equality.Semantic.DeepEqual(svc.Status.LoadBalancer.Ingress, want) {
+	if len(want) == 0 {
+		return nil // no address to give yet; a Node event brings one
+	}
+	if c.portTaken(svc) {
+		// Ours to take back: what this controller gave.
+		if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer.Ingress, want) {
+			return nil
+		}
+		want = nil
+	}
+	if equality.Semantic.DeepEqual(svc.Status.LoadBalancer.Ingress, want) {
 		return nil
 	}
 	update := svc.DeepCopy()
@@ -97,6 +108,35 @@ func (c *lbStatusController) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("update status of Service %s: %w", key, err)
 	}
 	return nil
+}
+
+// portTaken reports whether an older LoadBalancer Service of the default
+// class has one of svc's ports (protocol and number).
+func (c *lbStatusController) portTaken(svc *corev1.Service) bool {
+	for _, obj := range c.services.List() {
+		o := obj.(*corev1.Service)
+		if o.UID == svc.UID || o.Spec.Type != corev1.ServiceTypeLoadBalancer || o.Spec.LoadBalancerClass != nil || o.DeletionTimestamp != nil {
+			continue
+		}
+		if !olderThan(o, svc) {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			for _, q := range o.Spec.Ports {
+				if protocolOf(p.Protocol) == protocolOf(q.Protocol) && p.Port == q.Port {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func olderThan(a, b *corev1.Service) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return serviceKey(a.Namespace, a.Name) < serviceKey(b.Namespace, b.Name)
 }
 
 // ingress is one entry per Node InternalIP (IPv4), sorted; NodeIPs when

@@ -179,7 +179,9 @@ func (p *Proxier) serviceChanged(obj any) {
 	}
 	p.markDirty(key)
 	if p.lb != nil {
-		p.lb.enqueue(key)
+		// Every LoadBalancer Service: this one may have freed or taken
+		// a port another waits for.
+		p.lb.enqueueAll()
 	}
 }
 

@@ -163,11 +163,31 @@ func TestRun(t *testing.T) {
 		t.Errorf("Service of class %s got ingress %+v", other, got.Status.LoadBalancer.Ingress)
 	}
 
-	// Deleting the Service removes its elements.
+	// A newer Service on web's port waits for it, as with ServiceLB.
+	if _, err := e.Client.Core.Services("default").Create(e.Ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "third"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deleting the Service removes its elements, and frees its port.
 	if err := e.Client.Core.Services("default").Delete(e.Ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitElems()
+	controllertest.Eventually(t, 30*time.Second, func() error {
+		got, err := e.Client.Core.Services("default").Get(e.Ctx, "third", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(got.Status.LoadBalancer.Ingress) == 0 {
+			return fmt.Errorf("no ingress on Service third after web, which had its port, went")
+		}
+		return nil
+	})
+	// Of web's keys only the load balancer address and port are left,
+	// now third's (with no endpoints).
+	waitElems(addrElem(mapNoEndpointServices, lbIP, &sp, gotoVerdict(chainReject)).kernelText())
 }
 
 // kernelText is an element as kernelView renders it.
