@@ -71,11 +71,18 @@ type endpoint struct {
 	ready, serving, terminating bool
 }
 
+// labelServiceProxyName on a Service hands it to another proxy;
+// kube-proxy leaves such Services alone.
+const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
 // servicePorts turns a Service and its EndpointSlices into the ports the
 // proxy serves. Services without a cluster IP (headless, ExternalName)
 // get none: kube-proxy leaves them to DNS.
 func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []servicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	if _, ok := svc.Labels[labelServiceProxyName]; ok {
 		return nil
 	}
 	cip, err := netip.ParseAddr(svc.Spec.ClusterIP)

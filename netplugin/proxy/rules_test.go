@@ -110,10 +110,14 @@ func TestGoldenRules(t *testing.T) {
 		{name: "no-endpoints", objs: []any{
 			newService("web", "10.43.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster)),
 		}},
-		// Headless and ExternalName Services are not proxied at all.
+		// Headless and ExternalName Services, and those another proxy
+		// serves, are not proxied at all.
 		{name: "not-proxied", objs: []any{
 			newService("headless", "None", 80),
 			newService("ext", "", 80, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName }),
+			newService("other-proxy", "10.43.0.11", 80, func(s *corev1.Service) {
+				s.Labels = map[string]string{labelServiceProxyName: "someone-else"}
+			}),
 		}},
 		{name: "nodeport", objs: []any{
 			newService("web", "10.43.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster)),
