@@ -16,6 +16,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	mnl "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -501,4 +502,54 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// TestUDPStaleFlows: a UDP client that keeps its source port follows its
+// endpoint's removal at once, rather than sending on to it through the
+// conntrack entry of its flow.
+func TestUDPStaleFlows(t *testing.T) {
+	n := newTestNetwork(t, 2)
+	n.serveUDP(t, 0, 5353, "ep0")
+	n.serveUDP(t, 1, 5353, "ep1")
+	p := newTestProxier(t, n.node)
+	ct, err := netlink.NewHandleAt(n.node, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ct.Close)
+	p.conntrack = ct
+	udp := func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP }
+	slice := func(ips ...netip.Addr) *discoveryv1.EndpointSlice {
+		var eps []ep
+		for _, ip := range ips {
+			eps = append(eps, readyEP(ip.String(), testNode))
+		}
+		s := newSlice("dns", "dns-1", 5353, eps...)
+		s.Ports[0].Protocol = ptr(corev1.ProtocolUDP)
+		return s
+	}
+	p.set(t, newService("dns", "10.96.0.53", 53, udp), slice(n.endpointIPs...))
+
+	c := newUDPClient(t, n.client)
+	first, err := c.ask("10.96.0.53:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The flow sticks to its endpoint while it lasts...
+	for range 5 {
+		if got, err := c.ask("10.96.0.53:53"); err != nil || got != first {
+			t.Fatalf("same flow answered by %q (err %v), want %q", got, err, first)
+		}
+	}
+	// ...until the endpoint leaves: the other one answers the very next
+	// datagram (the one that left still listens, so a stale entry would
+	// show).
+	remaining, name := n.endpointIPs[1], "ep1"
+	if first == "ep1" {
+		remaining, name = n.endpointIPs[0], "ep0"
+	}
+	p.set(t, slice(remaining))
+	if got, err := c.ask("10.96.0.53:53"); err != nil || got != name {
+		t.Errorf("after %s left: answered by %q (err %v), want %q", first, got, err, name)
+	}
 }

@@ -281,3 +281,57 @@ func hits(t *testing.T, ns netns.NsHandle, addr string, n int) map[string]int {
 func dialTimeout(addr string, d time.Duration) (net.Conn, error) {
 	return net.DialTimeout("tcp", addr, d)
 }
+
+// serveUDP answers every datagram to port in endpoint i with its name.
+func (n *testNetwork) serveUDP(t *testing.T, i int, port int, name string) {
+	t.Helper()
+	var pc net.PacketConn
+	must(t, "listen udp", inNS(n.endpoints[i], func() (err error) {
+		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	}))
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(name), from)
+		}
+	}()
+}
+
+// udpClient is one UDP socket in ns: every datagram it sends to a Service
+// is the same flow to conntrack.
+type udpClient struct{ pc net.PacketConn }
+
+func newUDPClient(t *testing.T, ns netns.NsHandle) *udpClient {
+	t.Helper()
+	var pc net.PacketConn
+	must(t, "udp socket", inNS(ns, func() (err error) {
+		pc, err = net.ListenPacket("udp", ":0")
+		return err
+	}))
+	t.Cleanup(func() { pc.Close() })
+	return &udpClient{pc: pc}
+}
+
+// ask sends one datagram to addr and returns the answer.
+func (c *udpClient) ask(addr string) (string, error) {
+	to, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.pc.WriteTo([]byte("?"), to); err != nil {
+		return "", err
+	}
+	c.pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _, err := c.pc.ReadFrom(buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}

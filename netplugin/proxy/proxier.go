@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -72,6 +74,8 @@ type Proxier struct {
 	slices   cache.Indexer
 	synced   []cache.InformerSynced
 	lb       *lbStatusController
+	// conntrack talks rtnetlink's conntrack to the proxy's namespace.
+	conntrack *netlink.Handle
 
 	mu       sync.Mutex
 	dirty    map[string]bool // service keys changed since the last sync
@@ -95,41 +99,53 @@ func New(cfg Config) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	ct, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: open conntrack netlink socket: %w", err)
+	}
 	svcInf := cfg.Informers.For(&corev1.Service{})
 	sliceInf := cfg.Informers.For(&discoveryv1.EndpointSlice{})
 	nodeInf := cfg.Informers.For(&corev1.Node{})
-	if err := sliceInf.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
-		conn.CloseLasting()
-		return nil, fmt.Errorf("proxy: index EndpointSlices by Service: %w", err)
-	}
 	p := newProxier(cfg, newKernelTable(conn, TableName(cfg.Bridge)), svcInf.GetIndexer(), sliceInf.GetIndexer())
+	p.conntrack = ct
 	p.synced = []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced}
 	p.lb = newLBStatusController(cfg, svcInf.GetIndexer(), nodeInf.GetIndexer(), p.log)
-	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := p.watch(svcInf, sliceInf, nodeInf); err != nil {
+		conn.CloseLasting()
+		ct.Close()
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	return p, nil
+}
+
+// watch indexes slices by Service and registers the event handlers.
+func (p *Proxier) watch(services, slices, nodes cache.SharedIndexInformer) error {
+	if err := slices.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+		return fmt.Errorf("index EndpointSlices by Service: %w", err)
+	}
+	if _, err := services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.serviceChanged(obj) },
 		UpdateFunc: func(_, obj any) { p.serviceChanged(obj) },
 		DeleteFunc: func(obj any) { p.serviceChanged(obj) },
 	}); err != nil {
-		conn.CloseLasting()
-		return nil, fmt.Errorf("proxy: watch Services: %w", err)
+		return fmt.Errorf("watch Services: %w", err)
 	}
-	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.sliceChanged(obj) },
 		UpdateFunc: func(_, obj any) { p.sliceChanged(obj) },
 		DeleteFunc: func(obj any) { p.sliceChanged(obj) },
 	}); err != nil {
-		conn.CloseLasting()
-		return nil, fmt.Errorf("proxy: watch EndpointSlices: %w", err)
+		return fmt.Errorf("watch EndpointSlices: %w", err)
 	}
-	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.lb.enqueueAll() },
 		UpdateFunc: func(any, any) { p.lb.enqueueAll() },
 		DeleteFunc: func(any) { p.lb.enqueueAll() },
 	}); err != nil {
-		conn.CloseLasting()
-		return nil, fmt.Errorf("proxy: watch Nodes: %w", err)
+		return fmt.Errorf("watch Nodes: %w", err)
 	}
-	return p, nil
+	return nil
 }
 
 func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) *Proxier {
@@ -213,6 +229,7 @@ func (p *Proxier) markDirty(key string) {
 // Cleanup removes it.
 func (p *Proxier) Run(ctx context.Context) error {
 	defer p.table.conn.CloseLasting()
+	defer p.conntrack.Close()
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return nil
 	}
@@ -300,7 +317,12 @@ func (p *Proxier) syncFull() error {
 	if err := p.table.replace(all); err != nil {
 		return err
 	}
+	var stale []netip.Addr
+	for k, old := range p.programmed {
+		stale = append(stale, staleUDP(old, want[k])...)
+	}
 	p.programmed, p.conflicted = want, conflicted
+	p.clearUDPFlows(stale)
 	return nil
 }
 
@@ -335,6 +357,11 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 			return err
 		}
 	}
+	var stale []netip.Addr
+	for _, ch := range changes {
+		stale = append(stale, staleUDP(ch.old, ch.new)...)
+	}
+	p.clearUDPFlows(stale)
 	for k, o := range next {
 		if len(o.chains) == 0 && len(o.elems) == 0 {
 			delete(p.programmed, k)
@@ -386,6 +413,7 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 		out.chains = append(out.chains, o.chains...)
 		out.sets = append(out.sets, o.sets...)
 		out.elems = append(out.elems, o.elems...)
+		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
 	}
 	return out, true
 }

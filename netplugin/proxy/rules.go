@@ -92,6 +92,9 @@ type objects struct {
 	chains []chainDef
 	sets   []setDef
 	elems  []elem
+	// udpEndpoints are the addresses of UDP endpoints that have rules,
+	// whose flows go stale when they leave (see conntrack.go).
+	udpEndpoints []netip.Addr
 }
 
 // ruleConfig is what rules depend on besides Services.
@@ -117,7 +120,7 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 	return m
 }
 
-// nodePortMatches are the ways a packet is addressed to a NodePort: to
+// nodePortRules are the ways a packet is addressed to a NodePort: to
 // any local address, or to a local address inside one of the CIDRs.
 func (c ruleConfig) nodePortRules(then func(*rule) *rule) []*rule {
 	if len(c.nodePortCIDRs) == 0 {
@@ -234,6 +237,9 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 			continue
 		}
 		used[e.addr] = true
+		if sp.proto == protoUDP {
+			o.udpEndpoints = append(o.udpEndpoints, e.addr.Addr())
+		}
 		r := []*rule{newRule().saddr(host(e.addr.Addr()), true).jump(chainMarkForMasq)}
 		if sp.affinity > 0 {
 			o.sets = append(o.sets, setDef{name: affinitySet(sp, e), timeout: sp.affinity})
