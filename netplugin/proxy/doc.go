@@ -37,7 +37,10 @@
 //	                of the service CIDR is dropped
 //
 // where <port> is namespace/name/protocol/port-name. Masquerading is by
-// packet mark 0x4000, kube-proxy's bit.
+// packet mark 0x4000, kube-proxy's bit. As kube-proxy does, the proxy
+// also deletes the conntrack entries of UDP endpoints that leave a
+// Service, and leaves alone Services labelled
+// service.kubernetes.io/service-proxy-name.
 //
 // Deliberate differences from kube-proxy:
 //   - NodePorts are served on every local address, 127.0.0.1 included,
@@ -50,6 +53,12 @@
 //   - The numgen maps are named sets, not anonymous ones: the kernel
 //     binds each anonymous set to its rule with a walk of the whole
 //     transaction, which more than doubled a full sync of 1,000 Services.
+//   - Two Services asking for the same address, protocol and port (two
+//     LoadBalancer Services on one port both get the node's address;
+//     externalIPs are free-form) would make the kernel refuse every
+//     transaction. The older Service holds the key, the other goes
+//     without until it is free, and the load-balancer controller leaves
+//     the newer LoadBalancer Service pending, as k3s' ServiceLB does.
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
 //     loadBalancerSourceRanges filtering, IPv4 only.

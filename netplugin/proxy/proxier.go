@@ -95,6 +95,9 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.Client == nil || cfg.Informers == nil || cfg.NodeName == "" {
 		return nil, errors.New("proxy: Client, Informers and NodeName are required")
 	}
+	if err := validatePrefixes(cfg); err != nil {
+		return nil, err
+	}
 	conn, err := openConn(-1)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
@@ -117,6 +120,21 @@ func New(cfg Config) (*Proxier, error) {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	return p, nil
+}
+
+// validatePrefixes rejects what the IPv4-only table cannot express.
+func validatePrefixes(cfg Config) error {
+	for _, p := range cfg.NodePortAddresses {
+		if !p.IsValid() {
+			return errors.New("proxy: a node port address is not a valid prefix")
+		}
+	}
+	for _, p := range append([]netip.Prefix{cfg.ClusterCIDR, cfg.ServiceCIDR}, cfg.NodePortAddresses...) {
+		if p.IsValid() && !p.Addr().Is4() {
+			return fmt.Errorf("proxy: %s: only IPv4 is supported", p)
+		}
+	}
+	return nil
 }
 
 // watch indexes slices by Service and registers the event handlers.
