@@ -25,7 +25,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-const testTable = "bonsai-test-svc"
+// testBridge names the tests' table; they make it in namespaces of their
+// own, so it never meets a real one.
+const testBridge = "bonsai-test"
+
+var testTable = TableName(testBridge)
 
 // testProxier is a proxier that programs the node namespace of net (or
 // a fresh namespace), fed from stores the test fills.
@@ -288,7 +292,8 @@ func TestCleanupRemovesTable(t *testing.T) {
 	ns := newNetns(t)
 	p := newTestProxier(t, ns)
 	p.set(t, newService("web", "10.96.0.10", 80))
-	if err := p.table.delete(); err != nil {
+	// Cleanup works in the namespace it is called in.
+	if err := inNS(ns, func() error { return Cleanup(testBridge) }); err != nil {
 		t.Fatal(err)
 	}
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
@@ -305,8 +310,8 @@ func TestCleanupRemovesTable(t *testing.T) {
 		}
 	}
 	// Deleting a table that is not there is not an error.
-	if err := p.table.delete(); err != nil {
-		t.Errorf("second delete: %v", err)
+	if err := inNS(ns, func() error { return Cleanup(testBridge) }); err != nil {
+		t.Errorf("second Cleanup: %v", err)
 	}
 }
 
