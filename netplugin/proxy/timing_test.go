@@ -8,10 +8,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// TestSyncTiming logs how long syncs of a large table take (targets on
-// the reference machine: a full sync of 1,000 Services × 10 endpoints
-// within 200 ms, a one-endpoint update within 5 ms). It asserts only that
-// the table is right, since timings on a shared machine vary.
+// TestSyncTiming logs how long syncs of a large table take (targets: a
+// full sync of 1,000 Services × 10 endpoints within 200 ms, a
+// one-endpoint update within 5 ms). It asserts only that the table is
+// right, since timings on a shared machine vary.
+//
+// Where the time goes, measured on a loaded 2-core machine: a full sync
+// is ~40,000 netlink messages in one transaction; building them takes
+// ~0.2 s, the kernel ~0.5 s, and reading the ~40,000 acks (the library
+// asks for one per message) ~0.3 s. An update of one Service is ~30
+// messages, but the kernel then revalidates every jump of the table
+// (nft_chain_validate, ~20 ms for this table), as it does after any
+// transaction that adds a jump, goto or verdict map element.
 func TestSyncTiming(t *testing.T) {
 	requireRoot(t)
 	const services, endpoints = 1000, 10
