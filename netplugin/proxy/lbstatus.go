@@ -42,11 +42,13 @@ func newLBStatusController(cfg Config, services, nodes cache.Indexer, log *slog.
 	}
 }
 
-// enqueueAll queues every LoadBalancer Service: a Node or a Service
-// changed, and with it maybe the addresses or the ports they get.
+// enqueueAll queues every LoadBalancer Service, and every Service that
+// still has an ingress: a Node or a Service changed, and with it maybe
+// the addresses or the ports they get.
 func (c *lbStatusController) enqueueAll() {
 	for _, obj := range c.services.List() {
-		if svc := obj.(*corev1.Service); svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		svc := obj.(*corev1.Service)
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || len(svc.Status.LoadBalancer.Ingress) > 0 {
 			c.queue.Add(serviceKey(svc.Namespace, svc.Name))
 		}
 	}
@@ -79,15 +81,16 @@ func (c *lbStatusController) sync(ctx context.Context, key string) error {
 	}
 	svc := obj.(*corev1.Service)
 	// Another class is another implementation's to serve.
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerClass != nil {
+	if svc.Spec.LoadBalancerClass != nil {
 		return nil
 	}
 	want := c.ingress()
 	if len(want) == 0 {
 		return nil // no address to give yet; a Node event brings one
 	}
-	if c.portTaken(svc) {
-		// Ours to take back: what this controller gave.
+	// A Service that is no longer a LoadBalancer, or waits for a port,
+	// loses what this controller gave it (and nothing else).
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || c.portTaken(svc) {
 		if !equality.Semantic.DeepEqual(svc.Status.LoadBalancer.Ingress, want) {
 			return nil
 		}

@@ -163,6 +163,29 @@ func TestRun(t *testing.T) {
 		t.Errorf("Service of class %s got ingress %+v", other, got.Status.LoadBalancer.Ingress)
 	}
 
+	// A Service that stops being a LoadBalancer loses its ingress.
+	second, err := e.Client.Core.Services("default").Get(e.Ctx, "second", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Spec.Type = corev1.ServiceTypeClusterIP
+	second.Spec.Ports[0].NodePort = 0
+	second.Spec.AllocateLoadBalancerNodePorts = nil
+	second.Spec.ExternalTrafficPolicy = ""
+	if _, err := e.Client.Core.Services("default").Update(e.Ctx, second, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, func() error {
+		got, err := e.Client.Core.Services("default").Get(e.Ctx, "second", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(got.Status.LoadBalancer.Ingress) != 0 {
+			return fmt.Errorf("ClusterIP Service second still has ingress %+v", got.Status.LoadBalancer.Ingress)
+		}
+		return nil
+	})
+
 	// A newer Service on web's port waits for it, as with ServiceLB.
 	if _, err := e.Client.Core.Services("default").Create(e.Ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "third"},
