@@ -61,7 +61,8 @@
 //     the newer LoadBalancer Service pending, as k3s' ServiceLB does.
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
-//     loadBalancerSourceRanges filtering, IPv4 only.
+//     loadBalancerSourceRanges filtering, no topology hints
+//     (trafficDistribution), IPv4 only.
 //
 // Syncs: Run programs the whole table in one transaction (delete and
 // rebuild), then rewrites only the chains, sets and map elements of
