@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// A map key (address, protocol, port) can be asked for by two Services:
+// two LoadBalancer Services on the same port get the same node address,
+// and externalIPs are whatever users write, another Service's cluster IP
+// included. The kernel refuses a second element with the same key and
+// the whole transaction with it, so one such Service would stop every
+// update. Instead the older Service keeps the key and the other goes
+// without it until the key is free, as the first rule of a chain wins in
+// kube-proxy's iptables mode.
+
+// keyOwners maps an element's map and key to the Service that holds it.
+type keyOwners map[string]string
+
+func elemKey(e elem) string { return e.set + " " + e.keyText }
+
+// ownersOf is who holds which key among programmed, leaving out the
+// Services in skip (those about to be recomputed).
+func ownersOf(programmed map[string]objects, skip map[string]bool) keyOwners {
+	ow := keyOwners{}
+	for svc, o := range programmed {
+		if skip[svc] {
+			continue
+		}
+		for _, e := range o.elems {
+			ow[elemKey(e)] = svc
+		}
+	}
+	return ow
+}
+
+// claim takes for svc the keys of o's elements that nobody else holds,
+// and drops the others from o; it reports the keys it could not take.
+func (ow keyOwners) claim(svc string, o objects) (objects, []string) {
+	var lost []string
+	kept := o.elems[:0:0]
+	for _, e := range o.elems {
+		k := elemKey(e)
+		if owner, ok := ow[k]; ok {
+			if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
+				lost = append(lost, k+" (held by "+owner+")")
+			}
+			continue
+		}
+		ow[k] = svc
+		kept = append(kept, e)
+	}
+	o.elems = kept
+	return o, lost
+}
+
+// byAge sorts Service keys oldest first (then by key), the order in
+// which they claim keys.
+func (p *Proxier) byAge(keys []string) {
+	created := func(key string) int64 {
+		obj, ok, _ := p.services.GetByKey(key)
+		if !ok {
+			return 0
+		}
+		return obj.(*corev1.Service).CreationTimestamp.UnixNano()
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if ca, cb := created(a), created(b); ca != cb {
+			if ca < cb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+}
+
+// released reports whether new lacks a key old had.
+func released(old, new objects) bool {
+	have := map[string]bool{}
+	for _, e := range new.elems {
+		have[elemKey(e)] = true
+	}
+	for _, e := range old.elems {
+		if !have[elemKey(e)] {
+			return true
+		}
+	}
+	return false
+}

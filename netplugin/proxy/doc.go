@@ -1,0 +1,75 @@
+// Package proxy is bonsai's service proxy: kube-proxy's nftables mode
+// (Kubernetes v1.33) in-process, written through netlink with
+// github.com/google/nftables. It runs no nft or iptables binary.
+//
+// It owns, and changes nothing outside of, one nftables table of family
+// ip named "<bridge>-svc" (TableName): a table of its own rather than
+// chains in netplugin's table, so that a full sync can replace it whole,
+// atomically, without touching the pod network's rules, and named after
+// the pod bridge so that two bonsai networks on one host (as in tests)
+// never share one. It also runs a small controller that writes the
+// status.loadBalancer.ingress of LoadBalancer Services of the default
+// class.
+//
+// The table, as kube-proxy lays out its own:
+//
+//	nat-prerouting, nat-output (nat, dstnat)    jump services
+//	nat-postrouting (nat, srcnat)               jump masquerading
+//	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
+//	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
+//	services        ip daddr . meta l4proto . th dport vmap @service-ips
+//	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
+//	service-<port>  masquerade mark for off-cluster sources; ClientIP
+//	                affinity lookups; numgen random mod N vmap @endpoints-service-<port>
+//	local-<port>    the same over this node's endpoints (Local policies)
+//	external-<port> NodePort, externalIPs and load-balancer IPs: mark for
+//	                masquerade and go to service-<port> (Cluster policy),
+//	                or keep the client address and go to local-<port>
+//	                (Local policy; pods and the node itself still get
+//	                every endpoint)
+//	endpoint-<port>__<ip:port>  hairpin masquerade mark, affinity update,
+//	                dnat to the endpoint
+//	no-endpoint-services, no-endpoint-nodeports maps: goto reject-chain
+//	                (no endpoint at all: ICMP port unreachable, which a TCP
+//	                client sees as "connection refused") or drop (a Local
+//	                policy and no endpoint on this node)
+//	cluster-ips set: a cluster IP's unserved ports are rejected; the rest
+//	                of the service CIDR is dropped
+//
+// where <port> is namespace/name/protocol/port-name. Masquerading is by
+// packet mark 0x4000, kube-proxy's bit. As kube-proxy does, the proxy
+// also deletes the conntrack entries of UDP endpoints that leave a
+// Service, and leaves alone Services labelled
+// service.kubernetes.io/service-proxy-name.
+//
+// Deliberate differences from kube-proxy:
+//   - NodePorts are served on every local address, 127.0.0.1 included,
+//     unless NodePortAddresses says otherwise (kube-proxy's nftables mode
+//     serves none on loopback). `curl 127.0.0.1:<nodePort>` on the host
+//     works because netplugin sets route_localnet on the pod bridge (the
+//     DNAT'd packet leaves with source 127.0.0.1 until masqueraded) and
+//     drops packets from pods to 127.0.0.0/8 that were not DNAT'd, closing
+//     the hole route_localnet opens (CVE-2020-8558).
+//   - The numgen maps are named sets, not anonymous ones: the kernel
+//     binds each anonymous set to its rule with a walk of the whole
+//     transaction, which more than doubled a full sync of 1,000 Services.
+//   - Two Services asking for the same address, protocol and port (two
+//     LoadBalancer Services on one port both get the node's address;
+//     externalIPs are free-form) would make the kernel refuse every
+//     transaction. The older Service holds the key, the other goes
+//     without until it is free, and the load-balancer controller leaves
+//     the newer LoadBalancer Service pending, as k3s' ServiceLB does.
+//   - No health-check node port server for externalTrafficPolicy: Local
+//     (there is no external load balancer to probe it), no
+//     loadBalancerSourceRanges filtering, no topology hints
+//     (trafficDistribution), IPv4 only.
+//
+// Syncs: Run programs the whole table in one transaction (delete and
+// rebuild), then rewrites only the chains, sets and map elements of
+// Services that changed, all changes of a sync in one transaction, at
+// most once per MinSyncInterval; every hour, and after any failed write,
+// the next sync is a full one. When Run's context ends the table stays,
+// as kube-proxy leaves its rules: Services keep working while bonsai
+// restarts, and the next Run replaces the table whole. Cleanup deletes it
+// (`bonsai server --cleanup`, uninstall).
+package proxy

@@ -1,0 +1,340 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	mnl "github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// kernelTable writes the proxy's table through one nftables netlink
+// connection. Every write is one transaction: the kernel applies all of
+// it or none.
+type kernelTable struct {
+	conn  *nftables.Conn
+	table *nftables.Table
+	maps  map[string]*nftables.Set
+	// batchSets are the affinity sets added in the transaction being
+	// built; rules refer to them by ID, as they have no handle yet.
+	batchSets map[string]*nftables.Set
+}
+
+// socketBuffer is the send and receive buffer the connection asks for: a
+// transaction goes out in one sendmsg, which must fit the send buffer (a
+// full sync of 1,000 Services × 10 endpoints is a few MB), and the kernel
+// acknowledges each of its tens of thousands of messages before the
+// library reads any ack. The kernel allocates only what is used.
+const socketBuffer = 128 << 20
+
+// openConn opens a lasting nftables connection, in the network namespace
+// fd when fd >= 0 (tests), else in the caller's.
+func openConn(netnsFD int) (*nftables.Conn, error) {
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(c *mnl.Conn) error {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			// FORCE goes past net.core.rmem_max; CAP_NET_ADMIN, which
+			// writing nftables needs anyway, allows it.
+			serr = errors.Join(
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer),
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer))
+		}); err != nil {
+			return err
+		}
+		return serr
+	})}
+	if netnsFD >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(netnsFD))
+	}
+	conn, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+	}
+	return conn, nil
+}
+
+func newKernelTable(conn *nftables.Conn, name string) *kernelTable {
+	t := &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
+	return &kernelTable{conn: conn, table: t, maps: namedSets(t)}
+}
+
+func (k *kernelTable) chain(name string) *nftables.Chain {
+	return &nftables.Chain{Name: name, Table: k.table}
+}
+
+func (k *kernelTable) addChain(c chainDef) {
+	ch := k.chain(c.name)
+	if c.hook != nil {
+		accept := nftables.ChainPolicyAccept
+		ch.Type, ch.Hooknum, ch.Priority, ch.Policy = c.hook.typ, c.hook.num, c.hook.prio, &accept
+	}
+	k.conn.AddChain(ch)
+}
+
+func (k *kernelTable) addSet(s setDef) error {
+	set := &nftables.Set{Table: k.table, Name: s.name, KeyType: nftables.TypeIPAddr,
+		HasTimeout: true, Timeout: s.timeout, Dynamic: true}
+	var elems []nftables.SetElement
+	if s.endpoints != nil {
+		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+		for i, c := range s.endpoints {
+			// numgen writes its number in host byte order.
+			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
+				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
+		}
+	}
+	if err := k.conn.AddSet(set, elems); err != nil {
+		return fmt.Errorf("add set %s: %w", s.name, err)
+	}
+	k.batchSets[s.name] = set
+	return nil
+}
+
+func (k *kernelTable) delSet(name string) {
+	k.conn.DelSet(&nftables.Set{Table: k.table, Name: name})
+}
+
+// addRules appends rules to a chain. Rules refer to sets made in the same
+// transaction by ID as well as by name.
+func (k *kernelTable) addRules(chain string, rules []*rule) {
+	ch := k.chain(chain)
+	for _, r := range rules {
+		exprs := slices.Clone(r.exprs)
+		for i, e := range exprs {
+			switch e := e.(type) {
+			case *expr.Lookup:
+				if s := k.batchSets[e.SetName]; s != nil {
+					lk := *e
+					lk.SetID = s.ID
+					exprs[i] = &lk
+				}
+			case *expr.Dynset:
+				if s := k.batchSets[e.SetName]; s != nil {
+					ds := *e
+					ds.SetID = s.ID
+					exprs[i] = &ds
+				}
+			}
+		}
+		k.conn.AddRule(&nftables.Rule{Table: k.table, Chain: ch, Exprs: exprs})
+	}
+}
+
+func (k *kernelTable) setElems(elems []elem, add bool) error {
+	bySet := map[string][]nftables.SetElement{}
+	for _, e := range elems {
+		se := nftables.SetElement{Key: e.key}
+		if add {
+			se.VerdictData = e.verdict
+		}
+		bySet[e.set] = append(bySet[e.set], se)
+	}
+	for name, se := range bySet {
+		for chunk := range slices.Chunk(se, elemsPerMessage) {
+			var err error
+			if add {
+				err = k.conn.SetAddElements(k.maps[name], chunk)
+			} else {
+				err = k.conn.SetDeleteElements(k.maps[name], chunk)
+			}
+			if err != nil {
+				return fmt.Errorf("map %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// elemsPerMessage keeps a message's element list, one netlink attribute,
+// within the 64 KiB an attribute's 16-bit length can say: the kernel
+// silently keeps only what fits of a longer one. 128 elements of the
+// longest keys and chain names fit.
+const elemsPerMessage = 128
+
+// replace builds the whole table anew, deleting what was there, in one
+// transaction: packets see the old table or the new one.
+func (k *kernelTable) replace(all []objects) error {
+	k.batchSets = map[string]*nftables.Set{}
+	c := k.conn
+	c.AddTable(k.table) // so that the delete cannot fail on a first start
+	c.DelTable(k.table)
+	c.AddTable(k.table)
+	for _, name := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointServices, mapNoEndpointNodePorts, setClusterIPs} {
+		if err := c.AddSet(k.maps[name], nil); err != nil {
+			return fmt.Errorf("add map %s: %w", name, err)
+		}
+	}
+	// Chains first: the endpoint maps' elements go to them.
+	var elems []elem
+	for _, o := range all {
+		for _, ch := range o.chains {
+			k.addChain(ch)
+		}
+		elems = append(elems, o.elems...)
+	}
+	for _, o := range all {
+		for _, s := range o.sets {
+			if err := k.addSet(s); err != nil {
+				return err
+			}
+		}
+	}
+	for _, o := range all {
+		for _, ch := range o.chains {
+			k.addRules(ch.name, ch.rules)
+		}
+	}
+	if err := k.setElems(elems, true); err != nil {
+		return err
+	}
+	return k.flush()
+}
+
+// update changes the table from what old describes to what new does, per
+// service, touching only chains, sets and map elements that differ, in
+// one transaction. The steps are ordered so that nothing is deleted while
+// still referred to and nothing is referred to before it exists.
+func (k *kernelTable) update(changes []change) error {
+	k.batchSets = map[string]*nftables.Set{}
+	var d objectDiff
+	for _, ch := range changes {
+		d.add(ch.old, ch.new)
+	}
+	if err := k.setElems(d.delElems, false); err != nil {
+		return err
+	}
+	for _, name := range d.flushChains {
+		k.conn.FlushChain(k.chain(name))
+	}
+	for _, name := range d.delSets { // before the chains their maps go to
+		k.delSet(name)
+	}
+	for _, name := range d.delChains {
+		k.conn.DelChain(k.chain(name))
+	}
+	for _, ch := range d.addChains {
+		k.addChain(ch)
+	}
+	for _, s := range d.addSets {
+		if err := k.addSet(s); err != nil {
+			return err
+		}
+	}
+	for _, ch := range d.writeChains {
+		k.addRules(ch.name, ch.rules)
+	}
+	if err := k.setElems(d.addElems, true); err != nil {
+		return err
+	}
+	return k.flush()
+}
+
+func (k *kernelTable) flush() error {
+	if err := k.conn.Flush(); err != nil {
+		return fmt.Errorf("write nftables table ip %s: %w", k.table.Name, err)
+	}
+	return nil
+}
+
+// delete removes the table; one that is not there is not an error.
+func (k *kernelTable) delete() error {
+	k.conn.AddTable(k.table)
+	k.conn.DelTable(k.table)
+	if err := k.conn.Flush(); err != nil {
+		return fmt.Errorf("delete nftables table ip %s: %w", k.table.Name, err)
+	}
+	return nil
+}
+
+// change is one Service's objects before and after.
+type change struct{ old, new objects }
+
+// objectDiff is what an incremental update does, step by step.
+type objectDiff struct {
+	delElems, addElems []elem
+	flushChains        []string   // changed or removed
+	delChains          []string   // removed
+	addChains          []chainDef // new, still empty
+	writeChains        []chainDef // new or changed: their rules
+	delSets            []string
+	addSets            []setDef
+}
+
+func (d *objectDiff) add(old, new objects) {
+	oldElems := map[string]elem{}
+	for _, e := range old.elems {
+		oldElems[e.set+" "+e.keyText] = e
+	}
+	newElems := map[string]bool{}
+	for _, e := range new.elems {
+		k := e.set + " " + e.keyText
+		newElems[k] = true
+		if o, ok := oldElems[k]; ok && o.String() == e.String() {
+			continue
+		}
+		if _, ok := oldElems[k]; ok {
+			d.delElems = append(d.delElems, e)
+		}
+		d.addElems = append(d.addElems, e)
+	}
+	for k, e := range oldElems {
+		if !newElems[k] {
+			d.delElems = append(d.delElems, e)
+		}
+	}
+
+	setChanged := false
+	oldSets := map[string]setDef{}
+	for _, s := range old.sets {
+		oldSets[s.name] = s
+	}
+	newSets := map[string]bool{}
+	for _, s := range new.sets {
+		newSets[s.name] = true
+		if o, ok := oldSets[s.name]; ok && o.equal(s) {
+			continue
+		} else if ok {
+			d.delSets = append(d.delSets, s.name)
+			// The set is deleted and made again: every rule that
+			// refers to it must go first and come back after.
+			setChanged = true
+		}
+		d.addSets = append(d.addSets, s)
+	}
+	for _, s := range old.sets {
+		if !newSets[s.name] {
+			d.delSets = append(d.delSets, s.name)
+		}
+	}
+	oldChains := map[string]chainDef{}
+	for _, c := range old.chains {
+		oldChains[c.name] = c
+	}
+	newChains := map[string]bool{}
+	for _, c := range new.chains {
+		newChains[c.name] = true
+		o, ok := oldChains[c.name]
+		switch {
+		case !ok:
+			d.addChains = append(d.addChains, c)
+			d.writeChains = append(d.writeChains, c)
+		case setChanged || chainText(o) != chainText(c):
+			d.flushChains = append(d.flushChains, c.name)
+			d.writeChains = append(d.writeChains, c)
+		}
+	}
+	for _, c := range old.chains {
+		if !newChains[c.name] {
+			d.flushChains = append(d.flushChains, c.name)
+			d.delChains = append(d.delChains, c.name)
+		}
+	}
+}

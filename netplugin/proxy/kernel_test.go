@@ -1,0 +1,560 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	mnl "github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// testBridge names the tests' table; they make it in namespaces of their
+// own, so it never meets a real one.
+const testBridge = "bonsai-test"
+
+var testTable = TableName(testBridge)
+
+// testProxier is a proxier that programs the node namespace of net (or
+// a fresh namespace), fed from stores the test fills.
+type testProxier struct {
+	*Proxier
+	ns               netns.NsHandle
+	services, slices cache.Indexer
+}
+
+func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
+	t.Helper()
+	conn, err := openConn(int(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseLasting() })
+	services, slices := testIndexers()
+	cfg := Config{
+		NodeName:    testNode,
+		ClusterCIDR: netip.MustParsePrefix("10.200.0.0/16"),
+		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"),
+		Logger:      slog.New(slog.NewTextHandler(testLog{t}, nil)),
+	}
+	p := newProxier(cfg, newKernelTable(conn, testTable), services, slices)
+	// The namespace dies with the test, and the table with it; this
+	// also checks that Cleanup's path deletes what the proxier made.
+	t.Cleanup(func() {
+		if err := p.table.delete(); err != nil {
+			t.Errorf("delete table: %v", err)
+		}
+	})
+	return &testProxier{Proxier: p, ns: ns, services: services, slices: slices}
+}
+
+// set puts objects into the stores, as the informers would, marks their
+// Services changed and syncs.
+func (p *testProxier) set(t *testing.T, objs ...any) {
+	t.Helper()
+	for _, o := range objs {
+		var store cache.Store
+		var key string
+		switch o := o.(type) {
+		case *corev1.Service:
+			store, key = p.services, serviceKey(o.Namespace, o.Name)
+		case *discoveryv1.EndpointSlice:
+			store, key = p.slices, serviceKey(o.Namespace, o.Labels[discoveryv1.LabelServiceName])
+		}
+		if _, exists, _ := store.Get(o); exists {
+			mustUpdate(t, store, o)
+		} else {
+			mustAdd(t, store, o)
+		}
+		p.markDirty(key)
+	}
+	if err := p.sync(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+func (p *testProxier) remove(t *testing.T, obj any, key string) {
+	t.Helper()
+	store := cache.Store(p.slices)
+	if _, ok := obj.(*corev1.Service); ok {
+		store = p.services
+	}
+	if err := store.Delete(obj); err != nil {
+		t.Fatal(err)
+	}
+	p.markDirty(key)
+	if err := p.sync(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+// kernelView reads the table back from the kernel: each chain's rule
+// count and each map's elements, rendered as elem.kernelText does.
+func kernelView(ns netns.NsHandle, name string) (chains map[string]int, elems []string, err error) {
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return nil, nil, err
+	}
+	table := &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
+	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list chains: %w", err)
+	}
+	chains = map[string]int{}
+	for _, ch := range all {
+		if ch.Table.Name != name {
+			continue
+		}
+		rules, err := c.GetRules(table, ch)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rules of %s: %w", ch.Name, err)
+		}
+		chains[ch.Name] = len(rules)
+	}
+	for setName, set := range namedSets(table) {
+		got, err := c.GetSetElements(set)
+		if err != nil {
+			return nil, nil, fmt.Errorf("elements of %s: %w", setName, err)
+		}
+		for _, e := range got {
+			s := fmt.Sprintf("%s %x", setName, e.Key)
+			if set.IsMap {
+				v, err := decodeVerdict(e.Val)
+				if err != nil {
+					return nil, nil, err
+				}
+				s += " : " + verdictText(v)
+			}
+			elems = append(elems, s)
+		}
+	}
+	slices.Sort(elems)
+	return chains, elems, nil
+}
+
+func mustKernelView(t *testing.T, ns netns.NsHandle, name string) (chains map[string]int, elems []string) {
+	t.Helper()
+	chains, elems, err := kernelView(ns, name)
+	if err != nil {
+		t.Fatalf("read table %s back: %v", name, err)
+	}
+	return chains, elems
+}
+
+// decodeVerdict reads a vmap element's data, which the library hands
+// back undecoded: the verdict code and, for a goto, the chain.
+func decodeVerdict(b []byte) (*expr.Verdict, error) {
+	ad, err := mnl.NewAttributeDecoder(b)
+	if err != nil {
+		return nil, fmt.Errorf("decode verdict %x: %w", b, err)
+	}
+	ad.ByteOrder = binary.BigEndian
+	v := &expr.Verdict{}
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			v.Kind = expr.VerdictKind(int32(ad.Uint32()))
+		case unix.NFTA_VERDICT_CHAIN:
+			v.Chain = ad.String()
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return nil, fmt.Errorf("decode verdict %x: %w", b, err)
+	}
+	return v, nil
+}
+
+func verdictText(v *expr.Verdict) string {
+	if v.Kind == expr.VerdictGoto {
+		return "goto " + v.Chain
+	}
+	return "drop"
+}
+
+// wantView is kernelView's form of what the proxier meant to program.
+func wantView(p *testProxier) (chains map[string]int, elems []string) {
+	chains = map[string]int{}
+	all := []objects{baseObjects(p.rc)}
+	for _, o := range p.programmed {
+		all = append(all, o)
+	}
+	for _, o := range all {
+		for _, c := range o.chains {
+			chains[c.name] = len(c.rules)
+		}
+		for _, e := range o.elems {
+			elems = append(elems, e.kernelText())
+		}
+	}
+	slices.Sort(elems)
+	return chains, elems
+}
+
+func checkKernelView(t *testing.T, p *testProxier) {
+	t.Helper()
+	gotChains, gotElems := mustKernelView(t, p.ns, testTable)
+	wantChains, wantElems := wantView(p)
+	if diff := cmp.Diff(wantChains, gotChains); diff != "" {
+		t.Errorf("chains and rule counts in the kernel (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantElems, gotElems); diff != "" {
+		t.Errorf("map elements in the kernel (-want +got):\n%s", diff)
+	}
+}
+
+// TestKernelReadBack programs every feature's rules into a namespace,
+// fully and then incrementally, and reads them back.
+func TestKernelReadBack(t *testing.T) {
+	requireRoot(t)
+	p := newTestProxier(t, newNetns(t))
+	objs := []any{
+		newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster)),
+		newSlice("web", "web-1", 8080, readyEP("10.200.0.10", testNode), readyEP("10.200.1.7", "node-b")),
+		newService("sticky", "10.96.0.11", 80, affinity(30)),
+		newSlice("sticky", "sticky-1", 8080, readyEP("10.200.0.10", testNode), readyEP("10.200.0.11", testNode)),
+		newService("local", "10.96.0.12", 80, internalLocal, nodePort(30081, corev1.ServiceExternalTrafficPolicyLocal)),
+		newSlice("local", "local-1", 8080, readyEP("10.200.0.10", testNode), readyEP("10.200.1.7", "node-b")),
+		newService("empty", "10.96.0.13", 80),
+		newService("lb", "10.96.0.14", 80, nodePort(30082, corev1.ServiceExternalTrafficPolicyCluster), func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Spec.ExternalIPs = []string{"192.0.2.10"}
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+		}),
+		newSlice("lb", "lb-1", 8080, ep{ip: "10.200.0.12", node: testNode, serving: true, terminating: true}),
+	}
+	p.set(t, objs...) // the first sync is a full one
+	checkKernelView(t, p)
+
+	// The numgen rule made it with its modulus.
+	c, err := nftables.New(nftables.WithNetNSFd(int(p.ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := c.GetRules(&nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4},
+		&nftables.Chain{Name: "service-default/web/tcp/http", Table: &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mod uint32
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if ng, ok := e.(*expr.Numgen); ok {
+				mod = ng.Modulus
+			}
+		}
+	}
+	if mod != 2 {
+		t.Errorf("numgen modulus in service chain = %d, want 2", mod)
+	}
+
+	// Incremental changes of every kind: an endpoint goes, a policy
+	// changes, an affinity timeout changes (its sets are replaced), a
+	// Service goes, one gets its first endpoint.
+	p.set(t,
+		newSlice("web", "web-1", 8080, readyEP("10.200.0.10", testNode)),
+		newService("local", "10.96.0.12", 80, nodePort(30081, corev1.ServiceExternalTrafficPolicyCluster)),
+		newService("sticky", "10.96.0.11", 80, affinity(60)),
+		newSlice("empty", "empty-1", 8080, readyEP("10.200.0.13", testNode)),
+	)
+	checkKernelView(t, p)
+	p.remove(t, objs[0], "default/web")
+	checkKernelView(t, p)
+	if _, ok := p.programmed["default/web"]; ok {
+		t.Error("a deleted Service is still in programmed")
+	}
+
+	// A full sync over an existing table gives the same table.
+	p.needFull = true
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	checkKernelView(t, p)
+}
+
+func TestCleanupRemovesTable(t *testing.T) {
+	requireRoot(t)
+	ns := newNetns(t)
+	p := newTestProxier(t, ns)
+	p.set(t, newService("web", "10.96.0.10", 80))
+	// Cleanup works in the namespace it is called in.
+	if err := inNS(ns, func() error { return Cleanup(testBridge) }); err != nil {
+		t.Fatal(err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if tb.Name == testTable {
+			t.Fatalf("table %s still there after delete", testTable)
+		}
+	}
+	// Deleting a table that is not there is not an error.
+	if err := inNS(ns, func() error { return Cleanup(testBridge) }); err != nil {
+		t.Errorf("second Cleanup: %v", err)
+	}
+}
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// TestTraffic sends real connections through the rules: from a client
+// namespace, from the node itself and from an endpoint to itself.
+func TestTraffic(t *testing.T) {
+	n := newTestNetwork(t, 2)
+	n.serve(t, 0, 8080, "ep0")
+	n.serve(t, 1, 8080, "ep1")
+	p := newTestProxier(t, n.node)
+	svc := newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster))
+	both := newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), testNode), readyEP(n.endpointIPs[1].String(), testNode))
+	p.set(t, svc, both)
+	const tries = 40 // both endpoints answer: a miss has probability 2^-39
+
+	t.Run("ClusterIP reaches every endpoint", func(t *testing.T) {
+		got := hits(t, n.client, "10.96.0.10:80", tries)
+		if got["ep0"] == 0 || got["ep1"] == 0 {
+			t.Errorf("answers by endpoint = %v, want both", got)
+		}
+		// The client is outside the cluster CIDR: masqueraded, so that
+		// replies come back through the node.
+		if _, from, err := dial(n.client, "10.96.0.10:80"); err != nil || from != nodeBridgeIP {
+			t.Errorf("endpoint saw the client as %q (err %v), want the node's %s", from, err, nodeBridgeIP)
+		}
+	})
+	t.Run("NodePort on the node's address", func(t *testing.T) {
+		got := hits(t, n.client, nodeClientIP+":30080", tries)
+		if got["ep0"] == 0 || got["ep1"] == 0 {
+			t.Errorf("answers by endpoint = %v, want both", got)
+		}
+		// Cluster policy masquerades: the endpoint sees the node.
+		if _, from, err := dial(n.client, nodeClientIP+":30080"); err != nil || from != nodeBridgeIP {
+			t.Errorf("endpoint saw the client as %q (err %v), want the node's %s", from, err, nodeBridgeIP)
+		}
+	})
+	t.Run("NodePort on 127.0.0.1 from the node", func(t *testing.T) {
+		if name, _, err := dial(n.node, "127.0.0.1:30080"); err != nil || name == "" {
+			t.Errorf("127.0.0.1:30080: answer %q, err %v", name, err)
+		}
+	})
+	t.Run("hairpin: an endpoint reaches itself through its Service", func(t *testing.T) {
+		// A pod reaching another pod keeps its address; one reaching
+		// itself is masqueraded, or it would answer itself directly.
+		want := map[string]string{"ep0": nodeBridgeIP, "ep1": n.endpointIPs[0].String()}
+		seen := map[string]int{}
+		for range tries {
+			name, from, err := dial(n.endpoints[0], "10.96.0.10:80")
+			if err != nil {
+				t.Fatalf("from ep0: %v", err)
+			}
+			seen[name]++
+			if from != want[name] {
+				t.Errorf("%s saw ep0 as %s, want %s", name, from, want[name])
+			}
+		}
+		if seen["ep0"] == 0 || seen["ep1"] == 0 {
+			t.Errorf("answers by endpoint = %v, want both", seen)
+		}
+	})
+	t.Run("unknown port of a cluster IP is refused", func(t *testing.T) {
+		if _, _, err := dial(n.client, "10.96.0.10:81"); !isRefused(err) {
+			t.Errorf("10.96.0.10:81: err %v, want connection refused", err)
+		}
+	})
+
+	t.Run("session affinity sticks", func(t *testing.T) {
+		p.set(t, newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster), affinity(300)))
+		got := hits(t, n.client, "10.96.0.10:80", tries)
+		if len(got) != 1 {
+			t.Errorf("answers by endpoint = %v, want one endpoint only", got)
+		}
+		p.set(t, svc)
+	})
+
+	t.Run("external Local policy keeps the client address", func(t *testing.T) {
+		p.set(t, newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyLocal)))
+		if _, from, err := dial(n.client, nodeClientIP+":30080"); err != nil || from != clientIP {
+			t.Errorf("endpoint saw the client as %q (err %v), want %s", from, err, clientIP)
+		}
+		// Only other nodes' endpoints: external traffic is dropped,
+		// while the ClusterIP still works.
+		remote := newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), "node-b"), readyEP(n.endpointIPs[1].String(), "node-b"))
+		p.set(t, remote)
+		if _, _, err := dial(n.client, "10.96.0.10:80"); err != nil {
+			t.Errorf("ClusterIP with remote endpoints: %v", err)
+		}
+		err := inNS(n.client, func() error {
+			c, err := dialTimeout(nodeClientIP+":30080", 300*time.Millisecond)
+			if err == nil {
+				c.Close()
+				return errors.New("connected")
+			}
+			if !isTimeout(err) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("NodePort with only remote endpoints under Local policy: %v, want dropped (timeout)", err)
+		}
+		p.set(t, svc, both)
+	})
+
+	t.Run("removed endpoint gets no more connections", func(t *testing.T) {
+		p.set(t, newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[1].String(), testNode)))
+		got := hits(t, n.client, "10.96.0.10:80", tries)
+		if diff := cmp.Diff(map[string]int{"ep1": tries}, got); diff != "" {
+			t.Errorf("answers by endpoint (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("no endpoints: refused at once", func(t *testing.T) {
+		p.set(t, newSlice("web", "web-1", 8080))
+		for _, addr := range []string{"10.96.0.10:80", nodeClientIP + ":30080"} {
+			start := time.Now()
+			_, _, err := dial(n.client, addr)
+			if !isRefused(err) {
+				t.Errorf("%s: err %v, want connection refused", addr, err)
+			}
+			t.Logf("%s refused after %v", addr, time.Since(start))
+		}
+		if _, _, err := dial(n.node, "127.0.0.1:30080"); !isRefused(err) {
+			t.Errorf("127.0.0.1:30080 from the node: err %v, want connection refused", err)
+		}
+	})
+	checkKernelView(t, p)
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout() || strings.Contains(err.Error(), "timeout")
+}
+
+// TestKeyConflicts: two Services asking for the same address and port
+// must not stop syncs; the older one holds it, and the other gets it when
+// it is free.
+func TestKeyConflicts(t *testing.T) {
+	requireRoot(t)
+	p := newTestProxier(t, newNetns(t))
+	withExternal := func(name, cip string, age int) *corev1.Service {
+		return newService(name, cip, 80, func(s *corev1.Service) {
+			s.Spec.ExternalIPs = []string{"192.0.2.10"}
+			s.CreationTimestamp = metav1.NewTime(time.Unix(int64(1000+age), 0))
+		})
+	}
+	older, newer := withExternal("older", "10.96.0.10", 0), withExternal("newer", "10.96.0.11", 1)
+	p.set(t, newer, newSlice("newer", "newer-1", 8080, readyEP("10.200.0.11", testNode)))
+	p.set(t, older, newSlice("older", "older-1", 8080, readyEP("10.200.0.10", testNode)))
+	// The newer one came first and keeps the key until a full sync,
+	// which hands it to the older one.
+	sp := servicePort{namespace: "default", portName: "http", proto: protoTCP, port: 80}
+	holder := func() string {
+		_, elems := mustKernelView(t, p.ns, testTable)
+		for _, e := range elems {
+			if strings.HasPrefix(e, addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, nil).kernelText()+" : ") {
+				return e
+			}
+		}
+		return ""
+	}
+	sp.name = "newer"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after incremental syncs: %q, want %q", got, want)
+	}
+	p.needFull = true
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	sp.name = "older"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after a full sync: %q, want %q", got, want)
+	}
+	checkKernelView(t, p)
+
+	// The holder goes: the other takes the key on the sync after.
+	p.remove(t, older, "default/older")
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	sp.name = "newer"
+	if got, want := holder(), addrElem(mapServiceIPs, addr("192.0.2.10"), &sp, gotoVerdict(externalChain(&sp))).kernelText(); got != want {
+		t.Errorf("after the holder went: %q, want %q", got, want)
+	}
+	checkKernelView(t, p)
+}
+
+// testLog sends log lines to the test's log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestUDPStaleFlows: a UDP client that keeps its source port follows its
+// endpoint's removal at once, rather than sending on to it through the
+// conntrack entry of its flow.
+func TestUDPStaleFlows(t *testing.T) {
+	n := newTestNetwork(t, 2)
+	n.serveUDP(t, 0, 5353, "ep0")
+	n.serveUDP(t, 1, 5353, "ep1")
+	p := newTestProxier(t, n.node)
+	ct, err := netlink.NewHandleAt(n.node, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ct.Close)
+	p.conntrack = ct
+	udp := func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP }
+	slice := func(ips ...netip.Addr) *discoveryv1.EndpointSlice {
+		var eps []ep
+		for _, ip := range ips {
+			eps = append(eps, readyEP(ip.String(), testNode))
+		}
+		s := newSlice("dns", "dns-1", 5353, eps...)
+		s.Ports[0].Protocol = ptr(corev1.ProtocolUDP)
+		return s
+	}
+	p.set(t, newService("dns", "10.96.0.53", 53, udp), slice(n.endpointIPs...))
+
+	c := newUDPClient(t, n.client)
+	first, err := c.ask("10.96.0.53:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The flow sticks to its endpoint while it lasts...
+	for range 5 {
+		if got, err := c.ask("10.96.0.53:53"); err != nil || got != first {
+			t.Fatalf("same flow answered by %q (err %v), want %q", got, err, first)
+		}
+	}
+	// ...until the endpoint leaves: the other one answers the very next
+	// datagram (the one that left still listens, so a stale entry would
+	// show).
+	remaining, name := n.endpointIPs[1], "ep1"
+	if first == "ep1" {
+		remaining, name = n.endpointIPs[0], "ep0"
+	}
+	p.set(t, slice(remaining))
+	if got, err := c.ask("10.96.0.53:53"); err != nil || got != name {
+		t.Errorf("after %s left: answered by %q (err %v), want %q", first, got, err, name)
+	}
+}

@@ -1,0 +1,238 @@
+package proxy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+type protocol byte
+
+const (
+	protoTCP  protocol = unix.IPPROTO_TCP
+	protoUDP  protocol = unix.IPPROTO_UDP
+	protoSCTP protocol = unix.IPPROTO_SCTP
+)
+
+func (p protocol) String() string {
+	switch p {
+	case protoUDP:
+		return "udp"
+	case protoSCTP:
+		return "sctp"
+	default:
+		return "tcp"
+	}
+}
+
+func protocolOf(p corev1.Protocol) protocol {
+	switch p {
+	case corev1.ProtocolUDP:
+		return protoUDP
+	case corev1.ProtocolSCTP:
+		return protoSCTP
+	default:
+		return protoTCP
+	}
+}
+
+// servicePort is one port of one Service with what the proxy needs to
+// serve it: the Service's addresses and policies and its endpoints.
+type servicePort struct {
+	namespace, name, portName string
+	proto                     protocol
+	port                      uint16
+	clusterIP                 netip.Addr
+	nodePort                  uint16
+	externalIPs               []netip.Addr  // spec.externalIPs and status.loadBalancer.ingress IPs
+	affinity                  time.Duration // 0: no session affinity
+	internalLocal             bool          // internalTrafficPolicy: Local
+	externalLocal             bool          // externalTrafficPolicy: Local (only with external addresses)
+	endpoints                 []endpoint
+}
+
+// id names the port in chain names, as kube-proxy does:
+// namespace/name/protocol/portname.
+func (sp *servicePort) id() string {
+	return sp.namespace + "/" + sp.name + "/" + sp.proto.String() + "/" + sp.portName
+}
+
+func (sp *servicePort) hasExternal() bool { return sp.nodePort != 0 || len(sp.externalIPs) > 0 }
+
+type endpoint struct {
+	addr                        netip.AddrPort
+	local                       bool
+	ready, serving, terminating bool
+}
+
+// labelServiceProxyName on a Service hands it to another proxy;
+// kube-proxy leaves such Services alone.
+const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// servicePorts turns a Service and its EndpointSlices into the ports the
+// proxy serves. Services without a cluster IP (headless, ExternalName)
+// get none: kube-proxy leaves them to DNS.
+func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []servicePort {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	if _, ok := svc.Labels[labelServiceProxyName]; ok {
+		return nil
+	}
+	cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || !cip.Is4() {
+		return nil
+	}
+	var external []netip.Addr
+	for _, s := range svc.Spec.ExternalIPs {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			external = append(external, a)
+		}
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			// An ingress in Proxy mode is reached through the load
+			// balancer, not by packets addressed to it.
+			if in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy {
+				continue
+			}
+			if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
+				external = append(external, a)
+			}
+		}
+	}
+	slicesSortUnique(&external)
+
+	var affinity time.Duration
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		secs := int32(corev1.DefaultClientIPServiceAffinitySeconds)
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			secs = *c.ClientIP.TimeoutSeconds
+		}
+		affinity = time.Duration(secs) * time.Second
+	}
+	var out []servicePort
+	for _, p := range svc.Spec.Ports {
+		sp := servicePort{
+			namespace: svc.Namespace, name: svc.Name, portName: p.Name,
+			proto:         protocolOf(p.Protocol),
+			port:          uint16(p.Port),
+			clusterIP:     cip,
+			affinity:      affinity,
+			internalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal,
+		}
+		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			sp.nodePort = uint16(p.NodePort)
+		}
+		sp.externalIPs = external
+		sp.externalLocal = sp.hasExternal() && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+		sp.endpoints = endpointsFor(p, slices, nodeName)
+		out = append(out, sp)
+	}
+	return out
+}
+
+// endpointsFor collects the endpoints of a service port from all the
+// Service's slices, once each: an address may show up in two slices
+// while the controller moves it.
+func endpointsFor(p corev1.ServicePort, eps []*discoveryv1.EndpointSlice, nodeName string) []endpoint {
+	seen := map[netip.AddrPort]bool{}
+	var out []endpoint
+	for _, s := range eps {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		var port int32
+		found := false
+		for _, sp := range s.Ports {
+			name, proto := "", corev1.ProtocolTCP
+			if sp.Name != nil {
+				name = *sp.Name
+			}
+			if sp.Protocol != nil {
+				proto = *sp.Protocol
+			}
+			if name == p.Name && protocolOf(proto) == protocolOf(p.Protocol) && sp.Port != nil {
+				port, found = *sp.Port, true
+				break
+			}
+		}
+		if !found || port < 1 || port > 65535 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if len(e.Addresses) == 0 {
+				continue
+			}
+			// kube-proxy uses the first address: the others are the
+			// same pod's, for consumers other than the proxy.
+			a, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || !a.Is4() {
+				continue
+			}
+			ap := netip.AddrPortFrom(a, uint16(port))
+			if seen[ap] {
+				continue
+			}
+			seen[ap] = true
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			serving := ready
+			if e.Conditions.Serving != nil {
+				serving = *e.Conditions.Serving
+			}
+			terminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			out = append(out, endpoint{
+				addr:  ap,
+				local: e.NodeName != nil && *e.NodeName == nodeName,
+				ready: ready, serving: serving, terminating: terminating,
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
+	return out
+}
+
+// usable picks the endpoints that get traffic from eps, as kube-proxy
+// does: the ready ones, or, when none is ready, those that still serve
+// while terminating, so that connections keep working through a rolling
+// update of the last pods.
+func usable(eps []endpoint, onlyLocal bool) []endpoint {
+	var ready, terminating []endpoint
+	for _, e := range eps {
+		if onlyLocal && !e.local {
+			continue
+		}
+		switch {
+		case e.ready:
+			ready = append(ready, e)
+		case e.serving && e.terminating:
+			terminating = append(terminating, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return terminating
+}
+
+func slicesSortUnique(a *[]netip.Addr) {
+	slices.SortFunc(*a, netip.Addr.Compare)
+	*a = slices.Compact(*a)
+}
+
+// serviceKey is namespace/name of the Service a slice belongs to.
+func serviceKey(namespace, name string) string { return namespace + "/" + name }
+
+func splitKey(key string) (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(key, "/")
+	if !ok {
+		return "", "", fmt.Errorf("malformed service key %q", key)
+	}
+	return ns, n, nil
+}

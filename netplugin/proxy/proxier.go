@@ -1,0 +1,294 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/client"
+)
+
+const (
+	defaultBridge          = "bonsai0"
+	defaultMinSyncInterval = time.Second // kube-proxy's --min-sync-period for nftables
+	fullSyncInterval       = time.Hour   // repairs what someone else changed in the table
+	sliceServiceIndex      = "proxy-service"
+)
+
+// Config is what the proxy needs; Client, Informers and NodeName are
+// required.
+type Config struct {
+	Client    *client.Clientset
+	Informers *client.Informers
+	NodeName  string
+	// NodeIPs are this node's addresses. LoadBalancer Services get the
+	// InternalIPs of the cluster's Nodes as ingress; NodeIPs stand in
+	// while no Node lists one (the first start of a one-node cluster).
+	NodeIPs []netip.Addr
+	// ClusterCIDR is the pod network. Traffic from outside it to a
+	// cluster IP is masqueraded; invalid: it is not.
+	ClusterCIDR netip.Prefix
+	// ServiceCIDR is where cluster IPs come from: traffic to one of its
+	// addresses that no Service has is dropped; invalid: it is not.
+	ServiceCIDR netip.Prefix
+	// NodePortAddresses limits the local addresses that serve NodePorts
+	// (and whose traffic counts as external) to these prefixes, like
+	// kube-proxy's --nodeport-addresses; empty: every local address,
+	// 127.0.0.1 included.
+	NodePortAddresses []netip.Prefix
+	// Bridge is the pod network's bridge; the table is "<Bridge>-svc".
+	// Default "bonsai0".
+	Bridge string
+	// MinSyncInterval is the least time between two writes of the
+	// table, which batches bursts of changes; default 1s.
+	MinSyncInterval time.Duration
+	Logger          *slog.Logger // nil: slog.Default()
+}
+
+// TableName is the nftables table (family ip) of the proxy for a bridge.
+func TableName(bridge string) string {
+	if bridge == "" {
+		bridge = defaultBridge
+	}
+	return bridge + "-svc"
+}
+
+// Proxier keeps the table in step with the Services and EndpointSlices.
+type Proxier struct {
+	log      *slog.Logger
+	nodeName string
+	rc       ruleConfig
+	minSync  time.Duration
+	table    *kernelTable
+	services cache.Indexer
+	slices   cache.Indexer
+	synced   []cache.InformerSynced
+	lb       *lbStatusController
+	// conntrack talks rtnetlink's conntrack to the proxy's namespace.
+	conntrack *netlink.Handle
+
+	mu       sync.Mutex
+	dirty    map[string]bool // service keys changed since the last sync
+	needFull bool
+	wake     chan struct{}
+
+	// programmed is what the table holds for each Service, by key, and
+	// conflicted the Services that lack a map key another holds (see
+	// claims.go); only sync touches them.
+	programmed map[string]objects
+	conflicted map[string]bool
+}
+
+// New builds the proxy and registers its informer handlers; it changes
+// nothing in the kernel until Run. Call it before Informers.Start.
+func New(cfg Config) (*Proxier, error) {
+	if cfg.Client == nil || cfg.Informers == nil || cfg.NodeName == "" {
+		return nil, errors.New("proxy: Client, Informers and NodeName are required")
+	}
+	if err := validatePrefixes(cfg); err != nil {
+		return nil, err
+	}
+	conn, err := openConn(-1)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	ct, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		conn.CloseLasting()
+		return nil, fmt.Errorf("proxy: open conntrack netlink socket: %w", err)
+	}
+	svcInf := cfg.Informers.For(&corev1.Service{})
+	sliceInf := cfg.Informers.For(&discoveryv1.EndpointSlice{})
+	nodeInf := cfg.Informers.For(&corev1.Node{})
+	p := newProxier(cfg, newKernelTable(conn, TableName(cfg.Bridge)), svcInf.GetIndexer(), sliceInf.GetIndexer())
+	p.conntrack = ct
+	p.synced = []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced}
+	p.lb = newLBStatusController(cfg, svcInf.GetIndexer(), nodeInf.GetIndexer(), p.log)
+	if err := p.watch(svcInf, sliceInf, nodeInf); err != nil {
+		conn.CloseLasting()
+		ct.Close()
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	return p, nil
+}
+
+// validatePrefixes rejects what the IPv4-only table cannot express.
+func validatePrefixes(cfg Config) error {
+	for _, p := range cfg.NodePortAddresses {
+		if !p.IsValid() {
+			return errors.New("proxy: a node port address is not a valid prefix")
+		}
+	}
+	for _, p := range append([]netip.Prefix{cfg.ClusterCIDR, cfg.ServiceCIDR}, cfg.NodePortAddresses...) {
+		if p.IsValid() && !p.Addr().Is4() {
+			return fmt.Errorf("proxy: %s: only IPv4 is supported", p)
+		}
+	}
+	return nil
+}
+
+// watch indexes slices by Service and registers the event handlers.
+func (p *Proxier) watch(services, slices, nodes cache.SharedIndexInformer) error {
+	if err := slices.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+		return fmt.Errorf("index EndpointSlices by Service: %w", err)
+	}
+	if _, err := services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.serviceChanged(obj) },
+		UpdateFunc: func(_, obj any) { p.serviceChanged(obj) },
+		DeleteFunc: func(obj any) { p.serviceChanged(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch Services: %w", err)
+	}
+	if _, err := slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.sliceChanged(obj) },
+		UpdateFunc: func(_, obj any) { p.sliceChanged(obj) },
+		DeleteFunc: func(obj any) { p.sliceChanged(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch EndpointSlices: %w", err)
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.lb.enqueueAll() },
+		UpdateFunc: func(any, any) { p.lb.enqueueAll() },
+		DeleteFunc: func(any) { p.lb.enqueueAll() },
+	}); err != nil {
+		return fmt.Errorf("watch Nodes: %w", err)
+	}
+	return nil
+}
+
+func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) *Proxier {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinSyncInterval <= 0 {
+		cfg.MinSyncInterval = defaultMinSyncInterval
+	}
+	return &Proxier{
+		log:      cfg.Logger.With("component", "proxy"),
+		nodeName: cfg.NodeName,
+		rc: ruleConfig{
+			clusterCIDR:   cfg.ClusterCIDR.Masked(),
+			serviceCIDR:   cfg.ServiceCIDR.Masked(),
+			nodePortCIDRs: cfg.NodePortAddresses,
+		},
+		minSync:    cfg.MinSyncInterval,
+		table:      table,
+		services:   services,
+		slices:     slices,
+		dirty:      map[string]bool{},
+		needFull:   true,
+		wake:       make(chan struct{}, 1),
+		programmed: map[string]objects{},
+		conflicted: map[string]bool{},
+	}
+}
+
+// sliceService indexes an EndpointSlice by the key of its Service.
+func sliceService(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{serviceKey(s.Namespace, name)}, nil
+}
+
+func (p *Proxier) serviceChanged(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	p.markDirty(key)
+	// Every LoadBalancer Service: this one may have freed or taken a
+	// port another waits for.
+	p.lb.enqueueAll()
+}
+
+func (p *Proxier) sliceChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	keys, _ := sliceService(obj)
+	for _, k := range keys {
+		p.markDirty(k)
+	}
+}
+
+func (p *Proxier) markDirty(key string) {
+	p.mu.Lock()
+	p.dirty[key] = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run programs the table whole, then keeps it up to date until ctx ends:
+// each change rewrites only the changed Services' parts, at most once per
+// MinSyncInterval, and every hour the table is rebuilt whole. When ctx
+// ends the table stays, as kube-proxy leaves its rules: Services keep
+// working while bonsai restarts, and the next Run replaces the table.
+// Cleanup removes it.
+func (p *Proxier) Run(ctx context.Context) error {
+	defer p.table.conn.CloseLasting()
+	defer p.conntrack.Close()
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return nil
+	}
+	go p.lb.run(ctx)
+	full := time.NewTicker(fullSyncInterval)
+	defer full.Stop()
+	retry := time.NewTimer(0) // the first, full, sync
+	defer retry.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-full.C:
+			p.mu.Lock()
+			p.needFull = true
+			p.mu.Unlock()
+		case <-p.wake:
+		case <-retry.C:
+		}
+		if wait := p.minSync - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		if err := p.sync(); err != nil {
+			p.log.Error("sync service rules; retrying", "err", err)
+			retry.Reset(p.minSync)
+		}
+	}
+}
+
+// Cleanup deletes the proxy's table for bridge ("" for the default), for
+// `bonsai server --cleanup` and uninstall. A table that is not there is
+// not an error.
+func Cleanup(bridge string) error {
+	conn, err := openConn(-1)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer conn.CloseLasting()
+	return newKernelTable(conn, TableName(bridge)).delete()
+}

@@ -1,0 +1,357 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// Names of the table's fixed chains and maps; see the package doc.
+const (
+	chainNATPrerouting   = "nat-prerouting"
+	chainNATOutput       = "nat-output"
+	chainNATPostrouting  = "nat-postrouting"
+	chainFilterInput     = "filter-input"
+	chainFilterForward   = "filter-forward"
+	chainFilterOutput    = "filter-output"
+	chainServices        = "services"
+	chainMasquerading    = "masquerading"
+	chainMarkForMasq     = "mark-for-masquerade"
+	chainServiceEPCheck  = "service-endpoints-check"
+	chainNodePortEPCheck = "nodeport-endpoints-check"
+	chainReject          = "reject-chain"
+	chainClusterIPsCheck = "cluster-ips-check"
+
+	mapServiceIPs          = "service-ips"
+	mapServiceNodePorts    = "service-nodeports"
+	mapNoEndpointServices  = "no-endpoint-services"
+	mapNoEndpointNodePorts = "no-endpoint-nodeports"
+	setClusterIPs          = "cluster-ips"
+)
+
+// hook makes a chain a base chain.
+type hook struct {
+	typ      nftables.ChainType
+	num      *nftables.ChainHook
+	prio     *nftables.ChainPriority
+	hookName string // for the text form
+	prioName string
+}
+
+type chainDef struct {
+	name  string
+	hook  *hook
+	rules []*rule
+}
+
+// setDef is a set a service port owns: either a session-affinity set
+// (client addresses that expire after timeout unless refreshed) or, with
+// endpoints, the verdict map from numgen's random number to endpoint
+// chains. The maps are named rather than anonymous (nft's
+// "vmap { 0 : goto ... }"): the kernel binds each anonymous set to its
+// rule with a walk of the whole transaction, which made a full sync of
+// 1,000 Services more than twice as slow.
+type setDef struct {
+	name      string
+	timeout   time.Duration
+	endpoints []string
+}
+
+func (s setDef) equal(o setDef) bool {
+	return s.name == o.name && s.timeout == o.timeout && slices.Equal(s.endpoints, o.endpoints)
+}
+
+// elem is an element of one of the four verdict maps or, with no
+// verdict, of the cluster-ips set.
+type elem struct {
+	set     string
+	key     []byte
+	keyText string
+	verdict *expr.Verdict
+}
+
+func (e elem) String() string {
+	switch {
+	case e.verdict == nil:
+		return e.set + " " + e.keyText
+	case e.verdict.Kind == expr.VerdictGoto:
+		return e.set + " " + e.keyText + " : goto " + e.verdict.Chain
+	default:
+		return e.set + " " + e.keyText + " : drop"
+	}
+}
+
+// objects are what one service port, or the table's fixed part, puts in
+// the table.
+type objects struct {
+	chains []chainDef
+	sets   []setDef
+	elems  []elem
+	// udpEndpoints are the addresses of UDP endpoints that have rules,
+	// whose flows go stale when they leave (see conntrack.go).
+	udpEndpoints []netip.Addr
+}
+
+// ruleConfig is what rules depend on besides Services.
+type ruleConfig struct {
+	clusterCIDR   netip.Prefix   // invalid: no masquerade of off-cluster ClusterIP traffic
+	serviceCIDR   netip.Prefix   // invalid: no drop of traffic to unallocated service IPs
+	nodePortCIDRs []netip.Prefix // empty: every local address, 127.0.0.1 included
+}
+
+// namedSets are the definitions of the four maps and the cluster-ips set,
+// elements aside.
+func namedSets(t *nftables.Table) map[string]*nftables.Set {
+	addrProtoPort := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	protoPort := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	m := map[string]*nftables.Set{}
+	for name, key := range map[string]nftables.SetDatatype{
+		mapServiceIPs: addrProtoPort, mapNoEndpointServices: addrProtoPort,
+		mapServiceNodePorts: protoPort, mapNoEndpointNodePorts: protoPort,
+	} {
+		m[name] = &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
+	}
+	m[setClusterIPs] = &nftables.Set{Table: t, Name: setClusterIPs, KeyType: nftables.TypeIPAddr}
+	return m
+}
+
+// nodePortRules are the ways a packet is addressed to a NodePort: to
+// any local address, or to a local address inside one of the CIDRs.
+func (c ruleConfig) nodePortRules(then func(*rule) *rule) []*rule {
+	if len(c.nodePortCIDRs) == 0 {
+		return []*rule{then(newRule().fibLocal("daddr"))}
+	}
+	var out []*rule
+	for _, p := range c.nodePortCIDRs {
+		out = append(out, then(newRule().fibLocal("daddr").daddr(p, true)))
+	}
+	return out
+}
+
+func baseObjects(c ruleConfig) objects {
+	nat := func(h *nftables.ChainHook, hookName string, p *nftables.ChainPriority, prioName string) *hook {
+		return &hook{typ: nftables.ChainTypeNAT, num: h, prio: p, hookName: hookName, prioName: prioName}
+	}
+	filter := func(h *nftables.ChainHook, hookName string) *hook {
+		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityFilter, hookName: hookName, prioName: "filter"}
+	}
+	services := []*rule{newRule().vmapDaddrProtoPort(mapServiceIPs)}
+	// A port a cluster IP does not serve refuses connections, and an
+	// address of the service CIDR that no Service has goes nowhere,
+	// rather than out of the default route.
+	clusterIPsCheck := []*rule{newRule().daddrInSet(setClusterIPs).reject()}
+	if c.serviceCIDR.IsValid() {
+		clusterIPsCheck = append(clusterIPsCheck, newRule().daddr(c.serviceCIDR, true).drop())
+	}
+	services = append(services, c.nodePortRules(func(r *rule) *rule { return r.vmapProtoPort(mapServiceNodePorts) })...)
+	return objects{chains: []chainDef{
+		{name: chainNATPrerouting, hook: nat(nftables.ChainHookPrerouting, "prerouting", nftables.ChainPriorityNATDest, "dstnat"),
+			rules: []*rule{newRule().jump(chainServices)}},
+		{name: chainNATOutput, hook: nat(nftables.ChainHookOutput, "output", nftables.ChainPriorityNATDest, "dstnat"),
+			rules: []*rule{newRule().jump(chainServices)}},
+		{name: chainNATPostrouting, hook: nat(nftables.ChainHookPostrouting, "postrouting", nftables.ChainPriorityNATSource, "srcnat"),
+			rules: []*rule{newRule().jump(chainMasquerading)}},
+		// The endpoint checks run in filter hooks because reject may
+		// not run in nat ones. They see only packets that were not
+		// DNAT'd: a DNAT'd packet's destination is no longer a
+		// Service's.
+		{name: chainFilterInput, hook: filter(nftables.ChainHookInput, "input"), rules: []*rule{
+			newRule().ctStateNew().jump(chainNodePortEPCheck),
+			newRule().ctStateNew().jump(chainServiceEPCheck),
+		}},
+		{name: chainFilterForward, hook: filter(nftables.ChainHookForward, "forward"), rules: []*rule{
+			newRule().ctStateNew().jump(chainServiceEPCheck),
+			newRule().ctStateNew().jump(chainClusterIPsCheck),
+		}},
+		{name: chainFilterOutput, hook: filter(nftables.ChainHookOutput, "output"), rules: []*rule{
+			newRule().ctStateNew().jump(chainServiceEPCheck),
+			newRule().ctStateNew().jump(chainClusterIPsCheck),
+		}},
+		{name: chainClusterIPsCheck, rules: clusterIPsCheck},
+		{name: chainServices, rules: services},
+		{name: chainMasquerading, rules: []*rule{
+			newRule().markIsClear().ret(),
+			newRule().setMark(true),
+			newRule().masquerade(),
+		}},
+		{name: chainMarkForMasq, rules: []*rule{newRule().setMark(false)}},
+		{name: chainServiceEPCheck, rules: []*rule{newRule().vmapDaddrProtoPort(mapNoEndpointServices)}},
+		{name: chainNodePortEPCheck, rules: c.nodePortRules(func(r *rule) *rule { return r.vmapProtoPort(mapNoEndpointNodePorts) })},
+		{name: chainReject, rules: []*rule{newRule().reject()}},
+	}}
+}
+
+func serviceChain(sp *servicePort) string  { return "service-" + sp.id() }
+func localChain(sp *servicePort) string    { return "local-" + sp.id() }
+func externalChain(sp *servicePort) string { return "external-" + sp.id() }
+func endpointChain(sp *servicePort, e endpoint) string {
+	return "endpoint-" + sp.id() + "__" + e.addr.String()
+}
+func endpointsMap(chooser string) string { return "endpoints-" + chooser }
+func affinitySet(sp *servicePort, e endpoint) string {
+	return "affinity-" + sp.id() + "__" + e.addr.String()
+}
+
+// serviceObjects is what one service port puts in the table, following
+// kube-proxy's nftables mode:
+//
+//   - its cluster IP, external IPs, load-balancer IPs and node port are
+//     keys of the service-ips and service-nodeports maps, whose verdict
+//     is a goto to the port's chains;
+//   - "service-" chooses among all usable endpoints, "local-" among this
+//     node's (for the Local traffic policies), "external-" handles what
+//     arrives at an external address or node port;
+//   - one "endpoint-" chain per endpoint does the DNAT;
+//   - with no usable endpoint, the addresses go into the no-endpoint maps
+//     instead: reject when the Service has no endpoint at all, drop when
+//     a Local policy leaves none on this node.
+func serviceObjects(sp *servicePort, c ruleConfig) objects {
+	var o objects
+	cluster := usable(sp.endpoints, false)
+	var local []endpoint
+	if sp.internalLocal || sp.externalLocal {
+		local = usable(sp.endpoints, true)
+	}
+	noEndpoint := gotoVerdict(chainReject)
+	if len(cluster) > 0 {
+		noEndpoint = &expr.Verdict{Kind: expr.VerdictDrop}
+	}
+
+	// The "service-" chain serves ClusterIP traffic under the Cluster
+	// policy and, whatever the policies, external traffic from pods and
+	// from the node itself.
+	needCluster := len(cluster) > 0 && (!sp.internalLocal || sp.hasExternal())
+	var chosen []endpoint
+	if needCluster {
+		chosen = cluster
+	}
+	// Endpoint chains, once per endpoint that either chooser uses.
+	used := map[netip.AddrPort]bool{}
+	for _, e := range append(slices.Clone(chosen), local...) {
+		if used[e.addr] {
+			continue
+		}
+		used[e.addr] = true
+		if sp.proto == protoUDP {
+			o.udpEndpoints = append(o.udpEndpoints, e.addr.Addr())
+		}
+		r := []*rule{newRule().saddr(host(e.addr.Addr()), true).jump(chainMarkForMasq)}
+		if sp.affinity > 0 {
+			o.sets = append(o.sets, setDef{name: affinitySet(sp, e), timeout: sp.affinity})
+			r = append(r, newRule().updateSaddr(affinitySet(sp, e)))
+		}
+		r = append(r, newRule().l4proto(sp.proto).dnat(e.addr))
+		o.chains = append(o.chains, chainDef{name: endpointChain(sp, e), rules: r})
+	}
+	chooser := func(name string, eps []endpoint, masqOffCluster bool) (chainDef, setDef) {
+		var r []*rule
+		if masqOffCluster && c.clusterCIDR.IsValid() {
+			// A ClusterIP reached from outside the pod network (the host,
+			// another node) would get replies the pod routes elsewhere.
+			r = append(r, newRule().daddr(host(sp.clusterIP), true).saddr(c.clusterCIDR, false).jump(chainMarkForMasq))
+		}
+		if sp.affinity > 0 {
+			for _, e := range eps {
+				r = append(r, newRule().saddrInSet(affinitySet(sp, e)).gotoChain(endpointChain(sp, e)))
+			}
+		}
+		targets := make([]string, len(eps))
+		for i, e := range eps {
+			targets[i] = endpointChain(sp, e)
+		}
+		r = append(r, newRule().numgenVmap(len(eps), endpointsMap(name)))
+		return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), endpoints: targets}
+	}
+	if needCluster {
+		c, s := chooser(serviceChain(sp), cluster, true)
+		o.chains, o.sets = append(o.chains, c), append(o.sets, s)
+	}
+	if len(local) > 0 {
+		c, s := chooser(localChain(sp), local, false)
+		o.chains, o.sets = append(o.chains, c), append(o.sets, s)
+	}
+
+	internal, internalEPs := serviceChain(sp), cluster
+	if sp.internalLocal {
+		internal, internalEPs = localChain(sp), local
+	}
+	if len(internalEPs) > 0 {
+		o.elems = append(o.elems, addrElem(mapServiceIPs, sp.clusterIP, sp, gotoVerdict(internal)))
+	} else {
+		o.elems = append(o.elems, addrElem(mapNoEndpointServices, sp.clusterIP, sp, noEndpoint))
+	}
+
+	if !sp.hasExternal() {
+		return o
+	}
+	externalEPs := cluster
+	if sp.externalLocal {
+		externalEPs = local
+	}
+	if len(cluster) > 0 {
+		var r []*rule
+		if !sp.externalLocal {
+			r = []*rule{newRule().jump(chainMarkForMasq), newRule().gotoChain(serviceChain(sp))}
+		} else {
+			// Local policy keeps the client's address, so it serves
+			// only clients whose replies come back through this node.
+			// Pods and the node itself are not external clients: they
+			// get every endpoint, as kube-proxy gives them.
+			if c.clusterCIDR.IsValid() {
+				r = append(r, newRule().saddr(c.clusterCIDR, true).gotoChain(serviceChain(sp)))
+			}
+			r = append(r,
+				newRule().fibLocal("saddr").jump(chainMarkForMasq),
+				newRule().fibLocal("saddr").gotoChain(serviceChain(sp)))
+			if len(local) > 0 {
+				r = append(r, newRule().gotoChain(localChain(sp)))
+			}
+		}
+		o.chains = append(o.chains, chainDef{name: externalChain(sp), rules: r})
+		for _, a := range sp.externalIPs {
+			o.elems = append(o.elems, addrElem(mapServiceIPs, a, sp, gotoVerdict(externalChain(sp))))
+		}
+		if sp.nodePort != 0 {
+			o.elems = append(o.elems, portElem(mapServiceNodePorts, sp, gotoVerdict(externalChain(sp))))
+		}
+	}
+	if len(externalEPs) == 0 {
+		for _, a := range sp.externalIPs {
+			o.elems = append(o.elems, addrElem(mapNoEndpointServices, a, sp, noEndpoint))
+		}
+		if sp.nodePort != 0 {
+			o.elems = append(o.elems, portElem(mapNoEndpointNodePorts, sp, noEndpoint))
+		}
+	}
+	return o
+}
+
+func gotoVerdict(chain string) *expr.Verdict {
+	return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
+}
+
+// clusterIPElem puts a Service's cluster IP in the cluster-ips set.
+func clusterIPElem(a netip.Addr) elem {
+	return elem{set: setClusterIPs, key: a.AsSlice(), keyText: a.String()}
+}
+
+// Concatenated keys put each field in a 4-byte register of its own.
+func addrElem(set string, a netip.Addr, sp *servicePort, v *expr.Verdict) elem {
+	key := make([]byte, 12)
+	copy(key, a.AsSlice())
+	key[4] = byte(sp.proto)
+	binary.BigEndian.PutUint16(key[8:], sp.port)
+	return elem{set: set, key: key, keyText: fmt.Sprintf("%s . %s . %d", a, sp.proto, sp.port), verdict: v}
+}
+
+func portElem(set string, sp *servicePort, v *expr.Verdict) elem {
+	key := make([]byte, 8)
+	key[0] = byte(sp.proto)
+	binary.BigEndian.PutUint16(key[4:], sp.nodePort)
+	return elem{set: set, key: key, keyText: fmt.Sprintf("%s . %d", sp.proto, sp.nodePort), verdict: v}
+}

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// sync writes what changed since the last sync, or the whole table when
+// a full sync is due (the first, the hourly one, one after a failure).
+func (p *Proxier) sync() error {
+	p.mu.Lock()
+	dirty, full := p.dirty, p.needFull
+	p.dirty, p.needFull = map[string]bool{}, false
+	p.mu.Unlock()
+
+	start := time.Now()
+	var err error
+	if full {
+		err = p.syncFull()
+	} else {
+		err = p.syncDirty(dirty)
+	}
+	if err != nil {
+		// The kernel kept the table as it was; what it has is no
+		// longer certain to match programmed, so start over whole.
+		p.mu.Lock()
+		p.needFull = true
+		p.mu.Unlock()
+		return err
+	}
+	p.log.Debug("synced service rules", "full", full, "services", len(dirty), "took", time.Since(start))
+	return nil
+}
+
+func (p *Proxier) syncFull() error {
+	keys := p.services.ListKeys()
+	p.byAge(keys)
+	owners := keyOwners{}
+	conflicted := map[string]bool{}
+	want := map[string]objects{}
+	all := []objects{baseObjects(p.rc)}
+	for _, k := range keys {
+		o, ok := p.serviceObjects(k)
+		if !ok {
+			continue
+		}
+		o, lost := owners.claim(k, o)
+		if len(lost) > 0 {
+			conflicted[k] = true
+			p.log.Warn("Service left without addresses another Service holds", "service", k, "keys", lost)
+		}
+		want[k] = o
+		all = append(all, o)
+	}
+	if err := p.table.replace(all); err != nil {
+		return err
+	}
+	var stale []netip.Addr
+	for k, old := range p.programmed {
+		stale = append(stale, staleUDP(old, want[k])...)
+	}
+	p.programmed, p.conflicted = want, conflicted
+	p.clearUDPFlows(stale)
+	return nil
+}
+
+func (p *Proxier) syncDirty(dirty map[string]bool) error {
+	keys := make([]string, 0, len(dirty))
+	for k := range dirty {
+		keys = append(keys, k)
+	}
+	p.byAge(keys)
+	owners := ownersOf(p.programmed, dirty)
+	var changes []change
+	next := map[string]objects{}
+	conflicted := map[string]bool{}
+	freed := false
+	for _, k := range keys {
+		o, _ := p.serviceObjects(k)
+		o, lost := owners.claim(k, o)
+		if len(lost) > 0 {
+			conflicted[k] = true
+			p.log.Warn("Service left without addresses another Service holds", "service", k, "keys", lost)
+		}
+		old := p.programmed[k]
+		if renderTable("", []objects{old}) == renderTable("", []objects{o}) {
+			continue
+		}
+		freed = freed || released(old, o)
+		changes = append(changes, change{old: old, new: o})
+		next[k] = o
+	}
+	if len(changes) > 0 {
+		if err := p.table.update(changes); err != nil {
+			return err
+		}
+	}
+	var stale []netip.Addr
+	for _, ch := range changes {
+		stale = append(stale, staleUDP(ch.old, ch.new)...)
+	}
+	p.clearUDPFlows(stale)
+	for k, o := range next {
+		if len(o.chains) == 0 && len(o.elems) == 0 {
+			delete(p.programmed, k)
+		} else {
+			p.programmed[k] = o
+		}
+	}
+	for _, k := range keys {
+		delete(p.conflicted, k)
+	}
+	for k := range conflicted {
+		p.conflicted[k] = true
+	}
+	// A key given up may be one a Service went without: let those try
+	// again.
+	if freed {
+		for k := range p.conflicted {
+			if !dirty[k] {
+				p.markDirty(k)
+			}
+		}
+	}
+	return nil
+}
+
+// serviceObjects is what the Service key needs in the table now; false
+// when it needs nothing (gone, headless, ExternalName).
+func (p *Proxier) serviceObjects(key string) (objects, bool) {
+	obj, exists, err := p.services.GetByKey(key)
+	if err != nil || !exists {
+		return objects{}, false
+	}
+	svc := obj.(*corev1.Service)
+	sliceObjs, err := p.slices.ByIndex(sliceServiceIndex, key)
+	if err != nil {
+		p.log.Error("list EndpointSlices of a Service", "service", key, "err", err)
+	}
+	eps := make([]*discoveryv1.EndpointSlice, 0, len(sliceObjs))
+	for _, o := range sliceObjs {
+		eps = append(eps, o.(*discoveryv1.EndpointSlice))
+	}
+	ports := servicePorts(svc, eps, p.nodeName)
+	if len(ports) == 0 {
+		return objects{}, false
+	}
+	out := objects{elems: []elem{clusterIPElem(ports[0].clusterIP)}}
+	for i := range ports {
+		o := serviceObjects(&ports[i], p.rc)
+		out.chains = append(out.chains, o.chains...)
+		out.sets = append(out.sets, o.sets...)
+		out.elems = append(out.elems, o.elems...)
+		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
+	}
+	return out, true
+}

@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestSyncTiming logs how long syncs of a large table take (targets: a
+// full sync of 1,000 Services × 10 endpoints within 200 ms, a
+// one-endpoint update within 5 ms). It asserts only that the table is
+// right, since timings on a shared machine vary.
+//
+// Where the time goes, measured on a loaded 2-core machine: a full sync
+// is ~40,000 netlink messages in one transaction; building them takes
+// ~0.2 s, the kernel ~0.5 s, and reading the ~40,000 acks (the library
+// asks for one per message) ~0.3 s. An update of one Service is ~30
+// messages, but the kernel then revalidates every jump of the table
+// (nft_chain_validate, ~20 ms for this table), as it does after any
+// transaction that adds a jump, goto or verdict map element.
+func TestSyncTiming(t *testing.T) {
+	requireRoot(t)
+	const services, endpoints = 1000, 10
+	p := newTestProxier(t, newNetns(t))
+	slice := func(i, n int) any {
+		var eps []ep
+		for j := range n {
+			eps = append(eps, readyEP(fmt.Sprintf("10.200.%d.%d", i/100, (i%100)*2+j+1), testNode))
+		}
+		return newSlice(fmt.Sprintf("svc-%d", i), fmt.Sprintf("svc-%d-1", i), 8080, eps...)
+	}
+	for i := range services {
+		mustAdd(t, p.services, newService(fmt.Sprintf("svc-%d", i), fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), 80,
+			nodePort(int32(30000+i), corev1.ServiceExternalTrafficPolicyCluster)))
+		mustAdd(t, p.slices, slice(i, endpoints))
+	}
+
+	start := time.Now()
+	if err := p.sync(); err != nil { // the first sync is full
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+	chains, _ := mustKernelView(t, p.ns, testTable)
+	if want := len(baseObjects(p.rc).chains) + services*(endpoints+2); len(chains) != want {
+		t.Errorf("%d chains in the kernel, want %d", len(chains), want)
+	}
+
+	// One endpoint goes from one Service.
+	mustUpdate(t, p.slices, slice(500, endpoints-1))
+	p.markDirty("default/svc-500")
+	start = time.Now()
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	one := time.Since(start)
+	checkKernelView(t, p)
+	t.Logf("full sync of %d Services × %d endpoints: %v (target 200ms); one-endpoint update: %v (target 5ms)",
+		services, endpoints, full, one)
+}
