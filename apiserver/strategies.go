@@ -435,7 +435,15 @@ type statefulSetStrategy struct{ generationStrategy }
 
 func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
-	errs := validateWorkload(s.Spec.Selector, &s.Spec.Template, s.Spec.Replicas)
+	// Containers mount the claims of volumeClaimTemplates by name: the
+	// controller adds those volumes to each pod, so the template is
+	// checked as if it had them.
+	tmpl := s.Spec.Template.DeepCopy()
+	for _, c := range s.Spec.VolumeClaimTemplates {
+		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, corev1.Volume{Name: c.Name,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Name}}})
+	}
+	errs := validateWorkload(s.Spec.Selector, tmpl, s.Spec.Replicas)
 	return append(errs, validateStatefulSetSpec(&s.Spec, field.NewPath("spec"))...)
 }
 

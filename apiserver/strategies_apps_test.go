@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -172,6 +173,15 @@ func TestAppsValidation(t *testing.T) {
 		{"rollingUpdate with OnDelete", func(s *appsv1.StatefulSetSpec) {
 			s.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{}}
 		}, "spec.updateStrategy.rollingUpdate"},
+		{"mounts its claim template", func(s *appsv1.StatefulSetSpec) {
+			s.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: apiresource.MustParse("1Gi")}}}}}
+			s.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		}, ""},
+		{"mounts an unknown volume", func(s *appsv1.StatefulSetSpec) {
+			s.Template.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		}, "spec.template.spec.containers[0].volumeMounts[0].name"},
 		{"unknown policy", func(s *appsv1.StatefulSetSpec) { s.PodManagementPolicy = "Whenever" }, "spec.podManagementPolicy"},
 		{"negative start", func(s *appsv1.StatefulSetSpec) { s.Ordinals = &appsv1.StatefulSetOrdinals{Start: -1} }, "spec.ordinals.start"},
 		{"unknown retention", func(s *appsv1.StatefulSetSpec) {

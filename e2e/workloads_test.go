@@ -45,7 +45,7 @@ func TestWorkloads(t *testing.T) {
 	}
 	const app1, app2 = "registry.bonsai.test/e2e/app:1", "registry.bonsai.test/e2e/app:2"
 
-	t.Run("deployment rollout, undo and scale", func(t *testing.T) {
+	t.Run("deployment rollout undo and scale", func(t *testing.T) {
 		k.t = t
 		k.must("apply", "-f", writeFile(t, "web.yaml", deploymentYAML("web", 3, app1), 0o600))
 		wantContains(t, "rollout status", k.must("rollout", "status", "deployment/web", "--timeout=90s"), `deployment "web" successfully rolled out`)
