@@ -70,10 +70,11 @@ type Config struct {
 	LeaseInterval  time.Duration
 	LeaseDuration  time.Duration
 	StatusInterval time.Duration
-	// Workers per queue: node status and pods (default 8 each), four
-	// times as many for lease renewals, the steady load (10,000 nodes
-	// renew 1,000 times a second). API calls wait for the store's fsync:
-	// many in flight share one.
+	// Workers of the node status queue (default 8); four times as many
+	// renew leases, the steady load (10,000 nodes renew 1,000 times a
+	// second), and start pods, the bursts (a Deployment of 1,000
+	// replicas). API calls wait for the store's fsync: many in flight
+	// share one.
 	Workers int
 	Clock   clock.WithTicker
 	Logger  *slog.Logger
@@ -214,7 +215,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}{
 		{s.leaseQ, s.syncLease, "lease", 4 * s.cfg.Workers},
 		{s.nodeQ, s.syncNode, "node status", s.cfg.Workers},
-		{s.podQ, s.syncPod, "pod", s.cfg.Workers},
+		{s.podQ, s.syncPod, "pod", 4 * s.cfg.Workers},
 	} {
 		for i := 0; i < w.workers; i++ {
 			wg.Add(1)
