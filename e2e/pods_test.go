@@ -189,6 +189,9 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 	os.RemoveAll("/run/bonsai/" + e.bridge)
 	exec.Command("ip", "link", "del", e.bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
+	// The service proxy leaves its table behind on purpose, as
+	// kube-proxy does, for Services to keep working across a restart.
+	exec.Command("nft", "delete", "table", "ip", e.bridge+"-svc").Run()
 	out, _ = exec.Command("ip", "-o", "link", "show", "master", e.bridge).Output()
 	if len(out) > 0 {
 		t.Logf("links left on %s: %s", e.bridge, out)

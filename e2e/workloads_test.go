@@ -13,20 +13,16 @@ import (
 	"bonsai.dev/bonsai/e2e/testenv"
 )
 
-// The cluster CIDR of TestWorkloads: its node gets 10.199.0.0/24, whose
-// gateway on bonsai's bridge is how a pod reaches the API server until
-// the service proxy serves 10.43.0.1.
-const (
-	workloadsCIDR    = "10.199.0.0/16"
-	workloadsGateway = "10.199.0.1"
-)
+// workloadsCIDR is TestWorkloads' cluster CIDR.
+const workloadsCIDR = "10.199.0.0/16"
 
 // TestWorkloads runs the usual kubectl workflows on real containerd:
 // roll out, roll back, scale, delete with each cascade mode, run a Job,
 // keep a StatefulSet's volume, drain past a PodDisruptionBudget, and use
-// a service-account token from inside a pod.
+// a service-account token from inside a pod, through the kubernetes
+// Service (the service proxy takes 10.43.0.1:443 to the API server).
 func TestWorkloads(t *testing.T) {
-	e := startPodEnv(t, "--cluster-cidr="+workloadsCIDR, "--tls-san="+workloadsGateway, "--bind-address=0.0.0.0")
+	e := startPodEnv(t, "--cluster-cidr="+workloadsCIDR)
 	kcs := testenv.Kubectls(t)
 	kc := kcs[len(kcs)-1]
 	k := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: filepath.Join(e.s.dataDir, "kubeconfig.yaml"), cacheDir: t.TempDir()}
@@ -197,7 +193,6 @@ func TestWorkloads(t *testing.T) {
 		})
 		k.must("run", "-n", "team", "bystander", "--image="+app1, "--command", "--", "sleep", "3600")
 		k.must("run", "-n", "team", "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--restart=Never",
-			"--env=KUBERNETES_SERVICE_HOST="+workloadsGateway, fmt.Sprintf("--env=KUBERNETES_SERVICE_PORT=%d", e.s.port),
 			"--command", "--", "/bin/incluster")
 		waitFor(t, 60*time.Second, "lister to finish", func() bool {
 			ph := k.run("get", "pod/lister", "-n", "team", "-o", "jsonpath={.status.phase}").stdout

@@ -9,9 +9,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/proxy"
 )
 
 // connectRuntime reaches containerd at --container-runtime-endpoint or,
@@ -79,4 +83,40 @@ func clusterDNS(cidr netip.Prefix) string {
 		a = a.Next()
 	}
 	return a.String()
+}
+
+// startServiceProxy runs the nftables service proxy of this host's node
+// (the table "<pod-bridge>-svc"): Services' cluster IPs, node ports,
+// external IPs and load-balancer addresses reach their endpoints. Like
+// kube-proxy it leaves its table in place when bonsai stops, so Services
+// keep working across a restart. The built-in pod network is IPv4 only,
+// and so is the proxy.
+func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+	if !cfg.ClusterCIDR.Addr().Is4() || !cfg.ServiceCIDR.Addr().Is4() {
+		log.Warn("service proxy not started: it serves IPv4 clusters only", "cluster-cidr", cfg.ClusterCIDR, "service-cidr", cfg.ServiceCIDR)
+		return
+	}
+	rc := api.ClientConfig(&authn.User{Name: "system:kube-proxy", Groups: []string{authn.GroupAuthenticated}})
+	cs, err := client.NewClientset(rc)
+	if err != nil {
+		log.Error("service proxy not started", "err", err)
+		return
+	}
+	inf := client.NewInformers(rc)
+	px, err := proxy.New(proxy.Config{
+		Client: cs, Informers: inf, NodeName: cfg.NodeName,
+		NodeIPs:     []netip.Addr{advertiseAddress(cfg.BindAddress)},
+		ClusterCIDR: cfg.ClusterCIDR, ServiceCIDR: cfg.ServiceCIDR,
+		Bridge: cfg.PodBridge, Logger: log,
+	})
+	if err != nil {
+		log.Error("service proxy not started", "err", err)
+		return
+	}
+	inf.Start(ctx)
+	go func() {
+		if err := px.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("service proxy stopped", "err", err)
+		}
+	}()
 }

@@ -354,4 +354,5 @@ func cleanupNode(dir, bridge string) {
 	os.RemoveAll("/run/bonsai/" + bridge)
 	exec.Command("ip", "link", "del", bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", bridge).Run()
+	exec.Command("nft", "delete", "table", "ip", bridge+"-svc").Run() // the service proxy's
 }
