@@ -177,6 +177,11 @@ func validateConfig(cfg *Config) error {
 	if cfg.MTU < 0 || (cfg.MTU > 0 && cfg.MTU < 576) {
 		return fmt.Errorf("netplugin: MTU %d is too small (at least 576)", cfg.MTU)
 	}
+	for _, a := range cfg.LocalAddrs {
+		if !a.Is4() || cfg.PodCIDR.Contains(a) {
+			return fmt.Errorf("netplugin: local address %s must be IPv4 and outside the pod CIDR %s", a, cfg.PodCIDR)
+		}
+	}
 	return nil
 }
 
@@ -203,7 +208,7 @@ func isZeroMask(m net.IPMask) bool {
 }
 
 // ensureBridge makes the bridge exist, be up, and carry exactly the
-// gateway address.
+// gateway address and the LocalAddrs.
 func (n *Network) ensureBridge() error {
 	name := n.cfg.Bridge
 	link, err := n.nl.LinkByName(name)
@@ -231,16 +236,18 @@ func (n *Network) ensureBridge() error {
 			return fmt.Errorf("set MTU %d on bridge %s: %w", n.mtu, name, err)
 		}
 	}
-	want := netip.PrefixFrom(n.gateway, n.cfg.PodCIDR.Bits())
+	want := map[netip.Prefix]bool{netip.PrefixFrom(n.gateway, n.cfg.PodCIDR.Bits()): false}
+	for _, a := range n.cfg.LocalAddrs {
+		want[netip.PrefixFrom(a, 32)] = false
+	}
 	addrs, err := retryDump(func() ([]netlink.Addr, error) { return n.nl.AddrList(link, unix.AF_INET) })
 	if err != nil {
 		return fmt.Errorf("list addresses of bridge %s: %w", name, err)
 	}
-	have := false
 	for _, a := range addrs {
 		p, ok := ipNetToPrefix(a.IPNet)
-		if ok && p == want {
-			have = true
+		if _, wanted := want[p]; ok && wanted {
+			want[p] = true
 			continue
 		}
 		// The bridge is ours: an old gateway (the pod CIDR changed) goes.
@@ -248,9 +255,12 @@ func (n *Network) ensureBridge() error {
 			return fmt.Errorf("remove stale address %s from bridge %s: %w", a.IPNet, name, err)
 		}
 	}
-	if !have {
-		if err := n.nl.AddrAdd(link, &netlink.Addr{IPNet: prefixToIPNet(want)}); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add gateway address %s to bridge %s: %w", want, name, err)
+	for p, have := range want {
+		if have {
+			continue
+		}
+		if err := n.nl.AddrAdd(link, &netlink.Addr{IPNet: prefixToIPNet(p)}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add address %s to bridge %s: %w", p, name, err)
 		}
 	}
 	if err := n.nl.LinkSetUp(link); err != nil {

@@ -107,6 +107,59 @@ func TestNewIsIdempotent(t *testing.T) {
 	}
 }
 
+// A local address on the bridge serves pods from the host, as the cluster
+// DNS does, and stays across a second New.
+func TestLocalAddrs(t *testing.T) {
+	cfg := testConfig(t)
+	// Inside the cluster CIDR, outside this node's pod CIDR: unique to
+	// the test.
+	b := cfg.ClusterCIDR.Addr().As4()
+	b[2], b[3] = 255, 10
+	local := netip.AddrFrom4(b)
+	cfg.LocalAddrs = []netip.Addr{local}
+	n := newTestNetwork(t, cfg)
+	pod := setup(t, n, Pod{ID: "client"})
+	// A server of the host, as bonsai's DNS is.
+	l, err := net.Listen("tcp", netip.AddrPortFrom(local, 8053).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 64)
+			k, _ := c.Read(buf)
+			c.Write(append([]byte("host: "), buf[:k]...))
+			c.Close()
+		}
+	}()
+	mustAsk(t, pod.NetnsPath, "tcp", netip.AddrPortFrom(local, 8053).String(), "hi", "host: hi")
+	n.Close()
+	newTestNetwork(t, cfg)
+	br, err := netlink.LinkByName(cfg.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := netlink.AddrList(br, unix.AF_INET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range addrs {
+		got = append(got, a.IPNet.String())
+	}
+	slices.Sort(got)
+	want := []string{netip.PrefixFrom(cfg.PodCIDR.Addr().Next(), cfg.PodCIDR.Bits()).String(), netip.PrefixFrom(local, 32).String()}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bridge addresses after a second New (-want +got):\n%s", diff)
+	}
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	good := Config{
 		DataDir:     t.TempDir(),

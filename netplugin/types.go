@@ -16,6 +16,10 @@ type Config struct {
 	PodCIDR     netip.Prefix // this node's share of ClusterCIDR; the gateway is its first host address, on the bridge
 	MTU         int          // 0: the MTU of the host's default route, or 1500
 	Logger      *slog.Logger // nil: slog.Default()
+	// LocalAddrs are put on the bridge as /32s beside the gateway: the
+	// node serves pods there itself (the cluster DNS address), and pods
+	// reach them through their default route.
+	LocalAddrs []netip.Addr
 }
 
 // HostPort maps a port of the host to a port of the pod.

@@ -8,6 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
@@ -15,6 +19,7 @@ import (
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/dns"
 	"bonsai.dev/bonsai/netplugin/proxy"
 )
 
@@ -69,10 +74,16 @@ func podNetwork(cfg *serverConfig) *netplugin.Config {
 	if cfg.PodBridge != defaultPodBridge {
 		netns = filepath.Join("/run/bonsai", cfg.PodBridge, "netns")
 	}
-	return &netplugin.Config{
+	c := &netplugin.Config{
 		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netns,
 		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR,
 	}
+	// The cluster DNS server listens there (startClusterDNS); the pod
+	// network is IPv4.
+	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
+		c.LocalAddrs = []netip.Addr{a}
+	}
+	return c
 }
 
 // clusterDNS is the cluster DNS service's address: the tenth of the
@@ -119,4 +130,57 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 			log.Error("service proxy stopped", "err", err)
 		}
 	}()
+}
+
+// startClusterDNS serves cluster DNS on this node at the cluster DNS
+// address, port 53, which the pod network puts on its bridge: pods reach
+// it through their gateway, and the kube-dns Service (see
+// ensureKubeDNSService) tells the service proxy to leave it alone. The
+// address appears once the node has its pod CIDR and the network is up,
+// so binding is retried until then.
+func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+	addr := netip.AddrPortFrom(netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)), 53)
+	if !addr.Addr().Is4() {
+		log.Warn("cluster DNS not started: the pod network is IPv4 only", "service-cidr", cfg.ServiceCIDR)
+		return
+	}
+	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: "system:bonsai-dns", Groups: []string{authn.GroupAuthenticated}}))
+	srv, err := dns.New(dns.Config{Informers: inf, Address: addr.String(), ClusterDomain: cfg.ClusterDomain, Logger: log.With("component", "dns")})
+	if err != nil {
+		log.Error("cluster DNS not started", "err", err)
+		return
+	}
+	inf.Start(ctx)
+	go func() {
+		for {
+			_, err := srv.Listen()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+				log.Error("cluster DNS not started", "address", addr, "err", err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		log.Info("serving cluster DNS", "address", addr, "domain", cfg.ClusterDomain)
+		if err := srv.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("cluster DNS stopped", "err", err)
+		}
+	}()
+}
+
+// ensureKubeDNSService creates kube-system/kube-dns at the cluster DNS
+// address, for tools that look for it, whether or not this server runs
+// a node.
+func ensureKubeDNSService(ctx context.Context, cfg *serverConfig, rc *rest.Config) error {
+	cs, err := client.NewClientset(rc)
+	if err != nil {
+		return err
+	}
+	return dns.EnsureService(ctx, cs.Core, netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)))
 }

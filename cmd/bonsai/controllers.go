@@ -34,5 +34,8 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := startNodeLifecycle(ctx, cfg, api.ClientConfig(user), log); err != nil {
 		return err
 	}
+	if err := ensureKubeDNSService(ctx, cfg, api.ClientConfig(user)); err != nil {
+		log.Error("kube-dns Service", "err", err)
+	}
 	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice})
 }

@@ -348,6 +348,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
 		kcfg.Network = podNetwork(cfg)
 		startServiceProxy(ctx, cfg, api, log)
+		startClusterDNS(ctx, cfg, api, log)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
 		kcfg.ClusterDNS, kcfg.ClusterDomain = clusterDNS(cfg.ServiceCIDR), cfg.ClusterDomain
 		kcfg.ImageFS = imageFS

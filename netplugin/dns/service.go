@@ -12,6 +12,14 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
+// ServiceProxyNameLabel and ServiceProxyName mark the kube-dns Service as
+// served by another proxy than the default one, as Kubernetes defines the
+// label: here, by the DNS server itself.
+const (
+	ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+	ServiceProxyName      = "bonsai-dns"
+)
+
 // KubeDNSService is the kube-system/kube-dns Service k3s and kubeadm
 // create for cluster DNS, at clusterIP: the same name, labels,
 // annotations and ports, so that tools looking for it find it. It has no
@@ -31,6 +39,10 @@ func KubeDNSService(clusterIP netip.Addr) *corev1.Service {
 				"k8s-app":                       "kube-dns",
 				"kubernetes.io/cluster-service": "true",
 				"kubernetes.io/name":            "CoreDNS",
+				// The DNS server listens on the cluster IP itself, on
+				// every node that runs pods: the service proxy leaves
+				// the Service alone (it has no endpoints to go to).
+				ServiceProxyNameLabel: ServiceProxyName,
 			},
 			Annotations: map[string]string{
 				"prometheus.io/port":   "9153",

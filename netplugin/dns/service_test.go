@@ -35,7 +35,8 @@ func TestEnsureService(t *testing.T) {
 	if got.Spec.ClusterIP != "10.43.0.10" || got.Spec.Selector != nil {
 		t.Errorf("clusterIP %s, selector %v", got.Spec.ClusterIP, got.Spec.Selector)
 	}
-	wantLabels := map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS"}
+	wantLabels := map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS",
+		"service.kubernetes.io/service-proxy-name": "bonsai-dns"}
 	if diff := cmp.Diff(wantLabels, got.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}
