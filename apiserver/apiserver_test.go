@@ -1201,3 +1201,46 @@ func TestConcurrentUnconditionalPatches(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A restart on another port and address points the kubernetes Service's
+// target port, Endpoints and EndpointSlice at the new ones.
+func TestBootstrapFollowsTheServersAddress(t *testing.T) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	first, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Shutdown()
+	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.2"), SecurePort: 7443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	ctx := context.Background()
+	svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.Spec.Ports[0].TargetPort.IntValue(); got != 7443 {
+		t.Errorf("kubernetes Service targetPort %d, want 7443", got)
+	}
+	ep, err := cs.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%s:%d", ep.Subsets[0].Addresses[0].IP, ep.Subsets[0].Ports[0].Port); got != "127.0.0.2:7443" {
+		t.Errorf("kubernetes Endpoints %s, want 127.0.0.2:7443", got)
+	}
+	slice, err := cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%s:%d", slice.Endpoints[0].Addresses[0], *slice.Ports[0].Port); got != "127.0.0.2:7443" {
+		t.Errorf("kubernetes EndpointSlice %s, want 127.0.0.2:7443", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,7 +66,14 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			Ports:     []corev1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(int32(s.cfg.SecurePort))}},
 		},
 	}
-	if err := s.ensure(ctx, svc, gvr("", "v1", "services")); err != nil {
+	if err := s.ensureCurrent(ctx, svc, gvr("", "v1", "services"), func(old runtime.Object) bool {
+		o := old.(*corev1.Service)
+		if len(o.Spec.Ports) == 1 && o.Spec.Ports[0].TargetPort == svc.Spec.Ports[0].TargetPort {
+			return false
+		}
+		o.Spec.Ports = svc.Spec.Ports
+		return true
+	}); err != nil {
 		return err
 	}
 	addr := s.cfg.AdvertiseAddress.String()
@@ -77,7 +85,14 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			Ports:     []corev1.EndpointPort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}},
 		}},
 	}
-	if err := s.ensure(ctx, ep, gvr("", "v1", "endpoints")); err != nil {
+	if err := s.ensureCurrent(ctx, ep, gvr("", "v1", "endpoints"), func(old runtime.Object) bool {
+		o := old.(*corev1.Endpoints)
+		if apiequality.Semantic.DeepEqual(o.Subsets, ep.Subsets) {
+			return false
+		}
+		o.Subsets = ep.Subsets
+		return true
+	}); err != nil {
 		return err
 	}
 	family := discoveryv1.AddressTypeIPv4
@@ -90,7 +105,45 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: &port, Protocol: ptrTo(corev1.ProtocolTCP)}},
 	}
-	return s.ensure(ctx, slice, gvr("discovery.k8s.io", "v1", "endpointslices"))
+	return s.ensureCurrent(ctx, slice, gvr("discovery.k8s.io", "v1", "endpointslices"), func(old runtime.Object) bool {
+		o := old.(*discoveryv1.EndpointSlice)
+		if o.AddressType == slice.AddressType && apiequality.Semantic.DeepEqual(o.Endpoints, slice.Endpoints) && apiequality.Semantic.DeepEqual(o.Ports, slice.Ports) {
+			return false
+		}
+		if o.AddressType != slice.AddressType {
+			// Immutable: a server whose address changed family keeps the
+			// old slice (the Endpoints above are right).
+			return false
+		}
+		o.Endpoints, o.Ports = slice.Endpoints, slice.Ports
+		return true
+	})
+}
+
+// ensureCurrent creates obj if it does not exist and otherwise lets
+// update bring the stored object up to date (reporting whether it changed
+// it), as kube-apiserver's reconciler of the kubernetes Service does: a
+// restart on another port or address must not leave clients pointed at
+// the old one.
+func (s *Server) ensureCurrent(ctx context.Context, obj runtime.Object, g schema.GroupVersionResource, update func(old runtime.Object) bool) error {
+	res := s.reg.byGVR[g]
+	m, _ := metaOf(obj)
+	old, rev, err := s.getObject(ctx, res, m.GetNamespace(), m.GetName())
+	if apierrors.IsNotFound(err) {
+		return s.ensure(ctx, obj, g)
+	}
+	if err != nil {
+		return err
+	}
+	cur := old.DeepCopyObject()
+	if !update(cur) {
+		return nil
+	}
+	wc := &writeCtx{s: s, res: res}
+	if _, err := s.updateObject(ctx, wc, requestInfo{namespace: m.GetNamespace(), name: m.GetName()}, cur, old, rev, "bonsai", false, false); err != nil {
+		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
+	}
+	return nil
 }
 
 // ensure creates obj unless an object of that name exists; an existing
