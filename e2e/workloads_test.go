@@ -205,7 +205,7 @@ func TestWorkloads(t *testing.T) {
 		// The client asks until both backends have answered: a new
 		// endpoint reaches the proxy's rules within a sync or two.
 		k.must("run", "dnsclient", "--image="+app1, "--restart=Never", "--command", "--", "sh", "-c",
-			"nslookup kubernetes.default.svc.cluster.local. && nslookup echo.default.svc.cluster.local. > /tmp/echo && cat /tmp/echo && "+
+			"cat /etc/resolv.conf && nslookup kubernetes.default.svc.cluster.local. && nslookup echo.default.svc.cluster.local. > /tmp/echo && cat /tmp/echo && "+
 				"ip=$(sed -n 's/^Address: //p' /tmp/echo) && i=0; while [ $i -lt 300 ]; do wget -q -O - http://$ip:80/index.html >> /tmp/seen; "+
 				fmt.Sprintf("grep -q %s /tmp/seen && grep -q %s /tmp/seen && break; i=$((i+1)); sleep 0.1; done; cat /tmp/seen", backends[0], backends[1]))
 		waitFor(t, 90*time.Second, "dnsclient to finish", func() bool {
@@ -217,7 +217,9 @@ func TestWorkloads(t *testing.T) {
 			t.Fatalf("dnsclient %s:\n%s", ph, out)
 		}
 		svcIP := k.must("get", "service/echo", "-o", "jsonpath={.spec.clusterIP}")
-		wantContains(t, "dnsclient output", out, "Address: 10.43.0.1\n", "Address: "+svcIP+"\n")
+		wantContains(t, "dnsclient output", out, "Address: 10.43.0.1\n", "Address: "+svcIP+"\n",
+			// dnsPolicy ClusterFirst, the default.
+			"nameserver 10.43.0.10\n", "search default.svc.cluster.local svc.cluster.local cluster.local", "options ndots:5\n")
 		// Both backends answered through the cluster IP.
 		for _, pod := range backends {
 			wantContains(t, "answers through service/echo", out, pod+"\n")

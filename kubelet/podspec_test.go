@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestExpand(t *testing.T) {
@@ -21,37 +20,6 @@ func TestExpand(t *testing.T) {
 	} {
 		if got := expand(tc.in, vars); got != tc.want {
 			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestResolvConf(t *testing.T) {
-	host := hostResolv{nameservers: []string{"192.0.2.53"}, searches: []string{"lan"}, options: []string{"edns0"}}
-	pod := func(policy corev1.DNSPolicy, hostNet bool, cfg *corev1.PodDNSConfig) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}, Spec: corev1.PodSpec{DNSPolicy: policy, HostNetwork: hostNet, DNSConfig: cfg}}
-	}
-	two := "2"
-	for _, tc := range []struct {
-		name string
-		pod  *corev1.Pod
-		want string
-	}{
-		{"cluster first", pod(corev1.DNSClusterFirst, false, nil),
-			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n"},
-		{"cluster first on the host network falls back to the host's", pod(corev1.DNSClusterFirst, true, nil),
-			"nameserver 192.0.2.53\nsearch lan\noptions edns0\n"},
-		{"cluster first with host net", pod(corev1.DNSClusterFirstWithHostNet, true, nil),
-			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n"},
-		{"default", pod(corev1.DNSDefault, false, nil), "nameserver 192.0.2.53\nsearch lan\noptions edns0\n"},
-		{"none with dnsConfig", pod(corev1.DNSNone, false, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}, Searches: []string{"a.example"},
-			Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}, {Name: "rotate"}}}),
-			"nameserver 1.1.1.1\nsearch a.example\noptions ndots:2 rotate\n"},
-		{"dnsConfig merges into cluster first", pod(corev1.DNSClusterFirst, false, &corev1.PodDNSConfig{Searches: []string{"lan", "extra"},
-			Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}}}),
-			"nameserver 10.43.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan extra\noptions ndots:2\n"},
-	} {
-		if got := resolvConf(tc.pod, "10.43.0.10", "cluster.local", host); got != tc.want {
-			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"bonsai.dev/bonsai/netplugin/dns"
 )
 
 // Volumes live under <pod dir>/volumes/<kind>/<name>. configMap, secret,
@@ -405,7 +407,7 @@ func (w *podWorker) writeDNSFiles(pod *corev1.Pod) {
 		}
 	}
 	writeIfChanged(filepath.Join(dir, "etc-hosts"), hosts.String())
-	writeIfChanged(filepath.Join(dir, "resolv.conf"), resolvConf(pod, w.m.cfg.ClusterDNS, w.m.cfg.ClusterDomain, readHostResolv()))
+	writeIfChanged(filepath.Join(dir, "resolv.conf"), podResolvConf(pod, w.m.cfg.ClusterDNS, w.m.cfg.ClusterDomain))
 	writeIfChanged(filepath.Join(dir, "hostname"), hostname+"\n")
 }
 
@@ -419,104 +421,19 @@ func writeIfChanged(path, content string) {
 	}
 }
 
-type hostResolv struct {
-	nameservers, searches, options []string
-}
-
-func readHostResolv() hostResolv {
-	var r hostResolv
-	b, _ := os.ReadFile("/etc/resolv.conf")
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			r.nameservers = append(r.nameservers, f[1])
-		case "search":
-			r.searches = f[1:]
-		case "options":
-			r.options = append(r.options, f[1:]...)
-		}
+// podResolvConf is the pod's /etc/resolv.conf from its dnsPolicy and
+// dnsConfig, with the node's resolv.conf read at each write (the host's
+// may change: DHCP, a VPN).
+func podResolvConf(pod *corev1.Pod, clusterDNS, domain string) string {
+	var host dns.ResolvConf
+	if path, err := dns.HostResolvConfPath(dns.HostResolvConfCandidates); err == nil {
+		host, _ = dns.ReadResolvConf(path)
 	}
-	return r
-}
-
-// resolvConf applies the pod's dnsPolicy and dnsConfig as the kubelet
-// does: ClusterFirst → the cluster DNS with the namespace search path and
-// ndots:5; Default → the host's; None → dnsConfig only.
-func resolvConf(pod *corev1.Pod, clusterDNS, domain string, host hostResolv) string {
-	policy := pod.Spec.DNSPolicy
-	if policy == "" {
-		policy = corev1.DNSClusterFirst
+	var servers []string
+	if clusterDNS != "" {
+		servers = []string{clusterDNS}
 	}
-	if policy == corev1.DNSClusterFirst && pod.Spec.HostNetwork {
-		policy = corev1.DNSDefault
-	}
-	var ns, search, opts []string
-	switch policy {
-	case corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet:
-		if clusterDNS != "" {
-			ns = []string{clusterDNS}
-			search = append([]string{pod.Namespace + ".svc." + domain, "svc." + domain, domain}, host.searches...)
-			opts = []string{"ndots:5"}
-		} else {
-			ns, search, opts = host.nameservers, host.searches, host.options
-		}
-	case corev1.DNSDefault:
-		ns, search, opts = host.nameservers, host.searches, host.options
-	}
-	if dc := pod.Spec.DNSConfig; dc != nil {
-		ns = append(ns, dc.Nameservers...)
-		search = append(search, dc.Searches...)
-		for _, o := range dc.Options {
-			name := o.Name
-			v := name
-			if o.Value != nil {
-				v = name + ":" + *o.Value
-			}
-			replaced := false
-			for i, existing := range opts {
-				if strings.SplitN(existing, ":", 2)[0] == name {
-					opts[i], replaced = v, true
-				}
-			}
-			if !replaced {
-				opts = append(opts, v)
-			}
-		}
-	}
-	if len(ns) > 3 {
-		ns = ns[:3]
-	}
-	search = dedupe(search)
-	if len(search) > 32 {
-		search = search[:32]
-	}
-	var b strings.Builder
-	for _, n := range ns {
-		b.WriteString("nameserver " + n + "\n")
-	}
-	if len(search) > 0 {
-		b.WriteString("search " + strings.Join(search, " ") + "\n")
-	}
-	if len(opts) > 0 {
-		b.WriteString("options " + strings.Join(opts, " ") + "\n")
-	}
-	return b.String()
-}
-
-func dedupe(in []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range in {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
+	return dns.PodResolvConf(pod, host, servers, domain)
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
