@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // Upstream's tuning.
@@ -132,35 +133,9 @@ func New(cfg Config) (*Controller, error) {
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "daemonset-controller")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return nil
-	}
-	for range workers {
-		go c.work(ctx)
-	}
-	<-ctx.Done()
+	worker.Run(ctx, c.queue, workers, c.sync, c.log, "daemonset", c.synced...)
 	return nil
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case ctx.Err() != nil:
-		default:
-			c.log.Info("sync failed; retrying", "daemonset", key, "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
 }
 
 func (c *Controller) enqueue(obj any) {

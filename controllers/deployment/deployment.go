@@ -19,15 +19,12 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
-	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -36,6 +33,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // DefaultWorkers is upstream's --concurrent-deployment-syncs.
@@ -117,41 +115,9 @@ func New(cfg Config) (*Controller, error) {
 
 // Run waits for the caches, then syncs Deployments until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "deployment-controller")
-	if !cache.WaitForCacheSync(ctx.Done(), c.dInf.HasSynced, c.rsInf.HasSynced, c.podInf.HasSynced) {
-		return nil
-	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.work, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "deployment", c.dInf.HasSynced, c.rsInf.HasSynced, c.podInf.HasSynced)
 	return nil
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case ctx.Err() == nil:
-			c.log.Info("sync failed, retrying", "deployment", key, "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
 }
 
 func keyOf(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -36,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -152,41 +151,9 @@ func OrphanIndexKey(namespace string) string { return "orphan/" + namespace }
 
 // Run waits for the caches, then syncs ReplicaSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "replicaset-controller")
-	if !cache.WaitForCacheSync(ctx.Done(), c.rsInf.HasSynced, c.podInf.HasSynced) {
-		return nil
-	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.work, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "replicaset", c.rsInf.HasSynced, c.podInf.HasSynced)
 	return nil
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case ctx.Err() == nil:
-			c.log.Info("sync failed, retrying", "replicaset", key, "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
 }
 
 func keyOf(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }
