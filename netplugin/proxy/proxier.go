@@ -104,7 +104,7 @@ func New(cfg Config) (*Proxier, error) {
 	}
 	ct, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
 	if err != nil {
-		conn.CloseLasting()
+		conn.Close()
 		return nil, fmt.Errorf("proxy: open conntrack netlink socket: %w", err)
 	}
 	svcInf := cfg.Informers.For(&corev1.Service{})
@@ -115,7 +115,7 @@ func New(cfg Config) (*Proxier, error) {
 	p.synced = []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced}
 	p.lb = newLBStatusController(cfg, svcInf.GetIndexer(), nodeInf.GetIndexer(), p.log)
 	if err := p.watch(svcInf, sliceInf, nodeInf); err != nil {
-		conn.CloseLasting()
+		conn.Close()
 		ct.Close()
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
@@ -244,7 +244,7 @@ func (p *Proxier) markDirty(key string) {
 // working while bonsai restarts, and the next Run replaces the table.
 // Cleanup removes it.
 func (p *Proxier) Run(ctx context.Context) error {
-	defer p.table.conn.CloseLasting()
+	defer p.table.conn.Close()
 	defer p.conntrack.Close()
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return nil
@@ -289,6 +289,6 @@ func Cleanup(bridge string) error {
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
-	defer conn.CloseLasting()
+	defer conn.Close()
 	return newKernelTable(conn, TableName(bridge)).delete()
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,6 +156,11 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 		out.sets = append(out.sets, o.sets...)
 		out.elems = append(out.elems, o.elems...)
 		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
+		for _, a := range o.hairpin {
+			if !slices.Contains(out.hairpin, a) {
+				out.hairpin = append(out.hairpin, a)
+			}
+		}
 	}
 	return out, true
 }
