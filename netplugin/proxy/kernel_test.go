@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -426,6 +427,38 @@ func TestTraffic(t *testing.T) {
 		got := hits(t, n.client, "10.96.0.10:80", tries)
 		if diff := cmp.Diff(map[string]int{"ep1": tries}, got); diff != "" {
 			t.Errorf("answers by endpoint (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a node address inside the service CIDR is the node's", func(t *testing.T) {
+		// As the cluster DNS address on the pod bridge: the check that
+		// drops traffic to unallocated service addresses lets it be.
+		err := inNS(n.node, func() error {
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.96.0.53"), Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", "10.96.0.53:53")
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			go func() {
+				if c, err := l.Accept(); err == nil {
+					c.Close()
+				}
+			}()
+			c, err := dialTimeout("10.96.0.53:53", 300*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+		if err != nil {
+			t.Errorf("node to its own 10.96.0.53:53: %v, want connected", err)
 		}
 	})
 

@@ -155,7 +155,11 @@ func baseObjects(c ruleConfig) objects {
 	// rather than out of the default route.
 	clusterIPsCheck := []*rule{newRule().daddrInSet(setClusterIPs).reject()}
 	if c.serviceCIDR.IsValid() {
-		clusterIPsCheck = append(clusterIPsCheck, newRule().daddr(c.serviceCIDR, true).drop())
+		// Except an address of the node's own (the cluster DNS address
+		// on the pod bridge), which the node serves itself.
+		clusterIPsCheck = append(clusterIPsCheck,
+			newRule().fibLocal("daddr").ret(),
+			newRule().daddr(c.serviceCIDR, true).drop())
 	}
 	services = append(services, c.nodePortRules(func(r *rule) *rule { return r.vmapProtoPort(mapServiceNodePorts) })...)
 	return objects{chains: []chainDef{
