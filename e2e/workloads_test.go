@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,6 +229,108 @@ func TestWorkloads(t *testing.T) {
 		}
 	})
 
+	t.Run("service reachability and environment", func(t *testing.T) {
+		k.t = t
+		k.must("apply", "-f", writeFile(t, "web.yaml", webYAML, 0o600))
+		k.must("rollout", "status", "deployment/web", "--timeout=90s")
+		pods := strings.Fields(k.must("get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"))
+		if len(pods) != 2 {
+			t.Fatalf("web pods: %v", pods)
+		}
+		clusterIP := k.must("get", "service/web", "-o", "jsonpath={.spec.clusterIP}")
+		nodePort := k.must("get", "service/web", "-o", "jsonpath={.spec.ports[0].nodePort}")
+		nodeIP := k.must("get", "node", e.node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+		podCIDR := netip.MustParsePrefix(k.must("get", "node", e.node, "-o", "jsonpath={.spec.podCIDR}"))
+		gateway := podCIDR.Masked().Addr().Next() // the node's address on the pod bridge
+		both := map[string]bool{pods[0]: true, pods[1]: true}
+
+		// From the host: the cluster IP, and the node port on 127.0.0.1,
+		// on the node's address and on its pod-bridge address.
+		for _, addr := range []string{clusterIP + ":80", "127.0.0.1:" + nodePort, nodeIP + ":" + nodePort, gateway.String() + ":" + nodePort} {
+			waitAnswers(t, addr, both)
+		}
+
+		// ClientIP affinity: one client, one backend, every time.
+		k.must("patch", "service/web", "-p", `{"spec":{"sessionAffinity":"ClientIP"}}`)
+		if got := k.must("get", "service/web", "-o", "jsonpath={.spec.sessionAffinityConfig.clientIP.timeoutSeconds}"); got != "10800" {
+			t.Errorf("affinity timeout defaulted to %q, want 10800", got)
+		}
+		waitFor(t, 30*time.Second, "ClientIP affinity to stick", func() bool {
+			seen := answers(t, clusterIP+":80", 20)
+			return len(seen) == 1 && seen[""] == 0
+		})
+		k.must("patch", "service/web", "-p", `{"spec":{"sessionAffinity":"None","sessionAffinityConfig":null}}`)
+		waitAnswers(t, clusterIP+":80", both)
+
+		// Headless DNS lists every ready pod.
+		ips := map[string]string{}
+		for _, p := range pods {
+			ips[p] = k.must("get", "pod", p, "-o", "jsonpath={.status.podIP}")
+		}
+		lookup := func(name string) string {
+			t.Helper()
+			k.run("delete", "pod", "lookup", "--now", "--ignore-not-found")
+			k.must("run", "lookup", "--image="+app1, "--restart=Never", "--command", "--", "nslookup", name)
+			waitFor(t, 60*time.Second, "lookup to finish", func() bool {
+				ph := k.run("get", "pod/lookup", "-o", "jsonpath={.status.phase}").stdout
+				return ph == "Succeeded" || ph == "Failed"
+			})
+			return k.must("logs", "lookup")
+		}
+		out := lookup("web-headless.default.svc.cluster.local.")
+		wantContains(t, "headless lookup", out, "Address: "+ips[pods[0]]+"\n", "Address: "+ips[pods[1]]+"\n")
+
+		// A pod failing its readiness probe leaves the slice, the proxy
+		// and the headless records; it keeps running.
+		k.must("exec", pods[0], "--", "rm", "/tmp/ready")
+		waitFor(t, 30*time.Second, pods[0]+" not ready in the EndpointSlice", func() bool {
+			got := k.run("get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o",
+				`jsonpath={range .items[*].endpoints[*]}{.targetRef.name}={.conditions.ready}{"\n"}{end}`).stdout
+			return strings.Contains(got, pods[0]+"=false") && strings.Contains(got, pods[1]+"=true")
+		})
+		waitFor(t, 30*time.Second, "only "+pods[1]+" to answer", func() bool {
+			seen := answers(t, clusterIP+":80", 20)
+			return len(seen) == 1 && seen[pods[1]] == 20
+		})
+		out = lookup("web-headless.default.svc.cluster.local.")
+		wantContains(t, "headless lookup, one pod not ready", out, "Address: "+ips[pods[1]]+"\n")
+		if strings.Contains(out, ips[pods[0]]) {
+			t.Errorf("headless lookup lists the pod that is not ready (%s):\n%s", ips[pods[0]], out)
+		}
+		k.must("exec", pods[0], "--", "touch", "/tmp/ready")
+		waitAnswers(t, clusterIP+":80", both)
+
+		// Scaling the Deployment changes who answers.
+		k.must("scale", "deployment/web", "--replicas=3")
+		k.must("rollout", "status", "deployment/web", "--timeout=90s")
+		three := map[string]bool{}
+		for _, p := range strings.Fields(k.must("get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")) {
+			three[p] = true
+		}
+		if len(three) != 3 {
+			t.Fatalf("web pods after scaling to 3: %v", three)
+		}
+		waitAnswers(t, clusterIP+":80", three)
+
+		// The Service environment of a pod started after the Service.
+		k.must("create", "service", "clusterip", "redis-master", "--tcp=6379")
+		redisIP := k.must("get", "service/redis-master", "-o", "jsonpath={.spec.clusterIP}")
+		k.must("run", "envdump", "--image="+app1, "--restart=Never", "--command", "--", "env")
+		waitFor(t, 60*time.Second, "envdump to finish", func() bool {
+			return k.run("get", "pod/envdump", "-o", "jsonpath={.status.phase}").stdout == "Succeeded"
+		})
+		env := k.must("logs", "envdump")
+		wantContains(t, "envdump", env,
+			"REDIS_MASTER_SERVICE_HOST="+redisIP+"\n",
+			"REDIS_MASTER_SERVICE_PORT=6379\n",
+			"REDIS_MASTER_PORT=tcp://"+redisIP+":6379\n",
+			"REDIS_MASTER_PORT_6379_TCP=tcp://"+redisIP+":6379\n",
+			"REDIS_MASTER_PORT_6379_TCP_PROTO=tcp\n",
+			"REDIS_MASTER_PORT_6379_TCP_PORT=6379\n",
+			"REDIS_MASTER_PORT_6379_TCP_ADDR="+redisIP+"\n")
+		k.must("delete", "deployment/web", "service/web", "service/web-headless", "service/redis-master", "pod/envdump", "pod/lookup")
+	})
+
 	t.Run("pod uses its service-account token", func(t *testing.T) {
 		k.t = t
 		bin := buildInCluster(t)
@@ -311,6 +416,51 @@ spec:
   - {name: http, port: 80, targetPort: 8080}
 `
 
+// webYAML is echo with a readiness probe a test can fail (rm /tmp/ready),
+// a NodePort Service and a headless one.
+const webYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: registry.bonsai.test/e2e/app:1
+        command: [sh, -c, "touch /tmp/ready && mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        readinessProbe:
+          exec: {command: [test, -f, /tmp/ready]}
+          periodSeconds: 1
+          failureThreshold: 1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-headless
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+`
+
 const pdbYAML = `---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -363,6 +513,44 @@ spec:
 
 // waitImages waits until exactly n pods match selector, none of them
 // terminating, all running image.
+// answers GETs http://addr/index.html n times from the host and counts the
+// answers by body (the answering pod's name); "" counts failures.
+func answers(t *testing.T, addr string, n int) map[string]int {
+	t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	seen := map[string]int{}
+	for range n {
+		resp, err := hc.Get("http://" + addr + "/index.html")
+		if err != nil {
+			seen[""]++
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen[strings.TrimSpace(string(body))]++
+	}
+	return seen
+}
+
+// waitAnswers waits until GETs to addr are answered by every pod of want
+// and no other.
+func waitAnswers(t *testing.T, addr string, want map[string]bool) {
+	t.Helper()
+	var last map[string]int
+	waitFor(t, 60*time.Second, fmt.Sprintf("%s answered by %v", addr, want), func() bool {
+		last = answers(t, addr, 10*len(want))
+		if len(last) != len(want) {
+			return false
+		}
+		for name := range last {
+			if !want[name] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func waitImages(t *testing.T, k *kubectlRunner, selector string, n int, image string) {
 	t.Helper()
 	var last string
