@@ -195,30 +195,17 @@ func TestWorkloads(t *testing.T) {
 
 	t.Run("services by name through cluster DNS and the proxy", func(t *testing.T) {
 		k.t = t
-		k.must("apply", "-f", writeFile(t, "echo.yaml", echoYAML, 0o600))
-		k.must("rollout", "status", "deployment/echo", "--timeout=90s")
+		backends := rollOut(t, k, "echo", echoYAML, 2)
 		// Only fully qualified names in the cluster domain: nothing is
 		// forwarded off the host. Debian's static busybox cannot resolve
 		// names itself (its glibc needs NSS libraries the image lacks),
 		// so wget gets the address nslookup found.
-		backends := strings.Fields(k.must("get", "pods", "-l", "app=echo", "-o", "jsonpath={.items[*].metadata.name}"))
-		if len(backends) != 2 {
-			t.Fatalf("echo pods: %v", backends)
-		}
 		// The client asks until both backends have answered: a new
 		// endpoint reaches the proxy's rules within a sync or two.
-		k.must("run", "dnsclient", "--image="+app1, "--restart=Never", "--command", "--", "sh", "-c",
+		out := runPod(t, k, "default", 90*time.Second, "dnsclient", "--image="+app1, "--command", "--", "sh", "-c",
 			"cat /etc/resolv.conf && nslookup kubernetes.default.svc.cluster.local. && nslookup echo.default.svc.cluster.local. > /tmp/echo && cat /tmp/echo && "+
 				"ip=$(sed -n 's/^Address: //p' /tmp/echo) && i=0; while [ $i -lt 300 ]; do wget -q -O - http://$ip:80/index.html >> /tmp/seen; "+
 				fmt.Sprintf("grep -q %s /tmp/seen && grep -q %s /tmp/seen && break; i=$((i+1)); sleep 0.1; done; cat /tmp/seen", backends[0], backends[1]))
-		waitFor(t, 90*time.Second, "dnsclient to finish", func() bool {
-			ph := k.run("get", "pod/dnsclient", "-o", "jsonpath={.status.phase}").stdout
-			return ph == "Succeeded" || ph == "Failed"
-		})
-		out := k.must("logs", "dnsclient")
-		if ph := k.must("get", "pod/dnsclient", "-o", "jsonpath={.status.phase}"); ph != "Succeeded" {
-			t.Fatalf("dnsclient %s:\n%s", ph, out)
-		}
 		svcIP := k.must("get", "service/echo", "-o", "jsonpath={.spec.clusterIP}")
 		wantContains(t, "dnsclient output", out, "Address: 10.43.0.1\n", "Address: "+svcIP+"\n",
 			// dnsPolicy ClusterFirst, the default.
@@ -231,12 +218,7 @@ func TestWorkloads(t *testing.T) {
 
 	t.Run("service reachability and environment", func(t *testing.T) {
 		k.t = t
-		k.must("apply", "-f", writeFile(t, "web.yaml", webYAML, 0o600))
-		k.must("rollout", "status", "deployment/web", "--timeout=90s")
-		pods := strings.Fields(k.must("get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"))
-		if len(pods) != 2 {
-			t.Fatalf("web pods: %v", pods)
-		}
+		pods := rollOut(t, k, "web", webYAML, 2)
 		clusterIP := k.must("get", "service/web", "-o", "jsonpath={.spec.clusterIP}")
 		nodePort := k.must("get", "service/web", "-o", "jsonpath={.spec.ports[0].nodePort}")
 		nodeIP := k.must("get", "node", e.node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
@@ -269,13 +251,7 @@ func TestWorkloads(t *testing.T) {
 		}
 		lookup := func(name string) string {
 			t.Helper()
-			k.run("delete", "pod", "lookup", "--now", "--ignore-not-found")
-			k.must("run", "lookup", "--image="+app1, "--restart=Never", "--command", "--", "nslookup", name)
-			waitFor(t, 60*time.Second, "lookup to finish", func() bool {
-				ph := k.run("get", "pod/lookup", "-o", "jsonpath={.status.phase}").stdout
-				return ph == "Succeeded" || ph == "Failed"
-			})
-			return k.must("logs", "lookup")
+			return runPod(t, k, "default", 60*time.Second, "lookup", "--image="+app1, "--command", "--", "nslookup", name)
 		}
 		out := lookup("web-headless.default.svc.cluster.local.")
 		wantContains(t, "headless lookup", out, "Address: "+ips[pods[0]]+"\n", "Address: "+ips[pods[1]]+"\n")
@@ -315,11 +291,7 @@ func TestWorkloads(t *testing.T) {
 		// The Service environment of a pod started after the Service.
 		k.must("create", "service", "clusterip", "redis-master", "--tcp=6379")
 		redisIP := k.must("get", "service/redis-master", "-o", "jsonpath={.spec.clusterIP}")
-		k.must("run", "envdump", "--image="+app1, "--restart=Never", "--command", "--", "env")
-		waitFor(t, 60*time.Second, "envdump to finish", func() bool {
-			return k.run("get", "pod/envdump", "-o", "jsonpath={.status.phase}").stdout == "Succeeded"
-		})
-		env := k.must("logs", "envdump")
+		env := runPod(t, k, "default", 60*time.Second, "envdump", "--image="+app1, "--command", "--", "env")
 		wantContains(t, "envdump", env,
 			"REDIS_MASTER_SERVICE_HOST="+redisIP+"\n",
 			"REDIS_MASTER_SERVICE_PORT=6379\n",
@@ -346,16 +318,7 @@ func TestWorkloads(t *testing.T) {
 			return k.run("get", "serviceaccount/default", "-n", "team").code == 0
 		})
 		k.must("run", "-n", "team", "bystander", "--image="+app1, "--command", "--", "sleep", "3600")
-		k.must("run", "-n", "team", "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--restart=Never",
-			"--command", "--", "/bin/incluster")
-		waitFor(t, 60*time.Second, "lister to finish", func() bool {
-			ph := k.run("get", "pod/lister", "-n", "team", "-o", "jsonpath={.status.phase}").stdout
-			return ph == "Succeeded" || ph == "Failed"
-		})
-		logs := k.must("logs", "-n", "team", "lister")
-		if ph := k.must("get", "pod/lister", "-n", "team", "-o", "jsonpath={.status.phase}"); ph != "Succeeded" {
-			t.Fatalf("lister %s:\n%s", ph, logs)
-		}
+		logs := runPod(t, k, "team", 60*time.Second, "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--command", "--", "/bin/incluster")
 		wantContains(t, "lister output", logs, "pod bystander\n", "pod lister\n")
 		mounts := k.must("get", "pod/lister", "-n", "team", "-o", "jsonpath={.spec.containers[0].volumeMounts[0].mountPath}")
 		if mounts != "/var/run/secrets/kubernetes.io/serviceaccount" {
@@ -513,6 +476,39 @@ spec:
 
 // waitImages waits until exactly n pods match selector, none of them
 // terminating, all running image.
+// runPod runs a pod to completion (kubectl run args: name first, then
+// flags and command, --restart=Never added) in namespace ns, fails the test
+// unless it Succeeded, and returns its logs.
+func runPod(t *testing.T, k *kubectlRunner, ns string, timeout time.Duration, args ...string) string {
+	t.Helper()
+	name := args[0]
+	k.run("delete", "pod", name, "-n", ns, "--now", "--ignore-not-found")
+	k.must(append([]string{"run", "-n", ns, "--restart=Never"}, args...)...)
+	var phase string
+	waitFor(t, timeout, name+" to finish", func() bool {
+		phase = k.run("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout
+		return phase == "Succeeded" || phase == "Failed"
+	})
+	logs := k.must("logs", "-n", ns, name)
+	if phase != "Succeeded" {
+		t.Fatalf("pod %s %s:\n%s", name, phase, logs)
+	}
+	return logs
+}
+
+// rollOut applies a manifest, waits for its Deployment and returns the
+// names of its n pods (selected by app=<deployment>).
+func rollOut(t *testing.T, k *kubectlRunner, deployment, manifest string, n int) []string {
+	t.Helper()
+	k.must("apply", "-f", writeFile(t, deployment+".yaml", manifest, 0o600))
+	k.must("rollout", "status", "deployment/"+deployment, "--timeout=90s")
+	pods := strings.Fields(k.must("get", "pods", "-l", "app="+deployment, "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) != n {
+		t.Fatalf("%s pods: %v, want %d", deployment, pods, n)
+	}
+	return pods
+}
+
 // answers GETs http://addr/index.html n times from the host and counts the
 // answers by body (the answering pod's name); "" counts failures.
 func answers(t *testing.T, addr string, n int) map[string]int {
