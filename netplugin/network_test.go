@@ -204,8 +204,8 @@ func TestPodsTalkAcrossTheBridge(t *testing.T) {
 	if a.IP == b.IP {
 		t.Fatalf("both pods got %s", a.IP)
 	}
-	if want := filepath.Join(cfg.NetnsDir, "pod-a"); a.NetnsPath != want || !isNetnsMount(want) {
-		t.Errorf("netns path %s (mounted: %v), want %s", a.NetnsPath, isNetnsMount(a.NetnsPath), want)
+	if want := filepath.Join(cfg.NetnsDir, "pod-a"); a.NetnsPath != want || !IsNetnsMount(want) {
+		t.Errorf("netns path %s (mounted: %v), want %s", a.NetnsPath, IsNetnsMount(a.NetnsPath), want)
 	}
 
 	serveEcho(t, a.NetnsPath, "tcp", ":8080", "a")
@@ -510,7 +510,7 @@ func TestGC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ipamDir, garbled.String()), []byte(`{"id`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := createNetns(filepath.Join(cfg.NetnsDir, "orphan-netns")); err != nil {
+	if err := CreateNetns(filepath.Join(cfg.NetnsDir, "orphan-netns")); err != nil {
 		t.Fatal(err)
 	}
 
