@@ -72,7 +72,9 @@ func startPodEnv(t *testing.T, extra ...string) *podEnv {
 	rand.Read(b)
 	bridge := "bz" + hex.EncodeToString(b)
 	env := &podEnv{t: t, registry: reg, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
-	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge,
+	// The built-in network unless a test asks otherwise, whatever the
+	// host's /etc/cni/net.d holds.
+	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge, "--pod-network=builtin",
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
 	env.args = append(env.args, extra...)

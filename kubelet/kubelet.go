@@ -287,7 +287,7 @@ func sameConditions(a, b []corev1.NodeCondition) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason || a[i].Message != b[i].Message {
 			return false
 		}
 	}
