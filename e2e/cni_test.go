@@ -204,7 +204,8 @@ func TestCNI(t *testing.T) {
 		cl := e.create(t, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "client"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main",
-				Command: sh(fmt.Sprintf("until wget -q -O - http://%s:8080/ > /tmp/o; do sleep 1; done; cat /tmp/o; echo lo-flags-$(cat /sys/class/net/lo/flags); exec sleep 3600", ip))}}},
+				Command: sh(fmt.Sprintf("until wget -q -O - http://%s:8080/ > /tmp/o; do sleep 1; done; cat /tmp/o; echo lo-flags-$(cat /sys/class/net/lo/flags); "+
+					"until nslookup kubernetes.default.svc.cluster.local. > /tmp/dns 2>&1; do sleep 1; done; cat /tmp/dns; exec sleep 3600", ip))}}},
 		})
 		cl = e.waitPod(t, cl.Name, 90*time.Second, "running", running)
 		var log string
@@ -212,6 +213,12 @@ func TestCNI(t *testing.T) {
 			log = e.logText(t, cl, "main", 0)
 			return strings.Contains(log, "served-by-web")
 		})
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log, "10.43.0.1"); time.Sleep(250 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no cluster DNS answer in the client pod; its log:\n%s\nbonsai's:\n%s", log, e.s.stderrText())
+			}
+			log = e.logText(t, cl, "main", 0)
+		}
 		if !strings.Contains(log, "lo-flags-0x9") { // IFF_UP|IFF_LOOPBACK
 			t.Errorf("lo is not up in the client pod: %q", log)
 		}

@@ -686,21 +686,30 @@ func (n *Network) GC(ctx context.Context, live func(id string) bool) error {
 		}
 	}
 
+	errs = append(errs, TeardownDead(ctx, ids, live, n.podLocks.Lock, n.teardownLocked, n.log))
+	return errors.Join(errs...)
+}
+
+// TeardownDead is the heart of a PodNetwork's GC: in ID order, it tears
+// down each of ids for which live returns false, asking live and tearing
+// down under lock(id) so that no Setup of that pod runs meanwhile.
+func TeardownDead(ctx context.Context, ids map[string]bool, live func(id string) bool, lock func(id string) (unlock func()), teardown func(ctx context.Context, id string) error, log *slog.Logger) error {
 	sorted := make([]string, 0, len(ids))
 	for id := range ids {
 		sorted = append(sorted, id)
 	}
 	slices.Sort(sorted)
+	var errs []error
 	for _, id := range sorted {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		unlock := n.podLocks.Lock(id)
+		unlock := lock(id)
 		if !live(id) {
-			if err := n.teardownLocked(ctx, id); err != nil {
+			if err := teardown(ctx, id); err != nil {
 				errs = append(errs, err)
 			} else {
-				n.log.Info("removed the network of a pod that is gone", "id", id)
+				log.Info("removed the network of a pod that is gone", "id", id)
 			}
 		}
 		unlock()

@@ -92,10 +92,26 @@ func usesCNI(cfg *serverConfig) bool {
 
 // cniHost is the CNI host's configuration for this host.
 func cniHost(cfg *serverConfig) *cni.Config {
-	return &cni.Config{
+	c := &cni.Config{
 		ConfDir: cfg.CNIConfDir, BinDirs: cfg.CNIBinDirs, NetnsDir: netnsDir(cfg),
 		CacheDir: filepath.Join(cfg.DataDir, "agent", "cni"),
 	}
+	// The cluster DNS server listens there (startClusterDNS), on a dummy
+	// link of its own since there is no bonsai bridge.
+	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
+		c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{a}
+	}
+	return c
+}
+
+// localLinkName is the dummy link holding the node's own addresses in CNI
+// mode: "<pod-bridge>-dns", within the 15 characters of an interface
+// name.
+func localLinkName(bridge string) string {
+	if len(bridge) > 11 {
+		bridge = bridge[:11]
+	}
+	return bridge + "-dns"
 }
 
 // podNetwork is the built-in pod network's configuration for this host.

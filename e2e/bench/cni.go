@@ -136,4 +136,5 @@ func unmountTree(dir string) {
 	}
 	unix.Unmount(filepath.Join(dir, "netns"), unix.MNT_DETACH)
 	os.RemoveAll(dir)
+	os.Remove(filepath.Dir(dir)) // /run/bonsai-bench, once empty
 }

@@ -19,7 +19,10 @@
 //     named after the sandbox ID) and that directory's own mount;
 //   - libcni's result cache under Config.CacheDir, from which a pod's
 //     network is deleted with the configuration it was added with, even
-//     after a restart and a change of configuration.
+//     after a restart and a change of configuration;
+//   - the link Config.LocalLink (a dummy, or a bridge without ports)
+//     and its addresses, which it makes
+//     when Config.LocalAddrs is set and leaves in place.
 //
 // What the plugins do on the host (bridges, iptables rules, IPAM state)
 // is theirs: this package only asks them, and never edits their state.

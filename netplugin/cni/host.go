@@ -45,6 +45,10 @@ type Config struct {
 	// a plugin still running then is killed. Default 1 minute.
 	Timeout time.Duration
 	Logger  *slog.Logger // nil: slog.Default()
+	// LocalAddrs are put as /32s on the dummy link LocalLink: the node
+	// serves pods there itself (the cluster DNS address).
+	LocalLink  string
+	LocalAddrs []netip.Addr
 }
 
 // Host networks pods with CNI plugins. Its methods are safe for
@@ -96,6 +100,12 @@ func New(cfg Config) (*Host, error) {
 	}
 	if err := netplugin.PrepareNetnsDir(cfg.NetnsDir); err != nil {
 		return nil, fmt.Errorf("cni: %w", err)
+	}
+	if len(cfg.LocalAddrs) > 0 {
+		// Pods can be networked without them: say so, and go on.
+		if err := ensureLocalLink(cfg.LocalLink, cfg.LocalAddrs); err != nil {
+			cfg.Logger.Warn("the node's own addresses for pods (cluster DNS) are not served", "component", "cni", "addrs", cfg.LocalAddrs, "err", err)
+		}
 	}
 	lo, err := parseConfBytes(loopbackConf)
 	if err != nil {
@@ -470,26 +480,17 @@ func (h *Host) GC(ctx context.Context, live func(id string) bool) error {
 			ids[a.ContainerID] = true
 		}
 	}
-	sorted := make([]string, 0, len(ids))
-	for id := range ids {
-		sorted = append(sorted, id)
-	}
-	slices.Sort(sorted)
-	for _, id := range sorted {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
+	lock := func(id string) func() {
 		h.gc.RLock()
 		unlock := h.locs.Lock(id)
-		if !live(id) {
-			if err := h.teardownLocked(ctx, id); err != nil {
-				errs = append(errs, err)
-			} else {
-				h.log.Info("removed the network of a sandbox that is gone", "id", id)
-			}
+		return func() {
+			unlock()
+			h.gc.RUnlock()
 		}
-		unlock()
-		h.gc.RUnlock()
+	}
+	errs = append(errs, netplugin.TeardownDead(ctx, ids, live, lock, h.teardownLocked, h.log))
+	if err := ctx.Err(); err != nil {
+		return errors.Join(errs...)
 	}
 	if nw, err := loadNetwork(h.cfg.ConfDir, h.cfg.BinDirs); err == nil {
 		if ok, _ := version.GreaterThanOrEqualTo(nw.list.CNIVersion, "1.1.0"); ok {

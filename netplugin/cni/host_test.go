@@ -95,6 +95,7 @@ func newTestNet(t *testing.T) *testNet {
 		}
 		exec.Command("umount", "-l", tn.cfg.NetnsDir).Run()
 		os.RemoveAll(filepath.Dir(tn.cfg.NetnsDir))
+		os.Remove(filepath.Dir(filepath.Dir(tn.cfg.NetnsDir))) // /run/bonsai-test, once empty
 		if l, err := netlink.LinkByName(tn.bridge); err == nil {
 			netlink.LinkDel(l)
 		}
@@ -486,5 +487,39 @@ exit 0`, log, status))
 	b, _ = os.ReadFile(log)
 	if !strings.Contains(string(b), "DEL s1") {
 		t.Errorf("no DEL on Teardown:\n%s", b)
+	}
+}
+
+// TestLocalAddrs: the node's own addresses for pods go on a link of the
+// host's, made again idempotently by a restarted host.
+func TestLocalAddrs(t *testing.T) {
+	tn := newTestNet(t)
+	name := "cnil" + randomHex(8)
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(name); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	b := make([]byte, 1)
+	rand.Read(b)
+	addr := netip.AddrFrom4([4]byte{10, 253, b[0], 10})
+	tn.cfg.LocalLink, tn.cfg.LocalAddrs = name, []netip.Addr{addr}
+	for range 2 {
+		if err := ensureLocalLink(name, tn.cfg.LocalAddrs); err != nil {
+			t.Fatal(err)
+		}
+		tn.newHost()
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 1 || addrs[0].IPNet.String() != addr.String()+"/32" {
+			t.Fatalf("addresses on %s: %v, want %s/32", name, addrs, addr)
+		}
+		netlink.LinkDel(l) // the second round makes it from scratch again
 	}
 }
