@@ -272,6 +272,25 @@ func TestCNI(t *testing.T) {
 		}
 	})
 
+	t.Run("restart with a changed configuration", func(t *testing.T) {
+		// Another network in the same file: running pods keep theirs, and
+		// are later deleted with the configuration they were added with.
+		v2 := *c
+		v2.subnet = netip.MustParsePrefix("10.204.1.0/24")
+		c.write(t, "10-pods.conflist", strings.Replace(v2.conflist(), `"e2e-pods"`, `"e2e-pods-v2"`, 1))
+		e.restart(t)
+		e.waitNodeReady(t)
+		p := e.waitPod(t, "web", 30*time.Second, "running after the restart", running)
+		if p.Status.PodIP != ip.String() {
+			t.Errorf("pod IP after restart %s, want %s", p.Status.PodIP, ip)
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		if err != nil {
+			t.Fatalf("hostPort after restart: %v", err)
+		}
+		resp.Body.Close()
+	})
+
 	t.Run("deleting pods releases their addresses", func(t *testing.T) {
 		if got := c.reservedIPs(); len(got) != 2 {
 			t.Errorf("host-local holds %v before deletion, want the 2 pods' addresses", got)
