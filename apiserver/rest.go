@@ -39,6 +39,12 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFoundPath())
 		return
 	}
+	if res.createOnly {
+		if err := s.serveReview(w, r, ri, res); err != nil {
+			writeError(w, err)
+		}
+		return
+	}
 	if err := s.dispatch(w, r, ri, res); err != nil {
 		writeError(w, err)
 	}
@@ -311,6 +317,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.admitWrite(ctx, res, "", obj, nil); err != nil {
+		return nil, err
 	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
@@ -608,6 +617,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 		if res.strategy.tracksGeneration() && specChanged(obj, old) {
 			m.SetGeneration(om.GetGeneration() + 1)
 		}
+	}
+	if err := s.admitWrite(ctx, res, ri.subresource, obj, old); err != nil {
+		return nil, err
 	}
 	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, om, field.NewPath("metadata"))
 	errs = append(errs, validateMeta(res, m)...)

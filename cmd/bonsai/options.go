@@ -63,6 +63,7 @@ type serverOptions struct {
 	schedulerConfig   string
 	disableScheduler  bool
 	maxEndpoints      int
+	authorizationMode string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -76,6 +77,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
+	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -113,19 +115,22 @@ type serverConfig struct {
 	WriteKubeconfig string
 	TLSSANs         []string
 	// Tokens is nil without --token-file.
-	Tokens        *authn.TokenFile
-	Etcd          store.EtcdOptions
-	ServiceCIDR   netip.Prefix
-	ClusterCIDR   netip.Prefix
-	NodePortRange apiserver.PortRange
-	ClusterDomain string
-	LogFormat     string
-	LogLevel      slog.Level
-	Runtime       string
-	NodeName      string
-	NodeLabels    map[string]string
-	NodeTaints    []corev1.Taint
-	MaxPods       int
+	Tokens *authn.TokenFile
+	// AuthorizationMode is apiserver.AuthorizationRBAC or
+	// apiserver.AuthorizationAlwaysAllow.
+	AuthorizationMode string
+	Etcd              store.EtcdOptions
+	ServiceCIDR       netip.Prefix
+	ClusterCIDR       netip.Prefix
+	NodePortRange     apiserver.PortRange
+	ClusterDomain     string
+	LogFormat         string
+	LogLevel          slog.Level
+	Runtime           string
+	NodeName          string
+	NodeLabels        map[string]string
+	NodeTaints        []corev1.Taint
+	MaxPods           int
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -336,6 +341,15 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 			return nil, fmt.Errorf("--token-file: %v", err)
 		}
 		c.Tokens = tf
+	}
+
+	switch o.authorizationMode {
+	case "RBAC", "Node,RBAC", "RBAC,Node":
+		c.AuthorizationMode = apiserver.AuthorizationRBAC
+	case "AlwaysAllow":
+		c.AuthorizationMode = apiserver.AuthorizationAlwaysAllow
+	default:
+		return nil, fmt.Errorf("--authorization-mode %q: must be RBAC or AlwaysAllow", o.authorizationMode)
 	}
 
 	if o.datastoreEndpoint != "" {

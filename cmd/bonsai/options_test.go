@@ -83,6 +83,7 @@ func TestServerDefaults(t *testing.T) {
 		NodeLifecycle:    defaultNodeLifecycle,
 
 		MaxEndpointsPerSlice: 100,
+		AuthorizationMode:    "RBAC",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -102,7 +103,7 @@ func TestServerFlags(t *testing.T) {
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000")
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +138,7 @@ func TestServerFlags(t *testing.T) {
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
+		AuthorizationMode:    "AlwaysAllow",
 		NodeLifecycle:        defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
@@ -186,6 +188,7 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},

@@ -111,12 +111,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		authenticators = append(authenticators, cfg.Tokens)
 	}
 	api, err := apiserver.New(apiserver.Config{
-		Store:         st,
-		Authenticator: authenticators,
-		ServiceCIDR:   cfg.ServiceCIDR,
-		ClusterCIDR:   cfg.ClusterCIDR,
-		NodePortRange: cfg.NodePortRange,
-		ClusterDomain: cfg.ClusterDomain,
+		Store:             st,
+		Authenticator:     authenticators,
+		AuthorizationMode: cfg.AuthorizationMode,
+		ServiceCIDR:       cfg.ServiceCIDR,
+		ClusterCIDR:       cfg.ClusterCIDR,
+		NodePortRange:     cfg.NodePortRange,
+		ClusterDomain:     cfg.ClusterDomain,
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
