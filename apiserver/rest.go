@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -422,6 +423,10 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 		nameFn = apivalidation.ValidateNamespaceName
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
+	}
+	if res.gvr.Group == "rbac.authorization.k8s.io" {
+		// RBAC names only need to be path segments (system:discovery).
+		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
 	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
 }
