@@ -146,13 +146,23 @@ func (s *Server) withAuthorization(next http.Handler) http.Handler {
 		}
 		a := authz.RequestAttributes(r, u)
 		d, reason, err := s.authorizer.Authorize(r.Context(), a)
+		if reason != "" {
+			annotate(r.Context(), "authorization.k8s.io/reason", reason)
+		}
 		if d == authz.Allow {
+			annotate(r.Context(), "authorization.k8s.io/decision", "allow")
 			next.ServeHTTP(w, r)
 			return
 		}
 		if err != nil {
 			s.log.Debug("authorization error", "user", u.Name, "err", err)
 		}
+		if _, inProcess := r.Context().Value(inProcessUserKey{}).(*authn.User); inProcess {
+			// bonsai's own components are meant to hold what they use:
+			// a refusal is a gap in their default roles.
+			s.log.Warn("in-process component refused", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "namespace", a.Namespace, "path", a.Path, "reason", reason)
+		}
+		annotate(r.Context(), "authorization.k8s.io/decision", "forbid")
 		writeError(w, forbidden(a, reason))
 	})
 }

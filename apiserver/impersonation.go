@@ -116,6 +116,10 @@ func (s *Server) withImpersonation(next http.Handler) http.Handler {
 				u.Groups = append(u.Groups, authn.GroupAuthenticated)
 			}
 		}
+		if ev := auditEvent(ctx); ev != nil {
+			ui := userInfo(u)
+			ev.ImpersonatedUser = &ui
+		}
 		r = r.Clone(context.WithValue(ctx, userKey{}, u))
 		r.Header.Del(headerImpersonateUser)
 		r.Header.Del(headerImpersonateGroup)

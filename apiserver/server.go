@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/openapi"
@@ -59,6 +60,10 @@ type Config struct {
 	// AlwaysAllow. Without an Authenticator every caller is system:masters,
 	// which RBAC allows everything.
 	AuthorizationMode string
+	// AuditPolicy and AuditLog, both set, write audit events
+	// (--audit-policy-file, --audit-log-path).
+	AuditPolicy *audit.Policy
+	AuditLog    *audit.Log
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -142,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	s.bookmarkEvery = defaultBookmarkInterval
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(s.withImpersonation(s.withAuthorization(r))))
+	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(r)))))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records

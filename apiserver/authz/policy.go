@@ -171,6 +171,8 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create"}, "events.k8s.io", "events"),
 			rule([]string{"create"}, "coordination.k8s.io", "leases"),
+			// The local-path provisioner's default StorageClass.
+			rule([]string{"create"}, "storage.k8s.io", "storageclasses"),
 			// The clusterrole-aggregation controller writes rules it
 			// need not hold.
 			rule([]string{"escalate"}, "rbac.authorization.k8s.io", "clusterroles")),

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/scheduler"
@@ -64,6 +65,8 @@ type serverOptions struct {
 	disableScheduler  bool
 	maxEndpoints      int
 	authorizationMode string
+	auditLogPath      string
+	auditPolicyFile   string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -78,6 +81,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
 	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
+	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
+	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -119,18 +124,21 @@ type serverConfig struct {
 	// AuthorizationMode is apiserver.AuthorizationRBAC or
 	// apiserver.AuthorizationAlwaysAllow.
 	AuthorizationMode string
-	Etcd              store.EtcdOptions
-	ServiceCIDR       netip.Prefix
-	ClusterCIDR       netip.Prefix
-	NodePortRange     apiserver.PortRange
-	ClusterDomain     string
-	LogFormat         string
-	LogLevel          slog.Level
-	Runtime           string
-	NodeName          string
-	NodeLabels        map[string]string
-	NodeTaints        []corev1.Taint
-	MaxPods           int
+	// AuditLogPath and AuditPolicy are set together, or not at all.
+	AuditLogPath  string
+	AuditPolicy   *audit.Policy
+	Etcd          store.EtcdOptions
+	ServiceCIDR   netip.Prefix
+	ClusterCIDR   netip.Prefix
+	NodePortRange apiserver.PortRange
+	ClusterDomain string
+	LogFormat     string
+	LogLevel      slog.Level
+	Runtime       string
+	NodeName      string
+	NodeLabels    map[string]string
+	NodeTaints    []corev1.Taint
+	MaxPods       int
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -350,6 +358,19 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		c.AuthorizationMode = apiserver.AuthorizationAlwaysAllow
 	default:
 		return nil, fmt.Errorf("--authorization-mode %q: must be RBAC or AlwaysAllow", o.authorizationMode)
+	}
+
+	switch {
+	case o.auditLogPath != "" && o.auditPolicyFile == "":
+		return nil, errors.New("--audit-log-path: needs --audit-policy-file (without a policy nothing is audited)")
+	case o.auditLogPath == "" && o.auditPolicyFile != "":
+		return nil, errors.New("--audit-policy-file: needs --audit-log-path to write the events to")
+	case o.auditPolicyFile != "":
+		p, err := audit.LoadPolicy(o.auditPolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-policy-file %s: %v", o.auditPolicyFile, err)
+		}
+		c.AuditLogPath, c.AuditPolicy = o.auditLogPath, p
 	}
 
 	if o.datastoreEndpoint != "" {
