@@ -31,7 +31,10 @@ func TestRBAC(t *testing.T) {
 	kcs := testenv.Kubectls(t)
 	kc := kcs[len(kcs)-1]
 	tokens := writeFile(t, "tokens.csv", "jane-token,jane,1001\n", 0o600)
-	s := startServer(t, t.TempDir(), "--runtime=simulated", "--node-name=edge-1", "--simulated-nodes=2", "--token-file", tokens)
+	policy := writeFile(t, "audit-policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  users: [jane]\n  omitStages: [RequestReceived]\n", 0o600)
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	s := startServer(t, t.TempDir(), "--runtime=simulated", "--node-name=edge-1", "--simulated-nodes=2", "--token-file", tokens,
+		"--audit-policy-file", policy, "--audit-log-path", auditLog)
 	adminKubeconfig := filepath.Join(s.dataDir, "kubeconfig.yaml")
 	admin := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: adminKubeconfig, cacheDir: t.TempDir()}
 	jane := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: userKubeconfig(t, adminKubeconfig, func(a *clientcmdapi.AuthInfo) { a.Token = "jane-token" }), cacheDir: t.TempDir()}
@@ -65,6 +68,20 @@ func TestRBAC(t *testing.T) {
 	if want := `deployments.apps "web" is forbidden: User "jane" cannot delete resource "deployments" in API group "apps" in the namespace "team"`; !strings.Contains(stderr, want) {
 		t.Errorf("jane deletes the deployment:\n%s\nwant %s", stderr, want)
 	}
+
+	// The audit log has jane's refused list, in Kubernetes' event format.
+	waitFor(t, 10*time.Second, "jane's refusal in the audit log", func() bool {
+		b, _ := os.ReadFile(auditLog)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, `"requestURI":"/api/v1/namespaces/default/pods?limit=500"`) &&
+				strings.Contains(line, `"apiVersion":"audit.k8s.io/v1"`) && strings.Contains(line, `"kind":"Event"`) &&
+				strings.Contains(line, `"authorization.k8s.io/decision":"forbid"`) && strings.Contains(line, `"code":403`) &&
+				strings.Contains(line, `"username":"jane"`) && strings.Contains(line, `"stage":"ResponseComplete"`) {
+				return true
+			}
+		}
+		return false
+	})
 
 	if got := strings.TrimSpace(jane.must("auth", "can-i", "list", "pods", "-n", "team")); got != "yes" {
 		t.Errorf("can-i list pods in team: %q", got)
