@@ -774,3 +774,49 @@ func TestRBACDiscovery(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestBootstrapTokens(t *testing.T) {
+	e := newRBACEnv(t, "")
+	ctx := e.ctx
+	mk := func(id, secret string, data map[string]string) {
+		t.Helper()
+		d := map[string]string{"token-id": id, "token-secret": secret, "usage-bootstrap-authentication": "true"}
+		for k, v := range data {
+			d[k] = v
+		}
+		if _, err := e.admin.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id}, Type: "bootstrap.kubernetes.io/token", StringData: d,
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	future, past := time.Now().Add(time.Hour).UTC().Format(time.RFC3339), time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	mk("abcdef", "0123456789abcdef", map[string]string{"expiration": future, "auth-extra-groups": "system:bootstrappers:bonsai:default-node-token,admins"})
+	mk("expird", "0123456789abcdef", map[string]string{"expiration": past})
+	mk("nouse1", "0123456789abcdef", map[string]string{"usage-bootstrap-authentication": "false"})
+	whoami := func(token string) (int, authenticationv1.UserInfo) {
+		rec := serveAs(e.s, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", token, `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`, nil)
+		var r authenticationv1.SelfSubjectReview
+		_ = json.Unmarshal(rec.Body.Bytes(), &r)
+		return rec.Code, r.Status.UserInfo
+	}
+	code, ui := whoami("abcdef.0123456789abcdef")
+	if code != http.StatusCreated || ui.Username != "system:bootstrap:abcdef" || strings.Join(ui.Groups, ",") != "system:bootstrappers,system:bootstrappers:bonsai:default-node-token,system:authenticated" {
+		t.Errorf("valid token: %d %+v", code, ui)
+	}
+	for _, tok := range []string{"abcdef.0123456789abcdee", "expird.0123456789abcdef", "nouse1.0123456789abcdef", "nosuch.0123456789abcdef"} {
+		if code, _ := whoami(tok); code != http.StatusUnauthorized {
+			t.Errorf("token %s: %d, want 401", tok, code)
+		}
+	}
+	// The static token file still answers for its own tokens.
+	if code, ui := whoami("jane-token"); code != http.StatusCreated || ui.Username != "jane" {
+		t.Errorf("static token: %d %+v", code, ui)
+	}
+	if err := e.admin.CoreV1().Secrets("kube-system").Delete(ctx, "bootstrap-token-abcdef", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := whoami("abcdef.0123456789abcdef"); code != http.StatusUnauthorized {
+		t.Errorf("deleted token: %d, want 401", code)
+	}
+}

@@ -226,7 +226,7 @@ func (s *Server) setupServiceAccountTokens() error {
 	s.saSigner = signer
 	if s.cfg.Authenticator != nil {
 		sa := authn.NewServiceAccountTokens(signer, s.apiAudiences(), storeObjects{s})
-		s.cfg.Authenticator = authn.WithServiceAccounts(sa, s.cfg.Authenticator)
+		s.cfg.Authenticator = authn.WithServiceAccounts(sa, authn.WithBootstrapTokens(authn.NewBootstrapTokens(storeObjects{s}), s.cfg.Authenticator))
 	}
 	return nil
 }

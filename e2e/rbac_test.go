@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,6 +105,23 @@ func TestRBAC(t *testing.T) {
 			t.Errorf("whoami --as jane: %q", who)
 		}
 	}
+	// `bonsai token create` makes a bootstrap token that authenticates.
+	out, err := exec.Command(bonsaiBin, "token", "create", "--data-dir", s.dataDir, "--ttl", "1h", "--description", "e2e").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bonsai token create: %v\n%s", err, out)
+	}
+	tok := strings.TrimSpace(string(out))
+	boot := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: userKubeconfig(t, adminKubeconfig, func(a *clientcmdapi.AuthInfo) { a.Token = tok }), cacheDir: t.TempDir()}
+	if got := strings.TrimSpace(boot.must("auth", "can-i", "create", "selfsubjectaccessreviews.authorization.k8s.io")); got != "yes" {
+		t.Errorf("bootstrap token can-i: %q", got)
+	}
+	if stderr := boot.fails("get", "pods"); !strings.Contains(stderr, `User "system:bootstrap:`+strings.Split(tok, ".")[0]+`" cannot list resource "pods"`) {
+		t.Errorf("bootstrap token lists pods:\n%s", stderr)
+	}
+	if out, err := exec.Command(bonsaiBin, "token", "create", "--data-dir", s.dataDir, "--groups", "admins").CombinedOutput(); err == nil || !strings.Contains(string(out), `--groups: "admins" must start with "system:bootstrappers:"`) {
+		t.Errorf("token create --groups admins: %v\n%s", err, out)
+	}
+
 	// The admin acting as jane has jane's rights, and jane may not act as
 	// anyone.
 	admin.must("-n", "team", "get", "pods", "--as", "jane")
