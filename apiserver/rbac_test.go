@@ -36,11 +36,21 @@ type rbacEnv struct {
 
 func newRBACEnv(t *testing.T, mode string) *rbacEnv {
 	t.Helper()
+	s, st := newAuthServer(t, "admin-token,admin,1,system:masters\njane-token,jane,2\nbob-token,bob,3\n", mode)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &rbacEnv{s: s, st: st, admin: e2eClient(t, s, adminUser()), ctx: ctx}
+}
+
+// newAuthServer is a server that authenticates the static tokens of
+// tokenFile and authorizes in mode; both stop when the test ends.
+func newAuthServer(t *testing.T, tokenFile, mode string) (*Server, store.Store) {
+	t.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf, err := authn.ParseTokenFile(strings.NewReader("admin-token,admin,1,system:masters\njane-token,jane,2\nbob-token,bob,3\n"), "tokens")
+	tf, err := authn.ParseTokenFile(strings.NewReader(tokenFile), "tokens")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +60,20 @@ func newRBACEnv(t *testing.T, mode string) *rbacEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); st.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return &rbacEnv{s: s, st: st, admin: e2eClient(t, s, adminUser()), ctx: ctx}
+	return s, st
+}
+
+// bind has the admin bind role (of kind Role or ClusterRole) to subjects
+// in ns.
+func (e *rbacEnv) bind(t *testing.T, ns, name, kind, role string, subjects ...rbacv1.Subject) {
+	t.Helper()
+	if _, err := e.admin.RbacV1().RoleBindings(ns).Create(e.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func adminUser() *authn.User {
@@ -234,13 +255,7 @@ func TestRBACBindings(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := e2eClient(t, e.s, userNamed("bob", "ops"))
-	if _, err := e.admin.RbacV1().RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "ops-secrets"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "secret-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "ops"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.bind(t, "team", "ops-secrets", "ClusterRole", "secret-reader", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "ops"})
 	eventually(t, "group binding", func() error {
 		_, err := ops.CoreV1().Secrets("team").List(ctx, metav1.ListOptions{})
 		return err
@@ -341,13 +356,7 @@ func TestRBACEscalationPrevention(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.admin.RbacV1().RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "jane-writes-roles"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "role-writer"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.bind(t, "team", "jane-writes-roles", "Role", "role-writer", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"})
 	podReader := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}}
 	eventually(t, "a role within jane's own rights", func() error {
 		_, err := jane.RbacV1().Roles("team").Create(ctx, podReader, metav1.CreateOptions{})
@@ -386,13 +395,7 @@ func TestRBACEscalationPrevention(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.admin.RbacV1().RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "jane-escalates"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "escalator"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.bind(t, "team", "jane-escalates", "Role", "escalator", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"})
 	eventually(t, "escalate verb", func() error {
 		_, err := jane.RbacV1().Roles("team").Create(ctx, secrets, metav1.CreateOptions{})
 		return err
@@ -406,13 +409,7 @@ func TestAccessReviews(t *testing.T) {
 	e := newRBACEnv(t, "")
 	ctx := e.ctx
 	mustNS(t, e.admin, "team")
-	if _, err := e.admin.RbacV1().RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "jane-view"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:aggregate-to-view"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.bind(t, "team", "jane-view", "ClusterRole", "system:aggregate-to-view", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"})
 	jane := e2eClient(t, e.s, userNamed("jane"))
 	ssar := func(verb, ns string) *authorizationv1.SelfSubjectAccessReview {
 		t.Helper()

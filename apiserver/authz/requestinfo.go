@@ -36,29 +36,15 @@ func RequestAttributes(r *http.Request, u *authn.User) Attributes {
 	}
 	a.ResourceRequest = true
 	a.APIVersion, parts = parts[0], parts[1:]
+	pathVerb := ""
 	if parts[0] == "watch" || parts[0] == "proxy" {
-		if len(parts) < 2 {
+		pathVerb, parts = parts[0], parts[1:]
+		if len(parts) == 0 {
 			// Kubernetes cannot tell the kind either; nothing is
 			// served there, and the request is authorized as the
 			// bare verb on no resource.
-			a.Verb = parts[0]
+			a.Verb = pathVerb
 			return a
-		}
-		a.Verb, parts = parts[0], parts[1:]
-	} else {
-		switch r.Method {
-		case http.MethodPost:
-			a.Verb = "create"
-		case http.MethodGet, http.MethodHead:
-			a.Verb = "get"
-		case http.MethodPut:
-			a.Verb = "update"
-		case http.MethodPatch:
-			a.Verb = "patch"
-		case http.MethodDelete:
-			a.Verb = "delete"
-		default:
-			a.Verb = ""
 		}
 	}
 	if parts[0] == "namespaces" && len(parts) > 1 {
@@ -67,21 +53,26 @@ func RequestAttributes(r *http.Request, u *authn.User) Attributes {
 			parts = parts[2:]
 		}
 	}
-	if len(parts) >= 3 && a.Verb != "proxy" {
+	if len(parts) >= 3 && pathVerb != "proxy" {
 		a.Subresource = parts[2]
 	}
 	if len(parts) >= 2 {
 		a.Name = parts[1]
 	}
 	a.Resource = parts[0]
-	if a.Name == "" && a.Verb == "get" {
-		q := r.URL.Query()
-		a.Verb = "list"
-		if w, err := strconv.ParseBool(q.Get("watch")); err == nil && w {
-			a.Verb = "watch"
-		}
-		// A list or watch of one object by name is authorized as a
-		// request for that name, so resourceNames rules can grant it.
+	q := r.URL.Query()
+	watch, _ := strconv.ParseBool(q.Get("watch"))
+	switch {
+	case pathVerb == "proxy":
+		a.Verb = pathVerb
+	case pathVerb == "watch":
+		a.Verb = ResourceVerb(http.MethodGet, a.Name, true)
+	default:
+		a.Verb = ResourceVerb(r.Method, a.Name, watch)
+	}
+	// A list or watch of one object by name is authorized as a request
+	// for that name, so resourceNames rules can grant it.
+	if a.Name == "" && (a.Verb == "list" || a.Verb == "watch") {
 		if fs := q.Get("fieldSelector"); fs != "" {
 			if sel, err := fields.ParseSelector(fs); err == nil {
 				if name, ok := sel.RequiresExactMatch("metadata.name"); ok && len(path.IsValidPathSegmentName(name)) == 0 {
@@ -90,10 +81,35 @@ func RequestAttributes(r *http.Request, u *authn.User) Attributes {
 			}
 		}
 	}
-	if a.Name == "" && a.Verb == "delete" {
-		a.Verb = "deletecollection"
-	}
 	return a
+}
+
+// ResourceVerb is the verb of a resource request, as Kubernetes names it:
+// a GET is a get of one object, a list of many or a watch; a DELETE of no
+// name is a deletecollection. Other methods are their lower-case names.
+func ResourceVerb(method, name string, watch bool) string {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		switch {
+		case watch:
+			return "watch"
+		case name == "":
+			return "list"
+		}
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		if name == "" {
+			return "deletecollection"
+		}
+		return "delete"
+	}
+	return strings.ToLower(method)
 }
 
 func splitPath(p string) []string {
