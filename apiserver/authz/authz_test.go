@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -151,5 +152,36 @@ func BenchmarkRBAC1000Bindings(b *testing.B) {
 		if d, _, _ := a.Authorize(context.Background(), RequestAttributes(req, u)); d != Allow {
 			b.Fatal("denied")
 		}
+	}
+}
+
+// TestRBACConcurrent: the store watch feeds the caches while requests
+// read them (run with -race).
+func TestRBACConcurrent(t *testing.T) {
+	z, n := NewRBAC(), NewNode()
+	z.SetClusterRole(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			z.SetRoleBinding(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("b", i%10), Namespace: "ns"}, RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "r"}, Subjects: []rbacv1.Subject{{Kind: "User", Name: fmt.Sprint("u", i%7)}}})
+			n.SetPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("p", i%10), Namespace: "ns"}, Spec: corev1.PodSpec{NodeName: "a", ServiceAccountName: "sa"}})
+			if i%3 == 0 {
+				z.DeleteBinding("ns", fmt.Sprint("b", i%10))
+				n.DeletePod("ns", fmt.Sprint("p", i%10))
+			}
+		}
+	}()
+	a := Union{PrivilegedGroups{}, n, z}
+	node := &authn.User{Name: "system:node:a", Groups: []string{GroupNodes}}
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		a.Authorize(context.Background(), Attributes{User: &authn.User{Name: "u3"}, ResourceRequest: true, Verb: "get", Resource: "pods", Namespace: "ns"})
+		a.Authorize(context.Background(), Attributes{User: node, ResourceRequest: true, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "ns", Name: "sa"})
+		z.RulesFor(&authn.User{Name: "u3"}, "ns")
 	}
 }
