@@ -34,6 +34,9 @@ var subresourceInfo = map[string]struct {
 }
 
 func (r *resource) verbs() metav1.Verbs {
+	if r.createOnly {
+		return metav1.Verbs{"create"}
+	}
 	if r.noCollection {
 		return metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
 	}

@@ -23,7 +23,10 @@ func (reg *registry) openAPIResources() []openapi.Resource {
 func (r *resource) openAPI() openapi.Resource {
 	out := openapi.Resource{
 		GVK: r.gvk(), ListKind: r.listKind, Resource: r.gvr.Resource, Namespaced: r.namespaced,
-		Verbs: r.verbs(), Object: r.newObject(), List: r.newList(), ReturnsDeleted: r.returnDeleted,
+		Verbs: r.verbs(), Object: r.newObject(), ReturnsDeleted: r.returnDeleted,
+	}
+	if !r.createOnly {
+		out.List = r.newList()
 	}
 	for _, sub := range r.subresources {
 		if sub == "log" || connectSubresources[sub] {

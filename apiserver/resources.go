@@ -29,7 +29,10 @@ type resource struct {
 	// verbs beyond the standard set (all resources are get/list/watch/
 	// create/update/patch/delete/deletecollection unless noCollection).
 	noCollection bool
-	strategy     strategy
+	// createOnly: a review kind (SubjectAccessReview, TokenReview ...)
+	// that is only ever created, answered and never stored.
+	createOnly bool
+	strategy   strategy
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool
@@ -225,5 +228,17 @@ func builtinResources() []*resource {
 		{gvr: gvr("storage.k8s.io", "v1", "storageclasses"), kind: "StorageClass", shortNames: []string{"sc"}},
 		// node.k8s.io/v1
 		{gvr: gvr("node.k8s.io", "v1", "runtimeclasses"), kind: "RuntimeClass"},
+		// rbac.authorization.k8s.io/v1
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), kind: "ClusterRoleBinding", strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), kind: "ClusterRole", strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), kind: "RoleBinding", namespaced: true, strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "roles"), kind: "Role", namespaced: true, strategy: rbacStrategy{}},
+		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
+		{gvr: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), kind: "SelfSubjectReview", createOnly: true},
+		{gvr: gvr("authentication.k8s.io", "v1", "tokenreviews"), kind: "TokenReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), kind: "LocalSubjectAccessReview", namespaced: true, createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
 	}
 }

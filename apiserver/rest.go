@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,12 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 	if ri.subresource != "" && !res.hasSubresource(ri.subresource) {
 		writeError(w, notFoundPath())
+		return
+	}
+	if res.createOnly {
+		if err := s.serveReview(w, r, ri, res); err != nil {
+			writeError(w, err)
+		}
 		return
 	}
 	if err := s.dispatch(w, r, ri, res); err != nil {
@@ -312,6 +319,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 			return nil, err
 		}
 	}
+	if err := s.admitWrite(ctx, res, "", obj, nil); err != nil {
+		return nil, err
+	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
 	}
@@ -413,6 +423,10 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 		nameFn = apivalidation.ValidateNamespaceName
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
+	}
+	if res.gvr.Group == "rbac.authorization.k8s.io" {
+		// RBAC names only need to be path segments (system:discovery).
+		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
 	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
 }
@@ -608,6 +622,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 		if res.strategy.tracksGeneration() && specChanged(obj, old) {
 			m.SetGeneration(om.GetGeneration() + 1)
 		}
+	}
+	if err := s.admitWrite(ctx, res, ri.subresource, obj, old); err != nil {
+		return nil, err
 	}
 	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, om, field.NewPath("metadata"))
 	errs = append(errs, validateMeta(res, m)...)

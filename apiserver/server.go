@@ -21,7 +21,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/store"
 )
@@ -54,6 +56,14 @@ type Config struct {
 	// ServiceAccountIssuer is the tokens' "iss" and the API server's
 	// audience; default https://kubernetes.default.svc.<ClusterDomain>.
 	ServiceAccountIssuer string
+	// AuthorizationMode is RBAC (the default: Kubernetes' Node,RBAC) or
+	// AlwaysAllow. Without an Authenticator every caller is system:masters,
+	// which RBAC allows everything.
+	AuthorizationMode string
+	// AuditPolicy and AuditLog, both set, write audit events
+	// (--audit-policy-file, --audit-log-path).
+	AuditPolicy *audit.Policy
+	AuditLog    *audit.Log
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -83,6 +93,12 @@ type Server struct {
 	watchMu     sync.Mutex
 	watches     context.Context
 	endWatchesF context.CancelFunc
+
+	// authorizer decides on every authenticated request; rbac and
+	// nodeAuthz are its RBAC and Node parts (nil under AlwaysAllow).
+	authorizer authorizer
+	rbac       *authz.RBAC
+	nodeAuthz  *authz.Node
 
 	// saSigner issues service-account tokens, which the authenticator
 	// checks.
@@ -131,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	s.bookmarkEvery = defaultBookmarkInterval
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(r))
+	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(r)))))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records
@@ -141,6 +157,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("service allocation repair: %w", err)
 	}
 	if err := s.bootstrap(bctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := s.setupAuthorization(ctx); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -206,7 +226,7 @@ func (s *Server) setupServiceAccountTokens() error {
 	s.saSigner = signer
 	if s.cfg.Authenticator != nil {
 		sa := authn.NewServiceAccountTokens(signer, s.apiAudiences(), storeObjects{s})
-		s.cfg.Authenticator = authn.WithServiceAccounts(sa, s.cfg.Authenticator)
+		s.cfg.Authenticator = authn.WithServiceAccounts(sa, authn.WithBootstrapTokens(authn.NewBootstrapTokens(storeObjects{s}), s.cfg.Authenticator))
 	}
 	return nil
 }

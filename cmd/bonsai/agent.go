@@ -15,6 +15,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
@@ -186,7 +187,7 @@ func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Serv
 		log.Warn("cluster DNS not started: the pod network is IPv4 only", "service-cidr", cfg.ServiceCIDR)
 		return
 	}
-	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: "system:bonsai-dns", Groups: []string{authn.GroupAuthenticated}}))
+	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserDNS, Groups: []string{authn.GroupAuthenticated}}))
 	srv, err := dns.New(dns.Config{Informers: inf, Address: addr.String(), ClusterDomain: cfg.ClusterDomain, Logger: log.With("component", "dns")})
 	if err != nil {
 		log.Error("cluster DNS not started", "err", err)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/netplugin/cni"
@@ -68,6 +69,9 @@ type serverOptions struct {
 	schedulerConfig   string
 	disableScheduler  bool
 	maxEndpoints      int
+	authorizationMode string
+	auditLogPath      string
+	auditPolicyFile   string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -82,6 +86,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
+	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
+	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
+	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -123,7 +130,13 @@ type serverConfig struct {
 	WriteKubeconfig string
 	TLSSANs         []string
 	// Tokens is nil without --token-file.
-	Tokens        *authn.TokenFile
+	Tokens *authn.TokenFile
+	// AuthorizationMode is apiserver.AuthorizationRBAC or
+	// apiserver.AuthorizationAlwaysAllow.
+	AuthorizationMode string
+	// AuditLogPath and AuditPolicy are set together, or not at all.
+	AuditLogPath  string
+	AuditPolicy   *audit.Policy
 	Etcd          store.EtcdOptions
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
@@ -352,6 +365,28 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 			return nil, fmt.Errorf("--token-file: %v", err)
 		}
 		c.Tokens = tf
+	}
+
+	switch o.authorizationMode {
+	case "RBAC", "Node,RBAC", "RBAC,Node":
+		c.AuthorizationMode = apiserver.AuthorizationRBAC
+	case "AlwaysAllow":
+		c.AuthorizationMode = apiserver.AuthorizationAlwaysAllow
+	default:
+		return nil, fmt.Errorf("--authorization-mode %q: must be RBAC or AlwaysAllow", o.authorizationMode)
+	}
+
+	switch {
+	case o.auditLogPath != "" && o.auditPolicyFile == "":
+		return nil, errors.New("--audit-log-path: needs --audit-policy-file (without a policy nothing is audited)")
+	case o.auditLogPath == "" && o.auditPolicyFile != "":
+		return nil, errors.New("--audit-policy-file: needs --audit-log-path to write the events to")
+	case o.auditPolicyFile != "":
+		p, err := audit.LoadPolicy(o.auditPolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-policy-file %s: %v", o.auditPolicyFile, err)
+		}
+		c.AuditLogPath, c.AuditPolicy = o.auditLogPath, p
 	}
 
 	if o.datastoreEndpoint != "" {

@@ -86,6 +86,7 @@ func TestServerDefaults(t *testing.T) {
 		NodeLifecycle:    defaultNodeLifecycle,
 
 		MaxEndpointsPerSlice: 100,
+		AuthorizationMode:    "RBAC",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -106,7 +107,8 @@ func TestServerFlags(t *testing.T) {
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000")
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow",
+		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +116,10 @@ func TestServerFlags(t *testing.T) {
 		t.Errorf("tokens not loaded: %+v", got.Tokens)
 	}
 	got.Tokens = nil
+	if got.AuditPolicy == nil || len(got.AuditPolicy.Rules) != 1 || got.AuditLogPath != "/var/log/bonsai-audit.log" {
+		t.Errorf("audit: %q %+v", got.AuditLogPath, got.AuditPolicy)
+	}
+	got.AuditPolicy, got.AuditLogPath = nil, ""
 	want := &serverConfig{
 		DataDir:       "/srv/bonsai",
 		BindAddress:   netip.MustParseAddr("::1"),
@@ -144,6 +150,7 @@ func TestServerFlags(t *testing.T) {
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
+		AuthorizationMode:    "AlwaysAllow",
 		NodeLifecycle:        defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
@@ -155,6 +162,8 @@ func TestServerFlags(t *testing.T) {
 func TestServerBadFlags(t *testing.T) {
 	noDefaultConfig(t)
 	badTokens := writeFile(t, "tokens.csv", "ok,alice,1\nbroken\n")
+	badPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n")
+	goodPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n")
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		args []string
@@ -193,6 +202,11 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--audit-log-path", "/tmp/audit.log"}, []string{"--audit-log-path", "needs --audit-policy-file"}},
+		{[]string{"--audit-policy-file", goodPolicy}, []string{"--audit-policy-file", "needs --audit-log-path"}},
+		{[]string{"--audit-policy-file", badPolicy, "--audit-log-path", "-"}, []string{"--audit-policy-file", `rules[0].level: Unsupported value: "Loud"`}},
+		{[]string{"--audit-policy-file", "/nonexistent/policy.yaml", "--audit-log-path", "-"}, []string{"--audit-policy-file", "no such file"}},
+		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},

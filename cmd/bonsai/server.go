@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/kubelet"
@@ -121,13 +122,23 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if cfg.Tokens != nil {
 		authenticators = append(authenticators, cfg.Tokens)
 	}
+	var auditLog *audit.Log
+	if cfg.AuditPolicy != nil {
+		if auditLog, err = audit.OpenLog(cfg.AuditLogPath); err != nil {
+			return fmt.Errorf("--audit-log-path: %w", err)
+		}
+		defer auditLog.Close()
+	}
 	api, err := apiserver.New(apiserver.Config{
-		Store:         st,
-		Authenticator: authenticators,
-		ServiceCIDR:   cfg.ServiceCIDR,
-		ClusterCIDR:   cfg.ClusterCIDR,
-		NodePortRange: cfg.NodePortRange,
-		ClusterDomain: cfg.ClusterDomain,
+		Store:             st,
+		Authenticator:     authenticators,
+		AuthorizationMode: cfg.AuthorizationMode,
+		AuditPolicy:       cfg.AuditPolicy,
+		AuditLog:          auditLog,
+		ServiceCIDR:       cfg.ServiceCIDR,
+		ClusterCIDR:       cfg.ClusterCIDR,
+		NodePortRange:     cfg.NodePortRange,
+		ClusterDomain:     cfg.ClusterDomain,
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
