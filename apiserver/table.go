@@ -1183,6 +1183,9 @@ func printerFor(gr schema.GroupResource) printer {
 // Metadata|Object says what each row carries (Metadata by default).
 func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv, cont string) (*metav1.Table, error) {
 	p := printerFor(res.gvr.GroupResource())
+	if res.custom != nil {
+		p = res.custom.printer
+	}
 	include := metav1.IncludeMetadata
 	switch v := r.URL.Query().Get("includeObject"); v {
 	case "", "Metadata":

@@ -1,0 +1,548 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crdclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// crontabCRD is upstream's documentation example, with a status and
+// scale subresource, printer columns, a selectable field, defaults and
+// CEL rules.
+const crontabCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: crontabs.stable.example.com
+spec:
+  group: stable.example.com
+  scope: Namespaced
+  names:
+    plural: crontabs
+    singular: crontab
+    kind: CronTab
+    shortNames: [ct]
+    categories: [all]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.replicas
+        statusReplicasPath: .status.replicas
+        labelSelectorPath: .status.labelSelector
+    additionalPrinterColumns:
+    - name: Spec
+      type: string
+      jsonPath: .spec.cronSpec
+    - name: Replicas
+      type: integer
+      jsonPath: .spec.replicas
+    selectableFields:
+    - jsonPath: .spec.color
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: "self.minReplicas <= self.replicas"
+              message: "replicas must be at least minReplicas"
+            - rule: "!has(oldSelf.color) || self.color == oldSelf.color"
+              message: "color is immutable"
+            properties:
+              cronSpec:
+                type: string
+                pattern: '^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$'
+              image:
+                type: string
+              color:
+                type: string
+                enum: [red, blue]
+                default: red
+              replicas:
+                type: integer
+                minimum: 0
+                default: 1
+              minReplicas:
+                type: integer
+                default: 0
+              port:
+                x-kubernetes-int-or-string: true
+              tags:
+                type: array
+                x-kubernetes-list-type: set
+                items:
+                  type: string
+          status:
+            type: object
+            properties:
+              replicas:
+                type: integer
+              labelSelector:
+                type: string
+  - name: v1beta1
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`
+
+var crontabs = schema.GroupVersionResource{Group: "stable.example.com", Version: "v1", Resource: "crontabs"}
+
+func createCRD(t *testing.T, env *testEnv, manifest string) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict([]byte(manifest), &crd); err != nil {
+		t.Fatal(err)
+	}
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	out, err := c.CustomResourceDefinitions().Create(env.ctx, &crd, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create CRD: %v", err)
+	}
+	return out
+}
+
+// waitServed waits until discovery lists the resource, which is when
+// clients can use it.
+func waitServed(t *testing.T, env *testEnv, gvr schema.GroupVersionResource, served bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 10*time.Second {
+		l, err := env.cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		found := false
+		if err == nil {
+			for _, r := range l.APIResources {
+				found = found || r.Name == gvr.Resource
+			}
+		}
+		if found == served {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s served=%v not reached in 10s", gvr, served)
+	return 0
+}
+
+func crontab(name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+		"metadata": map[string]any{"name": name}, "spec": spec,
+	}}
+}
+
+func TestCRDServesResourceWithStatus(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, crontabCRD)
+	if d := waitServed(t, env, crontabs, true); d > time.Second {
+		t.Errorf("served after %v, want within 1s", d)
+	}
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	crd, err := c.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range []apiextensionsv1.CustomResourceDefinitionConditionType{apiextensionsv1.NamesAccepted, apiextensionsv1.Established} {
+		found := false
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == ct && cond.Status == apiextensionsv1.ConditionTrue {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("condition %s not True: %+v", ct, crd.Status.Conditions)
+		}
+	}
+	if crd.Status.AcceptedNames.Kind != "CronTab" || len(crd.Status.StoredVersions) != 1 || crd.Status.StoredVersions[0] != "v1" {
+		t.Errorf("status = %+v", crd.Status)
+	}
+	// Discovery: short names and categories, both formats.
+	l, err := env.cs.Discovery().ServerResourcesForGroupVersion("stable.example.com/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range l.APIResources {
+		names = append(names, r.Name)
+		if r.Name == "crontabs" && (r.Kind != "CronTab" || !r.Namespaced || strings.Join(r.ShortNames, ",") != "ct" || strings.Join(r.Categories, ",") != "all") {
+			t.Errorf("discovery entry %+v", r)
+		}
+	}
+	if strings.Join(names, ",") != "crontabs,crontabs/status,crontabs/scale" {
+		t.Errorf("resources = %v", names)
+	}
+	req := httptestGet("/apis")
+	req.Header.Set("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+	rec := serve(t, env.s.Handler(), req)
+	if !strings.Contains(rec.Body.String(), `"name":"stable.example.com"`) || !strings.Contains(rec.Body.String(), `"resource":"crontabs"`) {
+		t.Errorf("aggregated discovery lacks the CRD: %s", rec.Body.String())
+	}
+
+	ns := "default"
+	dc := env.dyn.Resource(crontabs).Namespace(ns)
+	// Defaults on create; generation 1; status dropped on create.
+	in := crontab("daily", map[string]any{"cronSpec": "* * * * */5", "image": "img", "replicas": int64(2), "unknown": "x"})
+	in.Object["status"] = map[string]any{"replicas": int64(9)}
+	out, err := dc.Create(env.ctx, in, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedString(out.Object, "spec", "color"); got != "red" {
+		t.Errorf("default color = %q", got)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(out.Object, "spec", "unknown"); found {
+		t.Errorf("unknown field not pruned: %v", out.Object["spec"])
+	}
+	if _, found := out.Object["status"]; found {
+		t.Errorf("status kept on create: %v", out.Object["status"])
+	}
+	if out.GetGeneration() != 1 {
+		t.Errorf("generation = %d", out.GetGeneration())
+	}
+	// Strict field validation refuses unknown fields.
+	_, err = dc.Create(env.ctx, crontab("strict", map[string]any{"bogus": true}), metav1.CreateOptions{FieldValidation: "Strict"})
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `unknown field "spec.bogus"`) {
+		t.Errorf("strict create: %v", err)
+	}
+
+	// Status subresource: spec writes keep status, status writes keep
+	// spec; only spec bumps generation.
+	out.Object["status"] = map[string]any{"replicas": int64(2), "labelSelector": "app=cron"}
+	st, err := dc.UpdateStatus(env.ctx, out, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetGeneration() != 1 {
+		t.Errorf("status write bumped generation to %d", st.GetGeneration())
+	}
+	st.Object["status"] = map[string]any{"replicas": int64(0)}
+	unstructured.SetNestedField(st.Object, int64(3), "spec", "replicas")
+	up, err := dc.Update(env.ctx, st, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := unstructured.NestedInt64(up.Object, "status", "replicas"); r != 2 || up.GetGeneration() != 2 {
+		t.Errorf("after spec update: status.replicas=%d generation=%d", r, up.GetGeneration())
+	}
+
+	// Scale subresource.
+	sc, err := dc.Get(env.ctx, "daily", metav1.GetOptions{}, "scale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := unstructured.NestedInt64(sc.Object, "spec", "replicas"); r != 3 || sc.GetKind() != "Scale" {
+		t.Errorf("scale = %v", sc.Object)
+	}
+	if sel, _, _ := unstructured.NestedString(sc.Object, "status", "selector"); sel != "app=cron" {
+		t.Errorf("scale selector = %q", sel)
+	}
+	patched, err := dc.Patch(env.ctx, "daily", types.MergePatchType, []byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{}, "scale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := unstructured.NestedInt64(patched.Object, "spec", "replicas"); r != 5 {
+		t.Errorf("scaled to %d", r)
+	}
+
+	// Strategic merge patch is 415; JSON and merge patches work.
+	_, err = dc.Patch(env.ctx, "daily", types.StrategicMergePatchType, []byte(`{"spec":{"image":"x"}}`), metav1.PatchOptions{})
+	if !apierrors.IsUnsupportedMediaType(err) {
+		t.Errorf("strategic merge patch: %v", err)
+	}
+	if _, err := dc.Patch(env.ctx, "daily", types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/image","value":"img2"}]`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("json patch: %v", err)
+	}
+
+	// Server-side apply.
+	apply := []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied","labels":{"team":"a"}},"spec":{"cronSpec":"* * * * *","color":"blue"}}`)
+	ap, err := dc.Patch(env.ctx, "applied", types.ApplyPatchType, apply, metav1.PatchOptions{FieldManager: "test"})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if len(ap.GetManagedFields()) == 0 || ap.GetLabels()["team"] != "a" {
+		t.Errorf("applied = %v", ap.Object)
+	}
+
+	// Field selectors: metadata.name and the selectable field.
+	list, err := dc.List(env.ctx, metav1.ListOptions{FieldSelector: "spec.color=blue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].GetName() != "applied" {
+		t.Errorf("spec.color=blue selected %d items", len(list.Items))
+	}
+	if _, err := dc.List(env.ctx, metav1.ListOptions{FieldSelector: "spec.image=x"}); !apierrors.IsBadRequest(err) {
+		t.Errorf("unselectable field: %v", err)
+	}
+	list, err = dc.List(env.ctx, metav1.ListOptions{LabelSelector: "team=a"})
+	if err != nil || len(list.Items) != 1 {
+		t.Errorf("label selector: %v, %d items", err, len(list.Items))
+	}
+
+	// Server-side table with the printer columns.
+	req = httptestGet("/apis/stable.example.com/v1/namespaces/default/crontabs")
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	rec = serve(t, env.s.Handler(), req)
+	var table metav1.Table
+	if err := json.Unmarshal(rec.Body.Bytes(), &table); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, c := range table.ColumnDefinitions {
+		cols = append(cols, c.Name)
+	}
+	if strings.Join(cols, ",") != "Name,Spec,Replicas" || len(table.Rows) != 2 {
+		t.Fatalf("table = %s", rec.Body.String())
+	}
+	if got := table.Rows[1].Cells; got[0] != "daily" || got[1] != "* * * * */5" || got[2] != float64(5) {
+		t.Errorf("row = %v", got)
+	}
+
+	// The other version shows the same object (None conversion).
+	v1beta1 := env.dyn.Resource(schema.GroupVersionResource{Group: "stable.example.com", Version: "v1beta1", Resource: "crontabs"}).Namespace(ns)
+	b, err := v1beta1.Get(env.ctx, "daily", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.GetAPIVersion() != "stable.example.com/v1beta1" || b.GetUID() != up.GetUID() {
+		t.Errorf("v1beta1 view = %v", b.Object)
+	}
+
+	// Protobuf-only clients get 406.
+	req = httptestGet("/apis/stable.example.com/v1/namespaces/default/crontabs/daily")
+	req.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
+	if rec := serve(t, env.s.Handler(), req); rec.Code != http.StatusNotAcceptable {
+		t.Errorf("protobuf-only get = %d", rec.Code)
+	}
+}
+
+func TestCustomObjectValidation(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, crontabCRD)
+	waitServed(t, env, crontabs, true)
+	dc := env.dyn.Resource(crontabs).Namespace("default")
+	for _, tc := range []struct {
+		name  string
+		spec  map[string]any
+		field string
+		msg   string
+	}{
+		{"type", map[string]any{"image": int64(3)}, "spec.image", `Invalid value: "integer": spec.image in body must be of type string: "integer"`},
+		{"pattern", map[string]any{"cronSpec": "never"}, "spec.cronSpec", `spec.cronSpec in body should match`},
+		{"enum", map[string]any{"color": "green"}, "spec.color", `Unsupported value: "green": supported values: "red", "blue"`},
+		{"minimum", map[string]any{"replicas": int64(-1)}, "spec.replicas", `should be greater than or equal to 0`},
+		{"cel", map[string]any{"replicas": int64(1), "minReplicas": int64(2)}, "spec", `replicas must be at least minReplicas`},
+		{"set", map[string]any{"tags": []any{"a", "a"}}, "spec.tags[1]", `Duplicate value: "a"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := dc.Create(env.ctx, crontab("bad-"+tc.name, tc.spec), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("err = %v, want 422", err)
+			}
+			st := err.(apierrors.APIStatus).Status()
+			found := false
+			for _, c := range st.Details.Causes {
+				found = found || (c.Field == tc.field && strings.Contains(c.Message, tc.msg))
+			}
+			if !found || !strings.Contains(st.Message, `CronTab.stable.example.com "bad-`+tc.name+`" is invalid`) {
+				t.Errorf("status = %+v", st)
+			}
+			if _, err := dc.Get(env.ctx, "bad-"+tc.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("invalid object stored: %v", err)
+			}
+		})
+	}
+	// int-or-string takes both.
+	for _, port := range []any{int64(80), "http"} {
+		if _, err := dc.Create(env.ctx, crontab("port-"+strings.ToLower(strings.Trim(strings.ReplaceAll(toJSON(port), `"`, ""), " ")), map[string]any{"port": port}), metav1.CreateOptions{}); err != nil {
+			t.Errorf("port %v: %v", port, err)
+		}
+	}
+	// Transition rule: color is immutable once set.
+	obj, err := dc.Create(env.ctx, crontab("immutable", map[string]any{"color": "blue"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.SetNestedField(obj.Object, "red", "spec", "color")
+	if _, err := dc.Update(env.ctx, obj, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "color is immutable") {
+		t.Errorf("transition rule: %v", err)
+	}
+	// Dry run stores nothing.
+	if _, err := dc.Create(env.ctx, crontab("dry", map[string]any{}), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Get(env.ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("dry run stored: %v", err)
+	}
+}
+
+func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestCRDRules(t *testing.T) {
+	env := newTestEnv(t)
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	base := func(name, group, plural string) *apiextensionsv1.CustomResourceDefinition {
+		return &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+				Group: group, Scope: apiextensionsv1.ClusterScoped,
+				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Kind: "Widget"},
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+			},
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		crd  *apiextensionsv1.CustomResourceDefinition
+		msg  string
+	}{
+		{"name", base("widgets.other.example.com", "example.com", "widgets"), `must be spec.names.plural+"."+spec.group`},
+		{"builtin group", base("widgets.apps", "apps", "widgets"), `should be a domain with at least one dot`},
+		{"builtin dotted group", base("widgets.networking.k8s.io", "networking.k8s.io", "widgets"), `cannot be claimed`},
+		{"not structural", func() *apiextensionsv1.CustomResourceDefinition {
+			crd := base("widgets.example.com", "example.com", "widgets")
+			crd.Spec.Versions[0].Schema.OpenAPIV3Schema = &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {}}}
+			return crd
+		}(), `must not be empty for specified object fields`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "builtin dotted group" {
+				tc.crd.Annotations = map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes/kubernetes/pull/1"}
+			}
+			_, err := c.CustomResourceDefinitions().Create(env.ctx, tc.crd, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err = %v, want 422 with %q", err, tc.msg)
+			}
+		})
+	}
+
+	// A second CRD of the group asking for a taken kind is not accepted;
+	// as upstream, the last conflict checked (the list kind) is reported.
+	first := base("widgets.example.com", "example.com", "widgets")
+	if _, err := c.CustomResourceDefinitions().Create(env.ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, env, schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, true)
+	second := base("gadgets.example.com", "example.com", "gadgets")
+	if _, err := c.CustomResourceDefinitions().Create(env.ctx, second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.CustomResourceDefinitions().Get(env.ctx, "gadgets.example.com", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cond *apiextensionsv1.CustomResourceDefinitionCondition
+		for i := range got.Status.Conditions {
+			if got.Status.Conditions[i].Type == apiextensionsv1.NamesAccepted {
+				cond = &got.Status.Conditions[i]
+			}
+		}
+		if cond != nil {
+			if cond.Status != apiextensionsv1.ConditionFalse || cond.Reason != "ListKindConflict" || cond.Message != `"WidgetList" is already in use` {
+				t.Errorf("NamesAccepted = %+v", cond)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no NamesAccepted condition")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := env.dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).List(env.ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("conflicting CRD served: %v", err)
+	}
+}
+
+func TestCRDDeletionRemovesObjects(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, crontabCRD)
+	waitServed(t, env, crontabs, true)
+	dc := env.dyn.Resource(crontabs).Namespace("default")
+	w, err := dc.Watch(env.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, n := range []string{"a", "b"} {
+		if _, err := dc.Create(env.ctx, crontab(n, map[string]any{}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := crontab("held", map[string]any{})
+	held.SetFinalizers([]string{"example.com/hold"})
+	if _, err := dc.Create(env.ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if ev := <-w.ResultChan(); ev.Type != watch.Added {
+			t.Fatalf("event %v", ev.Type)
+		}
+	}
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	if err := c.CustomResourceDefinitions().Delete(env.ctx, "crontabs.stable.example.com", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// New objects are refused while it terminates; the held one stays.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := dc.List(env.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) == 1 && l.Items[0].GetName() == "held" && l.Items[0].GetDeletionTimestamp() != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("objects left: %d", len(l.Items))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := dc.Create(env.ctx, crontab("late", map[string]any{}), metav1.CreateOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Errorf("create while terminating: %v", err)
+	}
+	crd, err := c.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{})
+	if err != nil || len(crd.Finalizers) != 1 || crd.Finalizers[0] != apiextensionsv1.CustomResourceCleanupFinalizer {
+		t.Fatalf("terminating CRD: %v %v", err, crd.Finalizers)
+	}
+	// Releasing the held object lets the CRD go, and the resource with it.
+	if _, err := dc.Patch(env.ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, env, crontabs, false)
+	if _, err := c.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("CRD still there: %v", err)
+	}
+	if _, err := dc.List(env.ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("list after deletion: %v", err)
+	}
+	// Recreating it serves an empty resource: nothing came back.
+	createCRD(t, env, crontabCRD)
+	waitServed(t, env, crontabs, true)
+	l, err := dc.List(env.ctx, metav1.ListOptions{})
+	if err != nil || len(l.Items) != 0 {
+		t.Errorf("after recreate: %v, %d items", err, len(l.Items))
+	}
+}
