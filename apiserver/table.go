@@ -144,6 +144,8 @@ func moreList(items []string, total int, empty string) string {
 // printers is keyed by group and resource: the same resource name can
 // mean different types in two groups (events in core and events.k8s.io).
 var printers = map[schema.GroupResource]printer{
+	// kube-apiserver shows CRDs with the default columns.
+	{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}: defaultPrinter,
 	{Resource: "pods"}:                                        podPrinter,
 	{Resource: "namespaces"}:                                  namespacePrinter,
 	{Resource: "nodes"}:                                       nodePrinter,

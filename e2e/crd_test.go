@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"bonsai.dev/bonsai/e2e/testenv"
+)
+
+// promOperator is the published module whose CRDs the test installs, as
+// an operator's users install them, straight from the module cache.
+const promOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+// prometheusOperatorCRDs downloads the module (through the Go module
+// proxy) and returns its example/prometheus-operator-crd directory.
+func prometheusOperatorCRDs(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	testenv.Require(t, err == nil, "go not found: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goBin, "mod", "download", "-json", promOperator).Output()
+	testenv.Require(t, err == nil, "go mod download %s: %v", promOperator, err)
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Require(t, mod.Error == "" && mod.Dir != "", "go mod download %s: %s", promOperator, mod.Error)
+	return filepath.Join(mod.Dir, "example", "prometheus-operator-crd")
+}
+
+// TestKubectlPrometheusOperatorCRDs installs prometheus-operator's ten
+// CRDs with kubectl and uses them: validation, defaults, printer columns,
+// scale, explain and watch.
+func TestKubectlPrometheusOperatorCRDs(t *testing.T) {
+	requireBinary(t)
+	dir := prometheusOperatorCRDs(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) != 10 {
+		t.Fatalf("CRDs in %s: %v %v", dir, files, err)
+	}
+	kcs := testenv.Kubectls(t)
+	kc := kcs[len(kcs)-1] // the newest
+	s := startServer(t, t.TempDir())
+	k := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: filepath.Join(s.dataDir, "kubeconfig.yaml"), cacheDir: t.TempDir()}
+
+	// The CRDs are too big for client-side apply's annotation; their
+	// project installs them server-side.
+	args := []string{"apply", "--server-side"}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	out := k.must(args...)
+	wantContains(t, "apply", out, "customresourcedefinition.apiextensions.k8s.io/prometheuses.monitoring.coreos.com serverside-applied")
+	k.must("wait", "--for=condition=Established", "--timeout=10s", "crd/prometheuses.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+	wantContains(t, "api-resources", k.must("api-resources", "--api-group=monitoring.coreos.com"), "servicemonitors", "smon", "prometheuses", "prom")
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	lines, _ := k.start(watchCtx, "get", "servicemonitors", "-n", "default", "--watch", "-o", "name")
+
+	// Validation: the schema's pattern and required fields, with
+	// Kubernetes' messages.
+	bad := writeFile(t, "bad.yaml", `apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: bad, namespace: default}
+spec:
+  endpoints:
+  - port: web
+    interval: soon
+`, 0o600)
+	msg := k.fails("apply", "-f", bad)
+	wantContains(t, "invalid ServiceMonitor", msg, `The ServiceMonitor "bad" is invalid`, "spec.endpoints[0].interval", "spec.selector: Required value")
+
+	// Defaults: a relabeling's action is "replace" unless set.
+	good := writeFile(t, "good.yaml", `apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: web, namespace: default}
+spec:
+  selector: {matchLabels: {app: web}}
+  endpoints:
+  - port: web
+    interval: 30s
+    metricRelabelings:
+    - sourceLabels: [__name__]
+      targetLabel: metric
+`, 0o600)
+	k.must("apply", "-f", good)
+	if got := k.must("get", "smon", "web", "-o", "jsonpath={.spec.endpoints[0].metricRelabelings[0].action}"); got != "replace" {
+		t.Errorf("defaulted action = %q", got)
+	}
+	select {
+	case l := <-lines:
+		if strings.TrimSpace(l) != "servicemonitor.monitoring.coreos.com/web" {
+			t.Errorf("watch line %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the watch saw no ServiceMonitor")
+	}
+
+	// Scale and printer columns.
+	prom := writeFile(t, "prom.yaml", `apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata: {name: main, namespace: default}
+spec:
+  version: v3.5.0
+  replicas: 2
+  shards: 1
+`, 0o600)
+	k.must("apply", "-f", prom)
+	wantContains(t, "scale", k.must("scale", "prometheus/main", "--replicas=3"), "prometheus.monitoring.coreos.com/main scaled")
+	if got := k.must("get", "prometheus", "main", "-o", "jsonpath={.spec.shards}"); got != "3" {
+		t.Errorf("shards after scale = %q", got)
+	}
+	table := k.must("get", "prom")
+	wantContains(t, "get prom", table, "VERSION", "DESIRED", "main", "v3.5.0")
+
+	// Strategic merge patch is refused as upstream refuses it.
+	msg = k.fails("patch", "prometheus", "main", "--type=strategic", "-p", `{"spec":{"replicas":1}}`)
+	wantContains(t, "strategic patch", msg, "is not supported by monitoring.coreos.com/v1, Kind=Prometheus", "application/merge-patch+json")
+
+	// kubectl explain reads the schema from OpenAPI.
+	wantContains(t, "explain", k.must("explain", "servicemonitor.spec.endpoints.interval"), "Interval at which Prometheus scrapes")
+
+	// Deleting the CRD takes its objects with it.
+	k.must("delete", "crd", "servicemonitors.monitoring.coreos.com", "--timeout=30s")
+	k.cacheDir = t.TempDir() // what discovery said before is stale
+	msg = k.fails("get", "servicemonitors")
+	wantContains(t, "get after delete", msg, "the server doesn't have a resource type")
+	if _, err := os.Stat(s.dataDir); err != nil {
+		t.Fatal(err)
+	}
+}
