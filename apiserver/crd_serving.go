@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 
@@ -35,6 +36,21 @@ type crdEntry struct {
 	crd       *apiextensionsv1.CustomResourceDefinition
 	rv        string
 	resources []*resource
+}
+
+// stop ends the watches of the entry's resources.
+func (e *crdEntry) stop() {
+	for _, r := range e.resources {
+		close(r.custom.gone)
+	}
+}
+
+// servingChanged: what upstream rebuilds a CRD's serving for (its spec,
+// its accepted names), plus whether it is served and terminating.
+func servingChanged(a, b *apiextensionsv1.CustomResourceDefinition) bool {
+	return !apiequality.Semantic.DeepEqual(a.Spec, b.Spec) ||
+		!apiequality.Semantic.DeepEqual(a.Status.AcceptedNames, b.Status.AcceptedNames) ||
+		servable(a) != servable(b) || (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil)
 }
 
 func newCustomResources() *customResources {
@@ -79,9 +95,19 @@ func servable(crd *apiextensionsv1.CustomResourceDefinition) bool {
 func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefinition) {
 	c := s.crs
 	c.mu.Lock()
-	if crd == nil {
+	old, had := c.crds[name]
+	switch {
+	case crd == nil:
 		delete(c.crds, name)
-	} else if e, ok := c.crds[name]; !ok || e.rv != crd.ResourceVersion {
+		if had {
+			old.stop()
+		}
+	case had && old.rv == crd.ResourceVersion:
+	case had && !servingChanged(old.crd, crd):
+		// Conditions moved: what is served is the same, and so are
+		// its open watches.
+		c.crds[name] = &crdEntry{crd: crd, rv: crd.ResourceVersion, resources: old.resources}
+	default:
 		e := &crdEntry{crd: crd, rv: crd.ResourceVersion}
 		if servable(crd) {
 			rs, err := customResourcesOf(crd)
@@ -91,6 +117,9 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 			e.resources = rs
 		}
 		c.crds[name] = e
+		if had {
+			old.stop()
+		}
 	}
 	var all []*resource
 	for _, e := range c.crds {

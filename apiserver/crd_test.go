@@ -198,6 +198,37 @@ func TestCRDServesResourceWithStatus(t *testing.T) {
 		t.Errorf("aggregated discovery lacks the CRD: %s", rec.Body.String())
 	}
 
+	// OpenAPI v2 and v3 describe the kind with its schema, for kubectl
+	// explain and client-side validation.
+	rec = serve(t, env.s.Handler(), httptestGet("/openapi/v3/apis/stable.example.com/v1"))
+	var v3 struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Properties map[string]map[string]any `json:"properties"`
+				} `json:"properties"`
+				GVK []map[string]string `json:"x-kubernetes-group-version-kind"`
+			} `json:"schemas"`
+		} `json:"components"`
+		Paths map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &v3); err != nil {
+		t.Fatalf("v3: %v: %s", err, rec.Body.String())
+	}
+	ctDef := v3.Components.Schemas["com.example.stable.v1.CronTab"]
+	if ctDef.Properties["spec"].Properties["cronSpec"]["pattern"] == nil || len(ctDef.GVK) != 1 || ctDef.GVK[0]["kind"] != "CronTab" {
+		t.Errorf("v3 CronTab = %+v", ctDef)
+	}
+	if _, ok := v3.Components.Schemas["com.example.stable.v1.CronTabList"]; !ok {
+		t.Error("v3 has no CronTabList")
+	}
+	if _, ok := v3.Paths["/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}/scale"]; !ok {
+		t.Error("v3 has no scale path")
+	}
+	if rec := serve(t, env.s.Handler(), httptestGet("/openapi/v2")); !strings.Contains(rec.Body.String(), `"com.example.stable.v1.CronTab"`) {
+		t.Error("OpenAPI v2 lacks CronTab")
+	}
+
 	ns := "default"
 	dc := env.dyn.Resource(crontabs).Namespace(ns)
 	// Defaults on create; generation 1; status dropped on create.
@@ -532,6 +563,18 @@ func TestCRDDeletionRemovesObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitServed(t, env, crontabs, false)
+	// Open watches end with the resource.
+	timeout := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-w.ResultChan():
+		case <-timeout:
+			t.Fatal("watch still open after the CRD went")
+		}
+	}
+	if rec := serve(t, env.s.Handler(), httptestGet("/openapi/v2")); strings.Contains(rec.Body.String(), "com.example.stable.v1.CronTab") {
+		t.Error("OpenAPI v2 still describes CronTab")
+	}
 	if _, err := c.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("CRD still there: %v", err)
 	}

@@ -56,6 +56,10 @@ type customVersion struct {
 	scale   *apiextensionsv1.CustomResourceSubresourceScale
 	printer printer
 
+	// gone is closed when the CRD changes what this version serves or
+	// goes: its watches end, and clients re-watch what is served now.
+	gone chan struct{}
+
 	gvk    schema.GroupVersionKind
 	tcOnce sync.Once
 	tc     managedfields.TypeConverter
@@ -67,7 +71,7 @@ func newCustomVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiexten
 	if crd.Status.AcceptedNames.Kind != "" {
 		kind = crd.Status.AcceptedNames.Kind
 	}
-	cv := &customVersion{crdName: crd.Name, terminating: crd.DeletionTimestamp != nil,
+	cv := &customVersion{crdName: crd.Name, terminating: crd.DeletionTimestamp != nil, gone: make(chan struct{}),
 		gvk: schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: kind}}
 	for _, sv := range crd.Spec.Versions {
 		if sv.Storage {
