@@ -213,7 +213,7 @@ func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.Custo
 	if crd, err = setTerminating(apiextensionsv1.ConditionTrue, "InstanceDeletionInProgress", "CustomResource deletion is in progress"); err != nil {
 		return 0, err
 	}
-	res, err := storageResource(crd)
+	res, err := storageResource(c.s, crd)
 	if err != nil {
 		return 0, err
 	}
@@ -256,12 +256,12 @@ func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.Custo
 
 // storageResource is a table entry for a CRD's stored objects, served or
 // not: what the finalizer lists and deletes.
-func storageResource(crd *apiextensionsv1.CustomResourceDefinition) (*resource, error) {
+func storageResource(s *Server, crd *apiextensionsv1.CustomResourceDefinition) (*resource, error) {
 	cp := crd.DeepCopy()
 	for i := range cp.Spec.Versions {
 		cp.Spec.Versions[i].Served = cp.Spec.Versions[i].Storage
 	}
-	rs, err := customResourcesOf(cp)
+	rs, err := customResourcesOf(s, cp)
 	if err != nil {
 		return nil, err
 	}

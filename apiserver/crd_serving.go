@@ -110,7 +110,7 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 	default:
 		e := &crdEntry{crd: crd, rv: crd.ResourceVersion}
 		if servable(crd) {
-			rs, err := customResourcesOf(crd)
+			rs, err := customResourcesOf(s, crd)
 			if err != nil {
 				s.log.Warn("custom resource not served", "crd", name, "err", err)
 			}

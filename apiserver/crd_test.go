@@ -1,9 +1,18 @@
 package apiserver
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -588,4 +598,148 @@ func TestCRDDeletionRemovesObjects(t *testing.T) {
 	if err != nil || len(l.Items) != 0 {
 		t.Errorf("after recreate: %v, %d items", err, len(l.Items))
 	}
+}
+
+// gizmoConverter is a conversion webhook: v1's spec.replicas is v2's
+// spec.count. It refuses objects whose spec.refuse is set, and tries to
+// rename what it converts (the API server must keep the name).
+func gizmoConverter(t *testing.T, calls *atomic.Int32) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var review apiextensionsv1.ConversionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			t.Errorf("bad review: %v", err)
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		resp := &apiextensionsv1.ConversionResponse{UID: review.Request.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
+		for _, raw := range review.Request.Objects {
+			var u unstructured.Unstructured
+			if err := u.UnmarshalJSON(raw.Raw); err != nil {
+				t.Error(err)
+			}
+			if refuse, _, _ := unstructured.NestedBool(u.Object, "spec", "refuse"); refuse {
+				resp.Result = metav1.Status{Status: metav1.StatusFailure, Message: "refused"}
+				break
+			}
+			spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+			if review.Request.DesiredAPIVersion == "conv.example.com/v2" {
+				if v, ok := spec["replicas"]; ok {
+					spec["count"] = v
+					delete(spec, "replicas")
+				}
+			} else if v, ok := spec["count"]; ok {
+				spec["replicas"] = v
+				delete(spec, "count")
+			}
+			unstructured.SetNestedMap(u.Object, spec, "spec")
+			u.SetAPIVersion(review.Request.DesiredAPIVersion)
+			u.SetName("renamed")
+			u.SetLabels(map[string]string{"converted": "yes"})
+			b, _ := u.MarshalJSON()
+			resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: b})
+		}
+		review.Response, review.Request = resp, nil
+		json.NewEncoder(w).Encode(&review)
+	}
+}
+
+func TestCRDWebhookConversion(t *testing.T) {
+	env := newTestEnv(t)
+	var calls atomic.Int32
+	hook := httptest.NewTLSServer(gizmoConverter(t, &calls))
+	defer hook.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw})
+	schemaOf := func(field string) *apiextensionsv1.CustomResourceValidation {
+		return &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{field: {Type: "integer"}, "refuse": {Type: "boolean"}}},
+		}}}
+	}
+	url := hook.URL + "/convert"
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gizmos.conv.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "conv.example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gizmos", Kind: "Gizmo"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
+				{Name: "v1", Served: true, Storage: true, Schema: schemaOf("replicas")},
+				{Name: "v2", Served: true, Schema: schemaOf("count")},
+			},
+			Conversion: &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter, Webhook: &apiextensionsv1.WebhookConversion{
+				ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: &url, CABundle: ca}, ConversionReviewVersions: []string{"v1"},
+			}},
+		},
+	}
+	if _, err := crdclient.NewForConfigOrDie(env.cfg).CustomResourceDefinitions().Create(env.ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v1 := schema.GroupVersionResource{Group: "conv.example.com", Version: "v1", Resource: "gizmos"}
+	v2 := v1.GroupResource().WithVersion("v2")
+	waitServed(t, env, v2, true)
+
+	// Created through v2, stored in v1, read through both.
+	in := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "conv.example.com/v2", "kind": "Gizmo",
+		"metadata": map[string]any{"name": "g"}, "spec": map[string]any{"count": int64(3)}}}
+	out, err := env.dyn.Resource(v2).Namespace("default").Create(env.ctx, in, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := unstructured.NestedInt64(out.Object, "spec", "count"); n != 3 || out.GetName() != "g" {
+		t.Errorf("created = %v", out.Object)
+	}
+	got, err := env.dyn.Resource(v1).Namespace("default").Get(env.ctx, "g", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas"); n != 3 || got.GetName() != "g" || got.GetLabels()["converted"] != "yes" {
+		t.Errorf("v1 view = %v", got.Object)
+	}
+	if calls.Load() == 0 {
+		t.Error("the webhook was never called")
+	}
+	// A refusal is the webhook's error, not stored data.
+	in = in.DeepCopy()
+	in.SetName("refused")
+	unstructured.SetNestedField(in.Object, true, "spec", "refuse")
+	_, err = env.dyn.Resource(v2).Namespace("default").Create(env.ctx, in, metav1.CreateOptions{})
+	if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "conversion webhook for conv.example.com/v1, Kind=Gizmo failed: refused") {
+		t.Errorf("refused conversion: %v", err)
+	}
+	if _, err := env.dyn.Resource(v1).Namespace("default").Get(env.ctx, "refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("refused object stored: %v", err)
+	}
+	// A caBundle that does not sign the webhook's certificate: not trusted.
+	crd2, err := crdclient.NewForConfigOrDie(env.cfg).CustomResourceDefinitions().Get(env.ctx, "gizmos.conv.example.com", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd2.Spec.Conversion.Webhook.ClientConfig.CABundle = otherCA(t)
+	if _, err := crdclient.NewForConfigOrDie(env.cfg).CustomResourceDefinitions().Update(env.ctx, crd2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := env.dyn.Resource(v2).Namespace("default").Get(env.ctx, "g", metav1.GetOptions{})
+		if err != nil && strings.Contains(err.Error(), "certificate") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("untrusted webhook: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// otherCA is a self-signed CA certificate, PEM, that signs nothing else.
+func otherCA(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

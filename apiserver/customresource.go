@@ -55,6 +55,9 @@ type customVersion struct {
 	status  bool
 	scale   *apiextensionsv1.CustomResourceSubresourceScale
 	printer printer
+	// webhook converts between versions when the CRD asks for Webhook
+	// conversion; nil is None conversion (apiVersion only).
+	webhook *webhookConverter
 
 	// gone is closed when the CRD changes what this version serves or
 	// goes: its watches end, and clients re-watch what is served now.
@@ -66,7 +69,7 @@ type customVersion struct {
 }
 
 // newCustomVersion builds a served version of crd.
-func newCustomVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*customVersion, error) {
+func newCustomVersion(s *Server, crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*customVersion, error) {
 	kind := crd.Spec.Names.Kind
 	if crd.Status.AcceptedNames.Kind != "" {
 		kind = crd.Status.AcceptedNames.Kind
@@ -100,6 +103,10 @@ func newCustomVersion(crd *apiextensionsv1.CustomResourceDefinition, v *apiexten
 		cv.scale = v.Subresources.Scale
 	}
 	cv.printer = customPrinter(v.AdditionalPrinterColumns)
+	var err error
+	if cv.webhook, err = newWebhookConverter(s, crd); err != nil {
+		return nil, err
+	}
 	return cv, nil
 }
 
@@ -133,7 +140,7 @@ func hasValidations(s *structuralschema.Structural) bool {
 }
 
 // customResourcesOf builds the table entries of crd's served versions.
-func customResourcesOf(crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, error) {
+func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, error) {
 	names := crd.Spec.Names
 	if crd.Status.AcceptedNames.Kind != "" {
 		// Discovery shows what the naming controller accepted; the
@@ -148,7 +155,7 @@ func customResourcesOf(crd *apiextensionsv1.CustomResourceDefinition) ([]*resour
 		if !v.Served {
 			continue
 		}
-		cv, err := newCustomVersion(crd, v)
+		cv, err := newCustomVersion(s, crd, v)
 		if err != nil {
 			return nil, err
 		}
@@ -209,7 +216,14 @@ func decodeCustom(res *resource, kv store.KeyValue) (runtime.Object, error) {
 		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 	}
 	u := &unstructured.Unstructured{Object: m}
-	u.SetAPIVersion(res.gvr.GroupVersion().String())
+	want := res.gvr.GroupVersion().String()
+	if wc := res.custom.webhook; wc != nil && u.GetAPIVersion() != want {
+		var err error
+		if u, err = wc.convert(u, want); err != nil {
+			return nil, err
+		}
+	}
+	u.SetAPIVersion(want)
 	if s := res.custom.structural; s != nil {
 		structuralpruning.Prune(u.Object, s, true)
 		structuraldefaulting.Default(u.Object, s)
@@ -224,6 +238,12 @@ func encodeCustom(res *resource, obj runtime.Object) ([]byte, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a custom object", obj)
+	}
+	if wc := res.custom.webhook; wc != nil && u.GetAPIVersion() != res.custom.storage.String() {
+		var err error
+		if u, err = wc.convert(u, res.custom.storage.String()); err != nil {
+			return nil, err
+		}
 	}
 	out := make(map[string]any, len(u.Object))
 	for k, v := range u.Object {
