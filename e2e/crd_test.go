@@ -10,6 +10,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"bonsai.dev/bonsai/e2e/testenv"
 )
 
@@ -102,6 +109,64 @@ spec:
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the watch saw no ServiceMonitor")
+	}
+
+	// kubectl validates fields against the schema (Strict by default).
+	unknown := writeFile(t, "unknown.yaml", `apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: typo, namespace: default}
+spec:
+  selector: {}
+  endpoints: [{port: web}]
+  jobLable: oops
+`, 0o600)
+	wantContains(t, "unknown field", k.fails("apply", "-f", unknown), `unknown field "spec.jobLable"`)
+
+	// The dynamic client: create, watch and read a PodMonitor, defaults
+	// included.
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.kubeconfig(t).raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	podMonitors := dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}).Namespace("default")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := podMonitors.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	pm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+		"metadata": map[string]any{"name": "pods"},
+		"spec": map[string]any{
+			"selector":            map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"podMetricsEndpoints": []any{map[string]any{"port": "metrics", "relabelings": []any{map[string]any{"targetLabel": "x", "replacement": "y"}}}},
+		},
+	}}
+	if _, err := podMonitors.Create(ctx, pm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		u, _ := ev.Object.(*unstructured.Unstructured)
+		if ev.Type != watch.Added || u == nil || u.GetName() != "pods" {
+			t.Errorf("watch event %v %v", ev.Type, ev.Object)
+		}
+	case <-ctx.Done():
+		t.Fatal("no watch event for the PodMonitor")
+	}
+	got, err := podMonitors.Get(ctx, "pods", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, _, _ := unstructured.NestedSlice(got.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 {
+		t.Fatalf("endpoints = %v", eps)
+	}
+	if rl, _, _ := unstructured.NestedSlice(eps[0].(map[string]any), "relabelings"); len(rl) != 1 || rl[0].(map[string]any)["action"] != "replace" {
+		t.Errorf("relabelings = %v", rl)
 	}
 
 	// Scale and printer columns.
