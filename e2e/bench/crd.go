@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // crdParams size the crd suite; -quick: fewer CRDs and objects.
@@ -78,27 +75,15 @@ func crdSuite(ctx context.Context, b *bench) ([]Row, error) {
 			row(fmt.Sprintf("ConfigMap create p99 (%s sequential, same server, for scale)", fmtNum(float64(p.objects))), "ms", cmP99, nil),
 		}
 	}
-	bin, err := buildBonsai(ctx, b)
+	srv, stop, err := startSuiteServer(ctx, b, "crd")
 	if err != nil {
 		return rows(), err
 	}
-	cfgFile := filepath.Join(b.dir, "crd-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return rows(), err
-	}
-	dir := filepath.Join(b.dir, "crd")
-	defer os.RemoveAll(dir)
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir)
+	defer stop()
+	cfg, err := srv.restConfig("bonsai-bench")
 	if err != nil {
 		return rows(), err
 	}
-	defer srv.stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(srv.dir, "kubeconfig.yaml"))
-	if err != nil {
-		return rows(), err
-	}
-	cfg.QPS = -1
-	cfg.UserAgent = "bonsai-bench"
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return rows(), err
