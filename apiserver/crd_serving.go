@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -30,6 +31,8 @@ type customResources struct {
 	// table entries built from each (built once per resourceVersion:
 	// compiling schemas and CEL rules is the expensive part).
 	crds map[string]*crdEntry
+	// synced is set once the CRDs stored at start are served.
+	synced atomic.Bool
 }
 
 type crdEntry struct {
@@ -176,6 +179,7 @@ func (s *Server) runCustomResources(ctx context.Context) {
 				s.setCRD(crd.Name, nil)
 			}
 		}
+		s.crs.synced.Store(true)
 		w, err := s.cfg.Store.Watch(ctx, prefix, l.Revision)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)

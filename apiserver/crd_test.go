@@ -743,3 +743,41 @@ func otherCA(t *testing.T) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// After a restart, the API server is ready only once the stored CRDs are
+// served: a custom object is never a 404 to a client that waited for
+// /readyz.
+func TestCRDServedWhenReadyAfterRestart(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, crontabCRD)
+	waitServed(t, env, crontabs, true)
+	if _, err := env.dyn.Resource(crontabs).Namespace("default").Create(env.ctx, crontab("kept", map[string]any{}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.s.Shutdown()
+	s2, err := New(Config{Store: env.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec := httptest.NewRecorder()
+		s2.Handler().ServeHTTP(rec, httptestGet("/readyz"))
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not ready after restart")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rec := serve(t, s2.Handler(), httptestGet("/apis/stable.example.com/v1/namespaces/default/crontabs/kept"))
+	if rec.Code != http.StatusOK {
+		t.Errorf("custom object right after ready: %d %s", rec.Code, rec.Body.String())
+	}
+	rec = serve(t, s2.Handler(), httptestGet("/readyz?verbose"))
+	if !strings.Contains(rec.Body.String(), "[+]poststarthook/crd-informer-synced ok") {
+		t.Errorf("readyz = %s", rec.Body.String())
+	}
+}
