@@ -102,7 +102,17 @@ func (c *webhookConverter) endpoint(ctx context.Context) (string, error) {
 
 // convert asks the webhook for u in version to (a group version string).
 func (c *webhookConverter) convert(u *unstructured.Unstructured, to string) (*unstructured.Unstructured, error) {
-	fail := func(err error) (*unstructured.Unstructured, error) {
+	out, err := c.convertMany([]*unstructured.Unstructured{u}, to)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// convertMany converts objects in one ConversionReview, as upstream does
+// for a list.
+func (c *webhookConverter) convertMany(objs []*unstructured.Unstructured, to string) ([]*unstructured.Unstructured, error) {
+	fail := func(err error) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("conversion webhook for %s failed: %w", schema.FromAPIVersionAndKind(to, c.gk.Kind), err)
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, conversionTimeout)
@@ -111,14 +121,16 @@ func (c *webhookConverter) convert(u *unstructured.Unstructured, to string) (*un
 	if err != nil {
 		return fail(err)
 	}
-	raw, err := json.Marshal(u.Object)
-	if err != nil {
-		return fail(err)
+	raws := make([]runtime.RawExtension, len(objs))
+	for i, u := range objs {
+		if raws[i].Raw, err = json.Marshal(u.Object); err != nil {
+			return fail(err)
+		}
 	}
 	uid := uuid.NewUUID()
 	review := apiextensionsv1.ConversionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/" + c.review, Kind: "ConversionReview"},
-		Request:  &apiextensionsv1.ConversionRequest{UID: uid, DesiredAPIVersion: to, Objects: []runtime.RawExtension{{Raw: raw}}},
+		Request:  &apiextensionsv1.ConversionRequest{UID: uid, DesiredAPIVersion: to, Objects: raws},
 	}
 	body, err := json.Marshal(review)
 	if err != nil {
@@ -135,7 +147,7 @@ func (c *webhookConverter) convert(u *unstructured.Unstructured, to string) (*un
 		return fail(err)
 	}
 	defer resp.Body.Close()
-	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes))
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxConversionResponse))
 	if err != nil {
 		return fail(err)
 	}
@@ -154,34 +166,47 @@ func (c *webhookConverter) convert(u *unstructured.Unstructured, to string) (*un
 		return fail(fmt.Errorf("expected response.uid=%q, got %q", uid, r.UID))
 	case r.Result.Status != metav1.StatusSuccess:
 		return fail(fmt.Errorf("%s", r.Result.Message))
-	case len(r.ConvertedObjects) != 1:
-		return fail(fmt.Errorf("expected 1 converted objects, got %d", len(r.ConvertedObjects)))
+	case len(r.ConvertedObjects) != len(objs):
+		return fail(fmt.Errorf("expected %d converted objects, got %d", len(objs), len(r.ConvertedObjects)))
 	}
-	conv := &unstructured.Unstructured{}
-	if err := conv.UnmarshalJSON(r.ConvertedObjects[0].Raw); err != nil {
-		return fail(fmt.Errorf("invalid converted object: %w", err))
+	converted := make([]*unstructured.Unstructured, len(objs))
+	for i, u := range objs {
+		conv := &unstructured.Unstructured{}
+		if err := conv.UnmarshalJSON(r.ConvertedObjects[i].Raw); err != nil {
+			return fail(fmt.Errorf("invalid converted object at index %d: %w", i, err))
+		}
+		if conv.GetAPIVersion() != to {
+			return fail(fmt.Errorf("invalid converted object at index %d: expected apiVersion %q, got %q", i, to, conv.GetAPIVersion()))
+		}
+		if conv.GetKind() != u.GetKind() {
+			return fail(fmt.Errorf("invalid converted object at index %d: expected kind %q, got %q", i, u.GetKind(), conv.GetKind()))
+		}
+		restoreMeta(conv, u)
+		converted[i] = conv
 	}
-	if conv.GetAPIVersion() != to {
-		return fail(fmt.Errorf("invalid converted object: expected apiVersion %q, got %q", to, conv.GetAPIVersion()))
+	return converted, nil
+}
+
+// maxConversionResponse bounds a ConversionReview answer: a list's worth
+// of objects.
+const maxConversionResponse = 64 << 20
+
+// restoreMeta keeps the original's metadata in a converted object but for
+// labels and annotations, which the webhook may change, as upstream does.
+func restoreMeta(conv, orig *unstructured.Unstructured) {
+	md, ok := orig.Object["metadata"].(map[string]any)
+	if !ok {
+		return
 	}
-	if conv.GetKind() != u.GetKind() {
-		return fail(fmt.Errorf("invalid converted object: expected kind %q, got %q", u.GetKind(), conv.GetKind()))
-	}
-	// The webhook may change labels and annotations only; the rest of
-	// metadata is the original's, as upstream restores it.
-	md, ok := u.Object["metadata"].(map[string]any)
-	if ok {
-		md = runtime.DeepCopyJSONValue(md).(map[string]any)
-		if cm, ok := conv.Object["metadata"].(map[string]any); ok {
-			for _, k := range []string{"labels", "annotations"} {
-				if v, ok := cm[k]; ok {
-					md[k] = v
-				} else {
-					delete(md, k)
-				}
+	md = runtime.DeepCopyJSONValue(md).(map[string]any)
+	if cm, ok := conv.Object["metadata"].(map[string]any); ok {
+		for _, k := range []string{"labels", "annotations"} {
+			if v, ok := cm[k]; ok {
+				md[k] = v
+			} else {
+				delete(md, k)
 			}
 		}
-		conv.Object["metadata"] = md
 	}
-	return conv, nil
+	conv.Object["metadata"] = md
 }

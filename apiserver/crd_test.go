@@ -697,6 +697,27 @@ func TestCRDWebhookConversion(t *testing.T) {
 	if calls.Load() == 0 {
 		t.Error("the webhook was never called")
 	}
+	// A list is converted in one review.
+	for _, n := range []string{"h", "i"} {
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "conv.example.com/v1", "kind": "Gizmo",
+			"metadata": map[string]any{"name": n}, "spec": map[string]any{"replicas": int64(1)}}}
+		if _, err := env.dyn.Resource(v1).Namespace("default").Create(env.ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := calls.Load()
+	list, err := env.dyn.Resource(v2).Namespace("default").List(env.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 3 || calls.Load() != before+1 {
+		t.Errorf("list of %d items took %d webhook calls", len(list.Items), calls.Load()-before)
+	}
+	for _, it := range list.Items {
+		if _, found, _ := unstructured.NestedInt64(it.Object, "spec", "count"); !found || it.GetAPIVersion() != "conv.example.com/v2" {
+			t.Errorf("listed %v", it.Object)
+		}
+	}
 	// A refusal is the webhook's error, not stored data.
 	in = in.DeepCopy()
 	in.SetName("refused")

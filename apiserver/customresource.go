@@ -208,28 +208,57 @@ func selectableValue(u *unstructured.Unstructured, path []string) string {
 }
 
 // decodeCustom decodes a stored custom object into res's version (None
-// conversion: only apiVersion changes), pruned and defaulted as upstream
-// does on every read, so a default added to the CRD shows on old objects.
+// conversion: only apiVersion changes; Webhook: the CRD's webhook), pruned
+// and defaulted as upstream does on every read, so a default added to the
+// CRD shows on old objects.
 func decodeCustom(res *resource, kv store.KeyValue) (runtime.Object, error) {
-	var m map[string]any
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, &m); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+	objs, err := decodeCustomMany(res, []store.KeyValue{kv})
+	if err != nil {
+		return nil, err
 	}
-	u := &unstructured.Unstructured{Object: m}
+	return objs[0], nil
+}
+
+// decodeCustomMany decodes stored custom objects, converting those in
+// another version with one call of the conversion webhook.
+func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, error) {
 	want := res.gvr.GroupVersion().String()
-	if wc := res.custom.webhook; wc != nil && u.GetAPIVersion() != want {
-		var err error
-		if u, err = wc.convert(u, want); err != nil {
-			return nil, err
+	us := make([]*unstructured.Unstructured, len(kvs))
+	var convert []int
+	for i, kv := range kvs {
+		var m map[string]any
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, &m); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		us[i] = &unstructured.Unstructured{Object: m}
+		if res.custom.webhook != nil && us[i].GetAPIVersion() != want {
+			convert = append(convert, i)
 		}
 	}
-	u.SetAPIVersion(want)
-	if s := res.custom.structural; s != nil {
-		structuralpruning.Prune(u.Object, s, true)
-		structuraldefaulting.Default(u.Object, s)
+	if len(convert) > 0 {
+		in := make([]*unstructured.Unstructured, len(convert))
+		for j, i := range convert {
+			in[j] = us[i]
+		}
+		out, err := res.custom.webhook.convertMany(in, want)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range convert {
+			us[i] = out[j]
+		}
 	}
-	setResourceVersion(u, kv.Revision)
-	return u, nil
+	objs := make([]runtime.Object, len(us))
+	for i, u := range us {
+		u.SetAPIVersion(want)
+		if s := res.custom.structural; s != nil {
+			structuralpruning.Prune(u.Object, s, true)
+			structuraldefaulting.Default(u.Object, s)
+		}
+		setResourceVersion(u, kvs[i].Revision)
+		objs[i] = u
+	}
+	return objs, nil
 }
 
 // encodeCustom is the stored form of a custom object: its JSON in the
