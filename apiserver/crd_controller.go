@@ -156,12 +156,17 @@ func (c *crdController) syncNames(ctx context.Context, crd *apiextensionsv1.Cust
 	next.Status.AcceptedNames = names
 	apihelpers.SetCRDCondition(next, cond)
 	apihelpers.SetCRDCondition(next, established)
-	if apiequalityStatus(crd, next) {
+	if sameNamesStatus(crd, next) {
 		return nil
 	}
-	_, err := c.client.CustomResourceDefinitions().UpdateStatus(ctx, next, metav1.UpdateOptions{})
+	updated, err := c.client.CustomResourceDefinitions().UpdateStatus(ctx, next, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // a newer version is queued already
+	}
+	if err == nil {
+		// The next CRD of the group must see these names taken, even
+		// before the watch delivers this write.
+		c.s.noteCRD(updated)
 	}
 	return err
 }
@@ -178,9 +183,9 @@ func freshName(requested, accepted string, used sets.Set[string]) error {
 	return nil
 }
 
-// apiequalityStatus compares the parts of the status sync writes,
+// sameNamesStatus compares the parts of the status syncNames writes,
 // ignoring condition transition times.
-func apiequalityStatus(a, b *apiextensionsv1.CustomResourceDefinition) bool {
+func sameNamesStatus(a, b *apiextensionsv1.CustomResourceDefinition) bool {
 	if fmt.Sprint(a.Status.AcceptedNames) != fmt.Sprint(b.Status.AcceptedNames) {
 		return false
 	}

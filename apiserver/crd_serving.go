@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,7 +106,8 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 		if had {
 			old.stop()
 		}
-	case had && old.rv == crd.ResourceVersion:
+	case had && revisionOf(old.rv) >= revisionOf(crd.ResourceVersion):
+		// Seen already (noteCRD may run ahead of the watch).
 	case had && !servingChanged(old.crd, crd):
 		// Conditions moved: what is served is the same, and so are
 		// its open watches.
@@ -143,6 +145,23 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 	c.reg = newRegistry(all)
 	c.mu.Unlock()
 	s.openapi.Invalidate()
+}
+
+// noteCRD records a CRD this server just wrote, ahead of its watch event,
+// so that the naming of the next CRD sees its accepted names. Only a CRD
+// known and older is replaced: the watch has the last word on deletions.
+func (s *Server) noteCRD(crd *apiextensionsv1.CustomResourceDefinition) {
+	s.crs.mu.RLock()
+	e, ok := s.crs.crds[crd.Name]
+	s.crs.mu.RUnlock()
+	if ok && revisionOf(e.rv) < revisionOf(crd.ResourceVersion) {
+		s.setCRD(crd.Name, crd)
+	}
+}
+
+func revisionOf(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
 }
 
 // runCustomResources lists and then watches the CRDs until ctx ends,

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -800,5 +801,57 @@ func TestCRDServedWhenReadyAfterRestart(t *testing.T) {
 	rec = serve(t, s2.Handler(), httptestGet("/readyz?verbose"))
 	if !strings.Contains(rec.Body.String(), "[+]poststarthook/crd-informer-synced ok") {
 		t.Errorf("readyz = %s", rec.Body.String())
+	}
+}
+
+// Two CRDs created back to back that ask for the same kind: exactly one
+// gets it, however close together their namings run.
+func TestCRDNamesRace(t *testing.T) {
+	env := newTestEnv(t)
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	for i := 0; i < 5; i++ {
+		group := fmt.Sprintf("race%d.example.com", i)
+		for _, plural := range []string{"alphas", "betas"} {
+			crd := &apiextensionsv1.CustomResourceDefinition{
+				ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+				Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+					Group: group, Scope: apiextensionsv1.ClusterScoped,
+					Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Kind: "Same"},
+					Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+						Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+				},
+			}
+			if _, err := c.CustomResourceDefinitions().Create(env.ctx, crd, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			accepted, decided := 0, 0
+			for _, plural := range []string{"alphas", "betas"} {
+				got, err := c.CustomResourceDefinitions().Get(env.ctx, plural+"."+group, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, cond := range got.Status.Conditions {
+					if cond.Type == apiextensionsv1.NamesAccepted {
+						decided++
+						if cond.Status == apiextensionsv1.ConditionTrue {
+							accepted++
+						}
+					}
+				}
+			}
+			if decided == 2 {
+				if accepted != 1 {
+					t.Errorf("group %s: %d CRDs accepted the same kind", group, accepted)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("group %s: names not decided", group)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }
