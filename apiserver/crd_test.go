@@ -370,6 +370,33 @@ func TestCRDServesResourceWithStatus(t *testing.T) {
 		t.Errorf("v1beta1 view = %v", b.Object)
 	}
 
+	// A default added to the CRD later shows on objects stored before it.
+	c2 := crdclient.NewForConfigOrDie(env.cfg)
+	crd2, err := c2.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := crd2.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	props.Properties["timezone"] = apiextensionsv1.JSONSchemaProps{Type: "string", Default: &apiextensionsv1.JSON{Raw: []byte(`"UTC"`)}}
+	crd2.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = props
+	if _, err := c2.CustomResourceDefinitions().Update(env.ctx, crd2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := dc.Get(env.ctx, "daily", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tz, _, _ := unstructured.NestedString(got.Object, "spec", "timezone"); tz == "UTC" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("default not applied on read: %v", got.Object["spec"])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
 	// Protobuf-only clients get 406.
 	req = httptestGet("/apis/stable.example.com/v1/namespaces/default/crontabs/daily")
 	req.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
