@@ -882,3 +882,107 @@ func TestCRDNamesRace(t *testing.T) {
 		}
 	}
 }
+
+const gadgetCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.stable.example.com
+spec:
+  group: stable.example.com
+  scope: Namespaced
+  names: {plural: gadgets, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [owner]
+            properties:
+              owner: {type: string, format: email}
+              note: {type: string, nullable: true}
+              count: {type: integer}
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+              template:
+                type: object
+                x-kubernetes-embedded-resource: true
+                x-kubernetes-preserve-unknown-fields: true
+              extra:
+                type: object
+                x-kubernetes-preserve-unknown-fields: true
+`
+
+func TestCustomObjectSchemaKeywords(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, gadgetCRD)
+	gadgets := schema.GroupVersionResource{Group: "stable.example.com", Version: "v1", Resource: "gadgets"}
+	waitServed(t, env, gadgets, true)
+	dc := env.dyn.Resource(gadgets).Namespace("default")
+	gadget := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "stable.example.com/v1", "kind": "Gadget", "metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  map[string]any
+		field string
+		msg   string
+	}{
+		{"required", map[string]any{}, "spec.owner", "Required value"},
+		{"format", map[string]any{"owner": "not-an-email"}, "spec.owner", "spec.owner in body must be of type email"},
+		{"not nullable", map[string]any{"owner": "a@b.c", "count": nil}, "spec.count", "must be of type integer"},
+		{"map keys", map[string]any{"owner": "a@b.c", "ports": []any{map[string]any{"name": "http", "port": int64(80)}, map[string]any{"name": "http", "port": int64(81)}}}, "spec.ports[1]", `Duplicate value: {"name":"http"}`},
+		{"embedded kind", map[string]any{"owner": "a@b.c", "template": map[string]any{"apiVersion": "v1", "metadata": map[string]any{"name": "x"}}}, "spec.template.kind", "Required value"},
+		{"embedded name", map[string]any{"owner": "a@b.c", "template": map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "a/b"}}}, "spec.template.metadata.name", "may not contain '/'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := dc.Create(env.ctx, gadget("bad", tc.spec), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("err = %v, want 422", err)
+			}
+			found := false
+			for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
+				found = found || (c.Field == tc.field && strings.Contains(c.Message, tc.msg))
+			}
+			if !found {
+				t.Errorf("causes = %+v", err.(apierrors.APIStatus).Status().Details.Causes)
+			}
+		})
+	}
+	// What is valid: null where nullable, an embedded object with its
+	// metadata, unknown fields kept where the schema preserves them.
+	out, err := dc.Create(env.ctx, gadget("good", map[string]any{
+		"owner": "a@b.c", "note": nil,
+		"template": map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p", "bogus": "x"}, "spec": map[string]any{"any": "thing"}},
+		"extra":    map[string]any{"free": map[string]any{"form": int64(1)}},
+	}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := out.Object["spec"].(map[string]any)
+	if v, ok := spec["note"]; !ok || v != nil {
+		t.Errorf("nullable note = %v, %v", v, ok)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(out.Object, "spec", "extra", "free", "form"); !found {
+		t.Errorf("preserved fields dropped: %v", spec["extra"])
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(out.Object, "spec", "template", "spec", "any"); !found {
+		t.Errorf("embedded object's fields dropped: %v", spec["template"])
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(out.Object, "spec", "template", "metadata", "bogus"); found {
+		t.Errorf("embedded object's metadata not pruned: %v", spec["template"])
+	}
+}
