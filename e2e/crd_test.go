@@ -65,7 +65,19 @@ func TestKubectlPrometheusOperatorCRDs(t *testing.T) {
 	}
 	out := k.must(args...)
 	wantContains(t, "apply", out, "customresourcedefinition.apiextensions.k8s.io/prometheuses.monitoring.coreos.com serverside-applied")
-	k.must("wait", "--for=condition=Established", "--timeout=10s", "crd/prometheuses.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+	// A CRD read before the naming controller wrote its first status has
+	// "conditions": null, which kubectl wait refuses instead of waiting
+	// (kubernetes/kubernetes#66439, the same on every cluster): retry.
+	for attempt := 0; ; attempt++ {
+		r := k.run("wait", "--for=condition=Established", "--timeout=10s", "crd/prometheuses.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+		if r.code == 0 {
+			break
+		}
+		if !strings.Contains(r.stderr, ".status.conditions accessor error") || attempt == 20 {
+			t.Fatalf("kubectl wait: exit %d: %s", r.code, r.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	wantContains(t, "api-resources", k.must("api-resources", "--api-group=monitoring.coreos.com"), "servicemonitors", "smon", "prometheuses", "prom")
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -190,7 +202,9 @@ spec:
 	msg = k.fails("patch", "prometheus", "main", "--type=strategic", "-p", `{"spec":{"replicas":1}}`)
 	wantContains(t, "strategic patch", msg, "is not supported by monitoring.coreos.com/v1, Kind=Prometheus", "application/merge-patch+json")
 
-	// kubectl explain reads the schema from OpenAPI.
+	// kubectl explain reads the schema from OpenAPI, of the CRDs too.
+	wantContains(t, "explain crd", k.must("explain", "crd.spec.names"), "plural", "shortNames")
+	wantContains(t, "get crd", k.must("get", "crd"), "NAME", "CREATED AT", "prometheuses.monitoring.coreos.com")
 	wantContains(t, "explain", k.must("explain", "servicemonitor.spec.endpoints.interval"), "Interval at which Prometheus scrapes")
 
 	// Deleting the CRD takes its objects with it.
