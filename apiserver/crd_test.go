@@ -986,3 +986,48 @@ func TestCustomObjectSchemaKeywords(t *testing.T) {
 		t.Errorf("embedded object's metadata not pruned: %v", spec["template"])
 	}
 }
+
+// Versions: storage moves are recorded in storedVersions; an unserved
+// version is a 404; objects keep their data across the move.
+func TestCRDVersions(t *testing.T) {
+	env := newTestEnv(t)
+	createCRD(t, env, crontabCRD)
+	waitServed(t, env, crontabs, true)
+	dc := env.dyn.Resource(crontabs).Namespace("default")
+	if _, err := dc.Create(env.ctx, crontab("old", map[string]any{"image": "a"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := crdclient.NewForConfigOrDie(env.cfg)
+	crd, err := c.CustomResourceDefinitions().Get(env.ctx, "crontabs.stable.example.com", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// v1beta1 becomes the storage version; v1 stops being served.
+	crd.Spec.Versions[0].Storage, crd.Spec.Versions[0].Served = false, false
+	crd.Spec.Versions[1].Storage = true
+	crd.Spec.Versions[0].Subresources = nil
+	crd, err = c.CustomResourceDefinitions().Update(env.ctx, crd, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(crd.Status.StoredVersions, ","); got != "v1,v1beta1" {
+		t.Errorf("storedVersions = %s", got)
+	}
+	waitServed(t, env, crontabs, false)
+	if _, err := dc.Get(env.ctx, "old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("unserved version: %v", err)
+	}
+	beta := env.dyn.Resource(crontabs.GroupResource().WithVersion("v1beta1")).Namespace("default")
+	got, err := beta.Get(env.ctx, "old", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, _, _ := unstructured.NestedString(got.Object, "spec", "image"); img != "a" || got.GetAPIVersion() != "stable.example.com/v1beta1" {
+		t.Errorf("through v1beta1: %v", got.Object)
+	}
+	// A storage version cannot leave spec.versions while stored.
+	crd.Spec.Versions = crd.Spec.Versions[1:]
+	if _, err := c.CustomResourceDefinitions().Update(env.ctx, crd, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.storedVersions[0]") {
+		t.Errorf("dropping a stored version: %v", err)
+	}
+}
