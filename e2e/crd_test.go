@@ -197,6 +197,8 @@ spec:
 	}
 	table := k.must("get", "prom")
 	wantContains(t, "get prom", table, "VERSION", "DESIRED", "main", "v3.5.0")
+	// By category, as the CRDs declare it.
+	wantContains(t, "get category", k.must("get", "prometheus-operator"), "prometheus.monitoring.coreos.com/main", "servicemonitor.monitoring.coreos.com/web")
 
 	// Strategic merge patch is refused as upstream refuses it.
 	msg = k.fails("patch", "prometheus", "main", "--type=strategic", "-p", `{"spec":{"replicas":1}}`)
