@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bonsai.dev/bonsai/netplugin/proxy"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -42,6 +43,16 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
+
+	if cfg.Cleanup {
+		// Like kube-proxy --cleanup: the rules bonsai leaves in place
+		// across restarts go; nothing else is touched.
+		if err := proxy.Cleanup(cfg.PodBridge); err != nil {
+			return err
+		}
+		log.Info("deleted the service proxy's nftables table", "table", "ip "+proxy.TableName(cfg.PodBridge))
+		return nil
+	}
 
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()
@@ -346,7 +357,13 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		}
 		stop = stopRuntime
 		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
-		kcfg.Network = podNetwork(cfg)
+		if usesCNI(cfg) {
+			kcfg.CNI = cniHost(cfg)
+			log.Info("pod network: CNI plugins", "pod-network", cfg.PodNetwork, "cni-conf-dir", cfg.CNIConfDir, "cni-bin-dir", cfg.CNIBinDirs)
+		} else {
+			kcfg.Network = podNetwork(cfg)
+			log.Info("pod network: built-in", "pod-network", cfg.PodNetwork, "bridge", cfg.PodBridge)
+		}
 		startServiceProxy(ctx, cfg, api, log)
 		startClusterDNS(ctx, cfg, api, log)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")

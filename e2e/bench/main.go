@@ -42,7 +42,9 @@ var suites = []suite{
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
 	{name: "crd", about: "CustomResourceDefinitions: create to served, custom object creates with and without a CEL rule", run: crdSuite},
+	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
+	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.

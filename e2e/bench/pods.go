@@ -66,6 +66,86 @@ func podRows(r *podResults, p podParams) []Row {
 	}
 }
 
+// realNode is a bonsai server with its agent and its own containerd.
+type realNode struct {
+	srv          *bonsaiProc
+	cs           *kubernetes.Clientset
+	ac           *apiClients
+	name, bridge string
+	dir          string
+	bin, cfgFile string
+	args         []string
+	// readyAfter is the last start's time from exec to node Ready.
+	readyAfter time.Duration
+}
+
+// startRealNode starts bonsai with its own containerd, the busybox image
+// imported from <data-dir>/images (pods use imagePullPolicy Never), on
+// a bridge and pod network of its own, and waits for the node to be
+// Ready. extra are more server flags.
+func startRealNode(ctx context.Context, b *bench, name, clusterCIDR string, extra ...string) (*realNode, error) {
+	bb, err := testenv.BusyboxPath()
+	if err != nil {
+		return nil, err
+	}
+	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := buildBonsai(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	cfgFile := filepath.Join(b.dir, name+"-empty-config.yaml")
+	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(b.dir, name)
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
+		return nil, err
+	}
+	suffix := make([]byte, 3)
+	rand.Read(suffix)
+	n := &realNode{bridge: "bb" + hex.EncodeToString(suffix), name: "bench-" + hex.EncodeToString(suffix), dir: dir, bin: bin, cfgFile: cfgFile}
+	b.onCleanup(func() { cleanupNode(dir, n.bridge) })
+	n.args = append([]string{"--runtime=containerd", "--node-name=" + n.name, "--pod-bridge=" + n.bridge,
+		"--cluster-cidr=" + clusterCIDR, "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock")}, extra...)
+	if err := n.start(ctx, b); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// start starts (or starts again) the server and waits for its node.
+func (n *realNode) start(ctx context.Context, b *bench) error {
+	execAt := time.Now()
+	srv, _, err := startBonsai(ctx, b, n.bin, n.cfgFile, n.dir, n.args...)
+	if err != nil {
+		return err
+	}
+	n.srv = srv
+	n.ac = &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
+	if n.cs, err = n.ac.client(); err != nil {
+		n.close()
+		return err
+	}
+	if err := waitNodeReady(ctx, n.cs, n.name, 60*time.Second); err != nil {
+		n.close()
+		return fmt.Errorf("%w\n%s", err, srv.logTail())
+	}
+	n.readyAfter = time.Since(execAt)
+	return nil
+}
+
+func (n *realNode) close() {
+	n.ac.closeAll()
+	n.srv.stop()
+}
+
 // podSuite runs a real node: bonsai with its own containerd, the busybox
 // image imported from <data-dir>/images, pods with imagePullPolicy Never.
 func podSuite(ctx context.Context, b *bench) ([]Row, error) {
@@ -80,54 +160,14 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 			return rows(), fmt.Errorf("%s (Debian package %s): %w", bin, bin, err)
 		}
 	}
-	bb, err := testenv.BusyboxPath()
-	if err != nil {
-		return rows(), err
-	}
-	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
-	if err != nil {
-		return rows(), err
-	}
-	bin, err := buildBonsai(ctx, b)
-	if err != nil {
-		return rows(), err
-	}
-	cfgFile := filepath.Join(b.dir, "pods-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return rows(), err
-	}
-	dir := filepath.Join(b.dir, "pods")
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
-		return rows(), err
-	}
-	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
-		return rows(), err
-	}
-	suffix := make([]byte, 3)
-	rand.Read(suffix)
-	bridge := "bb" + hex.EncodeToString(suffix)
-	node := "bench-" + hex.EncodeToString(suffix)
-	b.onCleanup(func() { cleanupNode(dir, bridge) })
-
 	b.logf("pods: starting bonsai with its own containerd")
-	start := time.Now()
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, "--runtime=containerd", "--node-name="+node, "--pod-bridge="+bridge,
-		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint="+filepath.Join(dir, "none.sock"))
+	n, err := startRealNode(ctx, b, "pods", "10.250.0.0/16")
 	if err != nil {
 		return rows(), err
 	}
-	defer srv.stop()
-	ac := &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
-	defer ac.closeAll()
-	cs, err := ac.client()
-	if err != nil {
-		return rows(), err
-	}
-	if err := waitNodeReady(ctx, cs, node, 60*time.Second); err != nil {
-		return rows(), fmt.Errorf("%w\n%s", err, srv.logTail())
-	}
-	res.nodeReady = ms(time.Since(start))
+	defer n.close()
+	srv, cs, node, dir := n.srv, n.cs, n.name, n.dir
+	res.nodeReady = ms(n.readyAfter)
 
 	if err := sleep(ctx, p.idle); err != nil {
 		return rows(), err
