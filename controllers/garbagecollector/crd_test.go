@@ -44,13 +44,12 @@ func TestCustomObjectsOwnAndAreOwned(t *testing.T) {
 		})
 		return out
 	}
-	// Started after the CRD, as a collector started earlier finds it at
-	// its next rediscovery.
-	e.run()
-
-	// A ConfigMap owns a Widget.
+	// A ConfigMap owns a Widget. The collector starts once the resource
+	// is served (the widget's create waits for that): one started earlier
+	// finds it at its next rediscovery.
 	owner := e.configMap("default", "owner", nil)
 	widget("dependent", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)})
+	e.run()
 	e.delete("default", "owner", metav1.DeletePropagationBackground)
 	controllertest.Eventually(t, timeout, func() error {
 		if _, err := widgets.Get(e.Ctx, "dependent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
