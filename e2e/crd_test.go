@@ -68,16 +68,18 @@ func TestKubectlPrometheusOperatorCRDs(t *testing.T) {
 	// A CRD read before the naming controller wrote its first status has
 	// "conditions": null, which kubectl wait refuses instead of waiting
 	// (kubernetes/kubernetes#66439, the same on every cluster): retry.
-	for attempt := 0; ; attempt++ {
-		r := k.run("wait", "--for=condition=Established", "--timeout=10s", "crd/prometheuses.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
+	applied := time.Now()
+	for {
+		r := k.run("wait", "--for=condition=Established", "--timeout=30s", "crd/prometheuses.monitoring.coreos.com", "crd/servicemonitors.monitoring.coreos.com")
 		if r.code == 0 {
 			break
 		}
-		if !strings.Contains(r.stderr, ".status.conditions accessor error") || attempt == 20 {
+		if !strings.Contains(r.stderr, ".status.conditions accessor error") || time.Since(applied) > 30*time.Second {
 			t.Fatalf("kubectl wait: exit %d: %s", r.code, r.stderr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("CRDs established %v after apply", time.Since(applied))
 	wantContains(t, "api-resources", k.must("api-resources", "--api-group=monitoring.coreos.com"), "servicemonitors", "smon", "prometheuses", "prom")
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
