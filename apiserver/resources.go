@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
@@ -50,6 +51,10 @@ type resource struct {
 	storage                *resource
 	toStorage, fromStorage func(runtime.Object) runtime.Object
 
+	// custom is set for the versions of CustomResourceDefinitions: their
+	// objects are unstructured, checked against the CRD's schema.
+	custom *customVersion
+
 	fmMu sync.Mutex
 	fms  map[string]*managedfields.FieldManager
 }
@@ -83,6 +88,11 @@ func (r *resource) prefix(namespace string) string {
 }
 
 func (r *resource) newObject() runtime.Object {
+	if r.custom != nil {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(r.gvk())
+		return u
+	}
 	obj, err := scheme.Scheme.New(r.gvk())
 	if err != nil {
 		panic("apiserver: kind not in scheme: " + r.gvk().String())
@@ -91,6 +101,11 @@ func (r *resource) newObject() runtime.Object {
 }
 
 func (r *resource) newList() runtime.Object {
+	if r.custom != nil {
+		l := &unstructured.UnstructuredList{Object: map[string]any{}}
+		l.SetGroupVersionKind(r.gvr.GroupVersion().WithKind(r.listKind))
+		return l
+	}
 	obj, err := scheme.Scheme.New(r.gvr.GroupVersion().WithKind(r.listKind))
 	if err != nil {
 		panic("apiserver: list kind not in scheme: " + r.listKind)
@@ -240,5 +255,7 @@ func builtinResources() []*resource {
 		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
 		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
 		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
+		// apiextensions.k8s.io/v1
+		{gvr: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), kind: "CustomResourceDefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"}, subresources: []string{"status"}, strategy: crdStrategy{}},
 	}
 }

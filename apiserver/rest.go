@@ -16,6 +16,7 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -31,10 +32,16 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFoundPath())
 		return
 	}
-	res := s.reg.byGVR[ri.gvr]
+	res := s.lookup(ri.gvr)
 	if res == nil || (ri.namespace != "" && !res.namespaced) {
 		writeError(w, notFoundPath())
 		return
+	}
+	if res.custom != nil {
+		if err := customMediaTypes(r); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
 	if ri.subresource != "" && !res.hasSubresource(ri.subresource) {
 		writeError(w, notFoundPath())
@@ -185,7 +192,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, res *
 func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
 	m, _ := metaOf(obj)
 	p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
-	if om, ok := m.(*metav1.ObjectMeta); ok {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		p.ObjectMeta = unstructuredMeta(u)
+	} else if om, ok := m.(*metav1.ObjectMeta); ok {
 		p.ObjectMeta = *om
 	} else if a, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
 		if om, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
@@ -258,11 +267,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return err
 	}
 	format, fv, dry, body := p.format, p.fv, p.dry, p.body
+	if err := customTerminating(res, "create"); err != nil {
+		return err
+	}
 	obj := res.newObject()
 	if err := decodeRequest(w, r, body, obj, fv); err != nil {
 		return err
 	}
 	if err := checkKind(obj, res); err != nil {
+		return err
+	}
+	if err := checkCustomFields(w, res, obj, fv); err != nil {
 		return err
 	}
 	m, _ := metaOf(obj)
@@ -517,6 +532,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 			if err := checkKind(obj, res); err != nil {
 				return err
 			}
+			if err := checkCustomFields(w, res, obj, fv); err != nil {
+				return err
+			}
 			m, _ := metaOf(obj)
 			if m.GetName() != ri.name {
 				return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), ri.name))
@@ -630,6 +648,8 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	errs = append(errs, validateMeta(res, m)...)
 	if ri.subresource == "" {
 		errs = append(errs, res.strategy.validateUpdate(wc, obj, old)...)
+	} else if sv, ok := res.strategy.(statusValidator); ok && ri.subresource == "status" {
+		errs = append(errs, sv.validateStatusUpdate(wc, obj, old)...)
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
@@ -687,6 +707,12 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 // them allow: the Deployment controller records a rollout's revision on
 // the Deployment that way.
 type statusAnnotationsStrategy interface{ statusWritesAnnotations() }
+
+// statusValidator is implemented by kinds whose status writes are
+// validated (a custom object's status against its schema).
+type statusValidator interface {
+	validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList
+}
 
 // statusStrategy is implemented by kinds with rules for status writes.
 type statusStrategy interface {

@@ -104,6 +104,13 @@ type Server struct {
 	// checks.
 	saSigner *authn.TokenSigner
 
+	// crs are the resources CustomResourceDefinitions add to the table;
+	// crdController keeps the CRDs' status and cleans up after them.
+	crs           *customResources
+	crdController *crdController
+	// openapi serves the OpenAPI documents, rebuilt when CRDs change.
+	openapi *openapi.Handler
+
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
 	kubelet, kubeletInsecure *http.Transport
@@ -145,6 +152,8 @@ func New(cfg Config) (*Server, error) {
 	s.events = newEventCache(512)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
 	s.bookmarkEvery = defaultBookmarkInterval
+	s.crs = newCustomResources()
+	s.openapi = openapi.NewHandler(s.openAPIResources)
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(r)))))
@@ -165,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	go s.runNamespaceCache(ctx)
+	s.crdController = newCRDController(s)
+	go s.crdController.run(ctx)
+	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
 	return s, nil
 }
@@ -202,10 +214,9 @@ func (s *Server) routes(r chi.Router) {
 		r.HandleFunc(p, s.serveAPITree)
 	}
 	// The documents are built on the first request, not at start.
-	oa := openapi.NewHandler(s.reg.openAPIResources)
-	r.Get("/openapi/v2", oa.ServeV2)
-	r.Get("/openapi/v3", oa.ServeV3)
-	r.Get("/openapi/v3/*", oa.ServeV3)
+	r.Get("/openapi/v2", s.openapi.ServeV2)
+	r.Get("/openapi/v3", s.openapi.ServeV3)
+	r.Get("/openapi/v3/*", s.openapi.ServeV3)
 }
 
 // setupServiceAccountTokens makes the token signer and puts the
