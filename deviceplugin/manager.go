@@ -209,9 +209,9 @@ func removeSockets(dir string) error {
 	return nil
 }
 
-// validResourceName is Kubernetes' rule for an extended resource a device
+// ValidResourceName is Kubernetes' rule for an extended resource a device
 // plugin may advertise: vendor-domain/resourcetype, outside kubernetes.io.
-func validResourceName(name string) error {
+func ValidResourceName(name string) error {
 	domain, _, ok := strings.Cut(name, "/")
 	if !ok || domain == "" {
 		return fmt.Errorf("resource name %q is invalid: want vendor-domain/resourcetype, e.g. vendor.example/gpu", name)
@@ -241,7 +241,7 @@ func (s *registrationServer) Register(ctx context.Context, r *pluginapi.Register
 		m.log.Warn("device plugin registration refused", "resource", r.ResourceName, "err", err)
 		return nil, err
 	}
-	if err := validResourceName(r.ResourceName); err != nil {
+	if err := ValidResourceName(r.ResourceName); err != nil {
 		m.metrics.registrationErr(r.ResourceName)
 		m.log.Warn("device plugin registration refused", "resource", r.ResourceName, "err", err)
 		return nil, err

@@ -450,8 +450,8 @@ func TestValidResourceName(t *testing.T) {
 		"gpu": false, "/gpu": false, "kubernetes.io/gpu": false, "node.kubernetes.io/x": false,
 		"vendor.example/": false, "vendor.example/a b": false, "UPPER_/x": false,
 	} {
-		if err := validResourceName(name); (err == nil) != ok {
-			t.Errorf("validResourceName(%q) = %v, want ok=%v", name, err, ok)
+		if err := ValidResourceName(name); (err == nil) != ok {
+			t.Errorf("ValidResourceName(%q) = %v, want ok=%v", name, err, ok)
 		}
 	}
 }

@@ -85,6 +85,7 @@ func (m *podManager) run(ctx context.Context) {
 	// With every pod of the node known, what the runtime holds for no
 	// known pod is an orphan from before a restart.
 	m.housekeeping(ctx)
+	m.retainDevices()
 	go m.runtimeEvents(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -94,6 +95,7 @@ func (m *podManager) run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.housekeeping(ctx)
+			m.retainDevices()
 			m.backoff.GC()
 		}
 	}

@@ -48,6 +48,8 @@ type podWorker struct {
 	// claimMounts are the pod's claim volumes, resolved once (by volume
 	// name).
 	claimMounts map[string]claimMount
+	// devicesAdmitted: the pod got its devices (kubelet/devices.go).
+	devicesAdmitted bool
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
@@ -146,6 +148,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		// but nothing runs and the network goes.
 		w.stopAll(ctx, pod, inst, 0)
 		w.releaseNetwork(ctx)
+		w.releaseDevices()
 		return time.Minute, false
 	}
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil && !w.deadline && time.Since(w.startTime.Time) > time.Duration(*ads)*time.Second {
@@ -157,6 +160,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		inst, _ = w.instances(ctx)
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
+	}
+	if !w.admitDevices(ctx, pod, inst) {
+		return 5 * time.Second, false
 	}
 	next := resyncPeriod
 	if err := w.ensureSandbox(ctx, pod); err != nil {
@@ -478,6 +484,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		}
 	}
 	removePodDir(w.podDir())
+	w.releaseDevices()
 	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
 		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			w.m.log.Warn("completing pod deletion", "pod", podKey(pod), "err", err)

@@ -356,6 +356,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		if kcfg.PodManifestPath == "" {
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
+		kcfg.Devices = startDevices(ctx, cfg, api, log)
 	}
 	serveKubeletAPI(kcfg.Runtime)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
