@@ -77,6 +77,7 @@ func isRestartable(c *corev1.Container) bool {
 func (m *Manager) Allocate(ctx context.Context, pod *corev1.Pod) error {
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
+	start := time.Now()
 	reuse := map[string]map[string]bool{}
 	changed := false
 	for i := range pod.Spec.InitContainers {
@@ -113,9 +114,12 @@ func (m *Manager) Allocate(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	if changed {
-		if err := m.saveCheckpoint(); err != nil {
-			m.log.Warn("device checkpoint not written", "err", err)
+		gen := m.persist()
+		m.mu.Lock()
+		if a := m.allocs[pod.UID]; a != nil {
+			a.gen, a.admitTook = gen, time.Since(start)
 		}
+		m.mu.Unlock()
 		m.notify()
 	}
 	return nil
@@ -333,8 +337,14 @@ func (m *Manager) inUseLocked() map[string]map[string]bool {
 func (m *Manager) ContainerOptions(ctx context.Context, podUID types.UID, container string) (*ContainerOptions, error) {
 	m.mu.Lock()
 	var held map[string]*allocation
-	if a := m.allocs[podUID]; a != nil {
-		held = a.containers[container]
+	var gen uint64
+	var admitTook time.Duration
+	a := m.allocs[podUID]
+	if a != nil {
+		held, gen = a.containers[container], a.gen
+		if !a.observed {
+			a.observed, admitTook = true, a.admitTook
+		}
 	}
 	type preStart struct {
 		ep  *endpoint
@@ -352,6 +362,15 @@ func (m *Manager) ContainerOptions(ctx context.Context, podUID types.UID, contai
 		}
 	}
 	m.mu.Unlock()
+	// The allocation is on disk before any container uses it, so a
+	// crash never lets a device be handed out twice.
+	waitStart := time.Now()
+	if err := m.waitPersisted(ctx, gen); err != nil {
+		return nil, err
+	}
+	if admitTook > 0 {
+		m.metrics.admission.Observe((admitTook + time.Since(waitStart)).Seconds())
+	}
 	for _, c := range calls {
 		if err := c.ep.preStart(ctx, c.ids); err != nil {
 			m.metrics.pluginErr(c.ep.resource, "prestartcontainer")
@@ -430,9 +449,7 @@ func (m *Manager) Release(uid types.UID) {
 	delete(m.allocs, uid)
 	m.mu.Unlock()
 	if ok {
-		if err := m.saveCheckpoint(); err != nil {
-			m.log.Warn("device checkpoint not written", "err", err)
-		}
+		m.persist()
 		m.notify()
 	}
 }
@@ -451,6 +468,17 @@ func (m *Manager) Retain(keep func(uid types.UID) bool) {
 	for _, uid := range gone {
 		m.Release(uid)
 	}
+}
+
+// Holders are the pods that hold devices.
+func (m *Manager) Holders() []types.UID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]types.UID, 0, len(m.allocs))
+	for uid := range m.allocs {
+		out = append(out, uid)
+	}
+	return out
 }
 
 // Holds reports whether the pod holds devices.

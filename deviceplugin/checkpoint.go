@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,6 +51,75 @@ func checksum(d checkpointData) (uint64, error) {
 	h := fnv.New64a()
 	h.Write(b)
 	return h.Sum64(), nil
+}
+
+// persist asks for the current allocations to be written and returns the
+// generation to wait for.
+func (m *Manager) persist() uint64 {
+	m.persistMu.Lock()
+	m.wantGen++
+	g := m.wantGen
+	m.persistMu.Unlock()
+	select {
+	case m.persistKick <- struct{}{}:
+	default:
+	}
+	return g
+}
+
+// waitPersisted waits until generation g is on disk.
+func (m *Manager) waitPersisted(ctx context.Context, g uint64) error {
+	for {
+		m.persistMu.Lock()
+		done, ch := m.doneGen, m.persisted
+		m.persistMu.Unlock()
+		if done >= g {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("device checkpoint: %w", ctx.Err())
+		}
+	}
+}
+
+// persistLoop writes the checkpoint whenever asked, one write for all the
+// changes made while the last one ran; a failed write is retried.
+func (m *Manager) persistLoop(ctx context.Context) {
+	for {
+		select {
+		case <-m.persistKick:
+		case <-ctx.Done():
+			m.persistMu.Lock()
+			pending := m.wantGen > m.doneGen
+			m.persistMu.Unlock()
+			if pending {
+				m.saveCheckpoint()
+			}
+			return
+		}
+		m.persistMu.Lock()
+		g := m.wantGen
+		m.persistMu.Unlock()
+		if err := m.saveCheckpoint(); err != nil {
+			m.log.Warn("device checkpoint not written; retrying", "err", err)
+			time.AfterFunc(time.Second, func() {
+				select {
+				case m.persistKick <- struct{}{}:
+				default:
+				}
+			})
+			continue
+		}
+		m.persistMu.Lock()
+		if g > m.doneGen {
+			m.doneGen = g
+		}
+		close(m.persisted)
+		m.persisted = make(chan struct{})
+		m.persistMu.Unlock()
+	}
 }
 
 // saveCheckpoint writes the allocations durably (temp file, fsync,

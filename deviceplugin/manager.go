@@ -77,6 +77,14 @@ type Manager struct {
 
 	changed chan struct{}
 	servers []*grpc.Server
+
+	// The checkpoint is written by one goroutine (persistLoop), which
+	// folds a burst of changes into one write.
+	persistMu   sync.Mutex
+	wantGen     uint64
+	doneGen     uint64
+	persisted   chan struct{} // closed and replaced at each write
+	persistKick chan struct{}
 }
 
 // resourceState is one extended resource and the plugin serving it.
@@ -89,6 +97,13 @@ type resourceState struct {
 }
 
 type podAllocation struct {
+	// gen is the checkpoint generation that holds the allocation;
+	// admitTook is how long it took, observed with the wait for gen at
+	// the first container.
+	gen       uint64
+	admitTook time.Duration
+	observed  bool
+
 	Namespace, Name string
 	// containers by name, then resources by name.
 	containers map[string]map[string]*allocation
@@ -110,7 +125,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{
 		cfg: cfg, dir: filepath.Join(cfg.RootDir, PluginsDir), log: cfg.Logger.With("component", "deviceplugin"),
 		resources: map[string]*resourceState{}, allocs: map[types.UID]*podAllocation{},
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), persisted: make(chan struct{}), persistKick: make(chan struct{}, 1),
 	}
 	m.metrics = newMetrics(m)
 	return m
@@ -158,6 +173,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		reg.Close()
 		return fmt.Errorf("pod resources: %w", err)
 	}
+	go m.persistLoop(ctx)
 	regSrv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(regSrv, &registrationServer{m: m})
 	prSrv := grpc.NewServer()

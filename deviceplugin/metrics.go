@@ -15,6 +15,7 @@ type metrics struct {
 	registrations *prometheus.CounterVec
 	errors        *prometheus.CounterVec
 	allocDur      *prometheus.HistogramVec
+	admission     prometheus.Histogram
 	state         *stateCollector
 }
 
@@ -33,6 +34,11 @@ func newMetrics(m *Manager) *metrics {
 			Help:    "Duration in seconds to serve a device plugin Allocation request, by resource.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{"resource_name"}),
+		admission: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bonsai_device_admission_duration_seconds",
+			Help:    "Time a pod's admission spends getting its devices: choosing them, the plugins' GetPreferredAllocation and Allocate, and the checkpoint write. Pods without device plugin resources are not counted.",
+			Buckets: []float64{0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1},
+		}),
 		state: &stateCollector{m: m,
 			allocatable: prometheus.NewDesc("bonsai_device_plugin_allocatable_devices", "Healthy devices of each device plugin resource.", []string{"resource_name"}, nil),
 			allocated:   prometheus.NewDesc("bonsai_device_plugin_allocated_devices", "Devices of each device plugin resource held by pods.", []string{"resource_name"}, nil),
@@ -42,7 +48,7 @@ func newMetrics(m *Manager) *metrics {
 
 // Collectors are the manager's metrics, for the /metrics registry.
 func (m *Manager) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.metrics.registrations, m.metrics.errors, m.metrics.allocDur, m.metrics.state}
+	return []prometheus.Collector{m.metrics.registrations, m.metrics.errors, m.metrics.allocDur, m.metrics.admission, m.metrics.state}
 }
 
 func (x *metrics) registered(res string) { x.registrations.WithLabelValues(res).Inc() }

@@ -32,6 +32,15 @@ func (w *podWorker) admitDevices(ctx context.Context, pod *corev1.Pod, inst map[
 	}
 	err := dm.Allocate(ctx, pod)
 	var ae *deviceplugin.AdmissionError
+	if errors.As(err, &ae) && w.m.devicesFreeing(dm) {
+		// Pods deleted from the API still hold devices until their
+		// containers are gone: the scheduler already counts them free.
+		// Wait for them rather than fail this pod or hand a device to
+		// two containers.
+		w.devicesWaiting = true
+		return false
+	}
+	w.devicesWaiting = false
 	if errors.As(err, &ae) {
 		msg := ae.Error()
 		w.m.log.Warn("pod rejected at admission", "pod", podKey(pod), "err", msg)
@@ -88,6 +97,23 @@ func (m *podManager) retainDevices() {
 	if dm := m.cfg.Devices; dm != nil {
 		dm.Retain(func(uid types.UID) bool { return m.known(string(uid)) })
 	}
+}
+
+// devicesFreeing reports devices held by pods the API no longer has,
+// whose workers are stopping them and will release the devices.
+func (m *podManager) devicesFreeing(dm *deviceplugin.Manager) bool {
+	for _, uid := range dm.Holders() {
+		m.mu.Lock()
+		w := m.workers[uid]
+		m.mu.Unlock()
+		if w == nil {
+			continue // housekeeping's retainDevices frees it
+		}
+		if _, deleted := w.snapshot(); deleted {
+			return true
+		}
+	}
+	return false
 }
 
 // watchDevices posts node status as soon as a device plugin resource

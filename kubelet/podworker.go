@@ -48,8 +48,9 @@ type podWorker struct {
 	// claimMounts are the pod's claim volumes, resolved once (by volume
 	// name).
 	claimMounts map[string]claimMount
-	// devicesAdmitted: the pod got its devices (kubelet/devices.go).
-	devicesAdmitted bool
+	// devicesAdmitted: the pod got its devices; devicesWaiting: for
+	// devices deleted pods still hold (kubelet/devices.go).
+	devicesAdmitted, devicesWaiting bool
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
@@ -162,6 +163,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		return time.Minute, false
 	}
 	if !w.admitDevices(ctx, pod, inst) {
+		if w.devicesWaiting {
+			return 100 * time.Millisecond, false
+		}
 		return 5 * time.Second, false
 	}
 	next := resyncPeriod

@@ -72,62 +72,14 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	p := podParamsFor(b.quick)
 	res := &podResults{}
 	rows := func() []Row { return podRows(res, p) }
-	if os.Geteuid() != 0 {
-		return rows(), errors.New("the pod suite needs root (network namespaces, containerd)")
-	}
-	for _, bin := range []string{"containerd", "runc"} {
-		if _, err := testenv.LookPath(bin); err != nil {
-			return rows(), fmt.Errorf("%s (Debian package %s): %w", bin, bin, err)
-		}
-	}
-	bb, err := testenv.BusyboxPath()
-	if err != nil {
-		return rows(), err
-	}
-	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
-	if err != nil {
-		return rows(), err
-	}
-	bin, err := buildBonsai(ctx, b)
-	if err != nil {
-		return rows(), err
-	}
-	cfgFile := filepath.Join(b.dir, "pods-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return rows(), err
-	}
-	dir := filepath.Join(b.dir, "pods")
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
-		return rows(), err
-	}
-	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
-		return rows(), err
-	}
-	suffix := make([]byte, 3)
-	rand.Read(suffix)
-	bridge := "bb" + hex.EncodeToString(suffix)
-	node := "bench-" + hex.EncodeToString(suffix)
-	b.onCleanup(func() { cleanupNode(dir, bridge) })
-
 	b.logf("pods: starting bonsai with its own containerd")
-	start := time.Now()
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, "--runtime=containerd", "--node-name="+node, "--pod-bridge="+bridge,
-		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint="+filepath.Join(dir, "none.sock"))
+	n, err := startNode(ctx, b, "pods")
 	if err != nil {
 		return rows(), err
 	}
-	defer srv.stop()
-	ac := &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
-	defer ac.closeAll()
-	cs, err := ac.client()
-	if err != nil {
-		return rows(), err
-	}
-	if err := waitNodeReady(ctx, cs, node, 60*time.Second); err != nil {
-		return rows(), fmt.Errorf("%w\n%s", err, srv.logTail())
-	}
-	res.nodeReady = ms(time.Since(start))
+	defer n.srv.stop()
+	srv, cs, node, dir := n.srv, n.cs, n.name, n.dir
+	res.nodeReady = ms(n.ready.Sub(n.started))
 
 	if err := sleep(ctx, p.idle); err != nil {
 		return rows(), err
@@ -139,7 +91,7 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	b.logf("pods: %d pods one at a time", p.single)
 	var one []time.Duration
 	for i := 0; i < p.single; i++ {
-		d, err := podsToRunning(ctx, cs, node, fmt.Sprintf("one-%d", i), 1)
+		d, err := podsToRunning(ctx, cs, fmt.Sprintf("one-%d", i), 1, func(name string) *corev1.Pod { return benchPod(name, node) })
 		if err != nil {
 			return rows(), err
 		}
@@ -155,7 +107,7 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	var all []time.Duration
 	for r := 0; r < p.bursts; r++ {
 		t0 := time.Now()
-		d, err := podsToRunning(ctx, cs, node, fmt.Sprintf("burst%d", r), p.burst)
+		d, err := podsToRunning(ctx, cs, fmt.Sprintf("burst%d", r), p.burst, func(name string) *corev1.Pod { return benchPod(name, node) })
 		if err != nil {
 			return rows(), err
 		}
@@ -178,6 +130,78 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	return rows(), nil
 }
 
+// benchNode is a real node for a suite: bonsai with its own containerd,
+// bridge and nftables table, the busybox image imported at start.
+type benchNode struct {
+	srv  *bonsaiProc
+	cs   kubernetes.Interface
+	name string
+	dir  string
+	// started is bonsai's exec, ready when its node was first Ready.
+	started, ready time.Time
+}
+
+// startNode starts a node under <run>/<suite> and waits until it is
+// Ready; extra flags go to bonsai server.
+func startNode(ctx context.Context, b *bench, suite string, extra ...string) (*benchNode, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the %s suite needs root (network namespaces, containerd)", suite)
+	}
+	for _, bin := range []string{"containerd", "runc"} {
+		if _, err := testenv.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("%s (Debian package %s): %w", bin, bin, err)
+		}
+	}
+	bb, err := testenv.BusyboxPath()
+	if err != nil {
+		return nil, err
+	}
+	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := buildBonsai(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	cfgFile := filepath.Join(b.dir, suite+"-empty-config.yaml")
+	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(b.dir, suite)
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
+		return nil, err
+	}
+	suffix := make([]byte, 3)
+	rand.Read(suffix)
+	bridge := "bb" + hex.EncodeToString(suffix)
+	node := "bench-" + hex.EncodeToString(suffix)
+	b.onCleanup(func() { cleanupNode(dir, bridge) })
+	args := append([]string{"--runtime=containerd", "--node-name=" + node, "--pod-bridge=" + bridge,
+		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock")}, extra...)
+	started := time.Now()
+	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, args...)
+	if err != nil {
+		return nil, err
+	}
+	ac := &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
+	b.onCleanup(ac.closeAll)
+	cs, err := ac.client()
+	if err != nil {
+		srv.stop()
+		return nil, err
+	}
+	if err := waitNodeReady(ctx, cs, node, 60*time.Second); err != nil {
+		srv.stop()
+		return nil, fmt.Errorf("%w\n%s", err, srv.logTail())
+	}
+	return &benchNode{srv: srv, cs: cs, name: node, dir: dir, started: started, ready: time.Now()}, nil
+}
+
 func waitNodeReady(ctx context.Context, cs kubernetes.Interface, node string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -196,10 +220,10 @@ func waitNodeReady(ctx context.Context, cs kubernetes.Interface, node string, ti
 	return fmt.Errorf("node %s not Ready within %v", node, timeout)
 }
 
-// podsToRunning creates n pods at once and returns each one's time from
-// its create call to the first status with phase Running, seen through a
-// watch.
-func podsToRunning(ctx context.Context, cs kubernetes.Interface, node, prefix string, n int) ([]time.Duration, error) {
+// podsToRunning creates n pods (made by mk) at once and returns each
+// one's time from its create call to the first status with phase Running,
+// seen through a watch.
+func podsToRunning(ctx context.Context, cs kubernetes.Interface, prefix string, n int, mk func(name string) *corev1.Pod) ([]time.Duration, error) {
 	w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -214,7 +238,7 @@ func podsToRunning(ctx context.Context, cs kubernetes.Interface, node, prefix st
 			mu.Lock()
 			started[name] = time.Now()
 			mu.Unlock()
-			_, err := cs.CoreV1().Pods("default").Create(ctx, benchPod(name, node), metav1.CreateOptions{})
+			_, err := cs.CoreV1().Pods("default").Create(ctx, mk(name), metav1.CreateOptions{})
 			errs <- err
 		}()
 	}
