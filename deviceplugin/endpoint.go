@@ -22,13 +22,20 @@ type endpoint struct {
 	cancel   context.CancelFunc
 }
 
-// dial connects to a plugin's unix socket and waits until it answers.
-func dial(parent context.Context, resource, socket string) (*endpoint, error) {
-	conn, err := grpc.NewClient("passthrough:///"+socket,
+// DialUnix makes a gRPC client of a unix socket, as the device plugin
+// and pod-resources APIs are served: no TLS, the file system's permissions
+// guard it. It connects on first use.
+func DialUnix(socket string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		}))
+}
+
+// dial connects to a plugin's unix socket.
+func dial(parent context.Context, resource, socket string) (*endpoint, error) {
+	conn, err := DialUnix(socket)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -382,10 +379,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 
 func podResourcesClient(t *testing.T, root string) podresourcesapi.PodResourcesListerClient {
 	sock := filepath.Join(root, PodResourcesDir, KubeletSocket)
-	conn, err := grpc.NewClient("passthrough:///"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}))
+	conn, err := DialUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}

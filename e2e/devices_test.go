@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/e2e/testenv"
 )
 
@@ -117,10 +114,7 @@ func devicePod(name, res string, n int) *corev1.Pod {
 func podResources(t *testing.T, root string) podresourcesapi.PodResourcesListerClient {
 	t.Helper()
 	sock := filepath.Join(root, "pod-resources", "kubelet.sock")
-	conn, err := grpc.NewClient("passthrough:///"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}))
+	conn, err := deviceplugin.DialUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}

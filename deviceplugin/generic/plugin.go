@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"bonsai.dev/bonsai/deviceplugin"
 )
 
 // RescanInterval is how often device nodes are looked for: hot-plugged
@@ -104,10 +105,7 @@ func (p *plugin) serve(sock string) (*grpc.Server, error) {
 
 func (p *plugin) register(ctx context.Context) error {
 	kubelet := filepath.Join(p.dir, "kubelet.sock")
-	conn, err := grpc.NewClient("passthrough:///"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", kubelet)
-		}))
+	conn, err := deviceplugin.DialUnix(kubelet)
 	if err != nil {
 		return err
 	}

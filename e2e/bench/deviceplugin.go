@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"bonsai.dev/bonsai/deviceplugin"
 )
 
 const benchDevice = "bench.bonsai.dev/dev"
@@ -280,10 +279,7 @@ func waitBurst(ctx context.Context, cs kubernetes.Interface, want, total int) (r
 // doubleBooked asks the pod-resources API how many device IDs are held by
 // more than one container.
 func doubleBooked(ctx context.Context, sock string) (int, error) {
-	conn, err := grpc.NewClient("passthrough:///"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}))
+	conn, err := deviceplugin.DialUnix(sock)
 	if err != nil {
 		return 0, err
 	}
