@@ -468,3 +468,18 @@ func TestPickByNUMA(t *testing.T) {
 		}
 	}
 }
+
+// TestReRegistrationReplaces registers a second plugin for the same
+// resource while the first still runs: the new one's devices count, and
+// the old one going away changes nothing.
+func TestReRegistrationReplaces(t *testing.T) {
+	root := t.TempDir()
+	m, _ := startManager(t, root, time.Minute)
+	old := startPlugin(t, root, devices(t, 4), "-socket", "old.sock")
+	waitResources(t, m, "bonsai.test/dev", 4, 4, 5*time.Second)
+	startPlugin(t, root, devices(t, 2), "-socket", "new.sock")
+	waitResources(t, m, "bonsai.test/dev", 2, 2, 5*time.Second)
+	old.kill()
+	time.Sleep(300 * time.Millisecond)
+	waitResources(t, m, "bonsai.test/dev", 2, 2, time.Second)
+}

@@ -209,6 +209,16 @@ func TestDevicePlugins(t *testing.T) {
 	if d := e.waitDevices(t, testDevice, 4, 3, 5*time.Second); d > 1500*time.Millisecond {
 		t.Errorf("an unhealthy device took %s to lower allocatable (the plugin polls every 100 ms)", d)
 	}
+	// A device a running pod holds goes unhealthy: allocatable drops for
+	// new pods, the pod keeps running with it.
+	os.WriteFile(p.unhealthy, []byte(held["one"][0]+"\n"), 0o644)
+	e.waitDevices(t, testDevice, 4, 3, 5*time.Second)
+	if got := e.waitPod(t, "one", 5*time.Second, "Running", running); got.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("one restarted when its device went unhealthy: %s", statusSummary(got))
+	}
+	if now := heldDevices(t, pr); !slices.Equal(now["one"], held["one"]) {
+		t.Errorf("one's devices changed to %v when one went unhealthy", now["one"])
+	}
 	os.WriteFile(p.unhealthy, nil, 0o644)
 	e.waitDevices(t, testDevice, 4, 4, 5*time.Second)
 
