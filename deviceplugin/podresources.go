@@ -93,9 +93,9 @@ func (s *podResourcesServer) List(ctx context.Context, _ *podresourcesapi.ListPo
 	return out, nil
 }
 
-// Get answers for one pod; a pod without devices is answered with its
-// name and no containers only if it holds devices here, else NotFound,
-// since the device manager is all this node's pod-resources knows.
+// Get answers for one pod that holds devices here; any other pod is
+// NotFound, since the device manager is all this node's pod-resources API
+// knows of.
 func (s *podResourcesServer) Get(ctx context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
 	if req.PodName == "" || req.PodNamespace == "" {
 		return nil, status.Error(codes.InvalidArgument, "pod_name and pod_namespace are required")
