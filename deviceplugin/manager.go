@@ -154,7 +154,12 @@ func (m *Manager) Start(ctx context.Context) error {
 		return fmt.Errorf("device plugins: %w", err)
 	}
 	if err := m.restore(); err != nil {
-		return fmt.Errorf("device plugins: %w", err)
+		// As the kubelet does: go on without it rather than run no
+		// devices at all; pods admitted before keep running.
+		m.log.Error("device checkpoint not read; allocations before this start are forgotten", "err", err)
+		m.mu.Lock()
+		m.allocs, m.resources = map[types.UID]*podAllocation{}, map[string]*resourceState{}
+		m.mu.Unlock()
 	}
 	if err := removeSockets(m.dir); err != nil {
 		return fmt.Errorf("device plugins: %w", err)

@@ -483,3 +483,16 @@ func TestReRegistrationReplaces(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	waitResources(t, m, "bonsai.test/dev", 2, 2, time.Second)
 }
+
+func TestCorruptCheckpoint(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, PluginsDir), 0o755)
+	os.WriteFile(filepath.Join(root, PluginsDir, checkpointFile), []byte(`{"Data":{"PodDeviceEntries":[{"PodUID":"x"}]},"Checksum":1}`), 0o600)
+	m, _ := startManager(t, root, time.Minute)
+	if m.Holds("x") {
+		t.Fatal("a checkpoint with a bad checksum was believed")
+	}
+	if _, err := os.Stat(filepath.Join(root, PluginsDir, KubeletSocket)); err != nil {
+		t.Fatalf("no registration socket after a corrupt checkpoint: %v", err)
+	}
+}
