@@ -19,9 +19,10 @@ import (
 	"bonsai.dev/bonsai/deviceplugin"
 )
 
-// RescanInterval is how often device nodes are looked for: hot-plugged
-// ones appear, unplugged ones go unhealthy.
-var RescanInterval = 500 * time.Millisecond
+// RescanInterval is how often device nodes are looked for besides the
+// inotify wake-ups (watchDirs): hot-plugged ones appear, unplugged ones go
+// unhealthy.
+var RescanInterval = 2 * time.Second
 
 // Run serves every resource of cfg as its own device plugin in pluginDir
 // until ctx ends.
@@ -120,10 +121,18 @@ func (p *plugin) register(ctx context.Context) error {
 }
 
 func (p *plugin) rescan(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	go watchDirs(ctx, append(append([]string(nil), p.res.Devices...), p.res.Group...), func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
 		case <-time.After(RescanInterval):
 		}
 		if p.scan() {
