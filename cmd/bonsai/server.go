@@ -332,6 +332,9 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
+	if cfg.Runtime != "containerd" && cfg.Devices != nil {
+		log.Warn("devices.yaml is ignored: device plugins need --runtime=containerd", "runtime", cfg.Runtime)
+	}
 	if cfg.Runtime == "containerd" {
 		rt, stopRuntime, imageFS, err := connectRuntime(ctx, cfg, log)
 		if err != nil {
