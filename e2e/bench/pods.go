@@ -181,8 +181,15 @@ func startNode(ctx context.Context, b *bench, suite string, extra ...string) (*b
 	bridge := "bb" + hex.EncodeToString(suffix)
 	node := "bench-" + hex.EncodeToString(suffix)
 	b.onCleanup(func() { cleanupNode(dir, bridge) })
+	// Not the default kubelet port: another bench or a real kubelet may
+	// hold it.
+	kport, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	args := append([]string{"--runtime=containerd", "--node-name=" + node, "--pod-bridge=" + bridge,
-		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock")}, extra...)
+		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock"),
+		"--kubelet-port=" + strconv.Itoa(kport)}, extra...)
 	started := time.Now()
 	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, args...)
 	if err != nil {
