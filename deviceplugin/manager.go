@@ -77,6 +77,9 @@ type Manager struct {
 
 	changed chan struct{}
 	servers []*grpc.Server
+	// activePods lists the node's pods for the pod-resources API; nil
+	// lists the pods holding devices.
+	activePods func() []ActivePod
 
 	// The checkpoint is written by one goroutine (persistLoop), which
 	// folds a burst of changes into one write.

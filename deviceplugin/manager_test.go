@@ -272,6 +272,22 @@ func TestDevicePluginLifecycle(t *testing.T) {
 	if _, err := pr.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "nope", PodNamespace: "default"}); err == nil {
 		t.Error("Get of an unknown pod succeeded")
 	}
+	// With the kubelet's pod list, every pod is listed, devices or not.
+	m.SetActivePods(func() []ActivePod {
+		return []ActivePod{
+			{UID: a.UID, Namespace: "default", Name: "a", Containers: []string{"c0"}},
+			{UID: "uid-plain", Namespace: "default", Name: "plain", Containers: []string{"init", "main"}},
+		}
+	})
+	list, err = pr.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil || len(list.PodResources) != 2 || list.PodResources[1].Name != "plain" || len(list.PodResources[1].Containers) != 2 ||
+		len(list.PodResources[1].Containers[1].Devices) != 0 || len(list.PodResources[0].Containers[0].Devices) != 1 {
+		t.Errorf("List with the kubelet's pods: %v %v", list, err)
+	}
+	if got, err := pr.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: "plain", PodNamespace: "default"}); err != nil || got.PodResources.Containers[0].Name != "init" {
+		t.Errorf("Get plain: %v %v", got, err)
+	}
+	m.SetActivePods(nil)
 	alloc, err := pr.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
 	if err != nil || len(alloc.Devices) != 3 {
 		t.Errorf("GetAllocatableResources: %v %v, want the 3 healthy devices", alloc, err)

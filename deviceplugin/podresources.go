@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -47,26 +48,63 @@ func toPRTopology(t *pluginapi.TopologyInfo) *podresourcesapi.TopologyInfo {
 	return out
 }
 
+// ActivePod is a pod the node runs, as the pod-resources API lists it.
+type ActivePod struct {
+	UID             types.UID
+	Namespace, Name string
+	// Containers are the init containers' names, then the containers'.
+	Containers []string
+}
+
+// SetActivePods gives the pod-resources API the node's pods, so that it
+// lists every pod as the kubelet's does, devices or not; without it only
+// pods holding devices are listed.
+func (m *Manager) SetActivePods(f func() []ActivePod) {
+	m.mu.Lock()
+	m.activePods = f
+	m.mu.Unlock()
+}
+
+// listed is what the pod-resources API reports on: the node's pods, or
+// the pods holding devices when the kubelet gave no list. m.mu is held.
+func (m *Manager) listedLocked() []ActivePod {
+	if m.activePods != nil {
+		m.mu.Unlock()
+		pods := m.activePods()
+		m.mu.Lock()
+		return pods
+	}
+	var out []ActivePod
+	for uid, a := range m.allocs {
+		p := ActivePod{UID: uid, Namespace: a.Namespace, Name: a.Name}
+		for c := range a.containers {
+			p.Containers = append(p.Containers, c)
+		}
+		sort.Strings(p.Containers)
+		out = append(out, p)
+	}
+	return out
+}
+
 // podResourcesLocked is one pod's containers and their devices, one
 // ContainerDevices per device as the kubelet reports them (each carries
 // its own topology). m.mu is held.
-func (m *Manager) podResourcesLocked(a *podAllocation) *podresourcesapi.PodResources {
-	pr := &podresourcesapi.PodResources{Name: a.Name, Namespace: a.Namespace}
-	cnames := make([]string, 0, len(a.containers))
-	for c := range a.containers {
-		cnames = append(cnames, c)
+func (m *Manager) podResourcesLocked(p ActivePod) *podresourcesapi.PodResources {
+	pr := &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace}
+	var held map[string]map[string]*allocation
+	if a := m.allocs[p.UID]; a != nil {
+		held = a.containers
 	}
-	sort.Strings(cnames)
-	for _, c := range cnames {
+	for _, c := range p.Containers {
 		cr := &podresourcesapi.ContainerResources{Name: c}
-		res := make([]string, 0, len(a.containers[c]))
-		for r := range a.containers[c] {
+		res := make([]string, 0, len(held[c]))
+		for r := range held[c] {
 			res = append(res, r)
 		}
 		sort.Strings(res)
 		for _, r := range res {
 			topo := m.topologyLocked(r)
-			for _, id := range a.containers[c][r].DeviceIDs {
+			for _, id := range held[c][r].DeviceIDs {
 				cr.Devices = append(cr.Devices, &podresourcesapi.ContainerDevices{ResourceName: r, DeviceIds: []string{id}, Topology: toPRTopology(topo[id])})
 			}
 		}
@@ -80,8 +118,8 @@ func (s *podResourcesServer) List(ctx context.Context, _ *podresourcesapi.ListPo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := &podresourcesapi.ListPodResourcesResponse{}
-	for _, a := range m.allocs {
-		out.PodResources = append(out.PodResources, m.podResourcesLocked(a))
+	for _, p := range m.listedLocked() {
+		out.PodResources = append(out.PodResources, m.podResourcesLocked(p))
 	}
 	sort.Slice(out.PodResources, func(i, j int) bool {
 		a, b := out.PodResources[i], out.PodResources[j]
@@ -93,9 +131,7 @@ func (s *podResourcesServer) List(ctx context.Context, _ *podresourcesapi.ListPo
 	return out, nil
 }
 
-// Get answers for one pod that holds devices here; any other pod is
-// NotFound, since the device manager is all this node's pod-resources API
-// knows of.
+// Get answers for one of the listed pods; any other is NotFound.
 func (s *podResourcesServer) Get(ctx context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
 	if req.PodName == "" || req.PodNamespace == "" {
 		return nil, status.Error(codes.InvalidArgument, "pod_name and pod_namespace are required")
@@ -103,9 +139,9 @@ func (s *podResourcesServer) Get(ctx context.Context, req *podresourcesapi.GetPo
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, a := range m.allocs {
-		if a.Name == req.PodName && a.Namespace == req.PodNamespace {
-			return &podresourcesapi.GetPodResourcesResponse{PodResources: m.podResourcesLocked(a)}, nil
+	for _, p := range m.listedLocked() {
+		if p.Name == req.PodName && p.Namespace == req.PodNamespace {
+			return &podresourcesapi.GetPodResourcesResponse{PodResources: m.podResourcesLocked(p)}, nil
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "pod %s in namespace %s not found", req.PodName, req.PodNamespace)

@@ -256,6 +256,18 @@ func TestDevicePlugins(t *testing.T) {
 	os.Remove(filepath.Join(serialDir, "ttyT0"))
 	e.waitDevices(t, "bonsai.test/serial", 2, 1, 5*time.Second)
 
+	// pod-resources lists the node's other pods too, as the kubelet's does.
+	plain := devicePod("plain", testDevice, 0)
+	plain.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	if _, err := e.cs.CoreV1().Pods("default").Create(t.Context(), plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPod(t, "plain", 60*time.Second, "Running", running)
+	got, err := pr.Get(t.Context(), &podresourcesapi.GetPodResourcesRequest{PodName: "plain", PodNamespace: "default"})
+	if err != nil || len(got.PodResources.Containers) != 1 || got.PodResources.Containers[0].Name != "main" || len(got.PodResources.Containers[0].Devices) != 0 {
+		t.Errorf("pod-resources Get of a pod without devices: %v %v", got, err)
+	}
+
 	// /metrics carries the device manager's figures.
 	raw, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {

@@ -99,6 +99,33 @@ func (m *podManager) retainDevices() {
 	}
 }
 
+// activePods is the node's pods for the pod-resources API: those not
+// deleted and not finished, with their containers.
+func (m *podManager) activePods() []deviceplugin.ActivePod {
+	m.mu.Lock()
+	ws := make([]*podWorker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	var out []deviceplugin.ActivePod
+	for _, w := range ws {
+		pod, deleted := w.snapshot()
+		if deleted || pod == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		p := deviceplugin.ActivePod{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name}
+		for _, c := range pod.Spec.InitContainers {
+			p.Containers = append(p.Containers, c.Name)
+		}
+		for _, c := range pod.Spec.Containers {
+			p.Containers = append(p.Containers, c.Name)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // devicesFreeing reports devices held by pods the API no longer has,
 // whose workers are stopping them and will release the devices.
 func (m *podManager) devicesFreeing(dm *deviceplugin.Manager) bool {
