@@ -363,3 +363,8 @@ func (c *objectCounter) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, typ)
 	}
 }
+
+// MetricsRegisterer is where the other parts of the process (the service
+// proxy, the device-plugin host) register their metrics, so that the
+// server's /metrics serves them too.
+func (s *Server) MetricsRegisterer() prometheus.Registerer { return s.metrics.registry }

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,30 +195,17 @@ func TestWorkloads(t *testing.T) {
 
 	t.Run("services by name through cluster DNS and the proxy", func(t *testing.T) {
 		k.t = t
-		k.must("apply", "-f", writeFile(t, "echo.yaml", echoYAML, 0o600))
-		k.must("rollout", "status", "deployment/echo", "--timeout=90s")
+		backends := rollOut(t, k, "echo", echoYAML, 2)
 		// Only fully qualified names in the cluster domain: nothing is
 		// forwarded off the host. Debian's static busybox cannot resolve
 		// names itself (its glibc needs NSS libraries the image lacks),
 		// so wget gets the address nslookup found.
-		backends := strings.Fields(k.must("get", "pods", "-l", "app=echo", "-o", "jsonpath={.items[*].metadata.name}"))
-		if len(backends) != 2 {
-			t.Fatalf("echo pods: %v", backends)
-		}
 		// The client asks until both backends have answered: a new
 		// endpoint reaches the proxy's rules within a sync or two.
-		k.must("run", "dnsclient", "--image="+app1, "--restart=Never", "--command", "--", "sh", "-c",
+		out := runPod(t, k, "default", 90*time.Second, "dnsclient", "--image="+app1, "--command", "--", "sh", "-c",
 			"cat /etc/resolv.conf && nslookup kubernetes.default.svc.cluster.local. && nslookup echo.default.svc.cluster.local. > /tmp/echo && cat /tmp/echo && "+
 				"ip=$(sed -n 's/^Address: //p' /tmp/echo) && i=0; while [ $i -lt 300 ]; do wget -q -O - http://$ip:80/index.html >> /tmp/seen; "+
 				fmt.Sprintf("grep -q %s /tmp/seen && grep -q %s /tmp/seen && break; i=$((i+1)); sleep 0.1; done; cat /tmp/seen", backends[0], backends[1]))
-		waitFor(t, 90*time.Second, "dnsclient to finish", func() bool {
-			ph := k.run("get", "pod/dnsclient", "-o", "jsonpath={.status.phase}").stdout
-			return ph == "Succeeded" || ph == "Failed"
-		})
-		out := k.must("logs", "dnsclient")
-		if ph := k.must("get", "pod/dnsclient", "-o", "jsonpath={.status.phase}"); ph != "Succeeded" {
-			t.Fatalf("dnsclient %s:\n%s", ph, out)
-		}
 		svcIP := k.must("get", "service/echo", "-o", "jsonpath={.spec.clusterIP}")
 		wantContains(t, "dnsclient output", out, "Address: 10.43.0.1\n", "Address: "+svcIP+"\n",
 			// dnsPolicy ClusterFirst, the default.
@@ -224,6 +214,93 @@ func TestWorkloads(t *testing.T) {
 		for _, pod := range backends {
 			wantContains(t, "answers through service/echo", out, pod+"\n")
 		}
+	})
+
+	t.Run("service reachability and environment", func(t *testing.T) {
+		k.t = t
+		pods := rollOut(t, k, "web", webYAML, 2)
+		clusterIP := k.must("get", "service/web", "-o", "jsonpath={.spec.clusterIP}")
+		nodePort := k.must("get", "service/web", "-o", "jsonpath={.spec.ports[0].nodePort}")
+		nodeIP := k.must("get", "node", e.node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+		podCIDR := netip.MustParsePrefix(k.must("get", "node", e.node, "-o", "jsonpath={.spec.podCIDR}"))
+		gateway := podCIDR.Masked().Addr().Next() // the node's address on the pod bridge
+		both := map[string]bool{pods[0]: true, pods[1]: true}
+
+		// From the host: the cluster IP, and the node port on 127.0.0.1,
+		// on the node's address and on its pod-bridge address.
+		for _, addr := range []string{clusterIP + ":80", "127.0.0.1:" + nodePort, nodeIP + ":" + nodePort, gateway.String() + ":" + nodePort} {
+			waitAnswers(t, addr, both)
+		}
+
+		// ClientIP affinity: one client, one backend, every time.
+		k.must("patch", "service/web", "-p", `{"spec":{"sessionAffinity":"ClientIP"}}`)
+		if got := k.must("get", "service/web", "-o", "jsonpath={.spec.sessionAffinityConfig.clientIP.timeoutSeconds}"); got != "10800" {
+			t.Errorf("affinity timeout defaulted to %q, want 10800", got)
+		}
+		waitFor(t, 30*time.Second, "ClientIP affinity to stick", func() bool {
+			seen := answers(t, clusterIP+":80", 20)
+			return len(seen) == 1 && seen[""] == 0
+		})
+		k.must("patch", "service/web", "-p", `{"spec":{"sessionAffinity":"None","sessionAffinityConfig":null}}`)
+		waitAnswers(t, clusterIP+":80", both)
+
+		// Headless DNS lists every ready pod.
+		ips := map[string]string{}
+		for _, p := range pods {
+			ips[p] = k.must("get", "pod", p, "-o", "jsonpath={.status.podIP}")
+		}
+		lookup := func(name string) string {
+			t.Helper()
+			return runPod(t, k, "default", 60*time.Second, "lookup", "--image="+app1, "--command", "--", "nslookup", name)
+		}
+		out := lookup("web-headless.default.svc.cluster.local.")
+		wantContains(t, "headless lookup", out, "Address: "+ips[pods[0]]+"\n", "Address: "+ips[pods[1]]+"\n")
+
+		// A pod failing its readiness probe leaves the slice, the proxy
+		// and the headless records; it keeps running.
+		k.must("exec", pods[0], "--", "rm", "/tmp/ready")
+		waitFor(t, 30*time.Second, pods[0]+" not ready in the EndpointSlice", func() bool {
+			got := k.run("get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o",
+				`jsonpath={range .items[*].endpoints[*]}{.targetRef.name}={.conditions.ready}{"\n"}{end}`).stdout
+			return strings.Contains(got, pods[0]+"=false") && strings.Contains(got, pods[1]+"=true")
+		})
+		waitFor(t, 30*time.Second, "only "+pods[1]+" to answer", func() bool {
+			seen := answers(t, clusterIP+":80", 20)
+			return len(seen) == 1 && seen[pods[1]] == 20
+		})
+		out = lookup("web-headless.default.svc.cluster.local.")
+		wantContains(t, "headless lookup, one pod not ready", out, "Address: "+ips[pods[1]]+"\n")
+		if strings.Contains(out, ips[pods[0]]) {
+			t.Errorf("headless lookup lists the pod that is not ready (%s):\n%s", ips[pods[0]], out)
+		}
+		k.must("exec", pods[0], "--", "touch", "/tmp/ready")
+		waitAnswers(t, clusterIP+":80", both)
+
+		// Scaling the Deployment changes who answers.
+		k.must("scale", "deployment/web", "--replicas=3")
+		k.must("rollout", "status", "deployment/web", "--timeout=90s")
+		three := map[string]bool{}
+		for _, p := range strings.Fields(k.must("get", "pods", "-l", "app=web", "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")) {
+			three[p] = true
+		}
+		if len(three) != 3 {
+			t.Fatalf("web pods after scaling to 3: %v", three)
+		}
+		waitAnswers(t, clusterIP+":80", three)
+
+		// The Service environment of a pod started after the Service.
+		k.must("create", "service", "clusterip", "redis-master", "--tcp=6379")
+		redisIP := k.must("get", "service/redis-master", "-o", "jsonpath={.spec.clusterIP}")
+		env := runPod(t, k, "default", 60*time.Second, "envdump", "--image="+app1, "--command", "--", "env")
+		wantContains(t, "envdump", env,
+			"REDIS_MASTER_SERVICE_HOST="+redisIP+"\n",
+			"REDIS_MASTER_SERVICE_PORT=6379\n",
+			"REDIS_MASTER_PORT=tcp://"+redisIP+":6379\n",
+			"REDIS_MASTER_PORT_6379_TCP=tcp://"+redisIP+":6379\n",
+			"REDIS_MASTER_PORT_6379_TCP_PROTO=tcp\n",
+			"REDIS_MASTER_PORT_6379_TCP_PORT=6379\n",
+			"REDIS_MASTER_PORT_6379_TCP_ADDR="+redisIP+"\n")
+		k.must("delete", "deployment/web", "service/web", "service/web-headless", "service/redis-master", "pod/envdump", "pod/lookup")
 	})
 
 	t.Run("pod uses its service-account token", func(t *testing.T) {
@@ -241,16 +318,7 @@ func TestWorkloads(t *testing.T) {
 			return k.run("get", "serviceaccount/default", "-n", "team").code == 0
 		})
 		k.must("run", "-n", "team", "bystander", "--image="+app1, "--command", "--", "sleep", "3600")
-		k.must("run", "-n", "team", "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--restart=Never",
-			"--command", "--", "/bin/incluster")
-		waitFor(t, 60*time.Second, "lister to finish", func() bool {
-			ph := k.run("get", "pod/lister", "-n", "team", "-o", "jsonpath={.status.phase}").stdout
-			return ph == "Succeeded" || ph == "Failed"
-		})
-		logs := k.must("logs", "-n", "team", "lister")
-		if ph := k.must("get", "pod/lister", "-n", "team", "-o", "jsonpath={.status.phase}"); ph != "Succeeded" {
-			t.Fatalf("lister %s:\n%s", ph, logs)
-		}
+		logs := runPod(t, k, "team", 60*time.Second, "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--command", "--", "/bin/incluster")
 		wantContains(t, "lister output", logs, "pod bystander\n", "pod lister\n")
 		mounts := k.must("get", "pod/lister", "-n", "team", "-o", "jsonpath={.spec.containers[0].volumeMounts[0].mountPath}")
 		if mounts != "/var/run/secrets/kubernetes.io/serviceaccount" {
@@ -311,6 +379,51 @@ spec:
   - {name: http, port: 80, targetPort: 8080}
 `
 
+// webYAML is echo with a readiness probe a test can fail (rm /tmp/ready),
+// a NodePort Service and a headless one.
+const webYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: registry.bonsai.test/e2e/app:1
+        command: [sh, -c, "touch /tmp/ready && mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        readinessProbe:
+          exec: {command: [test, -f, /tmp/ready]}
+          periodSeconds: 1
+          failureThreshold: 1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-headless
+spec:
+  clusterIP: None
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+`
+
 const pdbYAML = `---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -363,6 +476,77 @@ spec:
 
 // waitImages waits until exactly n pods match selector, none of them
 // terminating, all running image.
+// runPod runs a pod to completion (kubectl run args: name first, then
+// flags and command, --restart=Never added) in namespace ns, fails the test
+// unless it Succeeded, and returns its logs.
+func runPod(t *testing.T, k *kubectlRunner, ns string, timeout time.Duration, args ...string) string {
+	t.Helper()
+	name := args[0]
+	k.run("delete", "pod", name, "-n", ns, "--now", "--ignore-not-found")
+	k.must(append([]string{"run", "-n", ns, "--restart=Never"}, args...)...)
+	var phase string
+	waitFor(t, timeout, name+" to finish", func() bool {
+		phase = k.run("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout
+		return phase == "Succeeded" || phase == "Failed"
+	})
+	logs := k.must("logs", "-n", ns, name)
+	if phase != "Succeeded" {
+		t.Fatalf("pod %s %s:\n%s", name, phase, logs)
+	}
+	return logs
+}
+
+// rollOut applies a manifest, waits for its Deployment and returns the
+// names of its n pods (selected by app=<deployment>).
+func rollOut(t *testing.T, k *kubectlRunner, deployment, manifest string, n int) []string {
+	t.Helper()
+	k.must("apply", "-f", writeFile(t, deployment+".yaml", manifest, 0o600))
+	k.must("rollout", "status", "deployment/"+deployment, "--timeout=90s")
+	pods := strings.Fields(k.must("get", "pods", "-l", "app="+deployment, "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) != n {
+		t.Fatalf("%s pods: %v, want %d", deployment, pods, n)
+	}
+	return pods
+}
+
+// answers GETs http://addr/index.html n times from the host and counts the
+// answers by body (the answering pod's name); "" counts failures.
+func answers(t *testing.T, addr string, n int) map[string]int {
+	t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	seen := map[string]int{}
+	for range n {
+		resp, err := hc.Get("http://" + addr + "/index.html")
+		if err != nil {
+			seen[""]++
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen[strings.TrimSpace(string(body))]++
+	}
+	return seen
+}
+
+// waitAnswers waits until GETs to addr are answered by every pod of want
+// and no other.
+func waitAnswers(t *testing.T, addr string, want map[string]bool) {
+	t.Helper()
+	var last map[string]int
+	waitFor(t, 60*time.Second, fmt.Sprintf("%s answered by %v", addr, want), func() bool {
+		last = answers(t, addr, 10*len(want))
+		if len(last) != len(want) {
+			return false
+		}
+		for name := range last {
+			if !want[name] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func waitImages(t *testing.T, k *kubectlRunner, selector string, n int, image string) {
 	t.Helper()
 	var last string

@@ -120,7 +120,7 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 		Client: cs, Informers: inf, NodeName: cfg.NodeName,
 		NodeIPs:     []netip.Addr{advertiseAddress(cfg.BindAddress)},
 		ClusterCIDR: cfg.ClusterCIDR, ServiceCIDR: cfg.ServiceCIDR,
-		Bridge: cfg.PodBridge, Logger: log,
+		Bridge: cfg.PodBridge, Logger: log, Metrics: api.MetricsRegisterer(),
 	})
 	if err != nil {
 		log.Error("service proxy not started", "err", err)

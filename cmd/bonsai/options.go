@@ -36,6 +36,7 @@ type serverOptions struct {
 	bindAddress       string
 	port              int
 	disableAgent      bool
+	cleanup           bool
 	writeKubeconfig   string
 	tlsSANs           []string
 	tokenFile         string
@@ -76,6 +77,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "IP address the API server listens on")
 	fs.IntVar(&o.port, "https-listen-port", 6443, "port the API server listens on (HTTPS)")
 	fs.BoolVar(&o.disableAgent, "disable-agent", false, "run the control plane only, without a kubelet on this host (default false)")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "delete the service proxy's nftables table (<pod-bridge>-svc), which stays in place while bonsai is stopped, and exit: for uninstall (default false)")
 	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
@@ -115,6 +117,7 @@ type serverConfig struct {
 	BindAddress     netip.Addr
 	Port            int
 	DisableAgent    bool
+	Cleanup         bool // delete the service proxy's table and exit
 	WriteKubeconfig string
 	TLSSANs         []string
 	// Tokens is nil without --token-file.
@@ -246,6 +249,7 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		DataDir:         o.dataDir,
 		Port:            o.port,
 		DisableAgent:    o.disableAgent,
+		Cleanup:         o.cleanup,
 		WriteKubeconfig: o.writeKubeconfig,
 		ClusterDomain:   o.clusterDomain,
 		LogFormat:       o.logFormat,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bonsai.dev/bonsai/netplugin/proxy"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -42,6 +43,16 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	log := newLogger(cfg.LogFormat, cfg.LogLevel, stderr)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log)
+
+	if cfg.Cleanup {
+		// Like kube-proxy --cleanup: the rules bonsai leaves in place
+		// across restarts go; nothing else is touched.
+		if err := proxy.Cleanup(cfg.PodBridge); err != nil {
+			return err
+		}
+		log.Info("deleted the service proxy's nftables table", "table", "ip "+proxy.TableName(cfg.PodBridge))
+		return nil
+	}
 
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stopSignals()

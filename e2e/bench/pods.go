@@ -66,20 +66,115 @@ func podRows(r *podResults, p podParams) []Row {
 	}
 }
 
+// realNode is a bonsai server with its agent and its own containerd.
+type realNode struct {
+	srv          *bonsaiProc
+	cs           *kubernetes.Clientset
+	ac           *apiClients
+	name, bridge string
+	dir          string
+	bin, cfgFile string
+	args         []string
+	// readyAfter is the last start's time from exec to node Ready.
+	readyAfter time.Duration
+}
+
+// startRealNode starts bonsai with its own containerd, the busybox image
+// imported from <data-dir>/images (pods use imagePullPolicy Never), on
+// a bridge and pod network of its own, and waits for the node to be
+// Ready. extra are more server flags.
+func startRealNode(ctx context.Context, b *bench, name, clusterCIDR string, extra ...string) (*realNode, error) {
+	bb, err := testenv.BusyboxPath()
+	if err != nil {
+		return nil, err
+	}
+	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := buildBonsai(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	cfgFile := filepath.Join(b.dir, name+"-empty-config.yaml")
+	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(b.dir, name)
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
+		return nil, err
+	}
+	suffix := make([]byte, 3)
+	rand.Read(suffix)
+	n := &realNode{bridge: "bb" + hex.EncodeToString(suffix), name: "bench-" + hex.EncodeToString(suffix), dir: dir, bin: bin, cfgFile: cfgFile}
+	b.onCleanup(func() { cleanupNode(dir, n.bridge) })
+	// Not the default kubelet port: another bench or a real kubelet may
+	// hold it.
+	kport, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	n.args = append([]string{"--runtime=containerd", "--node-name=" + n.name, "--pod-bridge=" + n.bridge,
+		"--cluster-cidr=" + clusterCIDR, "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock"),
+		"--kubelet-port=" + strconv.Itoa(kport)}, extra...)
+	if err := n.start(ctx, b); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// start starts (or starts again) the server and waits for its node.
+func (n *realNode) start(ctx context.Context, b *bench) error {
+	execAt := time.Now()
+	srv, _, err := startBonsai(ctx, b, n.bin, n.cfgFile, n.dir, n.args...)
+	if err != nil {
+		return err
+	}
+	n.srv = srv
+	n.ac = &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
+	if n.cs, err = n.ac.client(); err != nil {
+		n.close()
+		return err
+	}
+	if err := waitNodeReady(ctx, n.cs, n.name, 60*time.Second); err != nil {
+		n.close()
+		return fmt.Errorf("%w\n%s", err, srv.logTail())
+	}
+	n.readyAfter = time.Since(execAt)
+	return nil
+}
+
+func (n *realNode) close() {
+	n.ac.closeAll()
+	n.srv.stop()
+}
+
 // podSuite runs a real node: bonsai with its own containerd, the busybox
 // image imported from <data-dir>/images, pods with imagePullPolicy Never.
 func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	p := podParamsFor(b.quick)
 	res := &podResults{}
 	rows := func() []Row { return podRows(res, p) }
+	if os.Geteuid() != 0 {
+		return rows(), errors.New("the pod suite needs root (network namespaces, containerd)")
+	}
+	for _, bin := range []string{"containerd", "runc"} {
+		if _, err := testenv.LookPath(bin); err != nil {
+			return rows(), fmt.Errorf("%s (Debian package %s): %w", bin, bin, err)
+		}
+	}
 	b.logf("pods: starting bonsai with its own containerd")
-	n, err := startNode(ctx, b, "pods")
+	n, err := startRealNode(ctx, b, "pods", "10.250.0.0/16")
 	if err != nil {
 		return rows(), err
 	}
-	defer n.srv.stop()
+	defer n.close()
 	srv, cs, node, dir := n.srv, n.cs, n.name, n.dir
-	res.nodeReady = ms(n.ready.Sub(n.started))
+	res.nodeReady = ms(n.readyAfter)
 
 	if err := sleep(ctx, p.idle); err != nil {
 		return rows(), err
@@ -128,85 +223,6 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	res.burstP50, res.burstP99 = ms(percentile(each, 0.5)), ms(percentile(each, 0.99))
 	res.burstAll = ms(percentile(all, 0.5))
 	return rows(), nil
-}
-
-// benchNode is a real node for a suite: bonsai with its own containerd,
-// bridge and nftables table, the busybox image imported at start.
-type benchNode struct {
-	srv  *bonsaiProc
-	cs   kubernetes.Interface
-	name string
-	dir  string
-	// started is bonsai's exec, ready when its node was first Ready.
-	started, ready time.Time
-}
-
-// startNode starts a node under <run>/<suite> and waits until it is
-// Ready; extra flags go to bonsai server.
-func startNode(ctx context.Context, b *bench, suite string, extra ...string) (*benchNode, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("the %s suite needs root (network namespaces, containerd)", suite)
-	}
-	for _, bin := range []string{"containerd", "runc"} {
-		if _, err := testenv.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("%s (Debian package %s): %w", bin, bin, err)
-		}
-	}
-	bb, err := testenv.BusyboxPath()
-	if err != nil {
-		return nil, err
-	}
-	img, err := testenv.BuildBusyboxImage(bb, "bonsai.test/busybox:1")
-	if err != nil {
-		return nil, err
-	}
-	bin, err := buildBonsai(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	cfgFile := filepath.Join(b.dir, suite+"-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(b.dir, suite)
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(filepath.Join(data, "images"), 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(data, "images", "busybox.tar"), img, 0o644); err != nil {
-		return nil, err
-	}
-	suffix := make([]byte, 3)
-	rand.Read(suffix)
-	bridge := "bb" + hex.EncodeToString(suffix)
-	node := "bench-" + hex.EncodeToString(suffix)
-	b.onCleanup(func() { cleanupNode(dir, bridge) })
-	// Not the default kubelet port: another bench or a real kubelet may
-	// hold it.
-	kport, err := testenv.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{"--runtime=containerd", "--node-name=" + node, "--pod-bridge=" + bridge,
-		"--cluster-cidr=10.250.0.0/16", "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock"),
-		"--kubelet-port=" + strconv.Itoa(kport)}, extra...)
-	started := time.Now()
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, args...)
-	if err != nil {
-		return nil, err
-	}
-	ac := &apiClients{kubeconfig: filepath.Join(srv.dir, "kubeconfig.yaml")}
-	b.onCleanup(ac.closeAll)
-	cs, err := ac.client()
-	if err != nil {
-		srv.stop()
-		return nil, err
-	}
-	if err := waitNodeReady(ctx, cs, node, 60*time.Second); err != nil {
-		srv.stop()
-		return nil, fmt.Errorf("%w\n%s", err, srv.logTail())
-	}
-	return &benchNode{srv: srv, cs: cs, name: node, dir: dir, started: started, ready: time.Now()}, nil
 }
 
 func waitNodeReady(ctx context.Context, cs kubernetes.Interface, node string, timeout time.Duration) error {

@@ -14,21 +14,27 @@
 // The table, as kube-proxy lays out its own:
 //
 //	nat-prerouting, nat-output (nat, dstnat)    jump services
-//	nat-postrouting (nat, srcnat)               jump masquerading
+//	nat-postrouting (nat, srcnat)               hairpin mark (ip saddr . ip daddr @hairpin),
+//	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
 //	services        ip daddr . meta l4proto . th dport vmap @service-ips
 //	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
-//	service-<port>  masquerade mark for off-cluster sources; ClientIP
-//	                affinity lookups; numgen random mod N vmap @endpoints-service-<port>
+//	service-<port>  masquerade mark for off-cluster sources; then
+//	                dnat to numgen random mod N map @endpoints-service-<port>
+//	                (a map from the random number to endpoint address . port)
+//	                or, with ClientIP affinity, affinity lookups and
+//	                numgen random mod N vmap to endpoint chains
 //	local-<port>    the same over this node's endpoints (Local policies)
 //	external-<port> NodePort, externalIPs and load-balancer IPs: mark for
 //	                masquerade and go to service-<port> (Cluster policy),
 //	                or keep the client address and go to local-<port>
 //	                (Local policy; pods and the node itself still get
 //	                every endpoint)
-//	endpoint-<port>__<ip:port>  hairpin masquerade mark, affinity update,
+//	endpoint-<port>__<ip:port>  (ClientIP affinity only) affinity update,
 //	                dnat to the endpoint
+//	hairpin set     "a . a" for every endpoint address a: a pod that
+//	                reaches itself through a Service is masqueraded
 //	no-endpoint-services, no-endpoint-nodeports maps: goto reject-chain
 //	                (no endpoint at all: ICMP port unreachable, which a TCP
 //	                client sees as "connection refused") or drop (a Local
@@ -59,6 +65,12 @@
 //     transaction. The older Service holds the key, the other goes
 //     without until it is free, and the load-balancer controller leaves
 //     the newer LoadBalancer Service pending, as k3s' ServiceLB does.
+//   - Endpoints have no chains of their own unless ClientIP affinity
+//     needs them to record the client: the DNAT takes its address from
+//     a map, and hairpin traffic is found in postrouting by one set
+//     lookup. An endpoint change then rewrites one map and one rule,
+//     and the kernel's revalidation of the table after it (every jump
+//     is walked) has a sixth of the chains to walk.
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
 //     loadBalancerSourceRanges filtering, no topology hints

@@ -1,69 +1,35 @@
 package proxy
 
 import (
-	"errors"
+	"encoding/binary"
 	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	mnl "github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // kernelTable writes the proxy's table through one nftables netlink
 // connection. Every write is one transaction: the kernel applies all of
 // it or none.
 type kernelTable struct {
-	conn  *nftables.Conn
+	conn  *nftConn
 	table *nftables.Table
 	maps  map[string]*nftables.Set
 	// batchSets are the affinity sets added in the transaction being
 	// built; rules refer to them by ID, as they have no handle yet.
 	batchSets map[string]*nftables.Set
+	// hairpinRefs counts the Services whose rules use each endpoint
+	// address: its hairpin element goes when the last one lets it go.
+	hairpinRefs map[netip.Addr]int
 }
 
-// socketBuffer is the send and receive buffer the connection asks for: a
-// transaction goes out in one sendmsg, which must fit the send buffer (a
-// full sync of 1,000 Services × 10 endpoints is a few MB), and the kernel
-// acknowledges each of its tens of thousands of messages before the
-// library reads any ack. The kernel allocates only what is used.
-const socketBuffer = 128 << 20
-
-// openConn opens a lasting nftables connection, in the network namespace
-// fd when fd >= 0 (tests), else in the caller's.
-func openConn(netnsFD int) (*nftables.Conn, error) {
-	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(c *mnl.Conn) error {
-		raw, err := c.SyscallConn()
-		if err != nil {
-			return err
-		}
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			// FORCE goes past net.core.rmem_max; CAP_NET_ADMIN, which
-			// writing nftables needs anyway, allows it.
-			serr = errors.Join(
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer),
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, socketBuffer))
-		}); err != nil {
-			return err
-		}
-		return serr
-	})}
-	if netnsFD >= 0 {
-		opts = append(opts, nftables.WithNetNSFd(netnsFD))
-	}
-	conn, err := nftables.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
-	}
-	return conn, nil
-}
-
-func newKernelTable(conn *nftables.Conn, name string) *kernelTable {
+func newKernelTable(conn *nftConn, name string) *kernelTable {
 	t := &nftables.Table{Name: name, Family: nftables.TableFamilyIPv4}
-	return &kernelTable{conn: conn, table: t, maps: namedSets(t)}
+	return &kernelTable{conn: conn, table: t, maps: namedSets(t), hairpinRefs: map[netip.Addr]int{}}
 }
 
 func (k *kernelTable) chain(name string) *nftables.Chain {
@@ -83,7 +49,17 @@ func (k *kernelTable) addSet(s setDef) error {
 	set := &nftables.Set{Table: k.table, Name: s.name, KeyType: nftables.TypeIPAddr,
 		HasTimeout: true, Timeout: s.timeout, Dynamic: true}
 	var elems []nftables.SetElement
-	if s.endpoints != nil {
+	switch {
+	case s.targets != nil:
+		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger,
+			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+		for i, a := range s.targets {
+			val := make([]byte, 8) // address . port, each in a 4-byte register
+			copy(val, a.Addr().AsSlice())
+			binary.BigEndian.PutUint16(val[4:], a.Port())
+			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: val})
+		}
+	case s.endpoints != nil:
 		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
 		for i, c := range s.endpoints {
 			// numgen writes its number in host byte order.
@@ -167,7 +143,7 @@ func (k *kernelTable) replace(all []objects) error {
 	c.AddTable(k.table) // so that the delete cannot fail on a first start
 	c.DelTable(k.table)
 	c.AddTable(k.table)
-	for _, name := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointServices, mapNoEndpointNodePorts, setClusterIPs} {
+	for _, name := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointServices, mapNoEndpointNodePorts, setClusterIPs, setHairpin} {
 		if err := c.AddSet(k.maps[name], nil); err != nil {
 			return fmt.Errorf("add map %s: %w", name, err)
 		}
@@ -195,7 +171,29 @@ func (k *kernelTable) replace(all []objects) error {
 	if err := k.setElems(elems, true); err != nil {
 		return err
 	}
-	return k.flush()
+	refs := map[netip.Addr]int{}
+	for _, o := range all {
+		for _, a := range o.hairpin {
+			refs[a]++
+		}
+	}
+	if err := k.hairpinElems(slices.Collect(maps.Keys(refs)), true); err != nil {
+		return err
+	}
+	if err := k.flush(); err != nil {
+		return err
+	}
+	k.hairpinRefs = refs
+	return nil
+}
+
+// hairpinElems adds or deletes addresses' elements of the hairpin set.
+func (k *kernelTable) hairpinElems(addrs []netip.Addr, add bool) error {
+	var elems []elem
+	for _, a := range addrs {
+		elems = append(elems, elem{set: setHairpin, key: hairpinKey(a)})
+	}
+	return k.setElems(elems, add)
 }
 
 // update changes the table from what old describes to what new does, per
@@ -234,11 +232,47 @@ func (k *kernelTable) update(changes []change) error {
 	if err := k.setElems(d.addElems, true); err != nil {
 		return err
 	}
-	return k.flush()
+	refs := map[netip.Addr]int{}
+	for _, ch := range changes {
+		for _, a := range ch.old.hairpin {
+			refs[a]--
+		}
+		for _, a := range ch.new.hairpin {
+			refs[a]++
+		}
+	}
+	var gone, come []netip.Addr
+	for a, delta := range refs {
+		before := k.hairpinRefs[a]
+		refs[a] = before + delta
+		switch {
+		case before > 0 && refs[a] <= 0:
+			gone = append(gone, a)
+		case before <= 0 && refs[a] > 0:
+			come = append(come, a)
+		}
+	}
+	if err := k.hairpinElems(gone, false); err != nil {
+		return err
+	}
+	if err := k.hairpinElems(come, true); err != nil {
+		return err
+	}
+	if err := k.flush(); err != nil {
+		return err
+	}
+	for a, n := range refs {
+		if n <= 0 {
+			delete(k.hairpinRefs, a)
+		} else {
+			k.hairpinRefs[a] = n
+		}
+	}
+	return nil
 }
 
 func (k *kernelTable) flush() error {
-	if err := k.conn.Flush(); err != nil {
+	if err := k.conn.flush(); err != nil {
 		return fmt.Errorf("write nftables table ip %s: %w", k.table.Name, err)
 	}
 	return nil
@@ -248,7 +282,7 @@ func (k *kernelTable) flush() error {
 func (k *kernelTable) delete() error {
 	k.conn.AddTable(k.table)
 	k.conn.DelTable(k.table)
-	if err := k.conn.Flush(); err != nil {
+	if err := k.conn.flush(); err != nil {
 		return fmt.Errorf("delete nftables table ip %s: %w", k.table.Name, err)
 	}
 	return nil

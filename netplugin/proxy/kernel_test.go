@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -45,7 +46,7 @@ func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.CloseLasting() })
+	t.Cleanup(func() { conn.Close() })
 	services, slices := testIndexers()
 	cfg := Config{
 		NodeName:    testNode,
@@ -201,9 +202,12 @@ func wantView(p *testProxier) (chains map[string]int, elems []string) {
 		for _, e := range o.elems {
 			elems = append(elems, e.kernelText())
 		}
+		for _, a := range o.hairpin {
+			elems = append(elems, elem{set: setHairpin, key: hairpinKey(a)}.kernelText())
+		}
 	}
 	slices.Sort(elems)
-	return chains, elems
+	return chains, slices.Compact(elems)
 }
 
 func checkKernelView(t *testing.T, p *testProxier) {
@@ -426,6 +430,38 @@ func TestTraffic(t *testing.T) {
 		}
 	})
 
+	t.Run("a node address inside the service CIDR is the node's", func(t *testing.T) {
+		// As the cluster DNS address on the pod bridge: the check that
+		// drops traffic to unallocated service addresses lets it be.
+		err := inNS(n.node, func() error {
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.96.0.53"), Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", "10.96.0.53:53")
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			go func() {
+				if c, err := l.Accept(); err == nil {
+					c.Close()
+				}
+			}()
+			c, err := dialTimeout("10.96.0.53:53", 300*time.Millisecond)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+		if err != nil {
+			t.Errorf("node to its own 10.96.0.53:53: %v, want connected", err)
+		}
+	})
+
 	t.Run("no endpoints: refused at once", func(t *testing.T) {
 		p.set(t, newSlice("web", "web-1", 8080))
 		for _, addr := range []string{"10.96.0.10:80", nodeClientIP + ":30080"} {
@@ -557,4 +593,35 @@ func TestUDPStaleFlows(t *testing.T) {
 	if got, err := c.ask("10.96.0.53:53"); err != nil || got != name {
 		t.Errorf("after %s left: answered by %q (err %v), want %q", first, got, err, name)
 	}
+}
+
+// TestCommitReportsKernelErrors checks that a transaction the kernel
+// refuses, though only its last message asked for an ack, comes back as
+// an error that changed nothing, and that the connection works after it.
+func TestCommitReportsKernelErrors(t *testing.T) {
+	requireRoot(t)
+	p := newTestProxier(t, newNetns(t))
+	p.set(t, newService("web", "10.96.0.10", 80), newSlice("web", "web-1", 8080, readyEP("10.200.0.5", testNode)))
+	before, beforeElems := mustKernelView(t, p.ns, testTable)
+
+	k := p.table
+	k.addChain(chainDef{name: "new-chain"})
+	// A rule in a chain that does not exist fails in the middle of the
+	// batch, which goes on to a message that succeeds.
+	k.addRules("no-such-chain", []*rule{newRule().drop()})
+	k.addChain(chainDef{name: "another-new-chain"})
+	if err := k.flush(); err == nil {
+		t.Fatal("flush of a rule in a missing chain: no error")
+	}
+	after, afterElems := mustKernelView(t, p.ns, testTable)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("a refused transaction changed the chains (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(beforeElems, afterElems); diff != "" {
+		t.Errorf("a refused transaction changed the maps (-before +after):\n%s", diff)
+	}
+
+	// The next transaction goes through, on a clean socket.
+	p.set(t, newSlice("web", "web-1", 8080, readyEP("10.200.0.5", testNode), readyEP("10.200.0.6", testNode)))
+	checkKernelView(t, p)
 }

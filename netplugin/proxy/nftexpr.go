@@ -118,6 +118,26 @@ func (r *rule) numgenVmap(n int, set string) *rule {
 		&expr.Lookup{SourceRegister: regScratch, DestRegister: 0, IsDestRegSet: true, SetName: set})
 }
 
+// numgenDnat picks one of n endpoints with equal probability: a random
+// number below n, looked up in the named map of endpoint addresses and
+// ports, which the lookup leaves in registers 8 (address) and 9 (port)
+// for the DNAT.
+func (r *rule) numgenDnat(n int, set string) *rule {
+	return r.add(fmt.Sprintf("dnat to numgen random mod %d map @%s", n, set),
+		&expr.Numgen{Register: regScratch, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
+		&expr.Lookup{SourceRegister: regScratch, DestRegister: regConcat0, IsDestRegSet: true, SetName: set},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})
+}
+
+// saddrDaddrInSet matches packets whose source and destination address,
+// as a pair, are in the named set.
+func (r *rule) saddrDaddrInSet(set string) *rule {
+	return r.add("ip saddr . ip daddr @"+set,
+		&expr.Payload{DestRegister: regConcat0, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: regConcat1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: regConcat0, SetName: set})
+}
+
 // saddrInSet matches packets whose source address is in the named set.
 func (r *rule) saddrInSet(set string) *rule {
 	return r.add("ip saddr @"+set,

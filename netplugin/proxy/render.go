@@ -21,6 +21,13 @@ func chainText(c chainDef) string {
 }
 
 func setText(s setDef) string {
+	if s.targets != nil {
+		elems := make([]string, len(s.targets))
+		for i, a := range s.targets {
+			elems[i] = fmt.Sprintf("%d : %s . %d", i, a.Addr(), a.Port())
+		}
+		return fmt.Sprintf("map %s { type integer : ipv4_addr . inet_service; elements = { %s } }\n", s.name, strings.Join(elems, ", "))
+	}
 	if s.endpoints == nil {
 		return fmt.Sprintf("set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; }\n", s.name, int(s.timeout.Seconds()))
 	}
@@ -48,8 +55,12 @@ func renderTable(name string, all []objects) string {
 		for _, e := range o.elems {
 			elems = append(elems, e.String())
 		}
+		for _, a := range o.hairpin {
+			elems = append(elems, fmt.Sprintf("%s %s . %s", setHairpin, a, a))
+		}
 	}
 	slices.Sort(elems)
+	elems = slices.Compact(elems) // Services share hairpin elements
 	for _, e := range elems {
 		fmt.Fprintf(&b, "element %s\n", e)
 	}

@@ -32,6 +32,7 @@ const (
 	mapNoEndpointServices  = "no-endpoint-services"
 	mapNoEndpointNodePorts = "no-endpoint-nodeports"
 	setClusterIPs          = "cluster-ips"
+	setHairpin             = "hairpin"
 )
 
 // hook makes a chain a base chain.
@@ -49,21 +50,23 @@ type chainDef struct {
 	rules []*rule
 }
 
-// setDef is a set a service port owns: either a session-affinity set
-// (client addresses that expire after timeout unless refreshed) or, with
-// endpoints, the verdict map from numgen's random number to endpoint
-// chains. The maps are named rather than anonymous (nft's
-// "vmap { 0 : goto ... }"): the kernel binds each anonymous set to its
-// rule with a walk of the whole transaction, which made a full sync of
-// 1,000 Services more than twice as slow.
+// setDef is a set a service port owns: a session-affinity set (client
+// addresses that expire after timeout unless refreshed); with endpoints,
+// the verdict map from numgen's random number to endpoint chains (ClientIP
+// affinity); or, with targets, the map from numgen's random number to the
+// endpoint address and port to DNAT to. The maps are named rather than
+// anonymous (nft's "vmap { 0 : goto ... }"): the kernel binds each
+// anonymous set to its rule with a walk of the whole transaction, which
+// made a full sync of 1,000 Services more than twice as slow.
 type setDef struct {
 	name      string
 	timeout   time.Duration
 	endpoints []string
+	targets   []netip.AddrPort
 }
 
 func (s setDef) equal(o setDef) bool {
-	return s.name == o.name && s.timeout == o.timeout && slices.Equal(s.endpoints, o.endpoints)
+	return s.name == o.name && s.timeout == o.timeout && slices.Equal(s.endpoints, o.endpoints) && slices.Equal(s.targets, o.targets)
 }
 
 // elem is an element of one of the four verdict maps or, with no
@@ -95,6 +98,10 @@ type objects struct {
 	// udpEndpoints are the addresses of UDP endpoints that have rules,
 	// whose flows go stale when they leave (see conntrack.go).
 	udpEndpoints []netip.Addr
+	// hairpin are the endpoint addresses that have rules: elements
+	// "a . a" of the hairpin set, which several Services may share (see
+	// kernelTable.hairpinRefs), so kept apart from elems.
+	hairpin []netip.Addr
 }
 
 // ruleConfig is what rules depend on besides Services.
@@ -117,6 +124,8 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 		m[name] = &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
 	}
 	m[setClusterIPs] = &nftables.Set{Table: t, Name: setClusterIPs, KeyType: nftables.TypeIPAddr}
+	m[setHairpin] = &nftables.Set{Table: t, Name: setHairpin, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)}
 	return m
 }
 
@@ -146,7 +155,11 @@ func baseObjects(c ruleConfig) objects {
 	// rather than out of the default route.
 	clusterIPsCheck := []*rule{newRule().daddrInSet(setClusterIPs).reject()}
 	if c.serviceCIDR.IsValid() {
-		clusterIPsCheck = append(clusterIPsCheck, newRule().daddr(c.serviceCIDR, true).drop())
+		// Except an address of the node's own (the cluster DNS address
+		// on the pod bridge), which the node serves itself.
+		clusterIPsCheck = append(clusterIPsCheck,
+			newRule().fibLocal("daddr").ret(),
+			newRule().daddr(c.serviceCIDR, true).drop())
 	}
 	services = append(services, c.nodePortRules(func(r *rule) *rule { return r.vmapProtoPort(mapServiceNodePorts) })...)
 	return objects{chains: []chainDef{
@@ -154,8 +167,12 @@ func baseObjects(c ruleConfig) objects {
 			rules: []*rule{newRule().jump(chainServices)}},
 		{name: chainNATOutput, hook: nat(nftables.ChainHookOutput, "output", nftables.ChainPriorityNATDest, "dstnat"),
 			rules: []*rule{newRule().jump(chainServices)}},
+		// A pod that reaches itself through a Service (hairpin) must
+		// see the reply come from the Service, not from itself: the
+		// connection is masqueraded when, after DNAT, its source is its
+		// destination.
 		{name: chainNATPostrouting, hook: nat(nftables.ChainHookPostrouting, "postrouting", nftables.ChainPriorityNATSource, "srcnat"),
-			rules: []*rule{newRule().jump(chainMasquerading)}},
+			rules: []*rule{newRule().saddrDaddrInSet(setHairpin).jump(chainMarkForMasq), newRule().jump(chainMasquerading)}},
 		// The endpoint checks run in filter hooks because reject may
 		// not run in nat ones. They see only packets that were not
 		// DNAT'd: a DNAT'd packet's destination is no longer a
@@ -230,7 +247,9 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 	if needCluster {
 		chosen = cluster
 	}
-	// Endpoint chains, once per endpoint that either chooser uses.
+	// Each endpoint either chooser uses, once: its hairpin element and,
+	// with ClientIP affinity, the chain that records the client and
+	// does the DNAT.
 	used := map[netip.AddrPort]bool{}
 	for _, e := range append(slices.Clone(chosen), local...) {
 		if used[e.addr] {
@@ -240,13 +259,16 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 		if sp.proto == protoUDP {
 			o.udpEndpoints = append(o.udpEndpoints, e.addr.Addr())
 		}
-		r := []*rule{newRule().saddr(host(e.addr.Addr()), true).jump(chainMarkForMasq)}
+		if !slices.Contains(o.hairpin, e.addr.Addr()) {
+			o.hairpin = append(o.hairpin, e.addr.Addr())
+		}
 		if sp.affinity > 0 {
 			o.sets = append(o.sets, setDef{name: affinitySet(sp, e), timeout: sp.affinity})
-			r = append(r, newRule().updateSaddr(affinitySet(sp, e)))
+			o.chains = append(o.chains, chainDef{name: endpointChain(sp, e), rules: []*rule{
+				newRule().updateSaddr(affinitySet(sp, e)),
+				newRule().l4proto(sp.proto).dnat(e.addr),
+			}})
 		}
-		r = append(r, newRule().l4proto(sp.proto).dnat(e.addr))
-		o.chains = append(o.chains, chainDef{name: endpointChain(sp, e), rules: r})
 	}
 	chooser := func(name string, eps []endpoint, masqOffCluster bool) (chainDef, setDef) {
 		var r []*rule
@@ -255,17 +277,28 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 			// another node) would get replies the pod routes elsewhere.
 			r = append(r, newRule().daddr(host(sp.clusterIP), true).saddr(c.clusterCIDR, false).jump(chainMarkForMasq))
 		}
-		if sp.affinity > 0 {
-			for _, e := range eps {
-				r = append(r, newRule().saddrInSet(affinitySet(sp, e)).gotoChain(endpointChain(sp, e)))
+		if sp.affinity == 0 {
+			// No per-endpoint chains: the random number picks the
+			// address and port to DNAT to straight from a map. A
+			// change of endpoints then rewrites a map and one rule,
+			// and the kernel has a tenth of the chains to revalidate
+			// after each change.
+			targets := make([]netip.AddrPort, len(eps))
+			for i, e := range eps {
+				targets[i] = e.addr
 			}
+			r = append(r, newRule().l4proto(sp.proto).numgenDnat(len(eps), endpointsMap(name)))
+			return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), targets: targets}
 		}
-		targets := make([]string, len(eps))
+		for _, e := range eps {
+			r = append(r, newRule().saddrInSet(affinitySet(sp, e)).gotoChain(endpointChain(sp, e)))
+		}
+		chains := make([]string, len(eps))
 		for i, e := range eps {
-			targets[i] = endpointChain(sp, e)
+			chains[i] = endpointChain(sp, e)
 		}
 		r = append(r, newRule().numgenVmap(len(eps), endpointsMap(name)))
-		return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), endpoints: targets}
+		return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), endpoints: chains}
 	}
 	if needCluster {
 		c, s := chooser(serviceChain(sp), cluster, true)
@@ -334,6 +367,9 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 func gotoVerdict(chain string) *expr.Verdict {
 	return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
 }
+
+// hairpinKey is an address's element of the hairpin set: "a . a".
+func hairpinKey(a netip.Addr) []byte { return append(a.AsSlice(), a.AsSlice()...) }
 
 // clusterIPElem puts a Service's cluster IP in the cluster-ips set.
 func clusterIPElem(a netip.Addr) elem {

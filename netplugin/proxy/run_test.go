@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -47,6 +49,7 @@ func TestRun(t *testing.T) {
 		Client: e.Client, Informers: inf, NodeName: "sim-0", Logger: e.Log,
 		ClusterCIDR:     netip.MustParsePrefix("10.42.0.0/16"),
 		MinSyncInterval: 10 * time.Millisecond,
+		Metrics:         prometheus.NewRegistry(),
 	}
 	var p *Proxier
 	if err := inNS(ns, func() (err error) { p, err = New(cfg); return err }); err != nil {
@@ -123,8 +126,12 @@ func TestRun(t *testing.T) {
 	)
 
 	// An endpoint: every address of the Service goes to its chains.
-	if _, err := e.Client.Discovery.EndpointSlices("default").Create(e.Ctx,
-		newSlice("web", "web-1", 8080, readyEP("10.42.0.5", "sim-0")), metav1.CreateOptions{}); err != nil {
+	// Its trigger time is when its pods changed: the network programming
+	// latency counts from there.
+	web1 := newSlice("web", "web-1", 8080, readyEP("10.42.0.5", "sim-0"))
+	triggered := time.Now()
+	web1.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: triggered.UTC().Format(time.RFC3339Nano)}
+	if _, err := e.Client.Discovery.EndpointSlices("default").Create(e.Ctx, web1, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitElems(
@@ -132,6 +139,25 @@ func TestRun(t *testing.T) {
 		addrElem(mapServiceIPs, lbIP, &sp, gotoVerdict(externalChain(&sp))).kernelText(),
 		portElem(mapServiceNodePorts, &sp, gotoVerdict(externalChain(&sp))).kernelText(),
 	)
+	programmedBy := time.Since(triggered)
+	families, err := cfg.Metrics.(*prometheus.Registry).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := map[string]*dto.Histogram{}
+	for _, f := range families {
+		hist[f.GetName()] = f.GetMetric()[0].GetHistogram()
+	}
+	if h := hist["kubeproxy_sync_full_proxy_rules_duration_seconds"]; h.GetSampleCount() != 1 {
+		t.Errorf("full syncs counted: %d, want 1 (the first)", h.GetSampleCount())
+	}
+	if h := hist["kubeproxy_sync_partial_proxy_rules_duration_seconds"]; h.GetSampleCount() == 0 {
+		t.Error("no partial sync counted")
+	}
+	if h := hist["kubeproxy_network_programming_duration_seconds"]; h.GetSampleCount() != 1 ||
+		h.GetSampleSum() <= 0 || h.GetSampleSum() > programmedBy.Seconds() {
+		t.Errorf("network programming latency: %d samples summing to %vs, want 1 in (0, %v]", h.GetSampleCount(), h.GetSampleSum(), programmedBy)
+	}
 
 	// A load balancer of another class is not ours to fill in. Made
 	// before a second Service of the default class, whose status shows

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +13,8 @@ import (
 // a full sync is due (the first, the hourly one, one after a failure).
 func (p *Proxier) sync() error {
 	p.mu.Lock()
-	dirty, full := p.dirty, p.needFull
-	p.dirty, p.needFull = map[string]bool{}, false
+	dirty, full, triggers := p.dirty, p.needFull, p.triggers
+	p.dirty, p.needFull, p.triggers = map[string]bool{}, false, nil
 	p.mu.Unlock()
 
 	start := time.Now()
@@ -28,10 +29,13 @@ func (p *Proxier) sync() error {
 		// longer certain to match programmed, so start over whole.
 		p.mu.Lock()
 		p.needFull = true
+		p.triggers = append(p.triggers, triggers...)
 		p.mu.Unlock()
 		return err
 	}
-	p.log.Debug("synced service rules", "full", full, "services", len(dirty), "took", time.Since(start))
+	took := time.Since(start)
+	p.metrics.synced(full, took, triggers)
+	p.log.Debug("synced service rules", "full", full, "services", len(dirty), "took", took)
 	return nil
 }
 
@@ -155,6 +159,11 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 		out.sets = append(out.sets, o.sets...)
 		out.elems = append(out.elems, o.elems...)
 		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
+		for _, a := range o.hairpin {
+			if !slices.Contains(out.hairpin, a) {
+				out.hairpin = append(out.hairpin, a)
+			}
+		}
 	}
 	return out, true
 }
