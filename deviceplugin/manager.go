@@ -141,6 +141,10 @@ func (m *Manager) Dir() string { return m.dir }
 // have changed, so node status goes out at once.
 func (m *Manager) Changes() <-chan struct{} { return m.changed }
 
+// Notify signals Changes, as a change of a resource does: a caller that
+// could not act on one asks for it again.
+func (m *Manager) Notify() { m.notify() }
+
 func (m *Manager) notify() {
 	select {
 	case m.changed <- struct{}{}:

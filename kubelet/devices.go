@@ -3,9 +3,11 @@ package kubelet
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
@@ -156,8 +158,12 @@ func (a *Agent) watchDevices(ctx context.Context) {
 			return
 		case <-dm.Changes():
 		}
-		if err := a.postStatus(ctx, true); err != nil {
-			a.cfg.Logger.Warn("posting node status for devices", "node", a.cfg.NodeName, "err", err)
+		// A conflict (another writer of the Node) must not lose the
+		// change: nothing else posts it until the next one.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.postStatus(ctx, true) })
+		if err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Warn("posting node status for devices; retrying", "node", a.cfg.NodeName, "err", err)
+			time.AfterFunc(time.Second, dm.Notify)
 		}
 	}
 }
