@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -306,11 +308,15 @@ func (m *Manager) connect(name, socket string, regOpts *pluginapi.DevicePluginOp
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	opts, err := ep.client.GetDevicePluginOptions(octx, &pluginapi.Empty{})
 	cancel()
-	if err != nil {
-		// Plugins registered with their options; fall back to those.
-		m.metrics.pluginErr(name, "options")
-		m.log.Warn("device plugin GetDevicePluginOptions failed; using the options it registered with", "resource", name, "err", err)
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		// It registered with its options; use those.
 		opts = regOpts
+	case err != nil:
+		m.metrics.pluginErr(name, "options")
+		m.log.Warn("device plugin does not answer; not using it", "resource", name, "socket", socket, "err", err)
+		ep.stop()
+		return
 	}
 	if opts == nil {
 		opts = &pluginapi.DevicePluginOptions{}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"bonsai.dev/bonsai/e2e/testenv"
@@ -510,5 +511,29 @@ func TestCorruptCheckpoint(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, PluginsDir, KubeletSocket)); err != nil {
 		t.Fatalf("no registration socket after a corrupt checkpoint: %v", err)
+	}
+}
+
+// TestRegistrationOfAnAbsentPlugin: a plugin that registers a socket
+// nobody serves adds no resource.
+func TestRegistrationOfAnAbsentPlugin(t *testing.T) {
+	root := t.TempDir()
+	m, _ := startManager(t, root, time.Minute)
+	conn, err := DialUnix(filepath.Join(root, PluginsDir, KubeletSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "nobody.sock", ResourceName: "vendor.example/ghost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if c, _ := m.Resources(); len(c) != 0 {
+		t.Errorf("a plugin nobody serves has resources: %v", c)
+	}
+	_, err = pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "../x.sock", ResourceName: "vendor.example/ghost"})
+	if err == nil || !strings.Contains(err.Error(), "endpoint") {
+		t.Errorf("an endpoint outside the directory: %v", err)
 	}
 }
