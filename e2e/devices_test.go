@@ -287,7 +287,11 @@ func TestDevicePlugins(t *testing.T) {
 	// within 5 s, running pods keep their devices, nothing is given twice.
 	e.restart(t)
 	start := time.Now()
-	for !strings.Contains(p.out.String(), "socket gone; registering again\nregistered") {
+	registeredAgain := func() bool {
+		_, after, ok := strings.Cut(p.out.String(), "socket gone; registering again\n")
+		return ok && strings.Contains(after, "\nregistered\n")
+	}
+	for !registeredAgain() {
 		if time.Since(start) > 5*time.Second {
 			t.Fatalf("the plugin did not register again within 5 s of bonsai's restart:\n%s", p.out.String())
 		}
