@@ -120,7 +120,6 @@ func (m *Manager) Allocate(ctx context.Context, pod *corev1.Pod) error {
 			a.gen, a.admitTook = gen, time.Since(start)
 		}
 		m.mu.Unlock()
-		m.notify()
 	}
 	return nil
 }
@@ -450,7 +449,6 @@ func (m *Manager) Release(uid types.UID) {
 	m.mu.Unlock()
 	if ok {
 		m.persist()
-		m.notify()
 	}
 }
 
