@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/containerd/containerd v1.7.35
+	github.com/containernetworking/cni v1.3.0
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/gnostic-models v0.7.0

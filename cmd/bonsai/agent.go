@@ -21,6 +21,7 @@ import (
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
 	"bonsai.dev/bonsai/netplugin/proxy"
 )
@@ -70,14 +71,55 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (r
 	return crt, stop, imageFS, nil
 }
 
+// netnsDir is where this host's pods' network namespaces are mounted,
+// whichever network makes them.
+func netnsDir(cfg *serverConfig) string {
+	if cfg.PodBridge != defaultPodBridge {
+		return filepath.Join("/run/bonsai", cfg.PodBridge, "netns")
+	}
+	return "/run/bonsai/netns"
+}
+
+// usesCNI resolves --pod-network: auto is cni when the conf dir holds a
+// network configuration now.
+func usesCNI(cfg *serverConfig) bool {
+	switch cfg.PodNetwork {
+	case "cni":
+		return true
+	case "auto":
+		return cni.HasConfig(cfg.CNIConfDir)
+	}
+	return false
+}
+
+// cniHost is the CNI host's configuration for this host.
+func cniHost(cfg *serverConfig) *cni.Config {
+	c := &cni.Config{
+		ConfDir: cfg.CNIConfDir, BinDirs: cfg.CNIBinDirs, NetnsDir: netnsDir(cfg),
+		CacheDir: filepath.Join(cfg.DataDir, "agent", "cni"),
+	}
+	// The cluster DNS server listens there (startClusterDNS), on a dummy
+	// link of its own since there is no bonsai bridge.
+	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
+		c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{a}
+	}
+	return c
+}
+
+// localLinkName is the dummy link holding the node's own addresses in CNI
+// mode: "<pod-bridge>-dns", within the 15 characters of an interface
+// name.
+func localLinkName(bridge string) string {
+	if len(bridge) > 11 {
+		bridge = bridge[:11]
+	}
+	return bridge + "-dns"
+}
+
 // podNetwork is the built-in pod network's configuration for this host.
 func podNetwork(cfg *serverConfig) *netplugin.Config {
-	netns := "/run/bonsai/netns"
-	if cfg.PodBridge != defaultPodBridge {
-		netns = filepath.Join("/run/bonsai", cfg.PodBridge, "netns")
-	}
 	c := &netplugin.Config{
-		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netns,
+		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netnsDir(cfg),
 		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR,
 	}
 	// The cluster DNS server listens there (startClusterDNS); the pod

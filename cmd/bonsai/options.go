@@ -21,6 +21,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/deviceplugin/generic"
+	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
 )
@@ -57,6 +58,9 @@ type serverOptions struct {
 	maxPods           int
 	runtimeEndpoint   string
 	podBridge         string
+	podNetwork        string
+	cniConfDir        string
+	cniBinDirs        []string
 	podManifestPath   string
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
@@ -98,6 +102,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
+	fs.StringVar(&o.podNetwork, "pod-network", "auto", "pod network of this host's node: builtin (bridge, veths, nftables), cni (the CNI plugins configured in --cni-conf-dir), or auto (cni when --cni-conf-dir holds a configuration at start, else builtin)")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "directory of CNI network configurations; the first *.conflist, *.conf or *.json in lexical order is used")
+	fs.StringSliceVar(&o.cniBinDirs, "cni-bin-dir", []string{cni.DefaultBinDir}, "directory of CNI plugin binaries, searched in order; repeatable (Debian's containernetworking-plugins installs to /usr/lib/cni)")
 	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
@@ -138,6 +145,11 @@ type serverConfig struct {
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
 	PodBridge       string
+	// PodNetwork is builtin, cni or auto; CNIConfDir and CNIBinDirs are
+	// where the CNI host looks.
+	PodNetwork      string
+	CNIConfDir      string
+	CNIBinDirs      []string
 	PodManifestPath string
 	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
 	NodeCIDRMaskSize int
@@ -465,6 +477,26 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 	c.PodBridge = o.podBridge
 	if err := o.validateDevices(c); err != nil {
 		return err
+	}
+	switch o.podNetwork {
+	case "builtin", "cni", "auto":
+		c.PodNetwork = o.podNetwork
+	default:
+		return fmt.Errorf("--pod-network %q: must be builtin, cni or auto", o.podNetwork)
+	}
+	if !filepath.IsAbs(o.cniConfDir) {
+		return fmt.Errorf("--cni-conf-dir %q: must be an absolute path", o.cniConfDir)
+	}
+	c.CNIConfDir = filepath.Clean(o.cniConfDir)
+	if len(o.cniBinDirs) == 0 {
+		return errors.New("--cni-bin-dir: give at least one directory")
+	}
+	c.CNIBinDirs = nil
+	for _, d := range o.cniBinDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--cni-bin-dir %q: must be an absolute path", d)
+		}
+		c.CNIBinDirs = append(c.CNIBinDirs, filepath.Clean(d))
 	}
 	c.PodManifestPath = o.podManifestPath
 	if c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath) {

@@ -78,6 +78,9 @@ func TestServerDefaults(t *testing.T) {
 
 		RuntimeEndpoint:  "/run/containerd/containerd.sock",
 		PodBridge:        "bonsai0",
+		PodNetwork:       "auto",
+		CNIConfDir:       "/etc/cni/net.d",
+		CNIBinDirs:       []string{"/opt/cni/bin"},
 		NodeCIDRMaskSize: 24,
 		KubeletPort:      10250,
 		NodeLifecycle:    defaultNodeLifecycle,
@@ -103,6 +106,7 @@ func TestServerFlags(t *testing.T) {
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
+		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
 		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000")
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +138,9 @@ func TestServerFlags(t *testing.T) {
 		KubeletPort:     11250,
 		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
 		PodBridge:       "edge0",
+		PodNetwork:      "cni",
+		CNIConfDir:      "/srv/cni/net.d",
+		CNIBinDirs:      []string{"/usr/lib/cni", "/opt/cni/bin"},
 
 		NodeCIDRMaskSize: 26,
 
@@ -210,6 +217,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--terminated-pod-gc-threshold", "many"}, []string{"--terminated-pod-gc-threshold"}},
 		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
 		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
+		{[]string{"--pod-network", "flannel"}, []string{"--pod-network", "builtin, cni or auto"}},
+		{[]string{"--cni-conf-dir", "net.d"}, []string{"--cni-conf-dir", "absolute"}},
+		{[]string{"--cni-bin-dir", "/opt/cni/bin", "--cni-bin-dir", "bin"}, []string{"--cni-bin-dir", "absolute"}},
 		{[]string{"--pod-manifest-path", "manifests"}, []string{"--pod-manifest-path", "absolute"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},

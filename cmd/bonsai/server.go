@@ -360,7 +360,13 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		}
 		stop = stopRuntime
 		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
-		kcfg.Network = podNetwork(cfg)
+		if usesCNI(cfg) {
+			kcfg.CNI = cniHost(cfg)
+			log.Info("pod network: CNI plugins", "pod-network", cfg.PodNetwork, "cni-conf-dir", cfg.CNIConfDir, "cni-bin-dir", cfg.CNIBinDirs)
+		} else {
+			kcfg.Network = podNetwork(cfg)
+			log.Info("pod network: built-in", "pod-network", cfg.PodNetwork, "bridge", cfg.PodBridge)
+		}
 		startServiceProxy(ctx, cfg, api, log)
 		startClusterDNS(ctx, cfg, api, log)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")

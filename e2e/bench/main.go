@@ -44,6 +44,7 @@ var suites = []suite{
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
 	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
+	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.
