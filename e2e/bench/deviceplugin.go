@@ -126,6 +126,9 @@ func devicePluginSuite(ctx context.Context, b *bench) ([]Row, error) {
 		select {
 		case t0 := <-registering:
 			reg = append(reg, seen.Sub(t0))
+			if d := seen.Sub(t0); d > 500*time.Millisecond {
+				b.logf("deviceplugin: registration %d (%s) took %s, from %s", i, name, d, t0.UTC().Format("15:04:05.000"))
+			}
 		case <-time.After(5 * time.Second):
 			return rows(), errors.New("the test plugin did not say when it registered")
 		}
