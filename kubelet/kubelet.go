@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/netplugin"
@@ -72,6 +73,10 @@ type Config struct {
 	ClusterDomain string
 	// PodManifestPath holds static pod manifests ("" = none).
 	PodManifestPath string
+	// Devices is the node's device manager (device plugins); nil = none.
+	// Its resources appear in node status and pods get their devices
+	// through it.
+	Devices *deviceplugin.Manager
 	// ImageFS is a path on the file system the runtime keeps images on,
 	// watched by image garbage collection ("" = no collection).
 	ImageFS string
@@ -145,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
+	go a.watchDevices(ctx)
 	if cfg.Runtime != nil {
 		go func() {
 			if err := a.runPods(ctx); err != nil && ctx.Err() == nil {
@@ -323,6 +329,7 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 	mem.Sub(evictionMemory)
 	allocatable[corev1.ResourceMemory] = mem
 	allocatable[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(fsTotal-fsTotal*evictionDiskPct/100, resource.BinarySI)
+	a.deviceResources(capacity, allocatable)
 
 	hb := metav1.NewTime(now)
 	cond := func(t corev1.NodeConditionType, pressure bool, reasonOK, msgOK, reasonBad, msgBad string) corev1.NodeCondition {

@@ -97,6 +97,7 @@ func (m *podManager) run(ctx context.Context) {
 	// With every pod of the node known, what the runtime holds for no
 	// known pod is an orphan from before a restart.
 	m.housekeeping(ctx)
+	m.retainDevices()
 	go m.runtimeEvents(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -106,6 +107,7 @@ func (m *podManager) run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.housekeeping(ctx)
+			m.retainDevices()
 			m.backoff.GC()
 			m.sandboxBackoff.GC()
 		}

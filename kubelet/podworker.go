@@ -50,6 +50,9 @@ type podWorker struct {
 	// claimMounts are the pod's claim volumes, resolved once (by volume
 	// name).
 	claimMounts map[string]claimMount
+	// devicesAdmitted: the pod got its devices; devicesWaiting: for
+	// devices deleted pods still hold (kubelet/devices.go).
+	devicesAdmitted, devicesWaiting bool
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
@@ -148,6 +151,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		// but nothing runs and the network goes.
 		w.stopAll(ctx, pod, inst, 0)
 		w.releaseNetwork(ctx)
+		w.releaseDevices()
 		return time.Minute, false
 	}
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil && !w.deadline && time.Since(w.startTime.Time) > time.Duration(*ads)*time.Second {
@@ -159,6 +163,12 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		inst, _ = w.instances(ctx)
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
+	}
+	if !w.admitDevices(ctx, pod, inst) {
+		if w.devicesWaiting {
+			return 100 * time.Millisecond, false
+		}
+		return 5 * time.Second, false
 	}
 	next := resyncPeriod
 	if w.sandbox == nil && time.Now().Before(w.sandboxRetryAt) {
@@ -498,6 +508,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		}
 	}
 	removePodDir(w.podDir())
+	w.releaseDevices()
 	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
 		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			w.m.log.Warn("completing pod deletion", "pod", podKey(pod), "err", err)

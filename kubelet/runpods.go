@@ -57,6 +57,9 @@ func (a *Agent) runPods(ctx context.Context) error {
 	cfg.nodeAllocatable = st.Allocatable
 	m := newPodManager(cfg)
 	m.net, m.ctx = network, ctx
+	if cfg.Devices != nil {
+		cfg.Devices.SetActivePods(m.activePods)
+	}
 	if uid, ok := a.nodeUID(); ok {
 		m.nodeUID = typesUID(uid)
 	}

@@ -17,6 +17,8 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/deviceplugin"
+	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
@@ -226,4 +228,24 @@ func ensureKubeDNSService(ctx context.Context, cfg *serverConfig, rc *rest.Confi
 		return err
 	}
 	return dns.EnsureService(ctx, cs.Core, netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)))
+}
+
+// startDevices runs the node's device manager on --kubelet-root-dir, its
+// metrics in the API server's /metrics, and the built-in generic device
+// plugin when devices.yaml configures it. A device manager that cannot
+// start (the directory is not writable) leaves the node without devices,
+// not without pods.
+func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) *deviceplugin.Manager {
+	dm := deviceplugin.New(deviceplugin.Config{RootDir: cfg.KubeletRootDir, Logger: log})
+	if err := dm.Start(ctx); err != nil {
+		log.Error("device plugins are not available on this node", "err", err)
+		return nil
+	}
+	if err := api.RegisterMetrics(dm.Collectors()...); err != nil {
+		log.Warn("device plugin metrics not served", "err", err)
+	}
+	if cfg.Devices != nil {
+		generic.Run(ctx, cfg.Devices, dm.Dir(), log)
+	}
+	return dm
 }

@@ -21,6 +21,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
@@ -72,6 +73,8 @@ type serverOptions struct {
 	authorizationMode string
 	auditLogPath      string
 	auditPolicyFile   string
+	kubeletRootDir    string
+	deviceConfig      string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -116,6 +119,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	o.nodeLifecycle.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
+	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
+	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
@@ -171,6 +176,10 @@ type serverConfig struct {
 	DisableScheduler bool
 	// MaxEndpointsPerSlice is --max-endpoints-per-slice.
 	MaxEndpointsPerSlice int
+	// KubeletRootDir holds the device-plugin and pod-resources sockets.
+	KubeletRootDir string
+	// Devices is the generic device plugin's configuration; nil = none.
+	Devices *generic.Config
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -501,6 +510,9 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--pod-bridge %q: must be a lower-case name of at most 15 letters, digits and '-'", o.podBridge)
 	}
 	c.PodBridge = o.podBridge
+	if err := o.validateDevices(c); err != nil {
+		return err
+	}
 	switch o.podNetwork {
 	case "builtin", "cni", "auto":
 		c.PodNetwork = o.podNetwork
@@ -580,5 +592,28 @@ func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
 		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
 	}
 	c.NodeCIDRMaskSize = mask
+	return nil
+}
+
+// validateDevices checks --kubelet-root-dir and reads the generic device
+// plugin's devices.yaml: an explicit --device-config must exist, the
+// default one is read only if present.
+func (o *serverOptions) validateDevices(c *serverConfig) error {
+	if o.kubeletRootDir == "" || !filepath.IsAbs(o.kubeletRootDir) {
+		return fmt.Errorf("--kubelet-root-dir %q: must be an absolute path", o.kubeletRootDir)
+	}
+	c.KubeletRootDir = filepath.Clean(o.kubeletRootDir)
+	path := o.deviceConfig
+	if path == "" {
+		path = filepath.Join(o.dataDir, "devices.yaml")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	cfg, err := generic.Load(path)
+	if err != nil {
+		return fmt.Errorf("--device-config: %v", err)
+	}
+	c.Devices = cfg
 	return nil
 }

@@ -87,6 +87,7 @@ func TestServerDefaults(t *testing.T) {
 
 		MaxEndpointsPerSlice: 100,
 		AuthorizationMode:    "RBAC",
+		KubeletRootDir:       "/var/lib/kubelet",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -151,6 +152,7 @@ func TestServerFlags(t *testing.T) {
 
 		MaxEndpointsPerSlice: 1000,
 		AuthorizationMode:    "AlwaysAllow",
+		KubeletRootDir:       "/var/lib/kubelet",
 		NodeLifecycle:        defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
@@ -170,6 +172,9 @@ func TestServerBadFlags(t *testing.T) {
 		want []string // all must appear in the error
 	}{
 		{[]string{"--service-cidr", "10.43.0.0/33"}, []string{"--service-cidr", "not a CIDR"}},
+		{[]string{"--kubelet-root-dir", "var/lib/kubelet"}, []string{"--kubelet-root-dir", "absolute"}},
+		{[]string{"--device-config", filepath.Join(dir, "absent.yaml")}, []string{"--device-config", "absent.yaml", "no such file"}},
+		{[]string{"--device-config", writeFile(t, "devices.yaml", "resources:\n- name: serial\n  devices: [/dev/ttyUSB*]\n")}, []string{"--device-config", "resources[0]", "vendor-domain/resourcetype"}},
 		{[]string{"--service-cidr", "banana"}, []string{"--service-cidr"}},
 		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
 		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
@@ -508,5 +513,26 @@ func TestNodeLifecycleFlags(t *testing.T) {
 		UnhealthyZoneThreshold: 0.7, LargeClusterSize: 10}
 	if diff := cmp.Diff(want, got.NodeLifecycle); diff != "" {
 		t.Errorf("node lifecycle config (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeviceConfig reads <data-dir>/devices.yaml when it is there, and
+// --device-config over it.
+func TestDeviceConfig(t *testing.T) {
+	noDefaultConfig(t)
+	dir := t.TempDir()
+	got, err := parseServer(t, "--data-dir", dir)
+	if err != nil || got.Devices != nil {
+		t.Fatalf("no devices.yaml: %v, %+v", err, got.Devices)
+	}
+	os.WriteFile(filepath.Join(dir, "devices.yaml"), []byte("resources:\n- name: bonsai.dev/serial\n  devices: [/dev/ttyUSB*]\n"), 0o600)
+	got, err = parseServer(t, "--data-dir", dir)
+	if err != nil || got.Devices == nil || got.Devices.Resources[0].Name != "bonsai.dev/serial" {
+		t.Fatalf("<data-dir>/devices.yaml: %v, %+v", err, got)
+	}
+	other := writeFile(t, "other.yaml", "resources:\n- name: bonsai.dev/camera\n  devices: [/dev/video*]\n  shared: 2\n")
+	got, err = parseServer(t, "--data-dir", dir, "--device-config", other, "--kubelet-root-dir", "/srv/kubelet/")
+	if err != nil || got.Devices.Resources[0].Name != "bonsai.dev/camera" || got.Devices.Resources[0].Shared != 2 || got.KubeletRootDir != "/srv/kubelet" {
+		t.Fatalf("--device-config: %v, %+v", err, got)
 	}
 }

@@ -354,6 +354,9 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
+	if cfg.Runtime != "containerd" && cfg.Devices != nil {
+		log.Warn("devices.yaml is ignored: device plugins need --runtime=containerd", "runtime", cfg.Runtime)
+	}
 	if cfg.Runtime == "containerd" {
 		rt, stopRuntime, imageFS, err := connectRuntime(ctx, cfg, log)
 		if err != nil {
@@ -384,6 +387,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		if kcfg.PodManifestPath == "" {
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
+		kcfg.Devices = startDevices(ctx, cfg, api, log)
 	}
 	serveKubeletAPI(kcfg.Runtime)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}

@@ -308,12 +308,17 @@ func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string, extra 
 			"--https-listen-port", strconv.Itoa(port),
 			"--bind-address", "127.0.0.1",
 			"--config", cfgFile}
-		agent := false
+		agent, rootDir := false, false
 		for _, a := range extra {
 			agent = agent || strings.HasPrefix(a, "--runtime")
+			rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
 		}
 		if !agent {
 			args = append(args, "--disable-agent")
+		} else if !rootDir {
+			// Not /var/lib/kubelet: the device manager empties its
+			// device-plugins directory of sockets.
+			args = append(args, "--kubelet-root-dir", filepath.Join(dir, "kubelet"))
 		}
 		cmd := execCommand(ctx, bin, append(args, extra...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf

@@ -38,6 +38,7 @@ var suites = []suite{
 	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
+	{name: "deviceplugin", about: "device plugins on a real node: registration to Node capacity, Allocate's cost at admission, a burst of pods for few devices", run: devicePluginSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
