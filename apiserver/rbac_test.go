@@ -60,6 +60,13 @@ func newAuthServer(t *testing.T, tokenFile, mode string) (*Server, store.Store) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(); st.Close() })
+	// Ready first, as a client waits for /readyz: until the stored CRDs
+	// are served, /healthz and /readyz say 500.
+	for deadline := time.Now().Add(30 * time.Second); !s.crs.synced.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not load its CustomResourceDefinitions within 30s")
+		}
+	}
 	return s, st
 }
 
