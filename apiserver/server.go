@@ -68,9 +68,12 @@ type Server struct {
 	// nsCache answers "does this namespace exist, is it terminating" for
 	// namespaced creates.
 	nsCache *namespaceCache
-	cfg     Config
-	reg     *registry
-	events  *eventCache // watch events decoded and encoded once
+	// webhooks and policies are the admission configurations, compiled.
+	webhooks *webhookAdmission
+	policies *policyAdmission
+	cfg      Config
+	reg      *registry
+	events   *eventCache // watch events decoded and encoded once
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
 	log           *slog.Logger
@@ -125,13 +128,15 @@ func New(cfg Config) (*Server, error) {
 		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
 		cache: s.nsCache, prefix: s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""),
 	}
+	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
+	s.cfg.Store = s.admissionConfigWrites(s.cfg.Store)
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
 	s.bookmarkEvery = defaultBookmarkInterval
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(r))
+	s.handler = s.withMetrics(s.withAuthentication(withAdmissionWarnings(r)))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records
@@ -145,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	go s.runNamespaceCache(ctx)
+	go s.runAdmissionCaches(ctx)
 	go s.runServiceRepair(ctx)
 	return s, nil
 }
