@@ -213,16 +213,22 @@ func TestWebhookConfigurationDefaultsAndValidation(t *testing.T) {
 		{"timeout", func(w *admissionregistrationv1.ValidatingWebhook) { w.TimeoutSeconds = ptrTo[int32](31) }, "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"},
 		{"review versions", func(w *admissionregistrationv1.ValidatingWebhook) { w.AdmissionReviewVersions = nil }, "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1"},
 		{"http url", func(w *admissionregistrationv1.ValidatingWebhook) { w.ClientConfig.URL = ptrTo("http://127.0.0.1/x") }, "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme"},
-		{"url query", func(w *admissionregistrationv1.ValidatingWebhook) { w.ClientConfig.URL = ptrTo("https://127.0.0.1/x?a=b") }, "query parameters are not permitted in the URL"},
+		{"url query", func(w *admissionregistrationv1.ValidatingWebhook) {
+			w.ClientConfig.URL = ptrTo("https://127.0.0.1/x?a=b")
+		}, "query parameters are not permitted in the URL"},
 		{"both client configs", func(w *admissionregistrationv1.ValidatingWebhook) {
 			w.ClientConfig.Service = &admissionregistrationv1.ServiceReference{Namespace: "default", Name: "x"}
 		}, "webhooks[0].clientConfig: Required value: exactly one of url or service is required"},
 		{"service path", func(w *admissionregistrationv1.ValidatingWebhook) {
 			w.ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "default", Name: "x", Path: ptrTo("x")}}
 		}, "webhooks[0].clientConfig.service.path: Invalid value: \"x\": must start with a '/'"},
-		{"operation", func(w *admissionregistrationv1.ValidatingWebhook) { w.Rules[0].Operations = []admissionregistrationv1.OperationType{"GET"} }, `webhooks[0].rules[0].operations[0]: Unsupported value: "GET"`},
+		{"operation", func(w *admissionregistrationv1.ValidatingWebhook) {
+			w.Rules[0].Operations = []admissionregistrationv1.OperationType{"GET"}
+		}, `webhooks[0].rules[0].operations[0]: Unsupported value: "GET"`},
 		{"wildcard resource", func(w *admissionregistrationv1.ValidatingWebhook) { w.Rules[0].Resources = []string{"*", "pods"} }, "if '*' is present, must not specify other resources without subresources"},
-		{"scope", func(w *admissionregistrationv1.ValidatingWebhook) { w.Rules[0].Scope = ptrTo(admissionregistrationv1.ScopeType("Galaxy")) }, `webhooks[0].rules[0].scope: Unsupported value: "Galaxy"`},
+		{"scope", func(w *admissionregistrationv1.ValidatingWebhook) {
+			w.Rules[0].Scope = ptrTo(admissionregistrationv1.ScopeType("Galaxy"))
+		}, `webhooks[0].rules[0].scope: Unsupported value: "Galaxy"`},
 		{"selector", func(w *admissionregistrationv1.ValidatingWebhook) {
 			w.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}
 		}, "webhooks[0].objectSelector.matchExpressions[0].operator: Invalid value: \"Near\""},
