@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -522,4 +523,55 @@ func validateBindingSpec(p *field.Path, spec *admissionregistrationv1.Validating
 		errs = append(errs, validateMatchResources(p.Child("matchResources"), spec.MatchResources)...)
 	}
 	return errs
+}
+
+// The admissionregistration.k8s.io kinds' table columns, as kubectl shows
+// them from kube-apiserver.
+func init() {
+	webhooks := col("Webhooks", tInteger, "Webhooks is a list of webhooks and the affected resources and operations.")
+	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}] = printer{
+		columns: cols(nameCol, webhooks, ageCol),
+		cells: func(o runtime.Object) []any {
+			c := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
+			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
+		},
+	}
+	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}] = printer{
+		columns: cols(nameCol, webhooks, ageCol),
+		cells: func(o runtime.Object) []any {
+			c := o.(*admissionregistrationv1.ValidatingWebhookConfiguration)
+			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
+		},
+	}
+	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}] = printer{
+		columns: cols(nameCol, col("Validations", tInteger, "Validations is a list of validation expressions."),
+			col("ParamKind", tString, "ParamKind specifies the kind of resources used to parameterize this policy"), ageCol),
+		cells: func(o runtime.Object) []any {
+			p := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+			kind := "<unset>"
+			if pk := p.Spec.ParamKind; pk != nil {
+				kind = pk.APIVersion + "/" + pk.Kind
+			}
+			return []any{p.Name, int64(len(p.Spec.Validations)), kind, age(p)}
+		},
+	}
+	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}] = printer{
+		columns: cols(nameCol, col("PolicyName", tString, "PolicyName references a ValidatingAdmissionPolicy name which the ValidatingAdmissionPolicyBinding binds to."),
+			col("ParamRef", tString, "ParamRef specifies the parameter resource used to configure the admission control policy."), ageCol),
+		cells: func(o runtime.Object) []any {
+			b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+			ref := "<unset>"
+			if r := b.Spec.ParamRef; r != nil {
+				switch {
+				case r.Name != "" && r.Namespace != "":
+					ref = r.Namespace + "/" + r.Name
+				case r.Name != "":
+					ref = "*/" + r.Name
+				default:
+					ref = "*/*"
+				}
+			}
+			return []any{b.Name, b.Spec.PolicyName, ref, age(b)}
+		},
+	}
 }

@@ -1,0 +1,188 @@
+package apiserver
+
+import (
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func (e *testEnv) policy(t *testing.T, name string, spec admissionregistrationv1.ValidatingAdmissionPolicySpec) {
+	t.Helper()
+	_, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(e.ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *testEnv) binding(t *testing.T, name string, spec admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) {
+	t.Helper()
+	_, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(e.ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(e.ctx, name, metav1.DeleteOptions{})
+	})
+}
+
+func configMapRules() *admissionregistrationv1.MatchResources {
+	return &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+		RuleWithOperations: rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "", "v1", "configmaps")}}}
+}
+
+func nsLabeled(e *testEnv, t *testing.T, name, team string) {
+	t.Helper()
+	if _, err := e.cs.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": team}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidatingAdmissionPolicyDenyWarnAndMatch(t *testing.T) {
+	e := newTestEnv(t)
+	nsLabeled(e, t, "strict", "strict")
+	nsLabeled(e, t, "lax", "lax")
+	e.policy(t, "max-keys.example.com", admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		MatchConstraints: configMapRules(),
+		Validations:      []admissionregistrationv1.Validation{{Expression: "!has(object.data) || size(object.data) <= 2"}},
+	})
+	deny := admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "max-keys.example.com",
+		ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "strict"}}}}
+	e.binding(t, "max-keys-deny", deny)
+	warn := admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "max-keys.example.com",
+		ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn, admissionregistrationv1.Audit},
+		MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "lax"}}}}
+	e.binding(t, "max-keys-warn", warn)
+
+	big := map[string]string{"a": "1", "b": "2", "c": "3"}
+	cs, rec := e.withWarnings()
+	_, err := cs.CoreV1().ConfigMaps("strict").Create(e.ctx, cm("big", big), metav1.CreateOptions{})
+	want := `configmaps "big" is forbidden: ValidatingAdmissionPolicy 'max-keys.example.com' with binding 'max-keys-deny' denied request: failed expression: !has(object.data) || size(object.data) <= 2`
+	if !apierrors.IsForbidden(err) || err.Error() != want {
+		t.Errorf("deny: got %v\nwant %s", err, want)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("strict").Create(e.ctx, cm("small", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Errorf("small: %v", err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("lax").Create(e.ctx, cm("big", big), metav1.CreateOptions{}); err != nil {
+		t.Errorf("warn only: %v", err)
+	}
+	wantWarn := "Validation failed for ValidatingAdmissionPolicy 'max-keys.example.com' with binding 'max-keys-warn': failed expression: !has(object.data) || size(object.data) <= 2"
+	if w := rec.all(); len(w) != 1 || w[0] != wantWarn {
+		t.Errorf("warnings %q", w)
+	}
+	// Other resources are not matched.
+	if _, err := cs.CoreV1().Secrets("strict").Create(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}, StringData: big}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("secret: %v", err)
+	}
+	// Without bindings a policy does nothing.
+	e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(e.ctx, "max-keys-deny", metav1.DeleteOptions{})
+	if _, err := cs.CoreV1().ConfigMaps("strict").Create(e.ctx, cm("big", big), metav1.CreateOptions{}); err != nil {
+		t.Errorf("unbound: %v", err)
+	}
+}
+
+func TestValidatingAdmissionPolicyParamsAndFailures(t *testing.T) {
+	e := newTestEnv(t)
+	nsLabeled(e, t, "params", "params")
+	if _, err := e.cs.CoreV1().ConfigMaps("params").Create(e.ctx, cm("limits", map[string]string{"max": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.policy(t, "limit.example.com", admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+		MatchConstraints: configMapRules(),
+		MatchConditions:  []admissionregistrationv1.MatchCondition{{Name: "not-params", Expression: "object.metadata.name != 'limits'"}},
+		Variables:        []admissionregistrationv1.Variable{{Name: "keys", Expression: "has(object.data) ? size(object.data) : 0"}},
+		Validations: []admissionregistrationv1.Validation{{
+			Expression:        "variables.keys <= int(params.data.max)",
+			MessageExpression: "'at most ' + params.data.max + ' keys, got ' + string(variables.keys)",
+			Reason:            ptrTo(metav1.StatusReasonInvalid),
+		}},
+	})
+	e.binding(t, "limit-binding", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "limit.example.com",
+		ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		ParamRef:          &admissionregistrationv1.ParamRef{Name: "limits", Namespace: "params", ParameterNotFoundAction: ptrTo(admissionregistrationv1.DenyAction)},
+		MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "params"}}}})
+	_, err := e.cs.CoreV1().ConfigMaps("params").Create(e.ctx, cm("two", map[string]string{"a": "1", "b": "2"}), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.HasSuffix(err.Error(), "ValidatingAdmissionPolicy 'limit.example.com' with binding 'limit-binding' denied request: at most 1 keys, got 2") {
+		t.Errorf("params: %v", err)
+	}
+	if _, err := e.cs.CoreV1().ConfigMaps("params").Create(e.ctx, cm("one", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Errorf("within the limit: %v", err)
+	}
+	// The parameter object goes: Deny says requests fail.
+	if err := e.cs.CoreV1().ConfigMaps("params").Delete(e.ctx, "limits", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.cs.CoreV1().ConfigMaps("params").Create(e.ctx, cm("none", nil), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "no params found for policy binding with `Deny` parameterNotFoundAction") {
+		t.Errorf("missing params: %v", err)
+	}
+
+	// A runtime error fails the request under failurePolicy Fail and is
+	// ignored under Ignore.
+	nsLabeled(e, t, "errors", "errors")
+	for _, fp := range []admissionregistrationv1.FailurePolicyType{admissionregistrationv1.Fail, admissionregistrationv1.Ignore} {
+		name := "err-" + strings.ToLower(string(fp)) + ".example.com"
+		e.policy(t, name, admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    ptrTo(fp),
+			MatchConstraints: configMapRules(),
+			Validations:      []admissionregistrationv1.Validation{{Expression: "object.data.missing == 'x'"}},
+		})
+		e.binding(t, name, admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "errors"}}}})
+		_, err := e.cs.CoreV1().ConfigMaps("errors").Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "e-"}, Data: map[string]string{"a": "b"}}, metav1.CreateOptions{})
+		if fp == admissionregistrationv1.Fail && (err == nil || !strings.Contains(err.Error(), "expression 'object.data.missing == 'x'' resulted in error: no such key: missing")) {
+			t.Errorf("Fail: %v", err)
+		}
+		if fp == admissionregistrationv1.Ignore && err != nil {
+			t.Errorf("Ignore: %v", err)
+		}
+		// The next round checks Ignore alone.
+		e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(e.ctx, "err-fail.example.com", metav1.DeleteOptions{})
+	}
+}
+
+func TestValidatingAdmissionPolicyValidation(t *testing.T) {
+	e := newTestEnv(t)
+	for _, tc := range []struct {
+		name string
+		spec admissionregistrationv1.ValidatingAdmissionPolicySpec
+		want string
+	}{
+		{"no match", admissionregistrationv1.ValidatingAdmissionPolicySpec{Validations: []admissionregistrationv1.Validation{{Expression: "true"}}}, "spec.matchConstraints: Required value"},
+		{"no validations", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules()}, "spec.validations: Required value: validations or auditAnnotations must contain at least one item"},
+		{"bad expression", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "object.("}}}, "spec.validations[0].expression: Invalid value: \"object.(\": compilation failed"},
+		{"not bool", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "1 + 1"}}}, "must evaluate to bool"},
+		{"reason", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "true", Reason: ptrTo(metav1.StatusReasonConflict)}}}, `spec.validations[0].reason: Unsupported value: "Conflict"`},
+	} {
+		_, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(e.ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tc.spec}, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		spec admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec
+		want string
+	}{
+		{"no policy", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}, "spec.policyName: Required value"},
+		{"no actions", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p"}, "spec.validationActions: Required value"},
+		{"deny and warn", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny, admissionregistrationv1.Warn}}, "must not contain both Deny and Warn"},
+		{"param action", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "p", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, ParamRef: &admissionregistrationv1.ParamRef{Name: "x"}}, "spec.paramRef.parameterNotFoundAction: Required value"},
+	} {
+		_, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(e.ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: tc.spec}, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
