@@ -42,6 +42,7 @@ var suites = []suite{
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
 	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
+	{name: "webhook", about: "admission webhooks: a no-op webhook's round trip per create, by URL and through a Service", run: webhookSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
 }
 
