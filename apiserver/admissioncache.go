@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,58 +105,17 @@ func (c *configCache[T]) run(ctx context.Context) {
 	}
 }
 
-// admissionConfigWrites tells the admission caches about every write of
-// an admission configuration this server makes, before the write returns.
-type admissionConfigWrites struct {
-	store.Store
-	notes []admissionConfigNote
-}
-
-type admissionConfigNote struct {
-	prefix  string
-	changed func(rev uint64)
-}
-
-func (a admissionConfigWrites) note(key string, rev uint64) {
-	if rev == 0 {
-		return
-	}
-	for _, n := range a.notes {
-		if strings.HasPrefix(key, n.prefix) {
-			n.changed(rev)
-		}
-	}
-}
-
-func (a admissionConfigWrites) Create(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := a.Store.Create(ctx, key, value)
-	a.note(key, rev)
-	return rev, err
-}
-
-func (a admissionConfigWrites) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	nrev, err := a.Store.Update(ctx, key, value, rev)
-	a.note(key, nrev)
-	return nrev, err
-}
-
-func (a admissionConfigWrites) Delete(ctx context.Context, key string, rev uint64) (store.KeyValue, error) {
-	kv, err := a.Store.Delete(ctx, key, rev)
-	a.note(key, kv.Revision)
-	return kv, err
-}
-
-// admissionConfigWrites wraps st so that writes of admission
+// admissionConfigNotes let this server's writes of admission
 // configurations reach their caches at once.
-func (s *Server) admissionConfigWrites(st store.Store) store.Store {
-	var notes []admissionConfigNote
+func (s *Server) admissionConfigNotes() []writeNote {
+	var notes []writeNote
 	for _, c := range []interface {
 		prefix() string
 		changed(uint64)
 	}{s.webhooks.mutating, s.webhooks.validating, s.policies.policies, s.policies.bindings} {
-		notes = append(notes, admissionConfigNote{prefix: c.prefix(), changed: c.changed})
+		notes = append(notes, writeNote{prefix: c.prefix(), wrote: func(_ string, rev uint64) { c.changed(rev) }})
 	}
-	return admissionConfigWrites{Store: st, notes: notes}
+	return notes
 }
 
 // runAdmissionCaches watches the admission configurations until ctx ends.

@@ -124,12 +124,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.nsCache = newNamespaceCache()
-	s.cfg.Store = namespaceWrites{
-		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
-		cache: s.nsCache, prefix: s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""),
-	}
 	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
-	s.cfg.Store = s.admissionConfigWrites(s.cfg.Store)
+	s.cfg.Store = writeNotes{
+		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
+		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, s.admissionConfigNotes()...),
+	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)

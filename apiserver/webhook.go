@@ -201,7 +201,7 @@ func requestAttrs(ctx context.Context, wc *writeCtx, op admissionv1.Operation, s
 
 // admitMutating runs the mutating webhooks (and then nothing else: the
 // built-in steps ran before) on obj, in place.
-func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource string, obj, old runtime.Object) error {
+func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource string, obj, old runtime.Object) (err error) {
 	m, _ := metaOf(obj)
 	a, ok := requestAttrs(ctx, wc, op, subresource, m.GetNamespace(), m.GetName(), obj, old)
 	if !ok {
@@ -214,6 +214,12 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 	if len(hooks) == 0 {
 		return nil
 	}
+	// A webhook may not move the object to another namespace.
+	defer func() {
+		if err == nil && m.GetNamespace() != a.namespace {
+			err = apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+	}()
 	// invokedAt[i] is the mutation count when hook i last ran; a hook
 	// that asks to be reinvoked is, once, if the object changed after it.
 	invokedAt := map[int]int{}
