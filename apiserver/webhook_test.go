@@ -307,6 +307,14 @@ func TestMutatingWebhookPatchesWarnsAndSeesTheRequest(t *testing.T) {
 	if n := len(h.calls()); n != 1 {
 		t.Errorf("update called a CREATE webhook: %d calls", n)
 	}
+	// A patch may not move the object to another namespace.
+	h.respond = func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return patchResponse(jsonPatch(map[string]any{"op": "replace", "path": "/metadata/namespace", "value": "kube-system"}))
+	}
+	_, err = e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("moved", nil), metav1.CreateOptions{})
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "the namespace of the provided object does not match the namespace sent on the request") {
+		t.Errorf("namespace move: %v", err)
+	}
 	// A patch that breaks the object fails the request (failurePolicy Fail).
 	h.respond = func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return patchResponse(jsonPatch(map[string]any{"op": "replace", "path": "/nothere/x", "value": 1}))

@@ -3,9 +3,11 @@ package e2e
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bonsai.dev/bonsai/e2e/testenv"
 )
@@ -175,5 +177,121 @@ spec:
 	k.must("delete", "validatingadmissionpolicybinding", "few-keys-hooked")
 	if r := k.run("create", "-f", writeFile(t, "denied2.yaml", denied, 0o600)); r.code != 0 {
 		t.Errorf("after deleting the validating webhook: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestAdmissionWebhookInAPod runs the webhook server in a pod of a real
+// node, behind a Service with a selector: the API server calls one of the
+// Service's ready endpoints, and kubectl sees the mutation and warning.
+func TestAdmissionWebhookInAPod(t *testing.T) {
+	e := startPodEnv(t)
+	kcs := testenv.Kubectls(t)
+	kc := kcs[len(kcs)-1]
+	k := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: filepath.Join(e.s.dataDir, "kubeconfig.yaml"), cacheDir: t.TempDir()}
+	dir := t.TempDir()
+	bin, err := testenv.BuildWebhook(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := testenv.WebhookCerts(filepath.Join(dir, "pki"), "pod-webhook.hooks.svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"bin/webhook": nil, "etc/webhook/tls.crt": nil, "etc/webhook/tls.key": nil}
+	for name, src := range map[string]string{"bin/webhook": bin, "etc/webhook/tls.crt": filepath.Join(dir, "pki", "serving.crt"), "etc/webhook/tls.key": filepath.Join(dir, "pki", "serving.key")} {
+		if files[name], err = os.ReadFile(src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bb, err := testenv.BusyboxPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, config, err := testenv.BusyboxLayer(bb, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.registry.Push("e2e/webhook", "1", layer, config); err != nil {
+		t.Fatal(err)
+	}
+	manifest := `apiVersion: v1
+kind: Namespace
+metadata:
+  name: hooks
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pod-webhook
+  namespace: hooks
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: pod-webhook}
+  template:
+    metadata:
+      labels: {app: pod-webhook}
+    spec:
+      containers:
+      - name: webhook
+        image: registry.bonsai.test/e2e/webhook:1
+        command: ["/bin/webhook", "-listen", "0.0.0.0:8443", "-cert", "/etc/webhook/tls.crt", "-key", "/etc/webhook/tls.key"]
+        ports:
+        - containerPort: 8443
+        readinessProbe:
+          tcpSocket: {port: 8443}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: pod-webhook
+  namespace: hooks
+spec:
+  selector: {app: pod-webhook}
+  ports:
+  - port: 443
+    targetPort: 8443
+`
+	k.must("apply", "-f", writeFile(t, "pod-webhook.yaml", manifest, 0o600))
+	k.must("rollout", "status", "-n", "hooks", "deployment/pod-webhook", "--timeout=90s")
+	hook := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: pod-mutate
+webhooks:
+- name: mutate.pod.e2e.bonsai.dev
+  clientConfig:
+    service: {name: pod-webhook, namespace: hooks, path: /mutate}
+    caBundle: %s
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["configmaps"]
+  namespaceSelector:
+    matchLabels: {kubernetes.io/metadata.name: app}
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  timeoutSeconds: 5
+`, base64.StdEncoding.EncodeToString(certs.CA.CertPEM))
+	k.must("apply", "-f", writeFile(t, "pod-mutate.yaml", hook, 0o600))
+	k.must("create", "namespace", "app")
+	r := k.run("create", "configmap", "cfg", "-n", "app", "--from-literal=a=b")
+	if r.code != 0 || !strings.Contains(r.stderr, "Warning: configmap cfg labelled by the e2e webhook") {
+		t.Fatalf("create through the webhook in a pod: exit %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	if got := k.must("get", "configmap", "cfg", "-n", "app", "-o", `jsonpath={.metadata.labels.e2e\.bonsai\.dev/mutated}`); got != "true" {
+		t.Errorf("mutated label: %q", got)
+	}
+	// With no pod behind the Service, the call fails and failurePolicy
+	// Fail refuses the create.
+	k.must("scale", "-n", "hooks", "deployment/pod-webhook", "--replicas=0")
+	waitFor(t, 60*time.Second, "the webhook's endpoints to go", func() bool {
+		return k.run("get", "pods", "-n", "hooks", "-o", "name").stdout == ""
+	})
+	stderr := k.fails("create", "configmap", "cfg2", "-n", "app", "--from-literal=a=b")
+	if !strings.Contains(stderr, `Internal error occurred: failed calling webhook "mutate.pod.e2e.bonsai.dev": failed to call webhook`) {
+		t.Errorf("webhook without pods:\n%s", stderr)
 	}
 }

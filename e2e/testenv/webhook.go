@@ -31,30 +31,45 @@ func (w *Webhook) URL(path string) string {
 	return "https://127.0.0.1:" + strconv.Itoa(w.Port) + path
 }
 
-// StartWebhook builds and starts the webhook server in dir; dnsNames are
-// the Service names (name.namespace.svc) it will be reached by.
-func StartWebhook(dir string, dnsNames ...string) (*Webhook, error) {
+// BuildWebhook builds e2e/testdata/webhook, statically, into dir.
+func BuildWebhook(dir string) (string, error) {
 	goBin, err := goTool()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	out, err := exec.Command(goBin, "env", "GOMOD").Output()
 	if err != nil {
-		return nil, fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return nil, errors.New("not inside the bonsai module: the webhook server is built from it")
+		return "", errors.New("not inside the bonsai module: the webhook server is built from it")
 	}
 	bin := filepath.Join(dir, "webhook")
-	build := exec.Command(goBin, "build", "-trimpath", "-o", bin, "./e2e/testdata/webhook")
+	build := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./e2e/testdata/webhook")
 	build.Dir = filepath.Dir(gomod)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build e2e/testdata/webhook: %v\n%s", err, b)
+		return "", fmt.Errorf("go build e2e/testdata/webhook: %v\n%s", err, b)
+	}
+	return bin, nil
+}
+
+// WebhookCerts makes a CA and a serving certificate for 127.0.0.1 and
+// dnsNames in dir (pki's file names: ca.crt, serving.crt, serving.key).
+func WebhookCerts(dir string, dnsNames ...string) (*pki.Certs, error) {
+	return pki.Ensure(dir, pki.SANs{DNSNames: dnsNames, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+}
+
+// StartWebhook builds and starts the webhook server in dir; dnsNames are
+// the Service names (name.namespace.svc) it will be reached by.
+func StartWebhook(dir string, dnsNames ...string) (*Webhook, error) {
+	bin, err := BuildWebhook(dir)
+	if err != nil {
+		return nil, err
 	}
 	pkiDir := filepath.Join(dir, "webhook-pki")
-	certs, err := pki.Ensure(pkiDir, pki.SANs{DNSNames: dnsNames, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	certs, err := WebhookCerts(pkiDir, dnsNames...)
 	if err != nil {
 		return nil, err
 	}
