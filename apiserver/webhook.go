@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -290,6 +292,41 @@ func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admission
 	return nil
 }
 
+// admitConnect sends a pods/exec, attach or portforward request to the
+// policies and validating webhooks as operation CONNECT, its options as
+// the object, as kube-apiserver does. (Mutating webhooks are not called:
+// there is nothing of the pod's to change.)
+func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, q url.Values) error {
+	var opts runtime.Object
+	bools := func() (stdin, stdout, stderr, tty bool) {
+		return q.Get("stdin") == "true" || q.Get("stdin") == "1", q.Get("stdout") == "true" || q.Get("stdout") == "1",
+			q.Get("stderr") == "true" || q.Get("stderr") == "1", q.Get("tty") == "true" || q.Get("tty") == "1"
+	}
+	switch ri.subresource {
+	case "exec":
+		o := &corev1.PodExecOptions{Container: q.Get("container"), Command: q["command"]}
+		o.Stdin, o.Stdout, o.Stderr, o.TTY = bools()
+		opts = o
+	case "attach":
+		o := &corev1.PodAttachOptions{Container: q.Get("container")}
+		o.Stdin, o.Stdout, o.Stderr, o.TTY = bools()
+		opts = o
+	case "portforward":
+		o := &corev1.PodPortForwardOptions{}
+		for _, p := range q["ports"] {
+			if n, err := strconv.ParseInt(p, 10, 32); err == nil {
+				o.Ports = append(o.Ports, int32(n))
+			}
+		}
+		opts = o
+	default:
+		return nil
+	}
+	kind := reflect.TypeOf(opts).Elem().Name()
+	opts.GetObjectKind().SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	return s.admitValidating(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
+}
+
 // callWebhook calls h if it matches a. changed says a patch changed the
 // object; called that the webhook was asked.
 func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs) (changed, called bool, err error) {
@@ -540,6 +577,13 @@ func (inv invocation) request(a *admissionAttrs) (*admissionv1.AdmissionRequest,
 		req.Kind = metav1.GroupVersionKind(inv.res.gvk())
 	}
 	var err error
+	if a.op == admissionv1.Connect {
+		// The object is the connect options, of their own kind.
+		gvk := metav1.GroupVersionKind(a.obj.GetObjectKind().GroupVersionKind())
+		req.Kind, req.RequestKind = gvk, &gvk
+		req.Object.Raw, err = json.Marshal(a.obj)
+		return req, err
+	}
 	if req.Object.Raw, err = inv.encode(a.res, a.obj); err != nil {
 		return nil, err
 	}

@@ -699,3 +699,39 @@ func TestWebhookConfigurationsAreExempt(t *testing.T) {
 		t.Fatalf("a deleted webhook still runs: %v", err)
 	}
 }
+
+func TestWebhookOnConnect(t *testing.T) {
+	e := newTestEnv(t)
+	h := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{Code: 403, Reason: metav1.StatusReasonForbidden, Message: "no exec here"}}
+	})
+	if _, err := e.cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exec := func() error {
+		return e.cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("p").SubResource("exec").
+			Param("command", "ls").Param("command", "/").Param("stdout", "true").Do(e.ctx).Error()
+	}
+	// The pod has no node: without a webhook, that is the answer.
+	if err := exec(); err == nil || !strings.Contains(err.Error(), "does not have a host assigned") {
+		t.Fatalf("exec without webhook: %v", err)
+	}
+	e.validating(t, "connect",
+		urlHook("pods.example.com", h, rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Connect}, "", "v1", "pods")),
+		urlHook("exec.example.com", h, rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Connect}, "", "v1", "pods/exec")))
+	err := exec()
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `admission webhook "exec.example.com" denied the request: no exec here`) {
+		t.Fatalf("exec with a CONNECT webhook: %v", err)
+	}
+	calls := h.calls()
+	if len(calls) != 1 { // "pods" has no subresources
+		t.Fatalf("%d calls", len(calls))
+	}
+	var opts corev1.PodExecOptions
+	json.Unmarshal(calls[0].Object.Raw, &opts)
+	if r := calls[0]; r.Operation != admissionv1.Connect || r.Kind.Kind != "PodExecOptions" || r.SubResource != "exec" ||
+		strings.Join(opts.Command, " ") != "ls /" || !opts.Stdout || opts.Stdin {
+		t.Errorf("request %+v options %+v", r, opts)
+	}
+}
