@@ -161,6 +161,7 @@ func TestValidatingAdmissionPolicyValidation(t *testing.T) {
 		{"no validations", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules()}, "spec.validations: Required value: validations or auditAnnotations must contain at least one item"},
 		{"bad expression", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "object.("}}}, "spec.validations[0].expression: Invalid value: \"object.(\": compilation failed"},
 		{"not bool", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "1 + 1"}}}, "must evaluate to bool"},
+		{"audit annotation", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), AuditAnnotations: []admissionregistrationv1.AuditAnnotation{{Key: "k", ValueExpression: "object.("}}}, "spec.auditAnnotations[0].valueExpression: Invalid value"},
 		{"reason", admissionregistrationv1.ValidatingAdmissionPolicySpec{MatchConstraints: configMapRules(), Validations: []admissionregistrationv1.Validation{{Expression: "true", Reason: ptrTo(metav1.StatusReasonConflict)}}}, `spec.validations[0].reason: Unsupported value: "Conflict"`},
 	} {
 		_, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(e.ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{

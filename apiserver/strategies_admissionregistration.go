@@ -448,6 +448,18 @@ func validatePolicySpec(p *field.Path, spec *admissionregistrationv1.ValidatingA
 		}
 		errs = append(errs, validateCEL(vp.Child("expression"), v.Expression, nil)...)
 	}
+	keys := sets.New[string]()
+	for i, a := range spec.AuditAnnotations {
+		ap := p.Child("auditAnnotations").Index(i)
+		for _, msg := range utilvalidation.IsQualifiedName(a.Key) {
+			errs = append(errs, field.Invalid(ap.Child("key"), a.Key, msg))
+		}
+		if keys.Has(a.Key) {
+			errs = append(errs, field.Duplicate(ap.Child("key"), a.Key))
+		}
+		keys.Insert(a.Key)
+		errs = append(errs, validateCEL(ap.Child("valueExpression"), a.ValueExpression, nil)...)
+	}
 	for i, v := range spec.Validations {
 		vp := p.Child("validations").Index(i)
 		errs = append(errs, validateCEL(vp.Child("expression"), v.Expression, cel.BoolType)...)

@@ -168,6 +168,9 @@ spec:
       matchLabels: {e2e-webhooks: "on"}
 `
 	k.must("apply", "-f", writeFile(t, "policy.yaml", policy, 0o600))
+	if explain := k.must("explain", "validatingadmissionpolicy.spec.validations"); !strings.Contains(explain, "expression\t<string> -required-") {
+		t.Errorf("kubectl explain:\n%s", explain)
+	}
 	stderr = k.fails("create", "configmap", "wide", "-n", "hooked", "--from-literal=a=1", "--from-literal=b=2", "--from-literal=c=3")
 	if !strings.Contains(stderr, `configmaps "wide" is forbidden: ValidatingAdmissionPolicy 'few-keys.e2e.bonsai.dev' with binding 'few-keys-hooked' denied request: at most two keys`) {
 		t.Errorf("policy denial:\n%s", stderr)
