@@ -150,7 +150,15 @@ func compilePolicy(p *admissionregistrationv1.ValidatingAdmissionPolicy) *compil
 // policyAdmission owns the policy and binding caches.
 type policyAdmission struct {
 	policies *configCache[map[string]*compiledPolicy]
-	bindings *configCache[[]*admissionregistrationv1.ValidatingAdmissionPolicyBinding]
+	bindings *configCache[[]*compiledBinding]
+}
+
+// compiledBinding is a binding with its matchResources compiled (nil
+// when it has none).
+type compiledBinding struct {
+	*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	match *compiledMatch
+	err   error
 }
 
 func newPolicyAdmission(s *Server) *policyAdmission {
@@ -163,10 +171,14 @@ func newPolicyAdmission(s *Server) *policyAdmission {
 			}
 			return out
 		}),
-		bindings: newConfigCache(s, gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), func(objs []runtime.Object) []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-			out := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, 0, len(objs))
+		bindings: newConfigCache(s, gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), func(objs []runtime.Object) []*compiledBinding {
+			out := make([]*compiledBinding, 0, len(objs))
 			for _, o := range objs {
-				out = append(out, o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding))
+				b := &compiledBinding{ValidatingAdmissionPolicyBinding: o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)}
+				if b.Spec.MatchResources != nil {
+					b.match, b.err = compileMatch(b.Spec.MatchResources)
+				}
+				out = append(out, b)
 			}
 			sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 			return out
@@ -196,7 +208,8 @@ func (s *Server) admitPolicies(ctx context.Context, a *admissionAttrs) error {
 	return nil
 }
 
-func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, a *admissionAttrs) error {
+func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, cb *compiledBinding, a *admissionAttrs) error {
+	b := cb.ValidatingAdmissionPolicyBinding
 	actions := sets.New(b.Spec.ValidationActions...)
 	// failure reports a configuration or evaluation failure by the
 	// policy's failurePolicy.
@@ -213,12 +226,11 @@ func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, b *admissio
 	} else if ok, _ := s.policyMatches(ctx, p.match, a, true); !ok {
 		return nil
 	}
-	if b.Spec.MatchResources != nil {
-		bm, err := compileMatch(b.Spec.MatchResources)
-		if err != nil {
-			return failure(err)
-		}
-		if ok, err := s.policyMatches(ctx, bm, a, false); err != nil || !ok {
+	if cb.err != nil {
+		return failure(cb.err)
+	}
+	if cb.match != nil {
+		if ok, err := s.policyMatches(ctx, cb.match, a, false); err != nil || !ok {
 			return err
 		}
 	}
