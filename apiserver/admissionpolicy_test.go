@@ -4,10 +4,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func (e *testEnv) policy(t *testing.T, name string, spec admissionregistrationv1.ValidatingAdmissionPolicySpec) {
@@ -186,4 +189,49 @@ func TestValidatingAdmissionPolicyValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// FuzzAdmissionCEL feeds arbitrary expressions and objects to the
+// admission CEL environment: compiling and evaluating may fail, never
+// panic, and an expression that compiles as a bool yields a bool or an
+// error.
+func FuzzAdmissionCEL(f *testing.F) {
+	f.Add("object.metadata.name.startsWith('a')", `{"metadata":{"name":"abc","labels":{"x":"y"}}}`)
+	f.Add("has(object.data) && size(object.data) <= 2", `{"data":{"a":"1"}}`)
+	f.Add("object.spec.replicas > 1.5", `{"spec":{"replicas":3}}`)
+	f.Add("object.items.all(i, i > 0)", `{"items":[1,2,-3]}`)
+	f.Fuzz(func(t *testing.T, expr, obj string) {
+		p, err := compileCEL(expr, nil)
+		if err != nil {
+			return
+		}
+		v, err := jsonValueRaw([]byte(obj))
+		if err != nil {
+			return
+		}
+		p.eval(map[string]any{"object": v, "oldObject": nil, "request": nil, "params": nil, "namespaceObject": nil, "variables": map[string]any{}})
+		if b, err := compileCEL(expr, cel.BoolType); err == nil {
+			b.evalBool(map[string]any{"object": v, "oldObject": nil, "request": nil, "params": nil, "namespaceObject": nil, "variables": map[string]any{}})
+		}
+	})
+}
+
+// FuzzWebhookRules checks that rule validation and matching never panic
+// and that a rule validation accepts always matches something sensible:
+// "*" matches every resource without a subresource.
+func FuzzWebhookRules(f *testing.F) {
+	f.Add("pods/status", "pods", "status")
+	f.Add("*/*", "deployments", "scale")
+	f.Add("*", "configmaps", "")
+	f.Add("a//b", "a", "")
+	f.Fuzz(func(t *testing.T, rule, resource, sub string) {
+		validateRuleResources(field.NewPath("resources"), []string{rule})
+		got := resourceMatches(rule, resource, sub)
+		if rule == "*" && got != (sub == "") {
+			t.Errorf("%q on %s/%s: %v", rule, resource, sub, got)
+		}
+		if rule == "*/*" && !got {
+			t.Errorf("*/* did not match %s/%s", resource, sub)
+		}
+	})
 }
