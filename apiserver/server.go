@@ -68,12 +68,14 @@ type Server struct {
 	// nsCache answers "does this namespace exist, is it terminating" for
 	// namespaced creates.
 	nsCache *namespaceCache
+	cfg     Config
+	reg     *registry
+	events  *eventCache // watch events decoded and encoded once
+
 	// webhooks and policies are the admission configurations, compiled.
 	webhooks *webhookAdmission
 	policies *policyAdmission
-	cfg      Config
-	reg      *registry
-	events   *eventCache // watch events decoded and encoded once
+
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
 	log           *slog.Logger
