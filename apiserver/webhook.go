@@ -222,8 +222,9 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 			err = apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 		}
 	}()
-	// invokedAt[i] is the mutation count when hook i last ran; a hook
-	// that asks to be reinvoked is, once, if the object changed after it.
+	// invokedAt[i] is the mutation count after hook i ran (its own change
+	// included); a hook that asks to be reinvoked is, once, if a later
+	// one changed the object.
 	invokedAt := map[int]int{}
 	mutations := 0
 	for i, h := range hooks {
@@ -231,11 +232,11 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 		if err != nil {
 			return err
 		}
-		if called {
-			invokedAt[i] = mutations
-		}
 		if changed {
 			mutations++
+		}
+		if called {
+			invokedAt[i] = mutations
 		}
 	}
 	if mutations == 0 {

@@ -642,6 +642,15 @@ func TestMutatingWebhookReinvocation(t *testing.T) {
 	if got.Labels["first"] != "1" || got.Labels["second"] != "2" || calls["first"] != 2 || calls["second"] != 1 {
 		t.Errorf("labels %v calls %v", got.Labels, calls)
 	}
+	// A webhook's own change does not reinvoke it.
+	e.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(e.ctx, "b-second", metav1.DeleteOptions{})
+	calls = map[string]int{}
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("alone", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if calls["first"] != 1 {
+		t.Errorf("a webhook alone was called %d times", calls["first"])
+	}
 }
 
 func TestWebhookToService(t *testing.T) {
