@@ -573,10 +573,6 @@ func (inv invocation) request(a *admissionAttrs) (*admissionv1.AdmissionRequest,
 		UserInfo:           userInfo(a.user),
 		DryRun:             &a.dryRun,
 	}
-	if a.subresource == "status" || a.subresource == "finalize" || a.subresource == "ephemeralcontainers" {
-		// The status subresource's object is the whole object.
-		req.Kind = metav1.GroupVersionKind(inv.res.gvk())
-	}
 	var err error
 	if a.op == admissionv1.Connect {
 		// The object is the connect options, of their own kind.
