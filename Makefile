@@ -27,11 +27,11 @@ CGO_ENABLED ?= 0
 # the tests and benchmarks need: everything bonsai needs plus its real
 # peers and test fixtures (etcd-server, busybox-static, ...).
 RUN_DEPS := containerd runc
-DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry)
+DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables)
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
-FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/authn/ ./cmd/bonsai/ ./controllers/nodeipam/
+FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/
 BENCH_FLAGS ?=
 CHURN ?= 10m
 

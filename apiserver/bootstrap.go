@@ -55,6 +55,9 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if err := s.ensureServiceCIDR(ctx); err != nil {
 		return err
 	}
+	if err := s.ensureDefaultPolicy(ctx); err != nil {
+		return err
+	}
 	if !s.cfg.AdvertiseAddress.IsValid() || s.cfg.SecurePort == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -106,22 +107,39 @@ func parseFieldValidation(r *http.Request) (fieldValidation, error) {
 // duplicate fields per fieldValidation: Strict fails with 400, Warn adds a
 // Warning header.
 func decodeInto(w http.ResponseWriter, data []byte, obj runtime.Object, fv fieldValidation) error {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// Unknown fields of a custom object are the schema's to judge
+		// (unknownFields); duplicates are judged here.
+		msgs, err := decodeUnstructured(data, u, fv)
+		if err != nil {
+			return err
+		}
+		return reportStrict(w, msgs, fv)
+	}
 	strictErrs, err := kjson.UnmarshalStrict(data, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
 		return apierrors.NewBadRequest(decodeErrorMessage(err))
 	}
-	if len(strictErrs) == 0 || fv == validationIgnore {
+	msgs := make([]string, len(strictErrs))
+	for i, e := range strictErrs {
+		msgs[i] = e.Error()
+	}
+	return reportStrict(w, msgs, fv)
+}
+
+// reportStrict reports a decode's unknown or duplicate fields per
+// fieldValidation: Strict fails with 400, Warn adds Warning headers.
+func reportStrict(w http.ResponseWriter, msgs []string, fv fieldValidation) error {
+	if len(msgs) == 0 || fv == validationIgnore {
 		return nil
 	}
 	if fv == validationStrict {
-		msgs := make([]string, len(strictErrs))
-		for i, e := range strictErrs {
-			msgs[i] = e.Error()
-		}
 		return apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
 	}
-	for _, e := range strictErrs {
-		addWarning(w, e.Error())
+	if w != nil {
+		for _, m := range msgs {
+			addWarning(w, m)
+		}
 	}
 	return nil
 }
@@ -150,6 +168,9 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 		out.GetObjectKind().SetGroupVersionKind(res.gvk())
 		return out, nil
 	}
+	if res.custom != nil {
+		return decodeCustom(res, kv)
+	}
 	obj := res.newObject()
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, obj); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
@@ -169,6 +190,9 @@ func setResourceVersion(obj runtime.Object, rev uint64) {
 func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
 	if res.storage != nil {
 		return encodeForStore(res.storage, res.toStorage(obj))
+	}
+	if res.custom != nil {
+		return encodeCustom(res, obj)
 	}
 	m, err := metaOf(obj)
 	if err != nil {
@@ -324,4 +348,11 @@ func metaOf(obj runtime.Object) (metav1.Object, error) {
 func unsupportedMediaType(ct string) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
 		Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got %q)", ct)}}
+}
+
+// customUnsupportedMediaType is 415 for a patch type custom objects do not
+// take (strategic merge), listing the ones they do, as upstream does.
+func customUnsupportedMediaType(ct string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+		Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got %q)", ct)}}
 }

@@ -126,6 +126,9 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		if err != nil {
 			return nil, false, err
 		}
+		if err := s.admitNodeDelete(ctx, res, old, "delete"); err != nil {
+			return nil, false, err
+		}
 		m, _ := metaOf(old)
 		if p := opts.Preconditions; p != nil {
 			if p.UID != nil && *p.UID != m.GetUID() {

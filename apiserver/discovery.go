@@ -34,6 +34,9 @@ var subresourceInfo = map[string]struct {
 }
 
 func (r *resource) verbs() metav1.Verbs {
+	if r.createOnly {
+		return metav1.Verbs{"create"}
+	}
 	if r.noCollection {
 		return metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
 	}
@@ -51,7 +54,7 @@ func subKind(r *resource, sub string) schema.GroupVersionKind {
 // apiResources is the legacy discovery document of one group version.
 func (s *Server) apiResources(gv schema.GroupVersion) *metav1.APIResourceList {
 	out := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
-	for _, r := range s.reg.resourcesIn(gv) {
+	for _, r := range s.resourcesIn(gv) {
 		out.APIResources = append(out.APIResources, metav1.APIResource{
 			Name: r.gvr.Resource, SingularName: r.singular, Namespaced: r.namespaced, Kind: r.kind,
 			Verbs: r.verbs(), ShortNames: r.shortNames, Categories: r.categories,
@@ -72,14 +75,14 @@ func (s *Server) apiResources(gv schema.GroupVersion) *metav1.APIResourceList {
 // true) or every other group.
 func (s *Server) aggregated(core bool) *apidiscoveryv2.APIGroupDiscoveryList {
 	out := &apidiscoveryv2.APIGroupDiscoveryList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupDiscoveryList", APIVersion: "apidiscovery.k8s.io/v2"}}
-	for _, g := range s.reg.groups {
+	for _, g := range s.groups() {
 		if (g.name == "") != core {
 			continue
 		}
 		gd := apidiscoveryv2.APIGroupDiscovery{ObjectMeta: metav1.ObjectMeta{Name: g.name}}
 		for _, v := range g.versions {
 			vd := apidiscoveryv2.APIVersionDiscovery{Version: v, Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent}
-			for _, r := range s.reg.resourcesIn(schema.GroupVersion{Group: g.name, Version: v}) {
+			for _, r := range s.resourcesIn(schema.GroupVersion{Group: g.name, Version: v}) {
 				scope := apidiscoveryv2.ScopeCluster
 				if r.namespaced {
 					scope = apidiscoveryv2.ScopeNamespace
@@ -195,7 +198,7 @@ func (s *Server) serveAPIs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
-	for _, g := range s.reg.groups {
+	for _, g := range s.groups() {
 		if g.name != "" {
 			list.Groups = append(list.Groups, s.apiGroup(g))
 		}
@@ -204,7 +207,7 @@ func (s *Server) serveAPIs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request, group string) {
-	g, ok := s.reg.group(group)
+	g, ok := s.group(group)
 	if !ok || group == "" {
 		writeError(w, notFoundPath())
 		return
@@ -215,7 +218,7 @@ func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request, group string
 }
 
 func (s *Server) serveGroupVersion(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) {
-	g, ok := s.reg.group(gv.Group)
+	g, ok := s.group(gv.Group)
 	if !ok || !contains(g.versions, gv.Version) {
 		writeError(w, notFoundPath())
 		return

@@ -47,6 +47,9 @@ func (s *Server) createEviction(w http.ResponseWriter, r *http.Request, ri reque
 	if err != nil {
 		return err
 	}
+	if err := s.admitNodeDelete(ctx, res, obj, "evict"); err != nil {
+		return err
+	}
 	pod := obj.(*corev1.Pod)
 	if opts.Preconditions == nil || opts.Preconditions.UID == nil {
 		// Evict exactly the pod that was checked against its budget.

@@ -27,6 +27,15 @@ func (s *Server) healthChecks() []healthCheck {
 			_, err := s.cfg.Store.CurrentRevision(ctx)
 			return err
 		}},
+		// As kube-apiserver's: ready once the stored CRDs are served, so
+		// that a client of a custom resource never sees a 404 after a
+		// restart.
+		{"poststarthook/crd-informer-synced", func(*http.Request) error {
+			if !s.crs.synced.Load() {
+				return fmt.Errorf("CustomResourceDefinitions not loaded yet")
+			}
+			return nil
+		}},
 	}
 }
 

@@ -187,9 +187,18 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 			return nil, lm, storeError(err, res, "")
 		}
 		lm.ResourceVersion = strconv.FormatUint(page.Revision, 10)
+		var decoded []runtime.Object
+		if res.custom != nil && res.custom.webhook != nil {
+			// One conversion call for the page, not one per object.
+			if decoded, err = decodeCustomMany(res, page.Items); err != nil {
+				return nil, lm, apierrors.NewInternalError(err)
+			}
+		}
 		for i, kv := range page.Items {
-			obj, err := decodeStored(res, kv)
-			if err != nil {
+			var obj runtime.Object
+			if decoded != nil {
+				obj = decoded[i]
+			} else if obj, err = decodeStored(res, kv); err != nil {
 				return nil, lm, apierrors.NewInternalError(err)
 			}
 			if !res.matches(&o, obj) {

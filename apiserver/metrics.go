@@ -253,6 +253,17 @@ func (w *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection's own writer.
 func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// RegisterMetrics adds other components' collectors (the node's device
+// manager, say) to the server's /metrics.
+func (s *Server) RegisterMetrics(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.metrics.registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.handler.ServeHTTP(w, r)
 }

@@ -225,7 +225,7 @@ func TestMetricsNeedAuthentication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := authn.ParseTokenFile(strings.NewReader("secret,alice,1\n"), "test")
+	tokens, err := authn.ParseTokenFile(strings.NewReader("secret,alice,1,system:monitoring\n"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,17 +3,21 @@ package apiserver
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"bonsai.dev/bonsai/apiserver/openapi"
 )
 
-// openAPIResources describes the table for the OpenAPI documents.
-func (reg *registry) openAPIResources() []openapi.Resource {
+// openAPIResources describes the table, custom resources included, for
+// the OpenAPI documents.
+func (s *Server) openAPIResources() []openapi.Resource {
 	var out []openapi.Resource
-	for _, g := range reg.groups {
-		for _, v := range g.versions {
-			for _, r := range reg.resourcesIn(schema.GroupVersion{Group: g.name, Version: v}) {
-				out = append(out, r.openAPI())
+	for _, reg := range s.registries() {
+		for _, g := range reg.groups {
+			for _, v := range g.versions {
+				for _, r := range reg.resourcesIn(schema.GroupVersion{Group: g.name, Version: v}) {
+					out = append(out, r.openAPI())
+				}
 			}
 		}
 	}
@@ -23,7 +27,16 @@ func (reg *registry) openAPIResources() []openapi.Resource {
 func (r *resource) openAPI() openapi.Resource {
 	out := openapi.Resource{
 		GVK: r.gvk(), ListKind: r.listKind, Resource: r.gvr.Resource, Namespaced: r.namespaced,
-		Verbs: r.verbs(), Object: r.newObject(), List: r.newList(), ReturnsDeleted: r.returnDeleted,
+		Verbs: r.verbs(), Object: r.newObject(), ReturnsDeleted: r.returnDeleted,
+	}
+	if !r.createOnly {
+		out.List = r.newList()
+	}
+	if r.custom != nil {
+		out.Schema = r.custom.openAPI
+		if out.Schema == nil {
+			out.Schema = &spec.Schema{}
+		}
 	}
 	for _, sub := range r.subresources {
 		if sub == "log" || connectSubresources[sub] {

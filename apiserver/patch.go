@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	extapply "k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,6 +46,9 @@ func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resourc
 	}
 	obj := res.newObject()
 	if err := decodeInto(w, patched, obj, fv); err != nil {
+		return nil, false, err
+	}
+	if err := checkCustomFields(w, res, obj, fv); err != nil {
 		return nil, false, err
 	}
 	m, _ := metaOf(obj)
@@ -84,6 +88,10 @@ func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, curre
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
 	case "application/strategic-merge-patch+json":
+		if res.custom != nil {
+			// Custom objects have no patch strategies to merge by.
+			return nil, ct, customUnsupportedMediaType(ct)
+		}
 		if patched, err = strategicpatch.StrategicMergePatch(current, body, dataStruct); err != nil {
 			return nil, ct, apierrors.NewBadRequest(err.Error())
 		}
@@ -135,7 +143,11 @@ func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *re
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", patchObj.GetName(), ri.name))
 	}
 	// Validate fields of the configuration itself as a typed decode would.
-	if err := decodeInto(w, j, res.newObject(), fv); err != nil {
+	probe := res.newObject()
+	if err := decodeInto(w, j, probe, fv); err != nil {
+		return nil, false, err
+	}
+	if err := checkCustomFields(w, res, probe, fv); err != nil {
 		return nil, false, err
 	}
 	fm, err := res.fieldManager(ri.subresource)
@@ -175,6 +187,18 @@ var (
 	typeConverter     managedfields.TypeConverter
 )
 
+// crdTypeConverter knows CustomResourceDefinitions, which client-go's
+// apply configurations do not describe.
+func crdTypeConverter() managedfields.TypeConverter {
+	crdTypeConverterOnce.Do(func() { crdTC = extapply.NewTypeConverter(scheme.Scheme) })
+	return crdTC
+}
+
+var (
+	crdTypeConverterOnce sync.Once
+	crdTC                managedfields.TypeConverter
+)
+
 func builtinTypeConverter() managedfields.TypeConverter {
 	typeConverterOnce.Do(func() { typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme) })
 	return typeConverter
@@ -186,7 +210,18 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 	if fm, ok := r.fms[subresource]; ok {
 		return fm, nil
 	}
-	fm, err := managedfields.NewDefaultFieldManager(builtinTypeConverter(), scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+	var fm *managedfields.FieldManager
+	var err error
+	if r.custom != nil {
+		objs := customObjects{res: r}
+		fm, err = managedfields.NewDefaultFieldManager(r.custom.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+	} else {
+		tc := builtinTypeConverter()
+		if r.gvr.Group == crdGVR.Group {
+			tc = crdTypeConverter()
+		}
+		fm, err = managedfields.NewDefaultFieldManager(tc, scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+	}
 	if err != nil {
 		return nil, err
 	}

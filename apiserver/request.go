@@ -1,10 +1,11 @@
 package apiserver
 
 import (
-	"net/http"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"bonsai.dev/bonsai/apiserver/authz"
 )
 
 // requestInfo is what a resource request asks for, parsed from its path and
@@ -61,30 +62,6 @@ func parseResourcePath(method, path string, watchParam bool) (requestInfo, bool)
 	default:
 		return ri, false
 	}
-	switch method {
-	case http.MethodGet, http.MethodHead:
-		switch {
-		case watchPath || watchParam:
-			ri.verb = "watch"
-		case ri.name == "":
-			ri.verb = "list"
-		default:
-			ri.verb = "get"
-		}
-	case http.MethodPost:
-		ri.verb = "create"
-	case http.MethodPut:
-		ri.verb = "update"
-	case http.MethodPatch:
-		ri.verb = "patch"
-	case http.MethodDelete:
-		if ri.name == "" {
-			ri.verb = "deletecollection"
-		} else {
-			ri.verb = "delete"
-		}
-	default:
-		ri.verb = strings.ToLower(method)
-	}
+	ri.verb = authz.ResourceVerb(method, ri.name, watchPath || watchParam)
 	return ri, true
 }

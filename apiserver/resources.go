@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
@@ -29,7 +30,10 @@ type resource struct {
 	// verbs beyond the standard set (all resources are get/list/watch/
 	// create/update/patch/delete/deletecollection unless noCollection).
 	noCollection bool
-	strategy     strategy
+	// createOnly: a review kind (SubjectAccessReview, TokenReview ...)
+	// that is only ever created, answered and never stored.
+	createOnly bool
+	strategy   strategy
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool
@@ -46,6 +50,10 @@ type resource struct {
 	storedAs               schema.GroupVersionResource
 	storage                *resource
 	toStorage, fromStorage func(runtime.Object) runtime.Object
+
+	// custom is set for the versions of CustomResourceDefinitions: their
+	// objects are unstructured, checked against the CRD's schema.
+	custom *customVersion
 
 	fmMu sync.Mutex
 	fms  map[string]*managedfields.FieldManager
@@ -80,6 +88,11 @@ func (r *resource) prefix(namespace string) string {
 }
 
 func (r *resource) newObject() runtime.Object {
+	if r.custom != nil {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(r.gvk())
+		return u
+	}
 	obj, err := scheme.Scheme.New(r.gvk())
 	if err != nil {
 		panic("apiserver: kind not in scheme: " + r.gvk().String())
@@ -88,6 +101,11 @@ func (r *resource) newObject() runtime.Object {
 }
 
 func (r *resource) newList() runtime.Object {
+	if r.custom != nil {
+		l := &unstructured.UnstructuredList{Object: map[string]any{}}
+		l.SetGroupVersionKind(r.gvr.GroupVersion().WithKind(r.listKind))
+		return l
+	}
 	obj, err := scheme.Scheme.New(r.gvr.GroupVersion().WithKind(r.listKind))
 	if err != nil {
 		panic("apiserver: list kind not in scheme: " + r.listKind)
@@ -231,5 +249,19 @@ func builtinResources() []*resource {
 		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), kind: "ValidatingAdmissionPolicyBinding", categories: apiExtensions, strategy: admissionConfigStrategy{}},
 		// node.k8s.io/v1
 		{gvr: gvr("node.k8s.io", "v1", "runtimeclasses"), kind: "RuntimeClass"},
+		// rbac.authorization.k8s.io/v1
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), kind: "ClusterRoleBinding", strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), kind: "ClusterRole", strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), kind: "RoleBinding", namespaced: true, strategy: rbacStrategy{}},
+		{gvr: gvr("rbac.authorization.k8s.io", "v1", "roles"), kind: "Role", namespaced: true, strategy: rbacStrategy{}},
+		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
+		{gvr: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), kind: "SelfSubjectReview", createOnly: true},
+		{gvr: gvr("authentication.k8s.io", "v1", "tokenreviews"), kind: "TokenReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), kind: "LocalSubjectAccessReview", namespaced: true, createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
+		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
+		// apiextensions.k8s.io/v1
+		{gvr: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), kind: "CustomResourceDefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"}, subresources: []string{"status"}, strategy: crdStrategy{}},
 	}
 }

@@ -15,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -31,13 +33,25 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFoundPath())
 		return
 	}
-	res := s.reg.byGVR[ri.gvr]
+	res := s.lookup(ri.gvr)
 	if res == nil || (ri.namespace != "" && !res.namespaced) {
 		writeError(w, notFoundPath())
 		return
 	}
+	if res.custom != nil {
+		if err := customMediaTypes(r); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	if ri.subresource != "" && !res.hasSubresource(ri.subresource) {
 		writeError(w, notFoundPath())
+		return
+	}
+	if res.createOnly {
+		if err := s.serveReview(w, r, ri, res); err != nil {
+			writeError(w, err)
+		}
 		return
 	}
 	if err := s.dispatch(w, r, ri, res); err != nil {
@@ -179,7 +193,9 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, res *
 func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
 	m, _ := metaOf(obj)
 	p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
-	if om, ok := m.(*metav1.ObjectMeta); ok {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		p.ObjectMeta = unstructuredMeta(u)
+	} else if om, ok := m.(*metav1.ObjectMeta); ok {
 		p.ObjectMeta = *om
 	} else if a, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
 		if om, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
@@ -252,11 +268,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return err
 	}
 	format, fv, dry, body := p.format, p.fv, p.dry, p.body
+	if err := customTerminating(res, "create"); err != nil {
+		return err
+	}
 	obj := res.newObject()
 	if err := decodeRequest(w, r, body, obj, fv); err != nil {
 		return err
 	}
 	if err := checkKind(obj, res); err != nil {
+		return err
+	}
+	if err := checkCustomFields(w, res, obj, fv); err != nil {
 		return err
 	}
 	m, _ := metaOf(obj)
@@ -312,6 +334,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.admitWrite(ctx, res, "", obj, nil); err != nil {
+		return nil, err
 	}
 	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
 		return nil, err
@@ -421,6 +446,10 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
 	}
+	if res.gvr.Group == "rbac.authorization.k8s.io" {
+		// RBAC names only need to be path segments (system:discovery).
+		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
+	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
 }
 
@@ -508,6 +537,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 				return err
 			}
 			if err := checkKind(obj, res); err != nil {
+				return err
+			}
+			if err := checkCustomFields(w, res, obj, fv); err != nil {
 				return err
 			}
 			m, _ := metaOf(obj)
@@ -619,10 +651,15 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 			m.SetGeneration(om.GetGeneration() + 1)
 		}
 	}
+	if err := s.admitWrite(ctx, res, ri.subresource, obj, old); err != nil {
+		return nil, err
+	}
 	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, om, field.NewPath("metadata"))
 	errs = append(errs, validateMeta(res, m)...)
 	if ri.subresource == "" {
 		errs = append(errs, res.strategy.validateUpdate(wc, obj, old)...)
+	} else if sv, ok := res.strategy.(statusValidator); ok && ri.subresource == "status" {
+		errs = append(errs, sv.validateStatusUpdate(wc, obj, old)...)
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
@@ -683,6 +720,12 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 // them allow: the Deployment controller records a rollout's revision on
 // the Deployment that way.
 type statusAnnotationsStrategy interface{ statusWritesAnnotations() }
+
+// statusValidator is implemented by kinds whose status writes are
+// validated (a custom object's status against its schema).
+type statusValidator interface {
+	validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList
+}
 
 // statusStrategy is implemented by kinds with rules for status writes.
 type statusStrategy interface {

@@ -21,7 +21,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/store"
 )
@@ -54,6 +56,14 @@ type Config struct {
 	// ServiceAccountIssuer is the tokens' "iss" and the API server's
 	// audience; default https://kubernetes.default.svc.<ClusterDomain>.
 	ServiceAccountIssuer string
+	// AuthorizationMode is RBAC (the default: Kubernetes' Node,RBAC) or
+	// AlwaysAllow. Without an Authenticator every caller is system:masters,
+	// which RBAC allows everything.
+	AuthorizationMode string
+	// AuditPolicy and AuditLog, both set, write audit events
+	// (--audit-policy-file, --audit-log-path).
+	AuditPolicy *audit.Policy
+	AuditLog    *audit.Log
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -89,9 +99,22 @@ type Server struct {
 	watches     context.Context
 	endWatchesF context.CancelFunc
 
+	// authorizer decides on every authenticated request; rbac and
+	// nodeAuthz are its RBAC and Node parts (nil under AlwaysAllow).
+	authorizer authorizer
+	rbac       *authz.RBAC
+	nodeAuthz  *authz.Node
+
 	// saSigner issues service-account tokens, which the authenticator
 	// checks.
 	saSigner *authn.TokenSigner
+
+	// crs are the resources CustomResourceDefinitions add to the table;
+	// crdController keeps the CRDs' status and cleans up after them.
+	crs           *customResources
+	crdController *crdController
+	// openapi serves the OpenAPI documents, rebuilt when CRDs change.
+	openapi *openapi.Handler
 
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
@@ -135,9 +158,11 @@ func New(cfg Config) (*Server, error) {
 	s.events = newEventCache(512)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
 	s.bookmarkEvery = defaultBookmarkInterval
+	s.crs = newCustomResources()
+	s.openapi = openapi.NewHandler(s.openAPIResources)
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(withAdmissionWarnings(r)))
+	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r))))))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records
@@ -150,8 +175,15 @@ func New(cfg Config) (*Server, error) {
 		cancel()
 		return nil, err
 	}
+	if err := s.setupAuthorization(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
 	go s.runNamespaceCache(ctx)
 	go s.runAdmissionCaches(ctx)
+	s.crdController = newCRDController(s)
+	go s.crdController.run(ctx)
+	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
 	return s, nil
 }
@@ -189,10 +221,9 @@ func (s *Server) routes(r chi.Router) {
 		r.HandleFunc(p, s.serveAPITree)
 	}
 	// The documents are built on the first request, not at start.
-	oa := openapi.NewHandler(s.reg.openAPIResources)
-	r.Get("/openapi/v2", oa.ServeV2)
-	r.Get("/openapi/v3", oa.ServeV3)
-	r.Get("/openapi/v3/*", oa.ServeV3)
+	r.Get("/openapi/v2", s.openapi.ServeV2)
+	r.Get("/openapi/v3", s.openapi.ServeV3)
+	r.Get("/openapi/v3/*", s.openapi.ServeV3)
 }
 
 // setupServiceAccountTokens makes the token signer and puts the
@@ -213,7 +244,7 @@ func (s *Server) setupServiceAccountTokens() error {
 	s.saSigner = signer
 	if s.cfg.Authenticator != nil {
 		sa := authn.NewServiceAccountTokens(signer, s.apiAudiences(), storeObjects{s})
-		s.cfg.Authenticator = authn.WithServiceAccounts(sa, s.cfg.Authenticator)
+		s.cfg.Authenticator = authn.WithServiceAccounts(sa, authn.WithBootstrapTokens(authn.NewBootstrapTokens(storeObjects{s}), s.cfg.Authenticator))
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package apiserver
 
 import (
 	"reflect"
+	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -103,13 +105,30 @@ func structField(obj runtime.Object, name string) (reflect.Value, bool) {
 	return f, f.IsValid() && f.CanSet()
 }
 
+// jsonField is a struct field's name in the JSON of an unstructured
+// object ("Status" → "status").
+func jsonField(name string) string { return strings.ToLower(name[:1]) + name[1:] }
+
 func resetField(obj runtime.Object, name string) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		delete(u.Object, jsonField(name))
+		return
+	}
 	if f, ok := structField(obj, name); ok {
 		f.Set(reflect.Zero(f.Type()))
 	}
 }
 
 func copyField(dst, src runtime.Object, name string) {
+	if du, ok := dst.(*unstructured.Unstructured); ok {
+		k := jsonField(name)
+		if v, ok := src.(*unstructured.Unstructured).Object[k]; ok {
+			du.Object[k] = runtime.DeepCopyJSONValue(v)
+		} else {
+			delete(du.Object, k)
+		}
+		return
+	}
 	d, ok1 := structField(dst, name)
 	s, ok2 := structField(src, name)
 	if ok1 && ok2 {
@@ -120,6 +139,9 @@ func copyField(dst, src runtime.Object, name string) {
 // specChanged reports whether obj's Spec differs from old's; kinds without a
 // Spec compare everything but metadata and status.
 func specChanged(obj, old runtime.Object) bool {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return customSpecChanged(u, old.(*unstructured.Unstructured))
+	}
 	a, ok1 := structField(obj, "Spec")
 	b, ok2 := structField(old, "Spec")
 	if ok1 && ok2 {

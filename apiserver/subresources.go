@@ -10,18 +10,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 )
 
-// scaleOf reads the Scale of a workload object.
-func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
+// scaleOf reads the Scale of a workload or custom object.
+func scaleOf(res *resource, obj runtime.Object) (*autoscalingv1.Scale, error) {
 	sc := &autoscalingv1.Scale{TypeMeta: metav1.TypeMeta{Kind: "Scale", APIVersion: "autoscaling/v1"}}
 	m, _ := metaOf(obj)
 	sc.ObjectMeta = metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(), CreationTimestamp: m.GetCreationTimestamp()}
 	var sel *metav1.LabelSelector
 	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		if res.custom == nil || res.custom.scale == nil {
+			return nil, fmt.Errorf("%s has no scale", res.kind)
+		}
+		sc.Spec.Replicas, sc.Status.Replicas, sc.Status.Selector = customScale(o, res.custom.scale)
+		return sc, nil
 	case *appsv1.Deployment:
 		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
 	case *appsv1.ReplicaSet:
@@ -48,8 +55,10 @@ func deref(p *int32) int32 {
 	return *p
 }
 
-func setReplicas(obj runtime.Object, n int32) {
+func setReplicas(res *resource, obj runtime.Object, n int32) error {
 	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return setCustomReplicas(o, res.custom.scale, n)
 	case *appsv1.Deployment:
 		o.Spec.Replicas = &n
 	case *appsv1.ReplicaSet:
@@ -59,6 +68,7 @@ func setReplicas(obj runtime.Object, n int32) {
 	case *corev1.ReplicationController:
 		o.Spec.Replicas = &n
 	}
+	return nil
 }
 
 // serveScale serves the scale subresource (get, update, patch) of
@@ -83,7 +93,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		if err != nil {
 			return err
 		}
-		sc, err := scaleOf(obj)
+		sc, err := scaleOf(res, obj)
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}
@@ -116,7 +126,9 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf(optimisticLockMsg))
 		}
 		updated := obj.DeepCopyObject()
-		setReplicas(updated, next.Spec.Replicas)
+		if err := setReplicas(res, updated, next.Spec.Replicas); err != nil {
+			return apierrors.NewInternalError(err)
+		}
 		dry, err := dryRun(r)
 		if err != nil {
 			return err
@@ -132,7 +144,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		if err != nil {
 			return err
 		}
-		sc, _ = scaleOf(out)
+		sc, _ = scaleOf(res, out)
 		writeObject(w, http.StatusOK, sc, format)
 		return nil
 	}

@@ -144,6 +144,8 @@ func moreList(items []string, total int, empty string) string {
 // printers is keyed by group and resource: the same resource name can
 // mean different types in two groups (events in core and events.k8s.io).
 var printers = map[schema.GroupResource]printer{
+	// kube-apiserver shows CRDs with the default columns.
+	{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}: defaultPrinter,
 	{Resource: "pods"}:                                        podPrinter,
 	{Resource: "namespaces"}:                                  namespacePrinter,
 	{Resource: "nodes"}:                                       nodePrinter,
@@ -1183,6 +1185,9 @@ func printerFor(gr schema.GroupResource) printer {
 // Metadata|Object says what each row carries (Metadata by default).
 func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv, cont string) (*metav1.Table, error) {
 	p := printerFor(res.gvr.GroupResource())
+	if res.custom != nil {
+		p = res.custom.printer
+	}
 	include := metav1.IncludeMetadata
 	switch v := r.URL.Query().Get("includeObject"); v {
 	case "", "Metadata":

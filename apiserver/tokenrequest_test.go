@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bonsai.dev/bonsai/apiserver/authn"
-	"bonsai.dev/bonsai/store"
 )
 
 const testIssuer = "https://kubernetes.default.svc.cluster.local"
@@ -253,20 +251,9 @@ func TestTokenRequestDiscovery(t *testing.T) {
 // in-process, past authentication.
 func authEnv(t *testing.T) (*testEnv, saFixture) {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf, err := authn.ParseTokenFile(strings.NewReader("admin-token,admin,1,system:masters\n"), "tokens")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Store: st, Authenticator: authn.Union{tf}, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); st.Close() })
+	// These tests are about who is asking; what they may do is
+	// authorization's (rbac_test.go).
+	s, st := newAuthServer(t, "admin-token,admin,1,system:masters\n", AuthorizationAlwaysAllow)
 	cfg := s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)

@@ -66,6 +66,10 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	}
 	ctx := r.Context()
 	ended := s.watchesContext().Done()
+	var gone <-chan struct{} // a custom resource's CRD changed or went
+	if res.custom != nil {
+		gone = res.custom.gone
+	}
 	if o.timeoutSeconds > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(o.timeoutSeconds)*time.Second)
@@ -144,6 +148,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		case <-ctx.Done():
 			return nil
 		case <-ended:
+			return nil
+		case <-gone:
 			return nil
 		case <-tick:
 			// With nothing left to deliver, the watch has seen everything

@@ -16,7 +16,6 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -608,17 +607,6 @@ func optionsFor(a *admissionAttrs) ([]byte, error) {
 		return nil, nil
 	}
 	return json.Marshal(o)
-}
-
-func userInfo(u *authn.User) authenticationv1.UserInfo {
-	ui := authenticationv1.UserInfo{Username: u.Name, UID: u.UID, Groups: u.Groups}
-	if len(u.Extra) > 0 {
-		ui.Extra = map[string]authenticationv1.ExtraValue{}
-		for k, v := range u.Extra {
-			ui.Extra[k] = v
-		}
-	}
-	return ui
 }
 
 // convert turns an object of from into one of inv.res (the same object

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/clusterroleaggregation"
 	"bonsai.dev/bonsai/controllers/cronjob"
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/deployment"
@@ -124,6 +125,9 @@ var all = []struct {
 	}},
 	{"cronjob", func(d Deps) (runner, error) {
 		return cronjob.New(cronjob.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"clusterrole-aggregation", func(d Deps) (runner, error) {
+		return clusterroleaggregation.New(clusterroleaggregation.Config{RESTConfig: d.RESTConfig, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"ttl-after-finished", func(d Deps) (runner, error) {
 		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})

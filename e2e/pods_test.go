@@ -72,7 +72,9 @@ func startPodEnv(t *testing.T, extra ...string) *podEnv {
 	rand.Read(b)
 	bridge := "bz" + hex.EncodeToString(b)
 	env := &podEnv{t: t, registry: reg, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
-	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge,
+	// The built-in network unless a test asks otherwise, whatever the
+	// host's /etc/cni/net.d holds.
+	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge, "--pod-network=builtin",
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
 	env.args = append(env.args, extra...)
@@ -188,6 +190,7 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 	}
 	os.RemoveAll("/run/bonsai/" + e.bridge)
 	exec.Command("ip", "link", "del", e.bridge).Run()
+	exec.Command("ip", "link", "del", e.bridge+"-dns").Run() // the cluster DNS address's link in CNI mode
 	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
 	// The service proxy leaves its table behind on purpose, as
 	// kube-proxy does, for Services to keep working across a restart.

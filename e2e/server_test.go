@@ -120,16 +120,22 @@ func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, e
 		"--config", emptyConfig(t),
 	}
 	// The control plane alone, unless the test picks a node runtime.
-	agent, kubeletPort := false, false
+	agent, kubeletPort, rootDir := false, false, false
 	for _, a := range extra {
 		agent = agent || strings.HasPrefix(a, "--runtime")
 		kubeletPort = kubeletPort || strings.HasPrefix(a, "--kubelet-port")
+		rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
 	}
 	if !agent {
 		args = append(args, "--disable-agent")
 	} else if !kubeletPort {
 		// Not 10250: a real kubelet or another test may have it.
 		args = append(args, "--kubelet-port", fmt.Sprint(freePort(t)))
+	}
+	if agent && !rootDir {
+		// Not /var/lib/kubelet: the device manager deletes the sockets
+		// there, a real kubelet's plugins' among them.
+		args = append(args, "--kubelet-root-dir", filepath.Join(dataDir, "kubelet"))
 	}
 	args = append(args, extra...)
 	logf, err := os.CreateTemp(t.TempDir(), "stderr-")

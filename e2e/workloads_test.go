@@ -317,6 +317,9 @@ func TestWorkloads(t *testing.T) {
 		waitFor(t, 30*time.Second, "the default service account of team", func() bool {
 			return k.run("get", "serviceaccount/default", "-n", "team").code == 0
 		})
+		// As on Kubernetes, a service account may list pods once bound
+		// to a role that allows it.
+		k.must("create", "rolebinding", "lister-views", "-n", "team", "--clusterrole=view", "--serviceaccount=team:default")
 		k.must("run", "-n", "team", "bystander", "--image="+app1, "--command", "--", "sleep", "3600")
 		logs := runPod(t, k, "team", 60*time.Second, "lister", "--image=registry.bonsai.test/e2e/incluster:1", "--command", "--", "/bin/incluster")
 		wantContains(t, "lister output", logs, "pod bystander\n", "pod lister\n")

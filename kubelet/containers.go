@@ -166,6 +166,9 @@ func (w *podWorker) containerConfig(ctx context.Context, pod *corev1.Pod, c *cor
 		return cri.ContainerConfig{}, err
 	}
 	applyResources(pod, c, &cfg, w.m.cfg.nodeMemory)
+	if err := w.applyDevices(ctx, pod, c, &cfg); err != nil {
+		return cri.ContainerConfig{}, err
+	}
 	return cfg, nil
 }
 

@@ -24,9 +24,11 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
+	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/cni"
 )
 
 // statusInterval is how often node status is posted when nothing changed.
@@ -61,12 +63,20 @@ type Config struct {
 	// Network is the pod network's configuration; the kubelet fills in
 	// the pod CIDR the server allocated to the node and starts it.
 	Network *netplugin.Config
+	// CNI, when set, networks pods with CNI plugins (netplugin/cni)
+	// instead of the built-in network; the node is not Ready while it has
+	// no valid network configuration.
+	CNI *cni.Config
 	// RootDir holds pod dirs (volumes) and container logs.
 	RootDir       string
 	ClusterDNS    string
 	ClusterDomain string
 	// PodManifestPath holds static pod manifests ("" = none).
 	PodManifestPath string
+	// Devices is the node's device manager (device plugins); nil = none.
+	// Its resources appear in node status and pods get their devices
+	// through it.
+	Devices *deviceplugin.Manager
 	// ImageFS is a path on the file system the runtime keeps images on,
 	// watched by image garbage collection ("" = no collection).
 	ImageFS string
@@ -92,6 +102,32 @@ type Agent struct {
 	uid     types.UID
 	lastSet []corev1.NodeCondition
 	lastAt  time.Time
+	// net is the pod network once it is up.
+	net netplugin.PodNetwork
+}
+
+func (a *Agent) setNetwork(n netplugin.PodNetwork) {
+	a.mu.Lock()
+	a.net = n
+	a.mu.Unlock()
+}
+
+// networkNotReady is why pods cannot be networked now, in the words of
+// the kubelet's NetworkReady runtime condition; nil when they can. Only
+// the CNI host can be not ready: the built-in network is ready once up.
+func (a *Agent) networkNotReady() error {
+	if a.cfg.CNI == nil {
+		return nil
+	}
+	a.mu.Lock()
+	n := a.net
+	a.mu.Unlock()
+	if n == nil {
+		return cni.ErrUninitialized
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Ready(ctx)
 }
 
 // Run registers the node and keeps its heartbeats going until ctx ends.
@@ -114,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
+	go a.watchDevices(ctx)
 	if cfg.Runtime != nil {
 		go func() {
 			if err := a.runPods(ctx); err != nil && ctx.Err() == nil {
@@ -256,7 +293,7 @@ func sameConditions(a, b []corev1.NodeCondition) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason || a[i].Message != b[i].Message {
 			return false
 		}
 	}
@@ -292,6 +329,7 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 	mem.Sub(evictionMemory)
 	allocatable[corev1.ResourceMemory] = mem
 	allocatable[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(fsTotal-fsTotal*evictionDiskPct/100, resource.BinarySI)
+	a.deviceResources(capacity, allocatable)
 
 	hb := metav1.NewTime(now)
 	cond := func(t corev1.NodeConditionType, pressure bool, reasonOK, msgOK, reasonBad, msgBad string) corev1.NodeCondition {
@@ -305,7 +343,7 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 		cond(corev1.NodeMemoryPressure, memAvail < evictionMemory.Value(), "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
 		cond(corev1.NodeDiskPressure, fsTotal > 0 && fsFree*100 < fsTotal*evictionDiskPct, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"),
 		cond(corev1.NodePIDPressure, false, "KubeletHasSufficientPID", "kubelet has sufficient PID available", "", ""),
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb},
+		a.readyCondition(hb),
 	}
 	addresses := []corev1.NodeAddress{}
 	if a.cfg.Address.IsValid() {
@@ -331,6 +369,17 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 		},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: a.cfg.Port}},
 	}
+}
+
+// readyCondition is Ready, or not Ready with the kubelet's message when
+// the container runtime's network is not ready.
+func (a *Agent) readyCondition(hb metav1.Time) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb}
+	if err := a.networkNotReady(); err != nil {
+		c.Status, c.Reason = corev1.ConditionFalse, "KubeletNotReady"
+		c.Message = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: " + err.Error()
+	}
+	return c
 }
 
 // meminfo returns MemTotal and MemAvailable in bytes.

@@ -23,6 +23,14 @@ const (
 	backoffMax     = 5 * time.Minute
 )
 
+// Back-off between attempts to create a pod's sandbox: 2 s doubling to
+// 1 min, so that a network plugin that fails is not hammered, and a fixed
+// one is used soon.
+const (
+	sandboxBackoffInitial = 2 * time.Second
+	sandboxBackoffMax     = time.Minute
+)
+
 // podManager runs one worker per pod bound to this node. Workers are
 // level-triggered: each sync reads the pod and the runtime and moves the
 // runtime one step toward the spec, so a restart of bonsai, a lost event
@@ -30,7 +38,7 @@ const (
 type podManager struct {
 	cfg    Config
 	rt     cri.Runtime
-	net    *netplugin.Network
+	net    netplugin.PodNetwork
 	client *Client
 	log    *slog.Logger
 	ctx    context.Context
@@ -38,6 +46,9 @@ type podManager struct {
 	nodeUID types.UID
 
 	backoff *flowcontrol.Backoff
+	// sandboxBackoff spaces out retries of a pod whose sandbox (its
+	// network, mostly) could not be made.
+	sandboxBackoff *flowcontrol.Backoff
 	// tokens are the service-account tokens of projected volumes.
 	tokens *tokenManager
 
@@ -50,9 +61,10 @@ type podManager struct {
 func newPodManager(cfg Config) *podManager {
 	return &podManager{
 		cfg: cfg, rt: cfg.Runtime, client: cfg.Client, log: cfg.Logger,
-		backoff: flowcontrol.NewBackOff(backoffInitial, backoffMax),
-		tokens:  newTokenManager(cfg.Client),
-		workers: map[types.UID]*podWorker{},
+		backoff:        flowcontrol.NewBackOff(backoffInitial, backoffMax),
+		sandboxBackoff: flowcontrol.NewBackOff(sandboxBackoffInitial, sandboxBackoffMax),
+		tokens:         newTokenManager(cfg.Client),
+		workers:        map[types.UID]*podWorker{},
 	}
 }
 
@@ -85,6 +97,7 @@ func (m *podManager) run(ctx context.Context) {
 	// With every pod of the node known, what the runtime holds for no
 	// known pod is an orphan from before a restart.
 	m.housekeeping(ctx)
+	m.retainDevices()
 	go m.runtimeEvents(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -94,7 +107,9 @@ func (m *podManager) run(ctx context.Context) {
 			return
 		case <-t.C:
 			m.housekeeping(ctx)
+			m.retainDevices()
 			m.backoff.GC()
+			m.sandboxBackoff.GC()
 		}
 	}
 }

@@ -43,11 +43,16 @@ type podWorker struct {
 	waiting   map[string]corev1.ContainerStateWaiting // by container name
 	probes    map[string]*probeState                  // by container name
 	startTime *metav1.Time
-	deadline  bool // activeDeadlineSeconds passed
-	events    map[string]time.Time
+	// sandboxRetryAt is when a sandbox that failed may be tried again.
+	sandboxRetryAt time.Time
+	deadline       bool // activeDeadlineSeconds passed
+	events         map[string]time.Time
 	// claimMounts are the pod's claim volumes, resolved once (by volume
 	// name).
 	claimMounts map[string]claimMount
+	// devicesAdmitted: the pod got its devices; devicesWaiting: for
+	// devices deleted pods still hold (kubelet/devices.go).
+	devicesAdmitted, devicesWaiting bool
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
@@ -146,6 +151,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		// but nothing runs and the network goes.
 		w.stopAll(ctx, pod, inst, 0)
 		w.releaseNetwork(ctx)
+		w.releaseDevices()
 		return time.Minute, false
 	}
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil && !w.deadline && time.Since(w.startTime.Time) > time.Duration(*ads)*time.Second {
@@ -158,11 +164,28 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
 	}
+	if !w.admitDevices(ctx, pod, inst) {
+		if w.devicesWaiting {
+			return 100 * time.Millisecond, false
+		}
+		return 5 * time.Second, false
+	}
 	next := resyncPeriod
+	if w.sandbox == nil && time.Now().Before(w.sandboxRetryAt) {
+		// Woken early (a status write, a pod update): the back-off holds.
+		return time.Until(w.sandboxRetryAt), false
+	}
 	if err := w.ensureSandbox(ctx, pod); err != nil {
+		key := "sandbox/" + string(pod.UID)
+		w.m.sandboxBackoff.Next(key, time.Now())
+		w.sandboxRetryAt = time.Now().Add(w.m.sandboxBackoff.Get(key))
 		w.event(ctx, pod, "", corev1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
 		w.postStatus(ctx, pod, w.status(pod, inst))
-		return 5 * time.Second, false
+		return time.Until(w.sandboxRetryAt), false
+	}
+	if !w.sandboxRetryAt.IsZero() {
+		w.m.sandboxBackoff.Reset("sandbox/" + string(pod.UID))
+		w.sandboxRetryAt = time.Time{}
 	}
 	if err := w.setupVolumes(ctx, pod); err != nil {
 		w.event(ctx, pod, "", corev1.EventTypeWarning, "FailedMount", err.Error())
@@ -340,15 +363,22 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	cfg := cri.SandboxConfig{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Hostname: podHostname(pod), Labels: pod.Labels}
+	var ips []string
 	if !pod.Spec.HostNetwork {
 		if w.m.net == nil {
 			return errors.New("the pod network is not available on this node")
 		}
-		att, err := w.m.net.Setup(ctx, netplugin.Pod{ID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, HostPorts: hostPorts(pod)})
+		att, err := w.m.net.Setup(ctx, netplugin.Pod{
+			ID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
+			HostPorts: hostPorts(pod), Annotations: pod.Annotations, DNS: w.podDNS(pod),
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("failed to set up network for sandbox %q: %w", string(pod.UID), err)
 		}
 		cfg.NetnsPath, cfg.IP = att.NetnsPath, att.IP.String()
+		for _, ip := range att.IPs {
+			ips = append(ips, ip.String())
+		}
 	}
 	id, err := w.m.rt.RunPodSandbox(ctx, cfg)
 	if err != nil {
@@ -358,8 +388,8 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	w.sandbox = &cri.Sandbox{ID: id, Config: cfg, CreatedAt: time.Now()}
-	if cfg.IP != "" {
-		w.podIPs = []string{cfg.IP}
+	if len(ips) > 0 {
+		w.podIPs = ips
 	} else {
 		w.podIPs = []string{w.m.cfg.Address.String()}
 	}
@@ -478,6 +508,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		}
 	}
 	removePodDir(w.podDir())
+	w.releaseDevices()
 	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
 		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			w.m.log.Warn("completing pod deletion", "pod", podKey(pod), "err", err)

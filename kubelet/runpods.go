@@ -7,14 +7,27 @@ import (
 	"time"
 
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/cni"
 )
 
 // runPods waits for the node's pod CIDR, brings up the pod network and
 // runs the node's pods until ctx ends.
 func (a *Agent) runPods(ctx context.Context) error {
 	cfg := a.cfg
-	var network *netplugin.Network
-	if cfg.Network != nil {
+	var network netplugin.PodNetwork
+	switch {
+	case cfg.CNI != nil:
+		cc := *cfg.CNI
+		if cc.Logger == nil {
+			cc.Logger = cfg.Logger
+		}
+		host, err := cni.New(cc)
+		if err != nil {
+			return fmt.Errorf("pod network: %w", err)
+		}
+		network = host
+		cfg.Logger.Info("pod network: CNI", "confDir", cc.ConfDir, "binDirs", cc.BinDirs)
+	case cfg.Network != nil:
 		cidr, err := a.waitPodCIDR(ctx)
 		if err != nil {
 			return err
@@ -24,18 +37,29 @@ func (a *Agent) runPods(ctx context.Context) error {
 		if nc.Logger == nil {
 			nc.Logger = cfg.Logger
 		}
-		network, err = netplugin.New(ctx, nc)
+		builtin, err := netplugin.New(ctx, nc)
 		if err != nil {
 			return fmt.Errorf("pod network: %w", err)
 		}
-		defer network.Close()
+		network = builtin
 		cfg.Logger.Info("pod network up", "bridge", nc.Bridge, "podCIDR", cidr.String())
+	}
+	if network != nil {
+		defer network.Close()
+		a.setNetwork(network)
+		// Say at once whether the node can network pods.
+		if err := a.postStatus(ctx, true); err != nil {
+			cfg.Logger.Warn("posting node status failed", "node", cfg.NodeName, "err", err)
+		}
 	}
 	st := a.status(cfg.Clock.Now())
 	cfg.nodeMemory = st.Capacity.Memory().Value()
 	cfg.nodeAllocatable = st.Allocatable
 	m := newPodManager(cfg)
 	m.net, m.ctx = network, ctx
+	if cfg.Devices != nil {
+		cfg.Devices.SetActivePods(m.activePods)
+	}
 	if uid, ok := a.nodeUID(); ok {
 		m.nodeUID = typesUID(uid)
 	}

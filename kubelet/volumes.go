@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/dns"
 )
 
@@ -434,6 +435,15 @@ func podResolvConf(pod *corev1.Pod, clusterDNS, domain string) string {
 		servers = []string{clusterDNS}
 	}
 	return dns.PodResolvConf(pod, host, servers, domain)
+}
+
+// podDNS is the pod's resolv.conf as the CNI dns capability carries it.
+func (w *podWorker) podDNS(pod *corev1.Pod) netplugin.DNS {
+	rc, err := dns.ParseResolvConf(strings.NewReader(podResolvConf(pod, w.m.cfg.ClusterDNS, w.m.cfg.ClusterDomain)))
+	if err != nil {
+		return netplugin.DNS{}
+	}
+	return netplugin.DNS{Servers: rc.Nameservers, Searches: rc.Searches, Options: rc.Options}
 }
 
 func sortStrings(s []string) { sort.Strings(s) }

@@ -3,7 +3,8 @@
 // masquerade for traffic leaving the cluster CIDR, routes to the other
 // nodes' pod CIDRs and hostPort mappings. It talks to the kernel through
 // rtnetlink and nftables from Go; it runs no ip, nft or iptables binary and
-// no CNI plugin.
+// no CNI plugin (package netplugin/cni is the CNI host that runs them
+// instead, behind the same PodNetwork interface).
 //
 // It owns, and changes nothing outside of:
 //   - the bridge named in Config.Bridge and the veths attached to it (the

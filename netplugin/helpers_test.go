@@ -135,7 +135,7 @@ func removeEverything(t *testing.T, cfg Config) {
 	if entries, err := os.ReadDir(cfg.NetnsDir); err == nil {
 		for _, e := range entries {
 			ids[e.Name()] = true
-			if err := removeNetns(filepath.Join(cfg.NetnsDir, e.Name())); err != nil {
+			if err := RemoveNetns(filepath.Join(cfg.NetnsDir, e.Name())); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
 		}

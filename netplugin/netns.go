@@ -18,14 +18,14 @@ import (
 // unlocking: the Go runtime then ends that thread instead of giving it to
 // another goroutine that would run in the pod's namespace.
 
-// prepareNetnsDir makes dir a mount point with shared propagation, as
+// PrepareNetnsDir makes dir a mount point with shared propagation, as
 // `ip netns` does for /run/netns. Bind mounts of namespaces under it then
 // propagate to mount namespaces cloned from this one later (a systemd
 // unit with PrivateTmp, say) as slave copies, so that unmounting one here
 // unmounts it there too and the namespace is really freed; under a
 // private mount such a copy would keep the namespace, and its veth peer,
 // alive until that other mount namespace went away.
-func prepareNetnsDir(dir string) error {
+func PrepareNetnsDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create netns dir: %w", err)
 	}
@@ -44,9 +44,9 @@ func prepareNetnsDir(dir string) error {
 	}
 }
 
-// isNetnsMount reports whether path is a bind mount of a network
+// IsNetnsMount reports whether path is a bind mount of a network
 // namespace (as opposed to the empty file it is mounted on).
-func isNetnsMount(path string) bool {
+func IsNetnsMount(path string) bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false
@@ -54,9 +54,9 @@ func isNetnsMount(path string) bool {
 	return st.Type == unix.NSFS_MAGIC
 }
 
-// createNetns makes a new network namespace and keeps it alive by bind
+// CreateNetns makes a new network namespace and keeps it alive by bind
 // mounting it onto path (which must not exist).
-func createNetns(path string) error {
+func CreateNetns(path string) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return err
@@ -92,16 +92,16 @@ func createNetns(path string) error {
 		errc <- mountErr
 	}()
 	if err := <-errc; err != nil {
-		removeNetns(path)
+		RemoveNetns(path)
 		return err
 	}
 	return nil
 }
 
-// removeNetns unmounts and removes a namespace made by createNetns; the
+// RemoveNetns unmounts and removes a namespace made by CreateNetns; the
 // kernel frees the namespace (and the pod end of its veth) once no process
 // is left in it. Removing one that is not there is not an error.
-func removeNetns(path string) error {
+func RemoveNetns(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount netns %s: %w", path, err)

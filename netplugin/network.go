@@ -46,7 +46,7 @@ type Network struct {
 	// there in New and stays there whatever thread uses it.
 	nl *netlink.Handle
 
-	podLocks keyedMutex
+	podLocks KeyedMutex
 	routesMu sync.Mutex
 
 	// life is held shared by every operation and exclusively by Close, so
@@ -121,7 +121,7 @@ func (n *Network) start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := prepareNetnsDir(n.cfg.NetnsDir); err != nil {
+	if err := PrepareNetnsDir(n.cfg.NetnsDir); err != nil {
 		return err
 	}
 	if err := n.ensureBridge(); err != nil {
@@ -310,7 +310,8 @@ func (n *Network) vethName(id string) string {
 	return "bv" + hex.EncodeToString(sum[:])[:13]
 }
 
-func validateID(id string) error {
+// ValidateID checks a pod sandbox ID: it names files and netns mounts.
+func ValidateID(id string) error {
 	if id == "" || len(id) > 128 || id[0] == '.' {
 		return fmt.Errorf("invalid pod sandbox ID %q: want 1-128 characters of [A-Za-z0-9_.-], not starting with '.'", id)
 	}
@@ -333,8 +334,14 @@ func (n *Network) Get(id string) (Attachment, bool) {
 }
 
 func (n *Network) attachment(id string, ip netip.Addr) Attachment {
-	return Attachment{NetnsPath: n.netnsPath(id), IP: ip, Gateway: n.gateway}
+	return Attachment{NetnsPath: n.netnsPath(id), IP: ip, IPs: []netip.Addr{ip}, Gateway: n.gateway}
 }
+
+// Ready is always nil: once New returned, the built-in network can
+// attach pods.
+func (n *Network) Ready(context.Context) error { return nil }
+
+var _ PodNetwork = (*Network)(nil)
 
 // Setup gives a pod its network: a new namespace bind-mounted at
 // NetnsDir/<ID> with lo up, a veth whose host end is on the bridge and
@@ -343,7 +350,7 @@ func (n *Network) attachment(id string, ip netip.Addr) Attachment {
 // already set up it returns the existing attachment (hostPorts of the
 // first call stay). On failure it undoes what it did.
 func (n *Network) Setup(ctx context.Context, pod Pod) (Attachment, error) {
-	if err := validateID(pod.ID); err != nil {
+	if err := ValidateID(pod.ID); err != nil {
 		return Attachment{}, err
 	}
 	who := pod.Namespace + "/" + pod.Name
@@ -354,7 +361,7 @@ func (n *Network) Setup(ctx context.Context, pod Pod) (Attachment, error) {
 		return Attachment{}, err
 	}
 	defer n.life.RUnlock()
-	unlock := n.podLocks.lock(pod.ID)
+	unlock := n.podLocks.Lock(pod.ID)
 	defer unlock()
 
 	n.mu.Lock()
@@ -430,14 +437,14 @@ func (s *podSetup) run(pod Pod) (Attachment, error) {
 		return Attachment{}, err
 	}
 	nsPath := n.netnsPath(s.id)
-	if !isNetnsMount(nsPath) {
-		if err := removeNetns(nsPath); err != nil { // an empty file left by a crash
+	if !IsNetnsMount(nsPath) {
+		if err := RemoveNetns(nsPath); err != nil { // an empty file left by a crash
 			return Attachment{}, fmt.Errorf("create netns for pod %s: %w", s.who, err)
 		}
-		if err := createNetns(nsPath); err != nil {
+		if err := CreateNetns(nsPath); err != nil {
 			return Attachment{}, fmt.Errorf("create netns for pod %s: %w", s.who, err)
 		}
-		s.undos = append(s.undos, func() error { return removeNetns(nsPath) })
+		s.undos = append(s.undos, func() error { return RemoveNetns(nsPath) })
 	}
 	podNS, err := netns.GetFromPath(nsPath)
 	if err != nil {
@@ -588,14 +595,14 @@ func (s *podSetup) configurePod(podNL *netlink.Handle, ip netip.Addr) error {
 // other pod gets it while something may still use it; a later Teardown
 // or GC finishes the job.
 func (n *Network) Teardown(ctx context.Context, id string) error {
-	if err := validateID(id); err != nil {
+	if err := ValidateID(id); err != nil {
 		return err
 	}
 	if err := n.enter(); err != nil {
 		return err
 	}
 	defer n.life.RUnlock()
-	unlock := n.podLocks.lock(id)
+	unlock := n.podLocks.Lock(id)
 	defer unlock()
 	return n.teardownLocked(ctx, id)
 }
@@ -618,7 +625,7 @@ func (n *Network) teardownLocked(ctx context.Context, id string) error {
 	if err := n.deleteLink(n.vethName(id)); err != nil {
 		errs = append(errs, fmt.Errorf("tear down pod %s: veth: %w", id, err))
 	}
-	if err := removeNetns(n.netnsPath(id)); err != nil {
+	if err := RemoveNetns(n.netnsPath(id)); err != nil {
 		errs = append(errs, fmt.Errorf("tear down pod %s: %w", id, err))
 	}
 	if len(errs) > 0 {
@@ -665,7 +672,7 @@ func (n *Network) GC(ctx context.Context, live func(id string) bool) error {
 		errs = append(errs, fmt.Errorf("list netns dir: %w", err))
 	}
 	for _, e := range entries {
-		if validateID(e.Name()) == nil {
+		if ValidateID(e.Name()) == nil {
 			ids[e.Name()] = true
 		}
 	}
@@ -674,26 +681,35 @@ func (n *Network) GC(ctx context.Context, live func(id string) bool) error {
 		errs = append(errs, err)
 	}
 	for id := range owners {
-		if validateID(id) == nil {
+		if ValidateID(id) == nil {
 			ids[id] = true
 		}
 	}
 
+	errs = append(errs, TeardownDead(ctx, ids, live, n.podLocks.Lock, n.teardownLocked, n.log))
+	return errors.Join(errs...)
+}
+
+// TeardownDead is the heart of a PodNetwork's GC: in ID order, it tears
+// down each of ids for which live returns false, asking live and tearing
+// down under lock(id) so that no Setup of that pod runs meanwhile.
+func TeardownDead(ctx context.Context, ids map[string]bool, live func(id string) bool, lock func(id string) (unlock func()), teardown func(ctx context.Context, id string) error, log *slog.Logger) error {
 	sorted := make([]string, 0, len(ids))
 	for id := range ids {
 		sorted = append(sorted, id)
 	}
 	slices.Sort(sorted)
+	var errs []error
 	for _, id := range sorted {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		unlock := n.podLocks.lock(id)
+		unlock := lock(id)
 		if !live(id) {
-			if err := n.teardownLocked(ctx, id); err != nil {
+			if err := teardown(ctx, id); err != nil {
 				errs = append(errs, err)
 			} else {
-				n.log.Info("removed the network of a pod that is gone", "id", id)
+				log.Info("removed the network of a pod that is gone", "id", id)
 			}
 		}
 		unlock()
@@ -742,9 +758,9 @@ func (n *Network) Destroy(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// keyedMutex serializes work per key (pod ID) and lets different keys run
+// KeyedMutex serializes work per key (pod ID) and lets different keys run
 // at once.
-type keyedMutex struct {
+type KeyedMutex struct {
 	mu sync.Mutex
 	m  map[string]*keyedEntry
 }
@@ -754,7 +770,7 @@ type keyedEntry struct {
 	refs int
 }
 
-func (k *keyedMutex) lock(key string) (unlock func()) {
+func (k *KeyedMutex) Lock(key string) (unlock func()) {
 	k.mu.Lock()
 	if k.m == nil {
 		k.m = map[string]*keyedEntry{}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -204,8 +205,8 @@ func TestPodsTalkAcrossTheBridge(t *testing.T) {
 	if a.IP == b.IP {
 		t.Fatalf("both pods got %s", a.IP)
 	}
-	if want := filepath.Join(cfg.NetnsDir, "pod-a"); a.NetnsPath != want || !isNetnsMount(want) {
-		t.Errorf("netns path %s (mounted: %v), want %s", a.NetnsPath, isNetnsMount(a.NetnsPath), want)
+	if want := filepath.Join(cfg.NetnsDir, "pod-a"); a.NetnsPath != want || !IsNetnsMount(want) {
+		t.Errorf("netns path %s (mounted: %v), want %s", a.NetnsPath, IsNetnsMount(a.NetnsPath), want)
 	}
 
 	serveEcho(t, a.NetnsPath, "tcp", ":8080", "a")
@@ -351,7 +352,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := setup(t, n, pod)
-	if first != second {
+	if !reflect.DeepEqual(first, second) {
 		t.Errorf("second Setup = %+v, first %+v", second, first)
 	}
 	again, err := netlink.LinkByName(n.vethName("pod-a"))
@@ -510,7 +511,7 @@ func TestGC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ipamDir, garbled.String()), []byte(`{"id`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := createNetns(filepath.Join(cfg.NetnsDir, "orphan-netns")); err != nil {
+	if err := CreateNetns(filepath.Join(cfg.NetnsDir, "orphan-netns")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -536,7 +537,7 @@ func TestGC(t *testing.T) {
 	if _, used := n.ipam.allocations()[garbled]; used {
 		t.Errorf("unreadable allocation %s not released", garbled)
 	}
-	if got, ok := n.Get("pod-b"); !ok || got != b {
+	if got, ok := n.Get("pod-b"); !ok || !reflect.DeepEqual(got, b) {
 		t.Errorf("live pod-b: Get = %+v %v, want %+v", got, ok, b)
 	}
 	mustAsk(t, "", "tcp", netip.AddrPortFrom(b.IP, 80).String(), "alive", "b: alive")
@@ -572,7 +573,7 @@ func TestRestartKeepsPods(t *testing.T) {
 	}
 	n = newTestNetwork(t, cfg)
 
-	if got, ok := n.Get("pod-a"); !ok || got != a {
+	if got, ok := n.Get("pod-a"); !ok || !reflect.DeepEqual(got, a) {
 		t.Fatalf("Get after restart = %+v %v, want %+v", got, ok, a)
 	}
 	if got, err := converse(conn, "during"); err != nil || got != "a: during" {
@@ -581,7 +582,7 @@ func TestRestartKeepsPods(t *testing.T) {
 	mustAsk(t, "", "tcp", fmt.Sprintf("127.0.0.1:%d", port), "after", "a: after")
 
 	// A Setup of the running pod after the restart checks it and keeps it.
-	if got := setup(t, n, pod); got != a {
+	if got := setup(t, n, pod); !reflect.DeepEqual(got, a) {
 		t.Errorf("Setup after restart = %+v, want %+v", got, a)
 	}
 	again, err := netlink.LinkByName(n.vethName("pod-a"))

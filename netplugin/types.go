@@ -1,6 +1,7 @@
 package netplugin
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
 )
@@ -34,12 +35,48 @@ type HostPort struct {
 type Pod struct {
 	ID              string // sandbox ID, unique; 1-128 of [A-Za-z0-9_.-], not starting with '.'
 	Namespace, Name string // for logs and error messages
+	UID             string // the pod's UID, for network plugins (CNI_ARGS K8S_POD_UID)
 	HostPorts       []HostPort
+	// Annotations are the pod's: the CNI host reads the bandwidth and
+	// address requests in them; the built-in network reads none.
+	Annotations map[string]string
+	// DNS is the pod's resolv.conf, for plugins with the dns capability.
+	DNS DNS
+}
+
+// DNS is a pod's resolver configuration, as the CNI "dns" capability
+// carries it.
+type DNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
 }
 
 // Attachment is a pod's place on the network.
 type Attachment struct {
 	NetnsPath string     // bind mount of the pod's network namespace, for the runtime
-	IP        netip.Addr // the pod's address, on its eth0
-	Gateway   netip.Addr // the bridge's address, the pod's default route
+	IP        netip.Addr // the pod's address, on its eth0 (the first of IPs)
+	// IPs are all the pod's addresses, IP first; the built-in network
+	// gives one, a CNI plugin chain may give one per family.
+	IPs     []netip.Addr
+	Gateway netip.Addr // the pod's default gateway, when known
+}
+
+// PodNetwork gives pod sandboxes their network namespace and addresses.
+// The kubelet holds one: the built-in Network of this package, or the CNI
+// host of netplugin/cni, which runs standard CNI plugins instead.
+//
+// Setup makes the namespace and attaches the pod, undoing everything it
+// did when it fails; for a pod already set up it returns what it has.
+// Teardown removes all of it and is not an error for a pod that has no
+// network. GC tears down every pod the network knows of for which live
+// returns false. Ready is nil when pods can be networked; otherwise its
+// error says why (the node's NetworkReady reason). Close releases what
+// the network holds in memory; pods keep their network.
+type PodNetwork interface {
+	Setup(ctx context.Context, pod Pod) (Attachment, error)
+	Teardown(ctx context.Context, id string) error
+	GC(ctx context.Context, live func(id string) bool) error
+	Ready(ctx context.Context) error
+	Close() error
 }

@@ -119,6 +119,11 @@ func TestFilters(t *testing.T) {
 			on: []*corev1.Pod{pod("q", rl("cpu", "4", "memory", "8Gi"))}, want: []string{"Insufficient cpu", "Insufficient memory"}},
 		{name: "extended resource never overcommitted", plugin: fit, pod: pod("p", rl(string(gpu), "1")), node: node("n", rl(string(gpu), "2")),
 			on: []*corev1.Pod{pod("q", rl(string(gpu), "2"))}, want: []string{"Insufficient vendor.example/gpu"}},
+		{name: "an unhealthy device: allocatable, not capacity, counts", plugin: fit, pod: pod("p", rl(string(gpu), "4")),
+			node: node("n", rl(string(gpu), "3"), func(n *corev1.Node) {
+				n.Status.Capacity = n.Status.Allocatable.DeepCopy()
+				n.Status.Capacity[gpu] = resource.MustParse("4")
+			}), want: []string{"Insufficient vendor.example/gpu"}},
 		{name: "extended resource the node lacks", plugin: fit, pod: pod("p", rl(string(gpu), "1")), node: node("n", nil), want: []string{"Insufficient vendor.example/gpu"}},
 		{name: "ephemeral storage", plugin: fit, pod: pod("p", rl("ephemeral-storage", "2Gi")), node: node("n", rl("ephemeral-storage", "1Gi")), want: []string{"Insufficient ephemeral-storage"}},
 		{name: "too many pods", plugin: fit, pod: pod("p", nil), node: node("n", rl("pods", "1")), on: []*corev1.Pod{pod("q", nil)}, want: []string{errTooManyPods}},

@@ -39,6 +39,9 @@ type Resource struct {
 	// ReturnsDeleted: DELETE answers with the object rather than a Status.
 	ReturnsDeleted bool
 	Subresources   []Subresource
+	// Schema, for a custom resource, is its CRD's structural schema:
+	// the kind is described by it rather than by Object's Go type.
+	Schema *spec.Schema
 }
 
 // Subresource is one subresource of a Resource.

@@ -130,10 +130,14 @@ func paths(b *builder, r Resource) []pathItem {
 	gv := r.GVK.GroupVersion()
 	prefix := "/" + groupVersionPath(gv)
 	idGroup, _ := opGroup(gv)
-	obj := b.kind(typeOf(r.Object), r.GVK)
-	var list spec.Schema
-	if r.List != nil {
-		list = b.kind(typeOf(r.List), gv.WithKind(r.ListKind))
+	var obj, list spec.Schema
+	if r.Schema != nil {
+		obj, list = b.customKinds(r)
+	} else {
+		obj = b.kind(typeOf(r.Object), r.GVK)
+		if r.List != nil {
+			list = b.kind(typeOf(r.List), gv.WithKind(r.ListKind))
+		}
 	}
 	status := b.kind(tStatus, schema.GroupVersionKind{Version: "v1", Kind: "Status"})
 	deleteOpts := b.kind(tDeleteOptions, gv.WithKind("DeleteOptions"))

@@ -15,10 +15,14 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/deviceplugin"
+	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
 	"bonsai.dev/bonsai/netplugin/proxy"
 )
@@ -68,14 +72,55 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (r
 	return crt, stop, imageFS, nil
 }
 
+// netnsDir is where this host's pods' network namespaces are mounted,
+// whichever network makes them.
+func netnsDir(cfg *serverConfig) string {
+	if cfg.PodBridge != defaultPodBridge {
+		return filepath.Join("/run/bonsai", cfg.PodBridge, "netns")
+	}
+	return "/run/bonsai/netns"
+}
+
+// usesCNI resolves --pod-network: auto is cni when the conf dir holds a
+// network configuration now.
+func usesCNI(cfg *serverConfig) bool {
+	switch cfg.PodNetwork {
+	case "cni":
+		return true
+	case "auto":
+		return cni.HasConfig(cfg.CNIConfDir)
+	}
+	return false
+}
+
+// cniHost is the CNI host's configuration for this host.
+func cniHost(cfg *serverConfig) *cni.Config {
+	c := &cni.Config{
+		ConfDir: cfg.CNIConfDir, BinDirs: cfg.CNIBinDirs, NetnsDir: netnsDir(cfg),
+		CacheDir: filepath.Join(cfg.DataDir, "agent", "cni"),
+	}
+	// The cluster DNS server listens there (startClusterDNS), on a dummy
+	// link of its own since there is no bonsai bridge.
+	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
+		c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{a}
+	}
+	return c
+}
+
+// localLinkName is the dummy link holding the node's own addresses in CNI
+// mode: "<pod-bridge>-dns", within the 15 characters of an interface
+// name.
+func localLinkName(bridge string) string {
+	if len(bridge) > 11 {
+		bridge = bridge[:11]
+	}
+	return bridge + "-dns"
+}
+
 // podNetwork is the built-in pod network's configuration for this host.
 func podNetwork(cfg *serverConfig) *netplugin.Config {
-	netns := "/run/bonsai/netns"
-	if cfg.PodBridge != defaultPodBridge {
-		netns = filepath.Join("/run/bonsai", cfg.PodBridge, "netns")
-	}
 	c := &netplugin.Config{
-		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netns,
+		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netnsDir(cfg),
 		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR,
 	}
 	// The cluster DNS server listens there (startClusterDNS); the pod
@@ -144,7 +189,7 @@ func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Serv
 		log.Warn("cluster DNS not started: the pod network is IPv4 only", "service-cidr", cfg.ServiceCIDR)
 		return
 	}
-	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: "system:bonsai-dns", Groups: []string{authn.GroupAuthenticated}}))
+	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserDNS, Groups: []string{authn.GroupAuthenticated}}))
 	srv, err := dns.New(dns.Config{Informers: inf, Address: addr.String(), ClusterDomain: cfg.ClusterDomain, Logger: log.With("component", "dns")})
 	if err != nil {
 		log.Error("cluster DNS not started", "err", err)
@@ -183,4 +228,24 @@ func ensureKubeDNSService(ctx context.Context, cfg *serverConfig, rc *rest.Confi
 		return err
 	}
 	return dns.EnsureService(ctx, cs.Core, netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)))
+}
+
+// startDevices runs the node's device manager on --kubelet-root-dir, its
+// metrics in the API server's /metrics, and the built-in generic device
+// plugin when devices.yaml configures it. A device manager that cannot
+// start (the directory is not writable) leaves the node without devices,
+// not without pods.
+func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) *deviceplugin.Manager {
+	dm := deviceplugin.New(deviceplugin.Config{RootDir: cfg.KubeletRootDir, Logger: log})
+	if err := dm.Start(ctx); err != nil {
+		log.Error("device plugins are not available on this node", "err", err)
+		return nil
+	}
+	if err := api.RegisterMetrics(dm.Collectors()...); err != nil {
+		log.Warn("device plugin metrics not served", "err", err)
+	}
+	if cfg.Devices != nil {
+		generic.Run(ctx, cfg.Devices, dm.Dir(), log)
+	}
+	return dm
 }

@@ -18,8 +18,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/deviceplugin/generic"
+	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
 )
@@ -56,6 +59,9 @@ type serverOptions struct {
 	maxPods           int
 	runtimeEndpoint   string
 	podBridge         string
+	podNetwork        string
+	cniConfDir        string
+	cniBinDirs        []string
 	podManifestPath   string
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
@@ -64,6 +70,11 @@ type serverOptions struct {
 	schedulerConfig   string
 	disableScheduler  bool
 	maxEndpoints      int
+	authorizationMode string
+	auditLogPath      string
+	auditPolicyFile   string
+	kubeletRootDir    string
+	deviceConfig      string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -78,6 +89,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
+	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
+	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
+	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -95,6 +109,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
+	fs.StringVar(&o.podNetwork, "pod-network", "auto", "pod network of this host's node: builtin (bridge, veths, nftables), cni (the CNI plugins configured in --cni-conf-dir), or auto (cni when --cni-conf-dir holds a configuration at start, else builtin)")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "directory of CNI network configurations; the first *.conflist, *.conf or *.json in lexical order is used")
+	fs.StringSliceVar(&o.cniBinDirs, "cni-bin-dir", []string{cni.DefaultBinDir}, "directory of CNI plugin binaries, searched in order; repeatable (Debian's containernetworking-plugins installs to /usr/lib/cni)")
 	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
@@ -102,6 +119,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	o.nodeLifecycle.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
+	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
+	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
@@ -116,7 +135,13 @@ type serverConfig struct {
 	WriteKubeconfig string
 	TLSSANs         []string
 	// Tokens is nil without --token-file.
-	Tokens        *authn.TokenFile
+	Tokens *authn.TokenFile
+	// AuthorizationMode is apiserver.AuthorizationRBAC or
+	// apiserver.AuthorizationAlwaysAllow.
+	AuthorizationMode string
+	// AuditLogPath and AuditPolicy are set together, or not at all.
+	AuditLogPath  string
+	AuditPolicy   *audit.Policy
 	Etcd          store.EtcdOptions
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
@@ -133,6 +158,11 @@ type serverConfig struct {
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
 	PodBridge       string
+	// PodNetwork is builtin, cni or auto; CNIConfDir and CNIBinDirs are
+	// where the CNI host looks.
+	PodNetwork      string
+	CNIConfDir      string
+	CNIBinDirs      []string
 	PodManifestPath string
 	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
 	NodeCIDRMaskSize int
@@ -146,6 +176,10 @@ type serverConfig struct {
 	DisableScheduler bool
 	// MaxEndpointsPerSlice is --max-endpoints-per-slice.
 	MaxEndpointsPerSlice int
+	// KubeletRootDir holds the device-plugin and pod-resources sockets.
+	KubeletRootDir string
+	// Devices is the generic device plugin's configuration; nil = none.
+	Devices *generic.Config
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -342,6 +376,28 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		c.Tokens = tf
 	}
 
+	switch o.authorizationMode {
+	case "RBAC", "Node,RBAC", "RBAC,Node":
+		c.AuthorizationMode = apiserver.AuthorizationRBAC
+	case "AlwaysAllow":
+		c.AuthorizationMode = apiserver.AuthorizationAlwaysAllow
+	default:
+		return nil, fmt.Errorf("--authorization-mode %q: must be RBAC or AlwaysAllow", o.authorizationMode)
+	}
+
+	switch {
+	case o.auditLogPath != "" && o.auditPolicyFile == "":
+		return nil, errors.New("--audit-log-path: needs --audit-policy-file (without a policy nothing is audited)")
+	case o.auditLogPath == "" && o.auditPolicyFile != "":
+		return nil, errors.New("--audit-policy-file: needs --audit-log-path to write the events to")
+	case o.auditPolicyFile != "":
+		p, err := audit.LoadPolicy(o.auditPolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-policy-file %s: %v", o.auditPolicyFile, err)
+		}
+		c.AuditLogPath, c.AuditPolicy = o.auditLogPath, p
+	}
+
 	if o.datastoreEndpoint != "" {
 		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {
 			return nil, fmt.Errorf("--datastore-endpoint: %v", err)
@@ -454,6 +510,29 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--pod-bridge %q: must be a lower-case name of at most 15 letters, digits and '-'", o.podBridge)
 	}
 	c.PodBridge = o.podBridge
+	if err := o.validateDevices(c); err != nil {
+		return err
+	}
+	switch o.podNetwork {
+	case "builtin", "cni", "auto":
+		c.PodNetwork = o.podNetwork
+	default:
+		return fmt.Errorf("--pod-network %q: must be builtin, cni or auto", o.podNetwork)
+	}
+	if !filepath.IsAbs(o.cniConfDir) {
+		return fmt.Errorf("--cni-conf-dir %q: must be an absolute path", o.cniConfDir)
+	}
+	c.CNIConfDir = filepath.Clean(o.cniConfDir)
+	if len(o.cniBinDirs) == 0 {
+		return errors.New("--cni-bin-dir: give at least one directory")
+	}
+	c.CNIBinDirs = nil
+	for _, d := range o.cniBinDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--cni-bin-dir %q: must be an absolute path", d)
+		}
+		c.CNIBinDirs = append(c.CNIBinDirs, filepath.Clean(d))
+	}
 	c.PodManifestPath = o.podManifestPath
 	if c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath) {
 		return fmt.Errorf("--pod-manifest-path %q: must be an absolute path", o.podManifestPath)
@@ -513,5 +592,28 @@ func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
 		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
 	}
 	c.NodeCIDRMaskSize = mask
+	return nil
+}
+
+// validateDevices checks --kubelet-root-dir and reads the generic device
+// plugin's devices.yaml: an explicit --device-config must exist, the
+// default one is read only if present.
+func (o *serverOptions) validateDevices(c *serverConfig) error {
+	if o.kubeletRootDir == "" || !filepath.IsAbs(o.kubeletRootDir) {
+		return fmt.Errorf("--kubelet-root-dir %q: must be an absolute path", o.kubeletRootDir)
+	}
+	c.KubeletRootDir = filepath.Clean(o.kubeletRootDir)
+	path := o.deviceConfig
+	if path == "" {
+		path = filepath.Join(o.dataDir, "devices.yaml")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	cfg, err := generic.Load(path)
+	if err != nil {
+		return fmt.Errorf("--device-config: %v", err)
+	}
+	c.Devices = cfg
 	return nil
 }

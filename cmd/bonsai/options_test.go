@@ -78,11 +78,16 @@ func TestServerDefaults(t *testing.T) {
 
 		RuntimeEndpoint:  "/run/containerd/containerd.sock",
 		PodBridge:        "bonsai0",
+		PodNetwork:       "auto",
+		CNIConfDir:       "/etc/cni/net.d",
+		CNIBinDirs:       []string{"/opt/cni/bin"},
 		NodeCIDRMaskSize: 24,
 		KubeletPort:      10250,
 		NodeLifecycle:    defaultNodeLifecycle,
 
 		MaxEndpointsPerSlice: 100,
+		AuthorizationMode:    "RBAC",
+		KubeletRootDir:       "/var/lib/kubelet",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -102,7 +107,9 @@ func TestServerFlags(t *testing.T) {
 		"--runtime", "simulated", "--node-name", "edge-1", "--node-labels", "site=plant-7,tier=edge",
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000")
+		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow",
+		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +117,10 @@ func TestServerFlags(t *testing.T) {
 		t.Errorf("tokens not loaded: %+v", got.Tokens)
 	}
 	got.Tokens = nil
+	if got.AuditPolicy == nil || len(got.AuditPolicy.Rules) != 1 || got.AuditLogPath != "/var/log/bonsai-audit.log" {
+		t.Errorf("audit: %q %+v", got.AuditLogPath, got.AuditPolicy)
+	}
+	got.AuditPolicy, got.AuditLogPath = nil, ""
 	want := &serverConfig{
 		DataDir:       "/srv/bonsai",
 		BindAddress:   netip.MustParseAddr("::1"),
@@ -133,10 +144,15 @@ func TestServerFlags(t *testing.T) {
 		KubeletPort:     11250,
 		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
 		PodBridge:       "edge0",
+		PodNetwork:      "cni",
+		CNIConfDir:      "/srv/cni/net.d",
+		CNIBinDirs:      []string{"/usr/lib/cni", "/opt/cni/bin"},
 
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
+		AuthorizationMode:    "AlwaysAllow",
+		KubeletRootDir:       "/var/lib/kubelet",
 		NodeLifecycle:        defaultNodeLifecycle,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
@@ -148,12 +164,17 @@ func TestServerFlags(t *testing.T) {
 func TestServerBadFlags(t *testing.T) {
 	noDefaultConfig(t)
 	badTokens := writeFile(t, "tokens.csv", "ok,alice,1\nbroken\n")
+	badPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n")
+	goodPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n")
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		args []string
 		want []string // all must appear in the error
 	}{
 		{[]string{"--service-cidr", "10.43.0.0/33"}, []string{"--service-cidr", "not a CIDR"}},
+		{[]string{"--kubelet-root-dir", "var/lib/kubelet"}, []string{"--kubelet-root-dir", "absolute"}},
+		{[]string{"--device-config", filepath.Join(dir, "absent.yaml")}, []string{"--device-config", "absent.yaml", "no such file"}},
+		{[]string{"--device-config", writeFile(t, "devices.yaml", "resources:\n- name: serial\n  devices: [/dev/ttyUSB*]\n")}, []string{"--device-config", "resources[0]", "vendor-domain/resourcetype"}},
 		{[]string{"--service-cidr", "banana"}, []string{"--service-cidr"}},
 		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
 		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
@@ -186,6 +207,11 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--audit-log-path", "/tmp/audit.log"}, []string{"--audit-log-path", "needs --audit-policy-file"}},
+		{[]string{"--audit-policy-file", goodPolicy}, []string{"--audit-policy-file", "needs --audit-log-path"}},
+		{[]string{"--audit-policy-file", badPolicy, "--audit-log-path", "-"}, []string{"--audit-policy-file", `rules[0].level: Unsupported value: "Loud"`}},
+		{[]string{"--audit-policy-file", "/nonexistent/policy.yaml", "--audit-log-path", "-"}, []string{"--audit-policy-file", "no such file"}},
+		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
@@ -205,6 +231,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--terminated-pod-gc-threshold", "many"}, []string{"--terminated-pod-gc-threshold"}},
 		{[]string{"--pod-bridge", "a-very-long-bridge-name"}, []string{"--pod-bridge", "15"}},
 		{[]string{"--pod-bridge", "Bad_Name"}, []string{"--pod-bridge"}},
+		{[]string{"--pod-network", "flannel"}, []string{"--pod-network", "builtin, cni or auto"}},
+		{[]string{"--cni-conf-dir", "net.d"}, []string{"--cni-conf-dir", "absolute"}},
+		{[]string{"--cni-bin-dir", "/opt/cni/bin", "--cni-bin-dir", "bin"}, []string{"--cni-bin-dir", "absolute"}},
 		{[]string{"--pod-manifest-path", "manifests"}, []string{"--pod-manifest-path", "absolute"}},
 		{[]string{"--node-labels", "novalue"}, []string{"--node-labels", "key=value"}},
 		{[]string{"--node-labels", "bad key=x"}, []string{"--node-labels"}},
@@ -484,5 +513,26 @@ func TestNodeLifecycleFlags(t *testing.T) {
 		UnhealthyZoneThreshold: 0.7, LargeClusterSize: 10}
 	if diff := cmp.Diff(want, got.NodeLifecycle); diff != "" {
 		t.Errorf("node lifecycle config (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeviceConfig reads <data-dir>/devices.yaml when it is there, and
+// --device-config over it.
+func TestDeviceConfig(t *testing.T) {
+	noDefaultConfig(t)
+	dir := t.TempDir()
+	got, err := parseServer(t, "--data-dir", dir)
+	if err != nil || got.Devices != nil {
+		t.Fatalf("no devices.yaml: %v, %+v", err, got.Devices)
+	}
+	os.WriteFile(filepath.Join(dir, "devices.yaml"), []byte("resources:\n- name: bonsai.dev/serial\n  devices: [/dev/ttyUSB*]\n"), 0o600)
+	got, err = parseServer(t, "--data-dir", dir)
+	if err != nil || got.Devices == nil || got.Devices.Resources[0].Name != "bonsai.dev/serial" {
+		t.Fatalf("<data-dir>/devices.yaml: %v, %+v", err, got)
+	}
+	other := writeFile(t, "other.yaml", "resources:\n- name: bonsai.dev/camera\n  devices: [/dev/video*]\n  shared: 2\n")
+	got, err = parseServer(t, "--data-dir", dir, "--device-config", other, "--kubelet-root-dir", "/srv/kubelet/")
+	if err != nil || got.Devices.Resources[0].Name != "bonsai.dev/camera" || got.Devices.Resources[0].Shared != 2 || got.KubeletRootDir != "/srv/kubelet" {
+		t.Fatalf("--device-config: %v, %+v", err, got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/kubelet"
@@ -121,13 +122,23 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if cfg.Tokens != nil {
 		authenticators = append(authenticators, cfg.Tokens)
 	}
+	var auditLog *audit.Log
+	if cfg.AuditPolicy != nil {
+		if auditLog, err = audit.OpenLog(cfg.AuditLogPath); err != nil {
+			return fmt.Errorf("--audit-log-path: %w", err)
+		}
+		defer auditLog.Close()
+	}
 	api, err := apiserver.New(apiserver.Config{
-		Store:         st,
-		Authenticator: authenticators,
-		ServiceCIDR:   cfg.ServiceCIDR,
-		ClusterCIDR:   cfg.ClusterCIDR,
-		NodePortRange: cfg.NodePortRange,
-		ClusterDomain: cfg.ClusterDomain,
+		Store:             st,
+		Authenticator:     authenticators,
+		AuthorizationMode: cfg.AuthorizationMode,
+		AuditPolicy:       cfg.AuditPolicy,
+		AuditLog:          auditLog,
+		ServiceCIDR:       cfg.ServiceCIDR,
+		ClusterCIDR:       cfg.ClusterCIDR,
+		NodePortRange:     cfg.NodePortRange,
+		ClusterDomain:     cfg.ClusterDomain,
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
@@ -343,6 +354,9 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log,
 	}
+	if cfg.Runtime != "containerd" && cfg.Devices != nil {
+		log.Warn("devices.yaml is ignored: device plugins need --runtime=containerd", "runtime", cfg.Runtime)
+	}
 	if cfg.Runtime == "containerd" {
 		rt, stopRuntime, imageFS, err := connectRuntime(ctx, cfg, log)
 		if err != nil {
@@ -357,7 +371,13 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		}
 		stop = stopRuntime
 		kcfg.Runtime, kcfg.RuntimeVersion = rt, v
-		kcfg.Network = podNetwork(cfg)
+		if usesCNI(cfg) {
+			kcfg.CNI = cniHost(cfg)
+			log.Info("pod network: CNI plugins", "pod-network", cfg.PodNetwork, "cni-conf-dir", cfg.CNIConfDir, "cni-bin-dir", cfg.CNIBinDirs)
+		} else {
+			kcfg.Network = podNetwork(cfg)
+			log.Info("pod network: built-in", "pod-network", cfg.PodNetwork, "bridge", cfg.PodBridge)
+		}
 		startServiceProxy(ctx, cfg, api, log)
 		startClusterDNS(ctx, cfg, api, log)
 		kcfg.RootDir = filepath.Join(cfg.DataDir, "agent")
@@ -367,6 +387,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		if kcfg.PodManifestPath == "" {
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
+		kcfg.Devices = startDevices(ctx, cfg, api, log)
 	}
 	serveKubeletAPI(kcfg.Runtime)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}

@@ -7,6 +7,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/kubelet/simulator"
 )
 
@@ -40,7 +41,7 @@ func (o *serverOptions) validateSimulated(c *serverConfig) error {
 func startSimulator(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
 	// It acts for every simulated node, as each node's kubelet would;
 	// not a system:node:<name> identity, since it is many nodes at once.
-	user := &authn.User{Name: "system:bonsai-simulator", Groups: []string{authn.GroupAuthenticated}}
+	user := &authn.User{Name: authz.UserSimulator, Groups: []string{authn.GroupAuthenticated}}
 	restCfg := api.ClientConfig(user)
 	sim, err := simulator.New(simulator.Config{
 		RESTConfig: restCfg, Version: version, KubeletVersion: apiserver.KubernetesVersion(), Logger: log,

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const componentName = "cronjob-controller"
@@ -152,44 +153,12 @@ func (c *Controller) stopTimer(key string) {
 
 // Run waits for the caches and syncs CronJobs until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), componentName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.cronJobs.HasSynced, c.jobs.HasSynced) {
-		return nil
-	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.work(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "cronjob", c.cronJobs.HasSynced, c.jobs.HasSynced)
 	c.timersMu.Lock()
 	for _, t := range c.timers {
 		t.Stop()
 	}
 	c.timersMu.Unlock()
 	return nil
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			c.log.Info("sync failed, retrying", "cronjob", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }

@@ -16,7 +16,6 @@ package disruption
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // DeletionTimeout is how long a pod the eviction API recorded in
@@ -143,39 +143,7 @@ func (c *Controller) budgetsFor(pod *corev1.Pod) []*policyv1.PodDisruptionBudget
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), componentName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return nil
-	}
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, worker.ByPrefix(c.sync, worker.Prefixed{Prefix: podPrefix, Sync: c.syncStalePod}), c.log, "key", c.synced...)
 	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	var err error
-	if pod, ok := strings.CutPrefix(k, podPrefix); ok {
-		err = c.syncStalePod(ctx, pod)
-	} else {
-		err = c.sync(ctx, k)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("disruption sync failed; retrying", "pdb", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }

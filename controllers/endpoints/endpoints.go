@@ -34,6 +34,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/servicepods"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -141,26 +142,12 @@ func New(cfg Config) (*Controller, error) {
 // Run syncs Services until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), componentName)
 	if !cache.WaitForCacheSync(ctx.Done(), c.pods.HasSynced, c.services.HasSynced, c.endpoints.HasSynced) {
 		return nil
 	}
 	c.queueLeftovers()
-	done := make(chan struct{})
-	for range c.cfg.Workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	for range c.cfg.Workers {
-		<-done
-	}
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.syncService, c.log, "service")
 	return nil
 }
 
@@ -221,21 +208,6 @@ func (c *Controller) onPodUpdate(old, cur any) {
 	for key := range keys {
 		c.queue.AddAfter(key, c.cfg.EndpointUpdatesBatchPeriod)
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.syncService(ctx, key); err != nil {
-		c.log.Info("syncing Endpoints failed, will retry", "service", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 func rvOf(s string) uint64 {

@@ -32,6 +32,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/servicepods"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -155,48 +156,19 @@ func New(cfg Config) (*Controller, error) {
 
 // Run syncs Services until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), componentName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.pods.HasSynced, c.services.HasSynced, c.nodes.HasSynced, c.slices.HasSynced) {
-		return nil
-	}
-	c.log.Info("endpointslice controller started", "maxEndpointsPerSlice", c.cfg.MaxEndpointsPerSlice)
-	done := make(chan struct{})
-	for range c.cfg.Workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	for range c.cfg.Workers {
-		<-done
-	}
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey, c.log, "service", c.pods.HasSynced, c.services.HasSynced, c.nodes.HasSynced, c.slices.HasSynced)
 	return nil
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
+// syncKey syncs a Service's slices; a cache that has not yet seen the
+// controller's own last writes is waited out quietly.
+func (c *Controller) syncKey(ctx context.Context, key string) error {
 	err := c.syncService(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
 	if errors.Is(err, errStaleCache) {
-		c.log.Debug("waiting for the informer cache to catch up", "service", key)
-	} else {
-		c.log.Info("syncing EndpointSlices failed, will retry", "service", key, "err", err)
+		return worker.Quiet(err)
 	}
-	c.queue.AddRateLimited(key)
-	return true
+	return err
 }
 
 var errStaleCache = errors.New("EndpointSlice informer cache is out of date")

@@ -35,6 +35,7 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/endpoints"
 	"bonsai.dev/bonsai/controllers/endpointslice"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -149,26 +150,8 @@ func New(cfg Config) (*Controller, error) {
 
 // Run mirrors until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), componentName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.endpoints.HasSynced, c.services.HasSynced, c.slices.HasSynced) {
-		return nil
-	}
-	done := make(chan struct{})
-	for range c.cfg.Workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	for range c.cfg.Workers {
-		<-done
-	}
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "endpoints", c.endpoints.HasSynced, c.services.HasSynced, c.slices.HasSynced)
 	return nil
 }
 
@@ -210,21 +193,6 @@ func (c *Controller) onSliceDelete(obj any) {
 	if key, s := mirroredKey(obj); s != nil && !c.tracker.HandleDeletion(key, s.Name) {
 		c.queue.Add(key)
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		c.log.Info("mirroring Endpoints failed, will retry", "endpoints", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }
 
 // shouldMirror: not Endpoints labelled skip-mirror, nor those old leader

@@ -23,6 +23,7 @@ import (
 	"k8s.io/component-helpers/storage/ephemeral"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // Config is what the controller needs.
@@ -100,35 +101,9 @@ func hasEphemeral(pod *corev1.Pod) bool {
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.cfg.Client.Core.RESTClient(), "ephemeral_volume")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return nil
-	}
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, c.sync, c.log, "pod", c.synced...)
 	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("ephemeral volume sync failed; retrying", "pod", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }
 
 // sync creates the missing claims of one pod's ephemeral volumes. A

@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // Upstream's pod failure back-off: 10 s doubling per failure after the
@@ -164,39 +165,7 @@ func (c *Controller) podChanged(obj any) string {
 
 // Run waits for the caches and syncs Jobs until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
 	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), componentName)
-	if !cache.WaitForCacheSync(ctx.Done(), c.jobs.HasSynced, c.pods.HasSynced) {
-		return nil
-	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.work(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "job", c.jobs.HasSynced, c.pods.HasSynced)
 	return nil
-}
-
-func (c *Controller) work(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			c.log.Info("sync failed, retrying", "job", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
 }

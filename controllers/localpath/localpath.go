@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +38,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -139,12 +139,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.ensureDefaultClass(ctx)
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, worker.ByPrefix(c.syncVolume, worker.Prefixed{Prefix: claimPrefix, Sync: c.syncClaim}, worker.Prefixed{Prefix: volumePrefix, Sync: c.syncVolume}), c.log, "key")
 	return nil
 }
 
@@ -176,27 +171,4 @@ func (c *Controller) ensureDefaultClass(ctx context.Context) {
 		case <-time.After(backoff.When("class")):
 		}
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	var err error
-	if name, ok := strings.CutPrefix(k, claimPrefix); ok {
-		err = c.syncClaim(ctx, name)
-	} else {
-		err = c.syncVolume(ctx, strings.TrimPrefix(k, volumePrefix))
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("local-path sync failed; retrying", "key", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -35,6 +34,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // Defaults.
@@ -149,47 +149,22 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.log.Info("namespace controller started", "workers", c.cfg.Workers)
-	var wg sync.WaitGroup
-	for i := 0; i < c.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.syncTimed, c.log, "namespace")
 	return nil
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
+// syncTimed syncs a namespace; content still going away (finalizers,
+// graceful pods) brings it back in about half the time it was given.
+func (c *Controller) syncTimed(ctx context.Context, name string) error {
 	start := time.Now()
+	defer func() { c.log.Debug("namespace controller: synced", "namespace", name, "took", time.Since(start)) }()
 	err := c.sync(ctx, name)
 	var remaining *resourcesRemainingError
-	switch {
-	case err == nil:
-		c.queue.Forget(name)
-	case errors.As(err, &remaining):
-		// Objects are going (finalizers, graceful pods): look again in
-		// about half the time they were given.
-		c.queue.Forget(name)
-		c.queue.AddAfter(name, time.Duration(remaining.estimate/2+1)*time.Second)
+	if errors.As(err, &remaining) {
 		c.log.Debug("namespace controller: content remaining", "namespace", name, "estimateSeconds", remaining.estimate)
-	default:
-		if ctx.Err() == nil {
-			c.log.Warn("namespace controller: sync failed", "namespace", name, "err", err)
-		}
-		c.queue.AddRateLimited(name)
+		return &worker.Requeue{After: time.Duration(remaining.estimate/2+1) * time.Second}
 	}
-	c.log.Debug("namespace controller: synced", "namespace", name, "took", time.Since(start))
-	return true
+	return err
 }
 
 // resourcesRemainingError: content is still going, with an estimate of

@@ -11,6 +11,7 @@ package nodeipam
 
 import (
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 
 	"context"
 	"encoding/json"
@@ -171,44 +172,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.log.Info("node CIDRs in use", "count", c.cidr.inUse, "of", c.cidr.size, "clusterCIDR", c.cidr.cluster, "nodeMaskSize", c.cidr.maskBits)
 	c.mu.Unlock()
 
-	var wg sync.WaitGroup
-	for i := 0; i < c.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey, c.log, "node")
 	return nil
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
+// syncKey syncs a node's CIDRs; a full range (until a node goes) and a
+// write conflict are retried quietly.
+func (c *Controller) syncKey(ctx context.Context, key string) error {
 	err := c.sync(ctx, key)
-	switch {
-	case err == nil:
-		c.queue.Forget(key)
-	case errors.Is(err, errFull):
-		c.queue.AddRateLimited(key)
-	default:
-		switch {
-		case ctx.Err() != nil:
-		case apierrors.IsConflict(err):
-			c.log.Debug("node CIDR sync conflicted; retrying", "node", key)
-		default:
-			c.log.Warn("node CIDR sync failed; retrying", "node", key, "err", err)
-		}
-		c.queue.AddRateLimited(key)
+	if errors.Is(err, errFull) || apierrors.IsConflict(err) {
+		return worker.Quiet(err)
 	}
-	return true
+	return err
 }
 
 // sync makes one node's pod CIDR true: record the one it has, or give it

@@ -18,7 +18,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // DefaultSyncPeriod is kube-controller-manager's --pvclaimbinder-sync-period:
@@ -129,12 +129,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	go c.resync(ctx)
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, worker.ByPrefix(c.syncVolume, worker.Prefixed{Prefix: claimPrefix, Sync: c.syncClaim}, worker.Prefixed{Prefix: volumePrefix, Sync: c.syncVolume}), c.log, "key")
 	return nil
 }
 
@@ -161,29 +156,6 @@ func (c *Controller) enqueueAll() {
 	for _, pv := range volumes {
 		c.queue.Add(volumePrefix + pv.Name)
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	var err error
-	if name, ok := strings.CutPrefix(k, claimPrefix); ok {
-		err = c.syncClaim(ctx, name)
-	} else {
-		err = c.syncVolume(ctx, strings.TrimPrefix(k, volumePrefix))
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("sync failed; retrying", "key", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }
 
 func (c *Controller) onClaim(obj any) {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // DefaultSyncPeriod is kube-controller-manager's
@@ -175,12 +176,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	go c.resync(ctx)
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, c.sync, c.log, "quota")
 	return nil
 }
 
@@ -201,21 +197,4 @@ func (c *Controller) resync(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("quota sync failed; retrying", "quota", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }

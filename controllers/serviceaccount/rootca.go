@@ -1,6 +1,7 @@
 package serviceaccount
 
 import (
+	"bonsai.dev/bonsai/controllers/worker"
 	"context"
 	"errors"
 	"fmt"
@@ -84,7 +85,8 @@ func (p *RootCAPublisher) enqueueConfigMap(obj any) {
 
 // Run works until ctx ends.
 func (p *RootCAPublisher) Run(ctx context.Context) error {
-	return runQueue(ctx, p.queue, p.cfg.Workers, p.log, p.sync, p.nsInf.HasSynced, p.cmInf.HasSynced)
+	worker.Run(ctx, p.queue, p.cfg.Workers, p.sync, p.log, "namespace", p.nsInf.HasSynced, p.cmInf.HasSynced)
+	return nil
 }
 
 // sync creates the namespace's CA ConfigMap, or puts its data and

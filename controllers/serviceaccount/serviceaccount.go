@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 // DefaultServiceAccountName is the account every namespace gets.
@@ -108,7 +109,8 @@ func (c *Controller) enqueueNamespace(obj any) {
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	return runQueue(ctx, c.queue, c.cfg.Workers, c.log, c.sync, c.nsInf.HasSynced, c.saInf.HasSynced)
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "namespace", c.nsInf.HasSynced, c.saInf.HasSynced)
+	return nil
 }
 
 // sync makes the default account of an active namespace.
@@ -148,33 +150,4 @@ func unwrap[T any](obj any) (T, bool) {
 	}
 	t, ok := obj.(T)
 	return t, ok
-}
-
-// runQueue waits for the caches, then runs workers on queue until ctx
-// ends. A failed key is retried with the queue's back-off.
-func runQueue(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], workers int, log *slog.Logger,
-	sync func(context.Context, string) error, synced ...cache.InformerSynced) error {
-	defer queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil
-	}
-	for range workers {
-		go func() {
-			for {
-				key, quit := queue.Get()
-				if quit {
-					return
-				}
-				if err := sync(ctx, key); err != nil && ctx.Err() == nil {
-					log.Info("sync failed, will retry", "namespace", key, "err", err)
-					queue.AddRateLimited(key)
-				} else {
-					queue.Forget(key)
-				}
-				queue.Done(key)
-			}
-		}()
-	}
-	<-ctx.Done()
-	return nil
 }

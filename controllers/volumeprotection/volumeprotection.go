@@ -14,7 +14,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/component-helpers/storage/ephemeral"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 const (
@@ -132,40 +132,8 @@ func claimName(pod *corev1.Pod, v *corev1.Volume) string {
 
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return nil
-	}
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
-	for c.processNext(ctx) {
-	}
+	worker.Run(ctx, c.queue, 1, worker.ByPrefix(c.syncVolume, worker.Prefixed{Prefix: claimPrefix, Sync: c.syncClaim}, worker.Prefixed{Prefix: volumePrefix, Sync: c.syncVolume}), c.log, "key", c.synced...)
 	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	var err error
-	if name, ok := strings.CutPrefix(k, claimPrefix); ok {
-		err = c.syncClaim(ctx, name)
-	} else {
-		err = c.syncVolume(ctx, strings.TrimPrefix(k, volumePrefix))
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Debug("protection sync failed; retrying", "key", k, "err", err)
-		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	return true
 }
 
 func (c *Controller) syncClaim(ctx context.Context, k string) error {

@@ -5,8 +5,12 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -22,13 +26,29 @@ func Run(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], n 
 		return
 	}
 	var wg sync.WaitGroup
-	for range n {
+	for range max(n, 1) {
 		wg.Go(func() { work(ctx, q, syncKey, log, kind) })
 	}
 	<-ctx.Done()
 	q.ShutDown()
 	wg.Wait()
 }
+
+// Requeue is what a sync returns when its key must be looked at again
+// after After although nothing failed (objects are still going away):
+// the key's back-off is reset, and nothing is logged as a failure.
+type Requeue struct{ After time.Duration }
+
+func (r *Requeue) Error() string { return fmt.Sprintf("look again in %v", r.After) }
+
+// Quiet marks a failure that is expected to pass (a stale cache, a
+// write conflict, a full range): retried with back-off like any other,
+// logged at debug level only.
+func Quiet(err error) error { return quietError{err} }
+
+type quietError struct{ error }
+
+func (e quietError) Unwrap() error { return e.error }
 
 func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], syncKey func(context.Context, string) error, log *slog.Logger, kind string) {
 	for {
@@ -37,13 +57,43 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], s
 			return
 		}
 		err := syncKey(ctx, key)
+		var requeue *Requeue
+		var quiet quietError
 		switch {
 		case err == nil:
 			q.Forget(key)
-		case ctx.Err() == nil:
+		case errors.As(err, &requeue):
+			q.Forget(key)
+			q.AddAfter(key, requeue.After)
+		case ctx.Err() != nil: // stopping: the error is the context's
+		case errors.As(err, &quiet):
+			log.Debug("sync failed, retrying", kind, key, "err", err)
+			q.AddRateLimited(key)
+		default:
 			log.Info("sync failed, retrying", kind, key, "err", err)
 			q.AddRateLimited(key)
 		}
 		q.Done(key)
 	}
+}
+
+// ByPrefix is the sync of a queue shared by several kinds of keys, each
+// kind marked by a prefix ("claim/", "volume/"): a key goes, without its
+// prefix, to the sync of the first prefix it has; one with none of them
+// goes whole to fallback.
+func ByPrefix(fallback func(context.Context, string) error, prefixed ...Prefixed) func(context.Context, string) error {
+	return func(ctx context.Context, key string) error {
+		for _, p := range prefixed {
+			if rest, ok := strings.CutPrefix(key, p.Prefix); ok {
+				return p.Sync(ctx, rest)
+			}
+		}
+		return fallback(ctx, key)
+	}
+}
+
+// Prefixed is one kind of key of ByPrefix.
+type Prefixed struct {
+	Prefix string
+	Sync   func(context.Context, string) error
 }

@@ -253,6 +253,38 @@ type bonsaiProc struct {
 	once sync.Once
 }
 
+// startSuiteServer builds bonsai and starts it, with an empty config file
+// and extra flags, on a fresh dir named name under the run's dir; stop
+// stops it and removes the dir.
+func startSuiteServer(ctx context.Context, b *bench, name string, extra ...string) (*bonsaiProc, func(), error) {
+	bin, err := buildBonsai(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfgFile := filepath.Join(b.dir, name+"-empty-config.yaml")
+	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
+		return nil, nil, err
+	}
+	dir := filepath.Join(b.dir, name)
+	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, extra...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return srv, func() { srv.stop(); os.RemoveAll(dir) }, nil
+}
+
+// restConfig is a client configuration for the server's admin
+// kubeconfig, unthrottled, with the given user agent.
+func (p *bonsaiProc) restConfig(userAgent string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(p.dir, "kubeconfig.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.UserAgent = -1, userAgent
+	return cfg, nil
+}
+
 // startBonsai starts a server on dir and a free port and returns once
 // /readyz answers 200, with the time from exec to that answer. A port
 // taken between picking and binding is retried on another.
@@ -276,12 +308,17 @@ func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string, extra 
 			"--https-listen-port", strconv.Itoa(port),
 			"--bind-address", "127.0.0.1",
 			"--config", cfgFile}
-		agent := false
+		agent, rootDir := false, false
 		for _, a := range extra {
 			agent = agent || strings.HasPrefix(a, "--runtime")
+			rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
 		}
 		if !agent {
 			args = append(args, "--disable-agent")
+		} else if !rootDir {
+			// Not /var/lib/kubelet: the device manager empties its
+			// device-plugins directory of sockets.
+			args = append(args, "--kubelet-root-dir", filepath.Join(dir, "kubelet"))
 		}
 		cmd := execCommand(ctx, bin, append(args, extra...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf

@@ -38,12 +38,16 @@ var suites = []suite{
 	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
+	{name: "deviceplugin", about: "device plugins on a real node: registration to Node capacity, Allocate's cost at admission, a burst of pods for few devices", run: devicePluginSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
+	{name: "crd", about: "CustomResourceDefinitions: create to served, custom object creates with and without a CEL rule", run: crdSuite},
 	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
+	{name: "rbac", about: "authorization: the API server's handler chain under RBAC with 1,000 RoleBindings against AlwaysAllow", run: rbacSuite},
 	{name: "webhook", about: "admission webhooks: a no-op webhook's round trip per create, by URL and through a Service", run: webhookSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
+	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.

@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/controllers/nodelifecycle"
 )
@@ -40,26 +37,15 @@ func nodeLifecycleSuite(ctx context.Context, b *bench) ([]Row, error) {
 			Unit: "% of a core", Bonsai: per,
 		}}
 	}
-	bin, err := buildBonsai(ctx, b)
+	srv, stop, err := startSuiteServer(ctx, b, "nlc", "--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(n))
 	if err != nil {
 		return rows(), err
 	}
-	cfgFile := filepath.Join(b.dir, "nlc-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return rows(), err
-	}
-	dir := filepath.Join(b.dir, "nlc")
-	defer os.RemoveAll(dir)
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, "--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(n))
+	defer stop()
+	cfg, err := srv.restConfig("bonsai-bench-nodelifecycle")
 	if err != nil {
 		return rows(), err
 	}
-	defer srv.stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(srv.dir, "kubeconfig.yaml"))
-	if err != nil {
-		return rows(), err
-	}
-	cfg.QPS, cfg.UserAgent = -1, "bonsai-bench-nodelifecycle"
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return rows(), err

@@ -112,8 +112,15 @@ func startRealNode(ctx context.Context, b *bench, name, clusterCIDR string, extr
 	rand.Read(suffix)
 	n := &realNode{bridge: "bb" + hex.EncodeToString(suffix), name: "bench-" + hex.EncodeToString(suffix), dir: dir, bin: bin, cfgFile: cfgFile}
 	b.onCleanup(func() { cleanupNode(dir, n.bridge) })
+	// Not the default kubelet port: another bench or a real kubelet may
+	// hold it.
+	kport, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	n.args = append([]string{"--runtime=containerd", "--node-name=" + n.name, "--pod-bridge=" + n.bridge,
-		"--cluster-cidr=" + clusterCIDR, "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock")}, extra...)
+		"--cluster-cidr=" + clusterCIDR, "--container-runtime-endpoint=" + filepath.Join(dir, "none.sock"),
+		"--kubelet-port=" + strconv.Itoa(kport)}, extra...)
 	if err := n.start(ctx, b); err != nil {
 		return nil, err
 	}
@@ -179,7 +186,7 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	b.logf("pods: %d pods one at a time", p.single)
 	var one []time.Duration
 	for i := 0; i < p.single; i++ {
-		d, err := podsToRunning(ctx, cs, node, fmt.Sprintf("one-%d", i), 1)
+		d, err := podsToRunning(ctx, cs, fmt.Sprintf("one-%d", i), 1, func(name string) *corev1.Pod { return benchPod(name, node) })
 		if err != nil {
 			return rows(), err
 		}
@@ -195,7 +202,7 @@ func podSuite(ctx context.Context, b *bench) ([]Row, error) {
 	var all []time.Duration
 	for r := 0; r < p.bursts; r++ {
 		t0 := time.Now()
-		d, err := podsToRunning(ctx, cs, node, fmt.Sprintf("burst%d", r), p.burst)
+		d, err := podsToRunning(ctx, cs, fmt.Sprintf("burst%d", r), p.burst, func(name string) *corev1.Pod { return benchPod(name, node) })
 		if err != nil {
 			return rows(), err
 		}
@@ -236,10 +243,10 @@ func waitNodeReady(ctx context.Context, cs kubernetes.Interface, node string, ti
 	return fmt.Errorf("node %s not Ready within %v", node, timeout)
 }
 
-// podsToRunning creates n pods at once and returns each one's time from
-// its create call to the first status with phase Running, seen through a
-// watch.
-func podsToRunning(ctx context.Context, cs kubernetes.Interface, node, prefix string, n int) ([]time.Duration, error) {
+// podsToRunning creates n pods (made by mk) at once and returns each
+// one's time from its create call to the first status with phase Running,
+// seen through a watch.
+func podsToRunning(ctx context.Context, cs kubernetes.Interface, prefix string, n int, mk func(name string) *corev1.Pod) ([]time.Duration, error) {
 	w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -254,7 +261,7 @@ func podsToRunning(ctx context.Context, cs kubernetes.Interface, node, prefix st
 			mu.Lock()
 			started[name] = time.Now()
 			mu.Unlock()
-			_, err := cs.CoreV1().Pods("default").Create(ctx, benchPod(name, node), metav1.CreateOptions{})
+			_, err := cs.CoreV1().Pods("default").Create(ctx, mk(name), metav1.CreateOptions{})
 			errs <- err
 		}()
 	}

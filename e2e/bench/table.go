@@ -42,6 +42,13 @@ func atMost(limit float64, unit string) *Target {
 	}
 }
 
+func exactly(want float64, unit string) *Target {
+	return &Target{
+		Text:  fmt.Sprintf("= %s %s", fmtNum(want), unit),
+		check: func(v float64, _ *float64) (bool, bool) { return v == want, true },
+	}
+}
+
 func below(limit float64, unit string) *Target {
 	return &Target{
 		Text:  fmt.Sprintf("< %s %s", fmtNum(limit), unit),

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
@@ -47,26 +45,15 @@ func workloadsSuite(ctx context.Context, b *bench) ([]Row, error) {
 	p := workloadParamsFor(b.quick)
 	res := &workloadResults{}
 	rows := func() []Row { return workloadRows(p, res) }
-	bin, err := buildBonsai(ctx, b)
+	srv, stop, err := startSuiteServer(ctx, b, "workloads", "--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(p.nodes))
 	if err != nil {
 		return rows(), err
 	}
-	cfgFile := filepath.Join(b.dir, "workloads-empty-config.yaml")
-	if err := os.WriteFile(cfgFile, nil, 0o600); err != nil {
-		return rows(), err
-	}
-	dir := filepath.Join(b.dir, "workloads")
-	defer os.RemoveAll(dir)
-	srv, _, err := startBonsai(ctx, b, bin, cfgFile, dir, "--cluster-cidr", simClusterCIDR, "--simulated-nodes", strconv.Itoa(p.nodes))
+	defer stop()
+	cfg, err := srv.restConfig("bonsai-bench-workloads")
 	if err != nil {
 		return rows(), err
 	}
-	defer srv.stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(srv.dir, "kubeconfig.yaml"))
-	if err != nil {
-		return rows(), err
-	}
-	cfg.QPS, cfg.UserAgent = -1, "bonsai-bench-workloads"
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -70,6 +70,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// Hosts configures registries (mirrors, credentials); nil = defaults.
 	Hosts *Registries
+	// CDISpecDirs are where CDI specs are looked up for device plugins'
+	// CDI devices; nil = DefaultCDISpecDirs.
+	CDISpecDirs []string
 }
 
 // Runtime is a connected containerd.
@@ -330,6 +333,15 @@ func (r *Runtime) CreateContainer(ctx context.Context, sandboxID string, cfg cri
 	}
 	if cfg.OOMScoreAdj != 0 {
 		opts = append(opts, withOOMScoreAdj(cfg.OOMScoreAdj))
+	}
+	if len(cfg.Devices) > 0 {
+		opts = append(opts, withDevices(cfg.Devices))
+	}
+	if len(cfg.CDIDevices) > 0 {
+		opts = append(opts, withCDIDevices(r.cfg.CDISpecDirs, cfg.CDIDevices))
+	}
+	if len(cfg.Annotations) > 0 {
+		opts = append(opts, oci.WithAnnotations(cfg.Annotations))
 	}
 	labels := map[string]string{
 		labelKind: "container", labelSandbox: sandboxID, labelName: cfg.Name,

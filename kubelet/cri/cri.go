@@ -102,6 +102,12 @@ type Mount struct {
 	ReadOnly                bool
 }
 
+// Device is a host device node given to a container at ContainerPath,
+// with the cgroup access it allows ("rwm" or a subset).
+type Device struct {
+	HostPath, ContainerPath, Permissions string
+}
+
 // ContainerConfig is one container of a pod, resolved by the kubelet.
 type ContainerConfig struct {
 	Name    string
@@ -130,6 +136,13 @@ type ContainerConfig struct {
 	OOMScoreAdj                                 int
 	CgroupParent                                string
 	StopSignal                                  string
+	// Devices, Annotations and CDIDevices come from device plugins'
+	// Allocate answers. Annotations go into the OCI spec; CDIDevices are
+	// fully qualified CDI names (vendor.com/class=name) resolved through
+	// the CDI specs on the host.
+	Devices     []Device
+	Annotations map[string]string
+	CDIDevices  []string
 }
 
 // ContainerState is where a container is in its life.

@@ -1,0 +1,219 @@
+package authz
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and annotations of the default policy, as Kubernetes sets them.
+const (
+	// AutoUpdateAnnotation "false" on a default role or binding stops the
+	// server from adding what it misses on start.
+	AutoUpdateAnnotation = "rbac.authorization.kubernetes.io/autoupdate"
+	BootstrappingLabel   = "kubernetes.io/bootstrapping"
+	aggregateToAdmin     = "rbac.authorization.k8s.io/aggregate-to-admin"
+	aggregateToEdit      = "rbac.authorization.k8s.io/aggregate-to-edit"
+	aggregateToView      = "rbac.authorization.k8s.io/aggregate-to-view"
+)
+
+// Identities of bonsai's in-process components besides those Kubernetes
+// names (system:kube-scheduler, system:kube-controller-manager,
+// system:kube-proxy, system:node:<name>).
+const (
+	UserSimulator = "system:bonsai-simulator"
+	UserDNS       = "system:bonsai-dns"
+)
+
+var (
+	readVerbs  = []string{"get", "list", "watch"}
+	writeVerbs = []string{"create", "delete", "deletecollection", "patch", "update"}
+	rwVerbs    = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+)
+
+func rule(verbs []string, group string, resources ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{Verbs: verbs, APIGroups: []string{group}, Resources: resources}
+}
+
+func urls(verbs []string, paths ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{Verbs: verbs, NonResourceURLs: paths}
+}
+
+func clusterRole(name string, labels map[string]string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	l := map[string]string{BootstrappingLabel: "rbac-defaults"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		Rules:      rules,
+	}
+}
+
+func aggregated(name, label string) *rbacv1.ClusterRole {
+	r := clusterRole(name, nil)
+	r.AggregationRule = &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{label: "true"}}}}
+	return r
+}
+
+// DefaultClusterRoles are the ClusterRoles every Kubernetes cluster has
+// from the start, with the rules of kube-apiserver's bootstrap policy
+// for what bonsai serves, and the roles of bonsai's own components.
+func DefaultClusterRoles() []*rbacv1.ClusterRole {
+	get := []string{"get"}
+	admin := aggregated("admin", aggregateToAdmin)
+	edit := aggregated("edit", aggregateToEdit)
+	edit.Labels[aggregateToAdmin] = "true"
+	view := aggregated("view", aggregateToView)
+	view.Labels[aggregateToEdit] = "true"
+	return []*rbacv1.ClusterRole{
+		clusterRole("cluster-admin", nil,
+			rbacv1.PolicyRule{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}},
+			urls([]string{"*"}, "*")),
+		clusterRole("system:discovery", nil,
+			urls(get, "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/")),
+		clusterRole("system:public-info-viewer", nil,
+			urls(get, "/healthz", "/livez", "/readyz", "/version", "/version/")),
+		clusterRole("system:basic-user", nil,
+			rule([]string{"create"}, "authorization.k8s.io", "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+			rule([]string{"create"}, "authentication.k8s.io", "selfsubjectreviews")),
+		clusterRole("system:monitoring", nil,
+			urls(get, "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/metrics/slis", "/readyz", "/readyz/*")),
+		clusterRole("system:service-account-issuer-discovery", nil,
+			urls(get, "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/")),
+		admin, edit, view,
+		clusterRole("system:aggregate-to-admin", map[string]string{aggregateToAdmin: "true"},
+			rule([]string{"create"}, "authorization.k8s.io", "localsubjectaccessreviews"),
+			rule(rwVerbs, "rbac.authorization.k8s.io", "rolebindings", "roles")),
+		clusterRole("system:aggregate-to-edit", map[string]string{aggregateToEdit: "true"},
+			rule(readVerbs, "", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"),
+			rule([]string{"impersonate"}, "", "serviceaccounts"),
+			rule(writeVerbs, "", "pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"),
+			rule([]string{"create"}, "", "pods/eviction"),
+			rule(writeVerbs, "", "configmaps", "events", "persistentvolumeclaims", "replicationcontrollers", "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy"),
+			rule([]string{"create"}, "", "serviceaccounts/token"),
+			rule(writeVerbs, "apps", "daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"),
+			rule(writeVerbs, "autoscaling", "horizontalpodautoscalers"),
+			rule(writeVerbs, "batch", "cronjobs", "jobs"),
+			rule(writeVerbs, "policy", "poddisruptionbudgets"),
+			rule(writeVerbs, "networking.k8s.io", "ingresses", "networkpolicies"),
+			rule(writeVerbs, "coordination.k8s.io", "leases")),
+		clusterRole("system:aggregate-to-view", map[string]string{aggregateToView: "true"},
+			rule(readVerbs, "", "configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services", "services/status"),
+			rule(readVerbs, "", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status", "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"),
+			rule(readVerbs, "", "namespaces"),
+			rule(readVerbs, "discovery.k8s.io", "endpointslices"),
+			rule(readVerbs, "apps", "controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale", "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"),
+			rule(readVerbs, "autoscaling", "horizontalpodautoscalers", "horizontalpodautoscalers/status"),
+			rule(readVerbs, "batch", "cronjobs", "cronjobs/status", "jobs", "jobs/status"),
+			rule(readVerbs, "policy", "poddisruptionbudgets", "poddisruptionbudgets/status"),
+			rule(readVerbs, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
+			rule(readVerbs, "coordination.k8s.io", "leases")),
+		clusterRole("system:node", nil, NodeRules()...),
+		clusterRole("system:node-proxier", nil,
+			rule([]string{"list", "watch"}, "", "endpoints", "services"),
+			rule(readVerbs, "", "nodes"),
+			rule([]string{"create", "patch", "update"}, "", "events"),
+			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events"),
+			rule([]string{"list", "watch"}, "discovery.k8s.io", "endpointslices"),
+			rule([]string{"update", "patch"}, "", "services/status")),
+		clusterRole("system:kube-dns", nil,
+			rule([]string{"list", "watch"}, "", "endpoints", "services")),
+		// What CoreDNS's published manifest grants it: bonsai's cluster
+		// DNS serves the same records.
+		clusterRole("system:coredns", nil,
+			rule([]string{"list", "watch"}, "", "endpoints", "services", "pods", "namespaces"),
+			rule([]string{"list", "watch"}, "discovery.k8s.io", "endpointslices")),
+		clusterRole("system:kube-scheduler", nil,
+			rule([]string{"create", "patch", "update"}, "", "events"),
+			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events"),
+			rule([]string{"create"}, "coordination.k8s.io", "leases"),
+			rbacv1.PolicyRule{Verbs: []string{"get", "update"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"kube-scheduler"}},
+			rule(readVerbs, "", "nodes"),
+			rule([]string{"delete", "get", "list", "watch"}, "", "pods"),
+			rule([]string{"create"}, "", "bindings", "pods/binding"),
+			rule([]string{"patch", "update"}, "", "pods/status"),
+			rule(readVerbs, "", "replicationcontrollers", "services"),
+			rule(readVerbs, "apps", "replicasets", "statefulsets"),
+			rule(readVerbs, "policy", "poddisruptionbudgets"),
+			rule(readVerbs, "", "persistentvolumeclaims", "persistentvolumes"),
+			rule([]string{"create"}, "authentication.k8s.io", "tokenreviews"),
+			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews"),
+			rule(readVerbs, "storage.k8s.io", "csinodes"),
+			rule(readVerbs, "", "namespaces"),
+			rule(readVerbs, "storage.k8s.io", "csidrivers", "csistoragecapacities")),
+		clusterRole("system:volume-scheduler", nil,
+			rule([]string{"get", "list", "patch", "update", "watch"}, "", "persistentvolumes"),
+			rule(readVerbs, "storage.k8s.io", "storageclasses"),
+			rule([]string{"get", "list", "patch", "update", "watch"}, "", "persistentvolumeclaims")),
+		clusterRole("system:kube-controller-manager", nil,
+			rule([]string{"create", "patch", "update"}, "", "events"),
+			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events"),
+			rule([]string{"create"}, "coordination.k8s.io", "leases"),
+			rbacv1.PolicyRule{Verbs: []string{"get", "update"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"kube-controller-manager"}},
+			rule([]string{"create"}, "", "secrets", "serviceaccounts"),
+			rule([]string{"delete"}, "", "secrets"),
+			rule(get, "", "configmaps", "namespaces", "secrets", "serviceaccounts"),
+			rule([]string{"update"}, "", "secrets", "serviceaccounts"),
+			rule([]string{"create"}, "authentication.k8s.io", "tokenreviews"),
+			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews"),
+			rule([]string{"list", "watch"}, "*", "*"),
+			rule([]string{"create"}, "", "serviceaccounts/token")),
+		// kube-controller-manager runs every controller with its own
+		// credentials when it does not use per-controller service
+		// accounts, and then needs the union of their roles: the garbage
+		// collector and namespace controller read, update and delete
+		// every kind; the others create what they own.
+		clusterRole("system:bonsai:controllers", nil,
+			rule([]string{"get", "list", "watch", "patch", "update", "delete", "deletecollection"}, "*", "*"),
+			rule([]string{"create"}, "", "pods", "pods/eviction", "pods/binding", "events", "endpoints", "services", "serviceaccounts", "serviceaccounts/token", "secrets", "configmaps", "persistentvolumes", "persistentvolumeclaims"),
+			rule([]string{"create"}, "apps", "replicasets", "controllerrevisions"),
+			rule([]string{"create"}, "batch", "jobs"),
+			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
+			rule([]string{"create"}, "events.k8s.io", "events"),
+			rule([]string{"create"}, "coordination.k8s.io", "leases"),
+			// The local-path provisioner's default StorageClass.
+			rule([]string{"create"}, "storage.k8s.io", "storageclasses"),
+			// The clusterrole-aggregation controller writes rules it
+			// need not hold.
+			rule([]string{"escalate"}, "rbac.authorization.k8s.io", "clusterroles")),
+	}
+}
+
+func clusterRoleBinding(name, role string, subjects ...rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{BootstrappingLabel: "rbac-defaults"}, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}
+}
+
+func user(name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}
+}
+
+func group(name string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: name}
+}
+
+// DefaultClusterRoleBindings bind the default roles to Kubernetes'
+// well-known users and groups and to bonsai's components.
+func DefaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
+	return []*rbacv1.ClusterRoleBinding{
+		clusterRoleBinding("cluster-admin", "cluster-admin", group("system:masters")),
+		clusterRoleBinding("system:discovery", "system:discovery", group("system:authenticated")),
+		clusterRoleBinding("system:basic-user", "system:basic-user", group("system:authenticated")),
+		clusterRoleBinding("system:public-info-viewer", "system:public-info-viewer", group("system:authenticated"), group("system:unauthenticated")),
+		clusterRoleBinding("system:monitoring", "system:monitoring", group("system:monitoring")),
+		clusterRoleBinding("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", group("system:serviceaccounts")),
+		clusterRoleBinding("system:kube-scheduler", "system:kube-scheduler", user("system:kube-scheduler")),
+		clusterRoleBinding("system:volume-scheduler", "system:volume-scheduler", user("system:kube-scheduler")),
+		clusterRoleBinding("system:kube-controller-manager", "system:kube-controller-manager", user("system:kube-controller-manager")),
+		clusterRoleBinding("system:bonsai:controllers", "system:bonsai:controllers", user("system:kube-controller-manager")),
+		clusterRoleBinding("system:node-proxier", "system:node-proxier", user("system:kube-proxy")),
+		clusterRoleBinding("system:kube-dns", "system:kube-dns", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "kube-dns", Namespace: "kube-system"}),
+		clusterRoleBinding("system:bonsai:dns", "system:coredns", user(UserDNS)),
+		// Simulated nodes are kubelets for many node names at once: they
+		// get the node role without the Node authorizer's per-node limits.
+		clusterRoleBinding("system:bonsai:simulator", "system:node", user(UserSimulator)),
+	}
+}

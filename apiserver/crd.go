@@ -1,0 +1,157 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// CustomResourceDefinitions are served like any built-in kind; their
+// strategy holds upstream's validation (names, structural schemas, CEL
+// rules, conversion), taken from k8s.io/apiextensions-apiserver's own
+// validation package, and bonsai's one extra rule: a built-in group
+// cannot be claimed.
+
+func init() {
+	// The API server's codecs, protobuf included, read the global scheme.
+	if err := apiextensionsv1.AddToScheme(scheme.Scheme); err != nil {
+		panic(err)
+	}
+}
+
+// crdScheme converts CRDs between v1 and the internal version upstream's
+// validation and schema packages take.
+var crdScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := apiextensions.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+func internalCRD(crd *apiextensionsv1.CustomResourceDefinition) (*apiextensions.CustomResourceDefinition, error) {
+	out := &apiextensions.CustomResourceDefinition{}
+	if err := crdScheme.Convert(crd, out, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// crdStrategy is the CustomResourceDefinition's strategy.
+type crdStrategy struct{}
+
+func (crdStrategy) tracksGeneration() bool { return true }
+
+func (crdStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	scheme.Scheme.Default(crd)
+	crd.Status = apiextensionsv1.CustomResourceDefinitionStatus{}
+	for _, v := range crd.Spec.Versions {
+		if v.Storage {
+			crd.Status.StoredVersions = []string{v.Name}
+		}
+	}
+	return nil
+}
+
+func (crdStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
+	scheme.Scheme.Default(crd)
+	crd.Status = oldCRD.Status
+	// A new storage version joins storedVersions: objects are about to be
+	// written in it.
+	for _, v := range crd.Spec.Versions {
+		if v.Storage && !contains(crd.Status.StoredVersions, v.Name) {
+			crd.Status.StoredVersions = append(append([]string{}, crd.Status.StoredVersions...), v.Name)
+		}
+	}
+	return nil
+}
+
+func (crdStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	in, err := internalCRD(crd)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	}
+	errs := withoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinition(context.Background(), in))
+	if want := crd.Spec.Names.Plural + "." + crd.Spec.Group; crd.Name != want {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), crd.Name, `must be spec.names.plural+"."+spec.group`))
+	}
+	return append(errs, w.s.validateCRDGroup(crd)...)
+}
+
+func (crdStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	in, err := internalCRD(crd)
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	}
+	oldIn, err := internalCRD(old.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
+	}
+	errs := withoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), in, oldIn))
+	return append(errs, w.s.validateCRDGroup(crd)...)
+}
+
+// validateStatusUpdate checks a status write (conditions, accepted names,
+// stored versions) with upstream's rules.
+func (crdStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	in, err := internalCRD(obj.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	oldIn, err := internalCRD(old.(*apiextensionsv1.CustomResourceDefinition))
+	if err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
+	}
+	return withoutMetadataErrors(crdvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), in, oldIn))
+}
+
+// blocksDeletion: the first DELETE of a CRD only marks it, with the
+// cleanup finalizer, so that its objects go before it does (upstream's
+// CRD registry does the same).
+func (crdStrategy) blocksDeletion(obj runtime.Object) bool {
+	return obj.(*apiextensionsv1.CustomResourceDefinition).DeletionTimestamp == nil
+}
+
+func (crdStrategy) markDeleting(obj runtime.Object) {
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !apihelpers.CRDHasFinalizer(crd, apiextensionsv1.CustomResourceCleanupFinalizer) {
+		crd.Finalizers = append(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer)
+	}
+}
+
+// withoutMetadataErrors drops upstream's metadata errors: the generic
+// handlers validate metadata already, and would report each twice.
+func withoutMetadataErrors(errs field.ErrorList) field.ErrorList {
+	out := errs[:0]
+	for _, e := range errs {
+		if !strings.HasPrefix(e.Field, "metadata") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// validateCRDGroup refuses groups the built-in table serves: a CRD may
+// add a group, never take over one (the core group has no dot and fails
+// upstream's own rule already).
+func (s *Server) validateCRDGroup(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
+	if _, builtin := s.reg.group(crd.Spec.Group); builtin && crd.Spec.Group != "" {
+		return field.ErrorList{field.Forbidden(field.NewPath("spec", "group"), fmt.Sprintf("%q is served by the API server itself and cannot be claimed by a CustomResourceDefinition", crd.Spec.Group))}
+	}
+	return nil
+}

@@ -1,0 +1,620 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	celschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	structurallisttype "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
+	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	kjson "sigs.k8s.io/json"
+
+	"bonsai.dev/bonsai/store"
+)
+
+// customVersion is one served version of a CustomResourceDefinition:
+// everything the generic handlers need beyond the table entry to serve
+// its objects, which are unstructured and stored as JSON in the storage
+// version.
+type customVersion struct {
+	crdName string
+	// storage is the group version objects are stored in.
+	storage schema.GroupVersion
+	// terminating: the CRD is being deleted; no new objects.
+	terminating bool
+
+	structural *structuralschema.Structural
+	validator  apiservervalidation.SchemaValidator
+	// cel is nil when the schema has no x-kubernetes-validations.
+	cel *celschema.Validator
+	// openAPI is the schema as published in /openapi/v2 and v3.
+	openAPI *spec.Schema
+
+	status  bool
+	scale   *apiextensionsv1.CustomResourceSubresourceScale
+	printer printer
+	// webhook converts between versions when the CRD asks for Webhook
+	// conversion; nil is None conversion (apiVersion only).
+	webhook *webhookConverter
+
+	// gone is closed when the CRD changes what this version serves or
+	// goes: its watches end, and clients re-watch what is served now.
+	gone chan struct{}
+
+	gvk    schema.GroupVersionKind
+	tcOnce sync.Once
+	tc     managedfields.TypeConverter
+}
+
+// newCustomVersion builds a served version of crd.
+func newCustomVersion(s *Server, crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*customVersion, error) {
+	kind := crd.Spec.Names.Kind
+	if crd.Status.AcceptedNames.Kind != "" {
+		kind = crd.Status.AcceptedNames.Kind
+	}
+	cv := &customVersion{crdName: crd.Name, terminating: crd.DeletionTimestamp != nil, gone: make(chan struct{}),
+		gvk: schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: kind}}
+	for _, sv := range crd.Spec.Versions {
+		if sv.Storage {
+			cv.storage = schema.GroupVersion{Group: crd.Spec.Group, Version: sv.Name}
+		}
+	}
+	if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+		in := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: v.Schema.OpenAPIV3Schema}
+		internal, err := internalSchema(in)
+		if err != nil {
+			return nil, err
+		}
+		if cv.structural, err = structuralschema.NewStructural(internal); err != nil {
+			return nil, fmt.Errorf("schema of %s %s is not structural: %w", crd.Name, v.Name, err)
+		}
+		if cv.validator, _, err = apiservervalidation.NewSchemaValidator(internal); err != nil {
+			return nil, err
+		}
+		if hasValidations(cv.structural) {
+			cv.cel = celschema.NewValidator(cv.structural, true, celconfig.PerCallLimit)
+		}
+		cv.openAPI = cv.structural.ToKubeOpenAPI()
+	}
+	if v.Subresources != nil {
+		cv.status = v.Subresources.Status != nil
+		cv.scale = v.Subresources.Scale
+	}
+	cv.printer = customPrinter(v.AdditionalPrinterColumns)
+	var err error
+	if cv.webhook, err = newWebhookConverter(s, crd); err != nil {
+		return nil, err
+	}
+	return cv, nil
+}
+
+func internalSchema(in *apiextensionsv1.CustomResourceValidation) (*apiextensions.JSONSchemaProps, error) {
+	out := &apiextensions.CustomResourceValidation{}
+	if err := crdScheme.Convert(in, out, nil); err != nil {
+		return nil, err
+	}
+	return out.OpenAPIV3Schema, nil
+}
+
+func hasValidations(s *structuralschema.Structural) bool {
+	if s == nil {
+		return false
+	}
+	if len(s.XValidations) > 0 {
+		return true
+	}
+	for _, p := range s.Properties {
+		if hasValidations(&p) {
+			return true
+		}
+	}
+	if s.Items != nil && hasValidations(s.Items) {
+		return true
+	}
+	if s.AdditionalProperties != nil && hasValidations(s.AdditionalProperties.Structural) {
+		return true
+	}
+	return false
+}
+
+// customResourcesOf builds the table entries of crd's served versions.
+func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, error) {
+	names := crd.Spec.Names
+	if crd.Status.AcceptedNames.Kind != "" {
+		// Discovery shows what the naming controller accepted; the
+		// plural is the CRD's name and cannot conflict.
+		plural := names.Plural
+		names = crd.Status.AcceptedNames
+		names.Plural = plural
+	}
+	var out []*resource
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		if !v.Served {
+			continue
+		}
+		cv, err := newCustomVersion(s, crd, v)
+		if err != nil {
+			return nil, err
+		}
+		r := &resource{
+			gvr: gvr(crd.Spec.Group, v.Name, names.Plural), kind: names.Kind, listKind: names.ListKind, singular: names.Singular,
+			namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, shortNames: names.ShortNames, categories: names.Categories,
+			strategy: customStrategy{}, custom: cv,
+		}
+		if r.singular == "" {
+			r.singular = strings.ToLower(names.Kind)
+		}
+		if cv.status {
+			r.subresources = append(r.subresources, "status")
+		}
+		if cv.scale != nil {
+			r.subresources = append(r.subresources, "scale")
+		}
+		if len(v.SelectableFields) > 0 {
+			r.fields = map[string]func(runtime.Object) string{}
+			for _, sf := range v.SelectableFields {
+				path := strings.Split(strings.TrimPrefix(sf.JSONPath, "."), ".")
+				r.fields[strings.Join(path, ".")] = func(o runtime.Object) string {
+					return selectableValue(o.(*unstructured.Unstructured), path)
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// selectableValue is a selectable field's value as field selectors compare
+// it: strings as they are, numbers and booleans in their JSON form.
+func selectableValue(u *unstructured.Unstructured, path []string) string {
+	v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if !ok || v == nil {
+		return ""
+	}
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+// decodeCustom decodes a stored custom object into res's version (None
+// conversion: only apiVersion changes; Webhook: the CRD's webhook), pruned
+// and defaulted as upstream does on every read, so a default added to the
+// CRD shows on old objects.
+func decodeCustom(res *resource, kv store.KeyValue) (runtime.Object, error) {
+	objs, err := decodeCustomMany(res, []store.KeyValue{kv})
+	if err != nil {
+		return nil, err
+	}
+	return objs[0], nil
+}
+
+// decodeCustomMany decodes stored custom objects, converting those in
+// another version with one call of the conversion webhook.
+func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, error) {
+	want := res.gvr.GroupVersion().String()
+	us := make([]*unstructured.Unstructured, len(kvs))
+	var convert []int
+	for i, kv := range kvs {
+		var m map[string]any
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, &m); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		us[i] = &unstructured.Unstructured{Object: m}
+		if res.custom.webhook != nil && us[i].GetAPIVersion() != want {
+			convert = append(convert, i)
+		}
+	}
+	if len(convert) > 0 {
+		in := make([]*unstructured.Unstructured, len(convert))
+		for j, i := range convert {
+			in[j] = us[i]
+		}
+		out, err := res.custom.webhook.convertMany(in, want)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range convert {
+			us[i] = out[j]
+		}
+	}
+	objs := make([]runtime.Object, len(us))
+	for i, u := range us {
+		u.SetAPIVersion(want)
+		if s := res.custom.structural; s != nil {
+			structuralpruning.Prune(u.Object, s, true)
+			structuraldefaulting.Default(u.Object, s)
+		}
+		setResourceVersion(u, kvs[i].Revision)
+		objs[i] = u
+	}
+	return objs, nil
+}
+
+// encodeCustom is the stored form of a custom object: its JSON in the
+// storage version, without resourceVersion.
+func encodeCustom(res *resource, obj runtime.Object) ([]byte, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a custom object", obj)
+	}
+	if wc := res.custom.webhook; wc != nil && u.GetAPIVersion() != res.custom.storage.String() {
+		var err error
+		if u, err = wc.convert(u, res.custom.storage.String()); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]any, len(u.Object))
+	for k, v := range u.Object {
+		out[k] = v
+	}
+	out["apiVersion"] = res.custom.storage.String()
+	out["kind"] = res.kind
+	if md, ok := u.Object["metadata"].(map[string]any); ok {
+		m2 := make(map[string]any, len(md))
+		for k, v := range md {
+			if k != "resourceVersion" && k != "selfLink" {
+				m2[k] = v
+			}
+		}
+		out["metadata"] = m2
+	}
+	return json.Marshal(out)
+}
+
+// decodeUnstructured decodes a request body into u, refusing duplicate
+// fields as a typed decode does.
+func decodeUnstructured(data []byte, u *unstructured.Unstructured, fv fieldValidation) ([]string, error) {
+	var m map[string]any
+	strictErrs, err := kjson.UnmarshalStrict(data, &m, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(decodeErrorMessage(err))
+	}
+	if m == nil {
+		return nil, apierrors.NewBadRequest("error decoding request body: the body is not a JSON object")
+	}
+	u.Object = m
+	var msgs []string
+	for _, e := range strictErrs {
+		msgs = append(msgs, e.Error())
+	}
+	return msgs, nil
+}
+
+// unknownFields reports the fields of a custom object its schema does
+// not know, per fieldValidation (Strict: 400; Warn: Warning headers), and
+// drops them, as upstream's decoder prunes every request.
+func unknownFields(res *resource, u *unstructured.Unstructured, fv fieldValidation) ([]string, error) {
+	s := res.custom.structural
+	if s == nil {
+		return nil, nil
+	}
+	if err := schemaobjectmeta.Coerce(nil, u.Object, s, true, false); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	pruned := structuralpruning.PruneWithOptions(u.Object, s, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: fv != validationIgnore})
+	var msgs []string
+	for _, p := range pruned {
+		msgs = append(msgs, fmt.Sprintf("unknown field %q", p))
+	}
+	if fv == validationStrict && len(msgs) > 0 {
+		return nil, apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
+	}
+	return msgs, nil
+}
+
+// customStrategy is the strategy of every custom resource: upstream's
+// customResourceStrategy with the CRD's structural schema.
+type customStrategy struct{}
+
+func (customStrategy) tracksGeneration() bool { return true }
+
+func (customStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+	u := obj.(*unstructured.Unstructured)
+	if w.res.custom.status {
+		delete(u.Object, "status")
+	}
+	normalizeCustom(w.res, u)
+	return nil
+}
+
+func (customStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+	u := obj.(*unstructured.Unstructured)
+	if w.res.custom.status {
+		copyField(obj, old, "Status")
+	}
+	normalizeCustom(w.res, u)
+	return nil
+}
+
+func (customStrategy) prepareForStatusUpdate(w *writeCtx, obj, old runtime.Object) error {
+	normalizeCustom(w.res, obj.(*unstructured.Unstructured))
+	return nil
+}
+
+// normalizeCustom prunes what the schema does not know and applies its
+// defaults: after mutating admission and apply, as upstream does again
+// before validation.
+func normalizeCustom(res *resource, u *unstructured.Unstructured) {
+	if s := res.custom.structural; s != nil {
+		structuralpruning.Prune(u.Object, s, true)
+		structuraldefaulting.Default(u.Object, s)
+	}
+}
+
+func (customStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	return validateCustom(w.res, obj.(*unstructured.Unstructured), nil)
+}
+
+func (customStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	return validateCustom(w.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+}
+
+func (customStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	return validateCustom(w.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+}
+
+// validateCustom checks a custom object against its version's schema:
+// OpenAPI validation, embedded objects' metadata, list types and map
+// keys, then the CEL rules (with oldSelf on updates), and the scale
+// subresource's replicas.
+func validateCustom(res *resource, u, old *unstructured.Unstructured) field.ErrorList {
+	cv := res.custom
+	var errs field.ErrorList
+	if cv.validator != nil {
+		if old == nil {
+			errs = append(errs, apiservervalidation.ValidateCustomResource(nil, u.UnstructuredContent(), cv.validator)...)
+		} else {
+			errs = append(errs, apiservervalidation.ValidateCustomResourceUpdate(nil, u.UnstructuredContent(), old.UnstructuredContent(), cv.validator)...)
+		}
+	}
+	if s := cv.structural; s != nil {
+		errs = append(errs, schemaobjectmeta.Validate(context.Background(), nil, u.Object, s, true)...)
+		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, s, u.Object)...)
+	}
+	if cv.cel != nil {
+		var oldObj any
+		if old != nil {
+			oldObj = old.Object
+		}
+		celErrs, _ := cv.cel.Validate(context.Background(), nil, cv.structural, u.Object, oldObj, celconfig.RuntimeCELCostBudget)
+		errs = append(errs, celErrs...)
+	}
+	if sc := cv.scale; sc != nil {
+		errs = append(errs, validateScalePaths(u, sc)...)
+	}
+	return errs
+}
+
+// validateScalePaths checks the replicas the scale subresource reads, as
+// upstream's custom resource validator does.
+func validateScalePaths(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale) field.ErrorList {
+	var errs field.ErrorList
+	check := func(jsonPath string) {
+		path := strings.Split(strings.TrimPrefix(jsonPath, "."), ".")
+		v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+		if err != nil || !found {
+			return
+		}
+		fp := field.NewPath(path[0], path[1:]...)
+		n, ok := v.(int64)
+		if !ok {
+			errs = append(errs, field.Invalid(fp, v, "should be an integer"))
+			return
+		}
+		if n < 0 {
+			errs = append(errs, field.Invalid(fp, n, "should be a non-negative integer"))
+		} else if n > 1<<31-1 {
+			errs = append(errs, field.Invalid(fp, n, "should be less than or equal to 2147483647"))
+		}
+	}
+	check(sc.SpecReplicasPath)
+	check(sc.StatusReplicasPath)
+	return errs
+}
+
+// customSpecChanged: a custom object's generation counts every change
+// outside metadata (status is the stored one already when the status
+// subresource is on).
+func customSpecChanged(obj, old *unstructured.Unstructured) bool {
+	a, b := withoutMetadata(obj.Object), withoutMetadata(old.Object)
+	return !apiequality.Semantic.DeepEqual(a, b)
+}
+
+func withoutMetadata(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if k != "metadata" && k != "apiVersion" && k != "kind" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// customScale reads the Scale of a custom object through its CRD's paths.
+func customScale(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale) (spec, status int32, selector string) {
+	get := func(jsonPath string) any {
+		if jsonPath == "" {
+			return nil
+		}
+		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, strings.Split(strings.TrimPrefix(jsonPath, "."), ".")...)
+		return v
+	}
+	if n, ok := get(sc.SpecReplicasPath).(int64); ok {
+		spec = int32(n)
+	}
+	if n, ok := get(sc.StatusReplicasPath).(int64); ok {
+		status = int32(n)
+	}
+	if sc.LabelSelectorPath != nil {
+		selector, _ = get(*sc.LabelSelectorPath).(string)
+	}
+	return spec, status, selector
+}
+
+func setCustomReplicas(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale, n int32) error {
+	return unstructured.SetNestedField(u.Object, int64(n), strings.Split(strings.TrimPrefix(sc.SpecReplicasPath, "."), ".")...)
+}
+
+// customTerminating refuses new objects of a CRD being deleted, as
+// upstream does.
+func customTerminating(res *resource, verb string) error {
+	if res.custom == nil || !res.custom.terminating {
+		return nil
+	}
+	err := apierrors.NewMethodNotSupported(qualified(res), verb)
+	err.ErrStatus.Message = fmt.Sprintf("%s not allowed while custom resource definition is terminating", verb)
+	return err
+}
+
+// unstructuredMeta reads an unstructured object's metadata.
+func unstructuredMeta(u *unstructured.Unstructured) metav1.ObjectMeta {
+	var om metav1.ObjectMeta
+	if md, ok := u.Object["metadata"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(md, &om)
+	}
+	return om
+}
+
+// checkCustomFields reports and drops the unknown fields of a decoded
+// custom object (a no-op for built-in kinds, whose decoder does that).
+func checkCustomFields(w http.ResponseWriter, res *resource, obj runtime.Object, fv fieldValidation) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if res.custom == nil || !ok {
+		return nil
+	}
+	msgs, err := unknownFields(res, u, fv)
+	if err != nil {
+		return err
+	}
+	return reportStrict(w, msgs, fv)
+}
+
+// customObjects is the converter, creater and defaulter the field manager
+// needs for one custom resource version: conversion between versions is
+// None (apiVersion only), as for every CRD bonsai serves.
+type customObjects struct{ res *resource }
+
+func (c customObjects) Convert(in, out, context any) error {
+	return fmt.Errorf("custom objects are converted with ConvertToVersion only")
+}
+
+func (c customObjects) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+	u, ok := in.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a custom object", in)
+	}
+	out := u.DeepCopy()
+	if gvk, ok := gv.KindForGroupVersionKinds([]schema.GroupVersionKind{u.GroupVersionKind()}); ok {
+		out.SetGroupVersionKind(gvk)
+	}
+	return out, nil
+}
+
+func (c customObjects) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value string) (string, string, error) {
+	return label, value, nil
+}
+
+func (c customObjects) New(gvk schema.GroupVersionKind) (runtime.Object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+func (c customObjects) Default(obj runtime.Object) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && c.res.custom.structural != nil {
+		structuraldefaulting.Default(u.Object, c.res.custom.structural)
+	}
+}
+
+// typeConverter is server-side apply's view of the version's schema, so
+// list types and map keys merge as declared; metadata is left to the
+// field manager's own handling. Without a schema, types are deduced.
+func (cv *customVersion) typeConverter() managedfields.TypeConverter {
+	cv.tcOnce.Do(func() {
+		cv.tc = managedfields.NewDeducedTypeConverter()
+		if cv.openAPI == nil {
+			return
+		}
+		s := *cv.openAPI
+		props := map[string]spec.Schema{}
+		for k, v := range s.Properties {
+			props[k] = v
+		}
+		md := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
+		md.AddExtension("x-kubernetes-preserve-unknown-fields", true)
+		props["metadata"] = md
+		props["apiVersion"] = spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
+		props["kind"] = spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
+		s.Properties = props
+		s.Extensions = spec.Extensions{}
+		for k, v := range cv.openAPI.Extensions {
+			s.Extensions[k] = v
+		}
+		s.AddExtension("x-kubernetes-group-version-kind", []any{map[string]any{"group": cv.gvk.Group, "version": cv.gvk.Version, "kind": cv.gvk.Kind}})
+		tc, err := managedfields.NewTypeConverter(map[string]*spec.Schema{"custom": &s}, cv.structural.XPreserveUnknownFields)
+		if err == nil {
+			cv.tc = tc
+		}
+	})
+	return cv.tc
+}
+
+// customMediaTypes: custom objects have no protobuf form. A client that
+// accepts something else gets that (client-go asks for protobuf first,
+// then JSON); one that accepts only protobuf gets 406, and a protobuf
+// body 415, as upstream answers.
+func customMediaTypes(r *http.Request) error {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == protobufContentType {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
+			Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got %q)", ct)}}
+	}
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return nil
+	}
+	var kept []string
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err == nil && mt == protobufContentType {
+			continue
+		}
+		kept = append(kept, part)
+	}
+	if len(kept) == 0 {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+			Message: "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io"}}
+	}
+	r.Header.Set("Accept", strings.Join(kept, ","))
+	return nil
+}

@@ -1,0 +1,278 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/component-helpers/auth/rbac/validation"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
+)
+
+// admitWrite runs the admission steps that depend on who writes: RBAC's
+// privilege-escalation prevention on roles and bindings, and
+// NodeRestriction on what a kubelet writes. old is nil on create;
+// subresource is the subresource written ("" for the object itself).
+// Writes the server makes for itself (no user) pass.
+func (s *Server) admitWrite(ctx context.Context, res *resource, subresource string, obj, old runtime.Object) error {
+	u := requestUser(ctx)
+	if u == nil || s.rbac == nil {
+		return nil
+	}
+	if res.gvr.Group == rbacv1.GroupName {
+		return s.admitRBAC(ctx, u, res, obj, old)
+	}
+	if node, ok := authz.NodeName(u); ok {
+		return admitNode(node, res, subresource, obj, old)
+	}
+	return nil
+}
+
+// admitRBAC lets a user write a role only with rules it holds itself (or
+// the escalate verb on it), and a binding only to a role whose rules it
+// holds (or the bind verb on that role), as Kubernetes does.
+func (s *Server) admitRBAC(ctx context.Context, u *authn.User, res *resource, obj, old runtime.Object) error {
+	if isPrivileged(u) {
+		return nil
+	}
+	m, _ := metaOf(obj)
+	ns, name := m.GetNamespace(), m.GetName()
+	gr := qualified(res)
+	switch o := obj.(type) {
+	case *rbacv1.Role, *rbacv1.ClusterRole:
+		if s.authorize(ctx, authz.Attributes{User: u, Verb: "escalate", ResourceRequest: true, APIGroup: rbacv1.GroupName, APIVersion: "*", Resource: res.gvr.Resource, Namespace: ns, Name: name}) {
+			return nil
+		}
+		var rules []rbacv1.PolicyRule
+		var aggregation bool
+		if r, ok := o.(*rbacv1.Role); ok {
+			rules = r.Rules
+		} else {
+			cr := o.(*rbacv1.ClusterRole)
+			rules, aggregation = cr.Rules, cr.AggregationRule != nil
+		}
+		if err := s.confirmNoEscalation(u, ns, rules); err != nil {
+			return apierrors.NewForbidden(gr, name, err)
+		}
+		if aggregation {
+			full := []rbacv1.PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}, {Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}}
+			if s.confirmNoEscalation(u, "", full) != nil {
+				return apierrors.NewForbidden(gr, name, errors.New("must have cluster-admin privileges to use the aggregationRule"))
+			}
+		}
+		return nil
+	case *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding:
+		var ref rbacv1.RoleRef
+		if b, ok := o.(*rbacv1.RoleBinding); ok {
+			ref = b.RoleRef
+		} else {
+			ref = o.(*rbacv1.ClusterRoleBinding).RoleRef
+		}
+		if old != nil && onlyFinalizersOrOwnersChanged(obj, old) {
+			return nil
+		}
+		roleResource := "clusterroles"
+		if ref.Kind == "Role" {
+			roleResource = "roles"
+		}
+		if s.authorize(ctx, authz.Attributes{User: u, Verb: "bind", ResourceRequest: true, APIGroup: rbacv1.GroupName, APIVersion: "*", Resource: roleResource, Namespace: ns, Name: ref.Name}) {
+			return nil
+		}
+		rules, err := s.roleRefRules(ctx, ref, ns)
+		if err != nil {
+			return err
+		}
+		if err := s.confirmNoEscalation(u, ns, rules); err != nil {
+			return apierrors.NewForbidden(gr, name, err)
+		}
+	}
+	return nil
+}
+
+func isPrivileged(u *authn.User) bool {
+	for _, g := range u.Groups {
+		if g == authn.GroupMasters {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyFinalizersOrOwnersChanged: an update the garbage collector makes
+// to a binding (finalizers, owners) grants nothing.
+func onlyFinalizersOrOwnersChanged(obj, old runtime.Object) bool {
+	a, b := obj.DeepCopyObject(), old.DeepCopyObject()
+	ma, _ := metaOf(a)
+	mb, _ := metaOf(b)
+	ma.SetFinalizers(nil)
+	mb.SetFinalizers(nil)
+	ma.SetOwnerReferences(nil)
+	mb.SetOwnerReferences(nil)
+	ma.SetResourceVersion("")
+	mb.SetResourceVersion("")
+	ma.SetManagedFields(nil)
+	mb.SetManagedFields(nil)
+	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// roleRefRules reads the rules of the role a binding refers to.
+func (s *Server) roleRefRules(ctx context.Context, ref rbacv1.RoleRef, ns string) ([]rbacv1.PolicyRule, error) {
+	switch ref.Kind {
+	case "ClusterRole":
+		obj, _, err := s.getObject(ctx, s.reg.byGVR[gvr(rbacv1.GroupName, "v1", "clusterroles")], "", ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*rbacv1.ClusterRole).Rules, nil
+	case "Role":
+		obj, _, err := s.getObject(ctx, s.reg.byGVR[gvr(rbacv1.GroupName, "v1", "roles")], ns, ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*rbacv1.Role).Rules, nil
+	}
+	return nil, apierrors.NewBadRequest(fmt.Sprintf("unknown roleRef kind %q", ref.Kind))
+}
+
+// confirmNoEscalation fails unless u holds every rule in rules in ns,
+// with Kubernetes' message listing what it lacks.
+func (s *Server) confirmNoEscalation(u *authn.User, ns string, rules []rbacv1.PolicyRule) error {
+	owner, resolutionErrs := s.rbac.RulesFor(u, ns)
+	if node, ok := authz.NodeName(u); ok && node != "" {
+		owner = append(owner, authz.NodeRules()...)
+	}
+	covered, missing := validation.Covers(owner, rules)
+	if covered {
+		return nil
+	}
+	seen := map[string]bool{}
+	var lines []string
+	for _, r := range compactRules(missing) {
+		if c := compactString(r); !seen[c] {
+			seen[c] = true
+			lines = append(lines, c)
+		}
+	}
+	sort.Strings(lines)
+	msg := fmt.Sprintf("user %q (groups=%q) is attempting to grant RBAC permissions not currently held:\n%s", u.Name, u.Groups, strings.Join(lines, "\n"))
+	if len(resolutionErrs) > 0 {
+		msg += fmt.Sprintf("; resolution errors: %v", resolutionErrs)
+	}
+	return errors.New(msg)
+}
+
+// compactRules merges the one-verb rules Covers reports that differ only
+// in their verb.
+func compactRules(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	index := map[string]int{}
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 {
+			out = append(out, r)
+			continue
+		}
+		key := strings.Join(r.APIGroups, ",") + "|" + strings.Join(r.Resources, ",") + "|" + strings.Join(r.ResourceNames, ",")
+		if i, ok := index[key]; ok {
+			out[i].Verbs = append(out[i].Verbs, r.Verbs...)
+			continue
+		}
+		index[key] = len(out)
+		out = append(out, *r.DeepCopy())
+	}
+	return out
+}
+
+// compactString is how Kubernetes prints a rule in escalation errors.
+func compactString(r rbacv1.PolicyRule) string {
+	var parts []string
+	var args []any
+	for _, f := range []struct {
+		name string
+		v    []string
+	}{{"APIGroups", r.APIGroups}, {"Resources", r.Resources}, {"NonResourceURLs", r.NonResourceURLs}, {"ResourceNames", r.ResourceNames}, {"Verbs", r.Verbs}} {
+		if len(f.v) > 0 {
+			parts = append(parts, f.name+":%q")
+			args = append(args, f.v)
+		}
+	}
+	return fmt.Sprintf("{"+strings.Join(parts, ", ")+"}", args...)
+}
+
+// admitNode is the NodeRestriction admission plugin: a kubelet writes
+// only its own Node and Lease, mirror pods bound to itself, and the
+// status of pods bound to itself.
+func admitNode(node string, res *resource, subresource string, obj, old runtime.Object) error {
+	gr := qualified(res)
+	m, _ := metaOf(obj)
+	switch res.gvr {
+	case gvr("", "v1", "pods"):
+		pod := obj.(*corev1.Pod)
+		if old == nil {
+			if _, ok := pod.Annotations[mirrorPodAnnotation]; !ok {
+				return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("pod does not have %q annotation, node %q can only create mirror pods", mirrorPodAnnotation, node))
+			}
+			if pod.Spec.NodeName != node {
+				return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q can only create pods with spec.nodeName set to itself", node))
+			}
+			return nil
+		}
+		if old.(*corev1.Pod).Spec.NodeName != node {
+			if subresource == "status" {
+				return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q can only update pod status for pods with spec.nodeName set to itself", node))
+			}
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q can only update pods with spec.nodeName set to itself", node))
+		}
+	case gvr("", "v1", "nodes"):
+		if m.GetName() != node {
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q is not allowed to modify node %q", node, m.GetName()))
+		}
+	case gvr("coordination.k8s.io", "v1", "leases"):
+		return admitNodeLease(node, gr, obj.(*coordinationv1.Lease).Namespace, m.GetName())
+	}
+	return nil
+}
+
+func admitNodeLease(node string, gr schema.GroupResource, ns, name string) error {
+	if ns != corev1.NamespaceNodeLease {
+		return apierrors.NewForbidden(gr, name, fmt.Errorf("can only access leases in the %q system namespace", corev1.NamespaceNodeLease))
+	}
+	if name != node {
+		return apierrors.NewForbidden(gr, name, errors.New("can only access node lease with the same name as the requesting node"))
+	}
+	return nil
+}
+
+// admitNodeDelete is NodeRestriction for deletes and evictions: a kubelet
+// removes only pods bound to itself, its own Node and its own Lease.
+func (s *Server) admitNodeDelete(ctx context.Context, res *resource, obj runtime.Object, verb string) error {
+	node, ok := authz.NodeName(requestUser(ctx))
+	if !ok || s.rbac == nil {
+		return nil
+	}
+	gr := qualified(res)
+	m, _ := metaOf(obj)
+	switch res.gvr {
+	case gvr("", "v1", "pods"):
+		if obj.(*corev1.Pod).Spec.NodeName != node {
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q can only %s pods with spec.nodeName set to itself", node, verb))
+		}
+	case gvr("", "v1", "nodes"):
+		if m.GetName() != node {
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q is not allowed to delete node %q", node, m.GetName()))
+		}
+	case gvr("coordination.k8s.io", "v1", "leases"):
+		return admitNodeLease(node, gr, m.GetNamespace(), m.GetName())
+	}
+	return nil
+}

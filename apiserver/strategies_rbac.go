@@ -1,0 +1,122 @@
+package apiserver
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// rbacStrategy validates Roles, ClusterRoles and their bindings as
+// Kubernetes' rbac validation does.
+type rbacStrategy struct{ defaultStrategy }
+
+func (rbacStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+	switch o := obj.(type) {
+	case *rbacv1.Role:
+		return validateRules(o.Rules, true)
+	case *rbacv1.ClusterRole:
+		errs := validateRules(o.Rules, false)
+		if o.AggregationRule != nil {
+			p := field.NewPath("aggregationRule", "clusterRoleSelectors")
+			if len(o.AggregationRule.ClusterRoleSelectors) == 0 {
+				errs = append(errs, field.Required(p, "at least one clusterRoleSelector required if aggregationRule is non-nil"))
+			}
+			for i, sel := range o.AggregationRule.ClusterRoleSelectors {
+				if _, err := metav1.LabelSelectorAsSelector(&sel); err != nil {
+					errs = append(errs, field.Invalid(p.Index(i), sel, err.Error()))
+				}
+			}
+		}
+		return errs
+	case *rbacv1.RoleBinding:
+		return validateBinding(o.RoleRef, o.Subjects, true)
+	case *rbacv1.ClusterRoleBinding:
+		return validateBinding(o.RoleRef, o.Subjects, false)
+	}
+	return nil
+}
+
+func (st rbacStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.validate(w, obj)
+	var ref, oldRef rbacv1.RoleRef
+	switch o := obj.(type) {
+	case *rbacv1.RoleBinding:
+		ref, oldRef = o.RoleRef, old.(*rbacv1.RoleBinding).RoleRef
+	case *rbacv1.ClusterRoleBinding:
+		ref, oldRef = o.RoleRef, old.(*rbacv1.ClusterRoleBinding).RoleRef
+	default:
+		return errs
+	}
+	if !apiequality.Semantic.DeepEqual(ref, oldRef) {
+		errs = append(errs, field.Invalid(field.NewPath("roleRef"), ref, "cannot change roleRef"))
+	}
+	return errs
+}
+
+func validateRules(rules []rbacv1.PolicyRule, namespaced bool) field.ErrorList {
+	var errs field.ErrorList
+	for i, r := range rules {
+		p := field.NewPath("rules").Index(i)
+		if len(r.Verbs) == 0 {
+			errs = append(errs, field.Required(p.Child("verbs"), "verbs must contain at least one value"))
+		}
+		if len(r.NonResourceURLs) > 0 {
+			if namespaced {
+				errs = append(errs, field.Invalid(p.Child("nonResourceURLs"), r.NonResourceURLs, "namespaced rules cannot apply to non-resource URLs"))
+			}
+			if len(r.APIGroups) > 0 || len(r.Resources) > 0 || len(r.ResourceNames) > 0 {
+				errs = append(errs, field.Invalid(p.Child("nonResourceURLs"), r.NonResourceURLs, "rules cannot apply to both regular resources and non-resource URLs"))
+			}
+			continue
+		}
+		if len(r.APIGroups) == 0 {
+			errs = append(errs, field.Required(p.Child("apiGroups"), "resource rules must supply at least one api group"))
+		}
+		if len(r.Resources) == 0 {
+			errs = append(errs, field.Required(p.Child("resources"), "resource rules must supply at least one resource"))
+		}
+	}
+	return errs
+}
+
+func validateBinding(ref rbacv1.RoleRef, subjects []rbacv1.Subject, namespaced bool) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("roleRef")
+	if ref.APIGroup != rbacv1.GroupName {
+		errs = append(errs, field.NotSupported(p.Child("apiGroup"), ref.APIGroup, []string{rbacv1.GroupName}))
+	}
+	kinds := []string{"ClusterRole"}
+	if namespaced {
+		kinds = []string{"Role", "ClusterRole"}
+	}
+	if !contains(kinds, ref.Kind) {
+		errs = append(errs, field.NotSupported(p.Child("kind"), ref.Kind, kinds))
+	}
+	if ref.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), ""))
+	}
+	for i, s := range subjects {
+		sp := field.NewPath("subjects").Index(i)
+		if s.Name == "" {
+			errs = append(errs, field.Required(sp.Child("name"), ""))
+		}
+		switch s.Kind {
+		case rbacv1.ServiceAccountKind:
+			if s.APIGroup != "" {
+				errs = append(errs, field.NotSupported(sp.Child("apiGroup"), s.APIGroup, []string{""}))
+			}
+			if !namespaced && s.Namespace == "" {
+				errs = append(errs, field.Required(sp.Child("namespace"), ""))
+			}
+		case rbacv1.UserKind, rbacv1.GroupKind:
+			if s.APIGroup != rbacv1.GroupName {
+				errs = append(errs, field.NotSupported(sp.Child("apiGroup"), s.APIGroup, []string{rbacv1.GroupName}))
+			}
+		default:
+			errs = append(errs, field.NotSupported(sp.Child("kind"), s.Kind, []string{rbacv1.ServiceAccountKind, rbacv1.UserKind, rbacv1.GroupKind}))
+		}
+	}
+	return errs
+}
