@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -217,7 +218,7 @@ func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, cb *compile
 		if p.failurePolicy == admissionregistrationv1.Ignore {
 			return nil
 		}
-		return s.policyOutcome(ctx, p, b, a, actions, err.Error(), "")
+		return s.policyOutcome(ctx, p, b, a, actions, err.Error(), "", -1)
 	}
 	if p.err == nil {
 		if ok, err := s.policyMatches(ctx, p.match, a, true); err != nil || !ok {
@@ -273,10 +274,13 @@ func (s *Server) policyParams(ctx context.Context, p *compiledPolicy, b *admissi
 	if err != nil {
 		return nil, fmt.Errorf("failed to configure policy: %w", err)
 	}
+	// Parameters are often custom resources (a CRD made for the policy).
 	var pres *resource
-	for _, r := range s.reg.byGVR {
-		if r.gvr.GroupVersion() == gv && r.kind == pk.Kind && r.storage == nil {
-			pres = r
+	for _, reg := range s.registries() {
+		for _, r := range reg.byGVR {
+			if r.gvr.GroupVersion() == gv && r.kind == pk.Kind && r.storage == nil {
+				pres = r
+			}
 		}
 	}
 	if pres == nil {
@@ -365,7 +369,7 @@ func (s *Server) evalPolicy(ctx context.Context, p *compiledPolicy, b *admission
 		}
 		composed[v.name] = out
 	}
-	for _, v := range p.validations {
+	for i, v := range p.validations {
 		ok, err := v.prg.evalBool(vars)
 		if err != nil {
 			if err := failure(fmt.Errorf("expression '%s' resulted in error: %w", v.v.Expression, err)); err != nil {
@@ -391,17 +395,21 @@ func (s *Server) evalPolicy(ctx context.Context, p *compiledPolicy, b *admission
 		if v.v.Reason != nil {
 			reason = *v.v.Reason
 		}
-		if err := s.policyOutcome(ctx, p, b, a, actions, msg, reason); err != nil {
+		if err := s.policyOutcome(ctx, p, b, a, actions, msg, reason, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// policyOutcome enforces one failed validation by the binding's actions:
-// Warn adds a warning, Deny refuses the request (Audit has no audit log
-// to go to yet).
-func (s *Server) policyOutcome(ctx context.Context, p *compiledPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, a *admissionAttrs, actions sets.Set[admissionregistrationv1.ValidationAction], msg string, reason metav1.StatusReason) error {
+// policyOutcome enforces one failed validation (index, or -1 for a
+// failure of the policy itself) by the binding's actions: Audit records it
+// in the request's audit event, Warn adds a warning, Deny refuses the
+// request.
+func (s *Server) policyOutcome(ctx context.Context, p *compiledPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, a *admissionAttrs, actions sets.Set[admissionregistrationv1.ValidationAction], msg string, reason metav1.StatusReason, index int) error {
+	if actions.Has(admissionregistrationv1.Audit) {
+		auditValidationFailure(ctx, policyFailure{Message: msg, Policy: p.name, Binding: b.Name, ExpressionIndex: index, ValidationActions: b.Spec.ValidationActions})
+	}
 	if actions.Has(admissionregistrationv1.Warn) {
 		addWarningTo(ctx, fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' with binding '%s': %s", p.name, b.Name, msg))
 	}
@@ -423,4 +431,31 @@ var reasonCodes = map[metav1.StatusReason]int32{
 	metav1.StatusReasonForbidden:             http.StatusForbidden,
 	metav1.StatusReasonInvalid:               http.StatusUnprocessableEntity,
 	metav1.StatusReasonRequestEntityTooLarge: http.StatusRequestEntityTooLarge,
+}
+
+// validationFailureAnnotation is the audit annotation kube-apiserver puts
+// a policy's Audit failures under, as a JSON list.
+const validationFailureAnnotation = "validation.policy.admission.k8s.io/validation_failure"
+
+type policyFailure struct {
+	Message           string                                     `json:"message"`
+	Policy            string                                     `json:"policy"`
+	Binding           string                                     `json:"binding"`
+	ExpressionIndex   int                                        `json:"expressionIndex"`
+	ValidationActions []admissionregistrationv1.ValidationAction `json:"validationActions"`
+}
+
+func auditValidationFailure(ctx context.Context, f policyFailure) {
+	ev := auditEvent(ctx)
+	if ev == nil {
+		return
+	}
+	var all []policyFailure
+	if prev := ev.Annotations[validationFailureAnnotation]; prev != "" {
+		json.Unmarshal([]byte(prev), &all)
+	}
+	data, err := json.Marshal(append(all, f))
+	if err == nil {
+		annotate(ctx, validationFailureAnnotation, string(data))
+	}
 }

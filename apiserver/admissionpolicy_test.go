@@ -1,16 +1,25 @@
 package apiserver
 
 import (
+	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/audit"
+	"bonsai.dev/bonsai/store"
 )
 
 func (e *testEnv) policy(t *testing.T, name string, spec admissionregistrationv1.ValidatingAdmissionPolicySpec) {
@@ -234,4 +243,113 @@ func FuzzWebhookRules(f *testing.F) {
 			t.Errorf("*/* did not match %s/%s", resource, sub)
 		}
 	})
+}
+
+const replicaLimitCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: replicalimits.rules.example.com
+spec:
+  group: rules.example.com
+  scope: Namespaced
+  names: {plural: replicalimits, singular: replicalimit, kind: ReplicaLimit, listKind: ReplicaLimitList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          maxReplicas: {type: integer}
+`
+
+// TestAdmissionWithCustomResources: a policy whose params are custom
+// objects (the usual way), and a mutating webhook patching a custom
+// object.
+func TestAdmissionWithCustomResources(t *testing.T) {
+	e := newTestEnv(t)
+	createCRD(t, e, replicaLimitCRD)
+	limits := schema.GroupVersionResource{Group: "rules.example.com", Version: "v1", Resource: "replicalimits"}
+	waitServed(t, e, limits, true)
+
+	h := newHookServer(t, func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return patchResponse(jsonPatch(map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{"checked": "yes"}}))
+	})
+	e.mutating(t, "limits", mutatingHook(urlHook("limits.example.com", h, rule(opsCreate, "rules.example.com", "*", "replicalimits"))))
+	limit := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rules.example.com/v1", "kind": "ReplicaLimit",
+		"metadata": map[string]any{"name": "limit"}, "maxReplicas": int64(2)}}
+	got, err := e.dyn.Resource(limits).Namespace("default").Create(e.ctx, limit, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetLabels()["checked"] != "yes" {
+		t.Errorf("custom object not patched: %v", got.GetLabels())
+	}
+	if calls := h.calls(); len(calls) != 1 || calls[0].Kind.Kind != "ReplicaLimit" {
+		t.Errorf("webhook calls: %d", len(calls))
+	}
+
+	e.policy(t, "replicas.example.com", admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "rules.example.com/v1", Kind: "ReplicaLimit"},
+		MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+			RuleWithOperations: rule(opsCreate, "apps", "v1", "deployments")}}},
+		Validations: []admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= params.maxReplicas", Reason: ptrTo(metav1.StatusReasonInvalid)}},
+	})
+	e.binding(t, "replicas-default", admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "replicas.example.com",
+		ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		ParamRef:          &admissionregistrationv1.ParamRef{Name: "limit", ParameterNotFoundAction: ptrTo(admissionregistrationv1.DenyAction)}})
+	deploy := func(name string, replicas int32) error {
+		labels := map[string]string{"app": name}
+		_, err := e.cs.AppsV1().Deployments("default").Create(e.ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}},
+			metav1.CreateOptions{})
+		return err
+	}
+	if err := deploy("big", 3); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "denied request: failed expression: object.spec.replicas <= params.maxReplicas") {
+		t.Errorf("3 replicas over a limit of 2: %v", err)
+	}
+	if err := deploy("small", 2); err != nil {
+		t.Errorf("2 replicas: %v", err)
+	}
+}
+
+// TestValidatingAdmissionPolicyAuditAction: a binding with Audit lets the
+// request through and records the failure in its audit event, under
+// kube-apiserver's annotation.
+func TestValidatingAdmissionPolicyAuditAction(t *testing.T) {
+	policy, err := audit.ParsePolicy([]byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	s, err := New(Config{Store: st, AuditPolicy: policy, AuditLog: audit.NewLog(buf), AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); st.Close() })
+	for _, w := range []struct{ path, body string }{
+		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", `{"metadata":{"name":"no-data.example.com"},"spec":{
+			"matchConstraints":{"resourceRules":[{"operations":["CREATE"],"apiGroups":[""],"apiVersions":["v1"],"resources":["configmaps"]}]},
+			"validations":[{"expression":"true"},{"expression":"!has(object.data)","message":"no data please"}]}}`},
+		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", `{"metadata":{"name":"no-data-audit"},"spec":{
+			"policyName":"no-data.example.com","validationActions":["Audit"]}}`},
+		{"/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"audited"},"data":{"k":"v"}}`},
+	} {
+		if rec := serveAs(s, "POST", w.path, "", w.body, nil); rec.Code != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", w.path, rec.Code, rec.Body)
+		}
+	}
+	evs := buf.events(t)
+	last := evs[len(evs)-1]
+	want := `[{"message":"no data please","policy":"no-data.example.com","binding":"no-data-audit","expressionIndex":1,"validationActions":["Audit"]}]`
+	if last.ObjectRef == nil || last.ObjectRef.Resource != "configmaps" || last.Annotations[validationFailureAnnotation] != want {
+		t.Errorf("audit event of the create: %+v\nannotations %v", last.ObjectRef, last.Annotations)
+	}
 }
