@@ -125,34 +125,10 @@ func (s *Server) runNamespaceCache(ctx context.Context) {
 	}
 }
 
-// namespaceWrites tells the namespace cache about every namespace write
-// this server makes.
-type namespaceWrites struct {
-	store.Store
-	cache  *namespaceCache
-	prefix string
-}
-
-func (n namespaceWrites) note(key string, rev uint64) {
-	if name, ok := strings.CutPrefix(key, n.prefix); ok && rev > 0 {
-		n.cache.wrote(name, rev)
-	}
-}
-
-func (n namespaceWrites) Create(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := n.Store.Create(ctx, key, value)
-	n.note(key, rev)
-	return rev, err
-}
-
-func (n namespaceWrites) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	nrev, err := n.Store.Update(ctx, key, value, rev)
-	n.note(key, nrev)
-	return nrev, err
-}
-
-func (n namespaceWrites) Delete(ctx context.Context, key string, rev uint64) (store.KeyValue, error) {
-	kv, err := n.Store.Delete(ctx, key, rev)
-	n.note(key, kv.Revision)
-	return kv, err
+// note is what the namespace cache needs to hear of this server's writes
+// under prefix, the namespaces' store prefix.
+func (c *namespaceCache) note(prefix string) writeNote {
+	return writeNote{prefix: prefix, wrote: func(key string, rev uint64) {
+		c.wrote(strings.TrimPrefix(key, prefix), rev)
+	}}
 }

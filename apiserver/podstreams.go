@@ -353,6 +353,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, ri request
 		}
 		path = fmt.Sprintf("/%s/%s/%s/%s", ri.subresource, pod.Namespace, pod.Name, container)
 	}
+	if err := s.admitConnect(r.Context(), res, ri, q); err != nil {
+		return err
+	}
 	if pod.Spec.NodeName == "" {
 		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
 	}

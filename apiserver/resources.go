@@ -196,6 +196,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // is discovery order, as kube-apiserver lists them.
 func builtinResources() []*resource {
 	all := []string{"all"}
+	apiExtensions := []string{"api-extensions"}
 	return []*resource{
 		// core/v1
 		{gvr: gvr("", "v1", "namespaces"), kind: "Namespace", shortNames: []string{"ns"}, subresources: []string{"status", "finalize"}, strategy: namespaceStrategy{}, fields: fieldsNamespace},
@@ -241,6 +242,11 @@ func builtinResources() []*resource {
 		{gvr: gvr("scheduling.k8s.io", "v1", "priorityclasses"), kind: "PriorityClass", shortNames: []string{"pc"}, strategy: priorityClassStrategy{}},
 		// storage.k8s.io/v1
 		{gvr: gvr("storage.k8s.io", "v1", "storageclasses"), kind: "StorageClass", shortNames: []string{"sc"}},
+		// admissionregistration.k8s.io/v1
+		{gvr: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), kind: "MutatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
+		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), kind: "ValidatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
+		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), kind: "ValidatingAdmissionPolicy", categories: apiExtensions, subresources: []string{"status"}, strategy: admissionConfigStrategy{}},
+		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), kind: "ValidatingAdmissionPolicyBinding", categories: apiExtensions, strategy: admissionConfigStrategy{}},
 		// node.k8s.io/v1
 		{gvr: gvr("node.k8s.io", "v1", "runtimeclasses"), kind: "RuntimeClass"},
 		// rbac.authorization.k8s.io/v1

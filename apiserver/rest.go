@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -343,6 +344,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err := s.limitRangeDefaults(ctx, res, obj); err != nil {
 		return nil, err
 	}
+	if err := s.admitMutating(ctx, wc, admissionv1.Create, "", obj, nil); err != nil {
+		return nil, err
+	}
 	if res.strategy.tracksGeneration() {
 		m.SetGeneration(1)
 	} else {
@@ -354,6 +358,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 		return nil, invalid(res, m.GetName(), errs)
 	}
 	if err := s.limitRangeValidate(ctx, res, obj); err != nil {
+		return nil, err
+	}
+	if err := s.admitValidating(ctx, wc, admissionv1.Create, "", m.GetNamespace(), m.GetName(), obj, nil); err != nil {
 		return nil, err
 	}
 	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
@@ -604,6 +611,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	m.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
 	m.SetGeneration(om.GetGeneration())
 	m.SetSelfLink("")
+	if err := s.admitMutating(ctx, wc, admissionv1.Update, ri.subresource, obj, old); err != nil {
+		return nil, err
+	}
 	switch ri.subresource {
 	case "status":
 		// Only status moves: everything else is the stored object's.
@@ -653,6 +663,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
+	}
+	if err := s.admitValidating(ctx, wc, admissionv1.Update, ri.subresource, ri.namespace, ri.name, obj, old); err != nil {
+		return nil, err
 	}
 	// Only claims (a bigger request), services (a new type) and pods
 	// can use more after an update.

@@ -81,6 +81,11 @@ type Server struct {
 	cfg     Config
 	reg     *registry
 	events  *eventCache // watch events decoded and encoded once
+
+	// webhooks and policies are the admission configurations, compiled.
+	webhooks *webhookAdmission
+	policies *policyAdmission
+
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
 	log           *slog.Logger
@@ -144,9 +149,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.nsCache = newNamespaceCache()
-	s.cfg.Store = namespaceWrites{
+	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
+	s.cfg.Store = writeNotes{
 		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
-		cache: s.nsCache, prefix: s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""),
+		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, s.admissionConfigNotes()...),
 	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
@@ -156,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	s.openapi = openapi.NewHandler(s.openAPIResources)
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(r)))))
+	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r))))))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records
@@ -174,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	go s.runNamespaceCache(ctx)
+	go s.runAdmissionCaches(ctx)
 	s.crdController = newCRDController(s)
 	go s.crdController.run(ctx)
 	go s.runCustomResources(ctx)
