@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc/backoff"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -28,6 +30,13 @@ type endpoint struct {
 func DialUnix(socket string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// gRPC waits a second before its first reconnect: far too long
+		// for a socket on this host that is usually there a moment later
+		// (a plugin registers, then serves), and the registration's
+		// capacity would wait for it.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second,
+		}, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		}))
