@@ -40,7 +40,7 @@ func backends() []backend {
 		}},
 		{"etcd", func(t *testing.T, lag int) store.Store {
 			e := testenv.EtcdForTest(t)
-			s, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint, MaxWatchLag: lag, CompactInterval: -1})
+			s, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint, MaxWatchLag: lag, CompactInterval: -1, DialTimeout: 30 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
