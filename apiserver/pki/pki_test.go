@@ -88,7 +88,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile, ServiceAccountKeyFile}, c.Issued); diff != "" {
+	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile, ServiceAccountKeyFile, FrontProxyCACertFile, FrontProxyClientCertFile}, c.Issued); diff != "" {
 		t.Errorf("issued (-want +got):\n%s", diff)
 	}
 	st, err := os.Stat(dir)
