@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
@@ -65,8 +66,10 @@ type aggregator struct {
 	s          *Server
 	frontProxy *pki.FrontProxy
 	services   *configCache[*apiServiceSet]
-	// poke asks the availability loop for a pass now.
-	poke chan struct{}
+	// poke asks the availability loop for a pass now; resync is how long
+	// it waits otherwise (tests shorten it).
+	poke   chan struct{}
+	resync atomic.Int64
 
 	mu sync.Mutex
 	// discovery holds each remote APIService's resources from its last
@@ -96,6 +99,7 @@ type backend struct {
 func newAggregator(s *Server, fp *pki.FrontProxy) *aggregator {
 	a := &aggregator{s: s, frontProxy: fp, poke: make(chan struct{}, 1), discovery: map[string]backendDiscovery{}}
 	a.services = newConfigCache(s, apiServiceGVR, a.compile)
+	a.resync.Store(int64(availabilityResync))
 	return a
 }
 
@@ -319,16 +323,17 @@ func resourcesToV2(gv schema.GroupVersion, l *metav1.APIResourceList) []apidisco
 // run keeps the APIServices' Available conditions until ctx ends.
 func (a *aggregator) run(ctx context.Context) {
 	go a.services.run(ctx)
-	t := time.NewTicker(availabilityResync)
-	defer t.Stop()
 	for {
 		a.checkAll(ctx)
+		t := time.NewTimer(time.Duration(a.resync.Load()))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-a.poke:
 		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 

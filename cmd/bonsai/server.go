@@ -146,7 +146,11 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		KubeletPort:      cfg.KubeletPort,
 		// Kept in <data-dir>/tls: tokens outlive restarts.
 		ServiceAccountKey: certs.ServiceAccountKey,
-		Version:           version,
+		// Aggregated API servers trust the front-proxy CA's client, and
+		// read both CAs from extension-apiserver-authentication.
+		FrontProxy:  certs.FrontProxy,
+		ClientCAPEM: certs.CA.CertPEM,
+		Version:     version,
 		Logger:            log,
 	})
 	if err != nil {
