@@ -160,6 +160,24 @@ func waitAvailable(t *testing.T, e *rbacEnv, name string, status apiregistration
 	return got
 }
 
+// apiServiceRow is the server-side table row kubectl shows for name.
+func apiServiceRow(t *testing.T, e *rbacEnv, name string) []any {
+	t.Helper()
+	rec := serveAs(e.s, "GET", "/apis/apiregistration.k8s.io/v1/apiservices/"+name, "admin-token", "", http.Header{"Accept": {"application/json;as=Table;v=v1;g=meta.k8s.io"}})
+	var tbl metav1.Table
+	if err := json.Unmarshal(rec.Body.Bytes(), &tbl); err != nil || len(tbl.Rows) != 1 {
+		t.Fatalf("table: %v %s", err, rec.Body)
+	}
+	var names []string
+	for _, c := range tbl.ColumnDefinitions {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"Name", "Service", "Available", "Age"}) {
+		t.Errorf("columns %q", names)
+	}
+	return tbl.Rows[0].Cells[:3]
+}
+
 func createAPIService(e *rbacEnv, as *apiregistrationv1.APIService) error {
 	return e.admin.CoreV1().RESTClient().Post().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").Body(as).Do(e.ctx).Error()
 }
@@ -257,6 +275,9 @@ func TestAggregatedAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAvailable(t, e, "v1."+wardleGroup, apiregistrationv1.ConditionTrue, "Passed")
+	if row := apiServiceRow(t, e, "v1."+wardleGroup); fmt.Sprint(row) != "[v1.wardle.example.com default/wardle True]" {
+		t.Errorf("row %v", row)
+	}
 	if h := ws.last(); h.Get("X-Remote-User") != "system:kube-aggregator" || !slices.Equal(h.Values("X-Remote-Group"), []string{"system:masters"}) {
 		t.Errorf("discovery check as %q %q", h.Get("X-Remote-User"), h.Values("X-Remote-Group"))
 	}
@@ -379,6 +400,12 @@ func TestAggregatedAPI(t *testing.T) {
 	c = waitAvailable(t, e, "v1."+wardleGroup, apiregistrationv1.ConditionFalse, "FailedDiscoveryCheck")
 	if !strings.HasPrefix(c.Message, "failing or missing response from https://127.0.0.1:") {
 		t.Errorf("message %q", c.Message)
+	}
+	if row := apiServiceRow(t, e, "v1."+wardleGroup); fmt.Sprint(row) != "[v1.wardle.example.com default/wardle False (FailedDiscoveryCheck)]" {
+		t.Errorf("row %v", row)
+	}
+	if row := apiServiceRow(t, e, "v1.apps"); fmt.Sprint(row) != "[v1.apps Local True]" {
+		t.Errorf("row %v", row)
 	}
 	rec = serveAs(e.s, "GET", path, "admin-token", "", nil)
 	if rec.Code != http.StatusServiceUnavailable || statusOf(t, rec).Reason != metav1.StatusReasonServiceUnavailable {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	apiservicehelper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	apiservicevalidation "k8s.io/kube-aggregator/pkg/apis/apiregistration/validation"
 )
 
@@ -149,4 +150,32 @@ func (s *Server) ensureLocalAPIServices(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// apiServicePrinter has kube-aggregator's columns: where the API is
+// served and whether it is available (with the reason when it is not).
+var apiServicePrinter = printer{
+	columns: cols(nameCol,
+		col("Service", tString, "The reference to the service that hosts this API endpoint."),
+		col("Available", tString, "Whether this service is available."),
+		ageCol),
+	cells: func(o runtime.Object) []any {
+		a := o.(*apiregistrationv1.APIService)
+		service := "Local"
+		if a.Spec.Service != nil {
+			service = a.Spec.Service.Namespace + "/" + a.Spec.Service.Name
+		}
+		available := string(apiregistrationv1.ConditionUnknown)
+		if c := apiservicehelper.GetAPIServiceConditionByType(a, apiregistrationv1.Available); c != nil {
+			switch {
+			case c.Status == apiregistrationv1.ConditionTrue:
+				available = string(c.Status)
+			case c.Reason != "":
+				available = fmt.Sprintf("%s (%s)", c.Status, c.Reason)
+			default:
+				available = string(c.Status)
+			}
+		}
+		return []any{a.Name, service, available, age(a)}
+	},
 }

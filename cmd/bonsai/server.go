@@ -151,7 +151,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		FrontProxy:  certs.FrontProxy,
 		ClientCAPEM: certs.CA.CertPEM,
 		Version:     version,
-		Logger:            log,
+		Logger:      log,
 	})
 	if err != nil {
 		return err
