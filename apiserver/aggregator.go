@@ -351,6 +351,9 @@ func (a *aggregator) checkAll(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	if err := a.syncCRDAPIServices(ctx, set); err != nil && ctx.Err() == nil {
+		a.s.log.Warn("APIServices of custom resources not synced", "err", err)
+	}
 	var wg sync.WaitGroup
 	for _, as := range set.all {
 		wg.Add(1)
@@ -375,6 +378,49 @@ func (a *aggregator) checkAll(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
+}
+
+// syncCRDAPIServices gives every group version CustomResourceDefinitions
+// serve a local APIService and removes those no CRD serves any more, as
+// kube-apiserver's CRD registration controller does (label
+// automanaged=true, upstream's priorities 1000/100). An APIService an
+// admin made for the group version is left alone.
+func (a *aggregator) syncCRDAPIServices(ctx context.Context, set *apiServiceSet) error {
+	if !a.s.crs.synced.Load() {
+		return nil // not all CRDs are known yet: nothing may go
+	}
+	want := map[string]schema.GroupVersion{}
+	for _, g := range a.s.crs.registry().groups {
+		for _, v := range g.versions {
+			want[v+"."+g.name] = schema.GroupVersion{Group: g.name, Version: v}
+		}
+	}
+	have := map[string]*apiregistrationv1.APIService{}
+	for _, as := range set.all {
+		have[as.Name] = as
+	}
+	for name, gv := range want {
+		if _, ok := have[name]; ok {
+			continue
+		}
+		as := &apiregistrationv1.APIService{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{autoManagedLabel: "true"}},
+			Spec:       apiregistrationv1.APIServiceSpec{Group: gv.Group, Version: gv.Version, GroupPriorityMinimum: 1000, VersionPriority: 100},
+		}
+		if err := a.s.ensure(ctx, as, apiServiceGVR); err != nil {
+			return err
+		}
+	}
+	res := a.s.reg.byGVR[apiServiceGVR]
+	for name, as := range have {
+		if _, ok := want[name]; ok || as.Labels[autoManagedLabel] != "true" {
+			continue
+		}
+		if _, err := a.s.cfg.Store.Delete(ctx, res.key("", name), revisionOf(as.ResourceVersion)); err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // check is upstream's availability check of one APIService.

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	crdclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -422,5 +423,47 @@ func TestAggregatedAPI(t *testing.T) {
 	rec = serveAs(e.s, "GET", path, "admin-token", "", nil)
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("after delete: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestAPIServicesOfCustomResources(t *testing.T) {
+	e := newTestEnv(t)
+	get := func(name string) (*apiregistrationv1.APIService, error) {
+		as := &apiregistrationv1.APIService{}
+		return as, e.cs.CoreV1().RESTClient().Get().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", name).Do(e.ctx).Into(as)
+	}
+	// An admin's own APIService for a CRD's group version stays as it is.
+	mine := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.stable.example.com"},
+		Spec: apiregistrationv1.APIServiceSpec{Group: "stable.example.com", Version: "v1beta1", GroupPriorityMinimum: 2000, VersionPriority: 5}}
+	if err := e.cs.CoreV1().RESTClient().Post().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").Body(mine).Do(e.ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	crd := createCRD(t, e, crontabCRD)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		as, err := get("v1.stable.example.com")
+		if err == nil && as.Labels[autoManagedLabel] == "true" && as.Spec.Service == nil && as.Spec.GroupPriorityMinimum == 1000 && as.Spec.VersionPriority == 100 &&
+			len(as.Status.Conditions) == 1 && as.Status.Conditions[0].Reason == "Local" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no local APIService for the CRD's v1: %v %+v", err, as)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := crdclient.NewForConfigOrDie(e.cfg).CustomResourceDefinitions().Delete(e.ctx, crd.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := get("v1.stable.example.com")
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the CRD's APIService outlived it: %v", err)
+		}
+	}
+	if as, err := get("v1beta1.stable.example.com"); err != nil || as.Spec.GroupPriorityMinimum != 2000 {
+		t.Errorf("the admin's APIService: %v %+v", err, as)
 	}
 }
