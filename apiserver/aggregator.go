@@ -3,12 +3,10 @@ package apiserver
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -121,26 +119,17 @@ func (a *aggregator) compile(objs []runtime.Object) *apiServiceSet {
 // transport is how to call one APIService's service: its caBundle, the
 // Service's DNS name as server name, and the front-proxy certificate.
 func (a *aggregator) transport(as *apiregistrationv1.APIService) (*http.Transport, error) {
-	cfg := &tls.Config{
+	pool, err := caBundlePool(as.Spec.CABundle)
+	if err != nil {
+		return nil, err
+	}
+	return serviceTransport(&tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		ServerName:         as.Spec.Service.Name + "." + as.Spec.Service.Namespace + ".svc",
 		Certificates:       []tls.Certificate{a.frontProxy.Client},
+		RootCAs:            pool,
 		InsecureSkipVerify: as.Spec.InsecureSkipTLSVerify,
-	}
-	if len(as.Spec.CABundle) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(as.Spec.CABundle) {
-			return nil, errors.New("caBundle holds no PEM certificate")
-		}
-		cfg.RootCAs = pool
-	}
-	return &http.Transport{
-		TLSClientConfig:     cfg,
-		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
-	}, nil
+	}, false), nil
 }
 
 // remote is the backend serving gv, if an APIService with a service
