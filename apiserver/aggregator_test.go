@@ -16,6 +16,8 @@ import (
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -232,6 +234,38 @@ func TestAPIServiceLocalAndValidation(t *testing.T) {
 	if got.Spec.Service.Port == nil || *got.Spec.Service.Port != 443 {
 		t.Errorf("port %v, want 443", got.Spec.Service.Port)
 	}
+}
+
+// An aggregated server's account reads the authentication ConfigMap and
+// delegates reviews with the default roles its manifests bind, as
+// metrics-server's do.
+func TestDelegationRoles(t *testing.T) {
+	e := newRBACEnv(t, "RBAC")
+	jane := e2eClient(t, e.s, userNamed("jane"))
+	if _, err := jane.CoreV1().ConfigMaps("kube-system").Get(e.ctx, "extension-apiserver-authentication", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("before the bindings: %v", err)
+	}
+	e.bind(t, "kube-system", "wardle-auth-reader", "Role", "extension-apiserver-authentication-reader", rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "jane"})
+	if _, err := e.admin.RbacV1().ClusterRoleBindings().Create(e.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "wardle:system:auth-delegator"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: "jane"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "jane reads the ConfigMap and delegates reviews", func() error {
+		if _, err := jane.CoreV1().ConfigMaps("kube-system").Get(e.ctx, "extension-apiserver-authentication", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if _, err := jane.CoreV1().ConfigMaps("kube-system").Get(e.ctx, "other", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("another ConfigMap: %v", err)
+		}
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "bob",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Group: wardleGroup, Resource: "flunders", Namespace: "default"}}}
+		if _, err := jane.AuthorizationV1().SubjectAccessReviews().Create(e.ctx, sar, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := jane.AuthenticationV1().TokenReviews().Create(e.ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "bob-token"}}, metav1.CreateOptions{})
+		return err
+	})
 }
 
 func TestAggregatedAPI(t *testing.T) {
