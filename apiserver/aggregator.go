@@ -309,6 +309,32 @@ func resourcesToV2(gv schema.GroupVersion, l *metav1.APIResourceList) []apidisco
 	return out
 }
 
+// openAPIPaths are the OpenAPI v3 paths of the remote group versions,
+// whose documents their backends serve.
+func (a *aggregator) openAPIPaths() []string {
+	var out []string
+	for _, g := range a.groups(context.Background()) {
+		for _, v := range g.Versions {
+			out = append(out, "apis/"+v.GroupVersion)
+		}
+	}
+	return out
+}
+
+// serveOpenAPIV3GroupVersion proxies /openapi/v3/apis/<group>/<version>
+// of a remote group version to its backend, as kube-apiserver's
+// aggregator does; the rest is this server's.
+func (s *Server) serveOpenAPIV3GroupVersion(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/openapi/v3"), "/"), "/")
+	if len(parts) == 3 && parts[0] == "apis" {
+		if b := s.aggregator.remote(r.Context(), schema.GroupVersion{Group: parts[1], Version: parts[2]}); b != nil {
+			s.aggregator.serveProxy(w, r, b)
+			return
+		}
+	}
+	s.openapi.ServeV3(w, r)
+}
+
 // run keeps the APIServices' Available conditions until ctx ends.
 func (a *aggregator) run(ctx context.Context) {
 	go a.services.run(ctx)

@@ -96,6 +96,8 @@ func newWardleServer(t *testing.T, auth map[string]string) *wardleServer {
 		switch {
 		case r.URL.Path == "/apis/"+wardleGroup+"/v1":
 			json.NewEncoder(w).Encode(resources)
+		case r.URL.Path == "/openapi/v3/apis/"+wardleGroup+"/v1":
+			w.Write([]byte(wardleOpenAPI))
 		case r.URL.Path == "/apis/"+wardleGroup+"/v1/namespaces/default/flunders" && r.URL.Query().Get("watch") == "1":
 			enc := json.NewEncoder(w)
 			enc.Encode(map[string]any{"type": "ADDED", "object": flunder("first")})
@@ -119,6 +121,8 @@ func newWardleServer(t *testing.T, auth map[string]string) *wardleServer {
 	ws.port = int32(netip.MustParseAddrPort(ws.srv.Listener.Addr().String()).Port())
 	return ws
 }
+
+const wardleOpenAPI = `{"openapi":"3.0.0","info":{"title":"wardle","version":"v1"},"paths":{},"components":{"schemas":{"com.example.wardle.v1.Flunder":{"type":"object"}}}}`
 
 func (ws *wardleServer) last() http.Header {
 	ws.mu.Lock()
@@ -360,6 +364,18 @@ func TestAggregatedAPI(t *testing.T) {
 	rec = serveAs(e.s, "GET", "/apis/"+wardleGroup, "admin-token", "", nil)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"preferredVersion":{"groupVersion":"wardle.example.com/v1","version":"v1"}`) {
 		t.Errorf("/apis/%s: %d %s", wardleGroup, rec.Code, rec.Body)
+	}
+
+	// OpenAPI v3: the root lists the group version, its document is the
+	// backend's.
+	rec = serveAs(e.s, "GET", "/openapi/v3", "admin-token", "", nil)
+	if !strings.Contains(rec.Body.String(), `"apis/wardle.example.com/v1":{"serverRelativeURL":"/openapi/v3/apis/wardle.example.com/v1"}`) ||
+		!strings.Contains(rec.Body.String(), `"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=`) {
+		t.Errorf("OpenAPI v3 root: %s", rec.Body)
+	}
+	rec = serveAs(e.s, "GET", "/openapi/v3/apis/"+wardleGroup+"/v1", "admin-token", "", nil)
+	if rec.Code != http.StatusOK || rec.Body.String() != wardleOpenAPI {
+		t.Errorf("wardle's OpenAPI v3: %d %s", rec.Code, rec.Body)
 	}
 
 	// RBAC decides before the request leaves: jane may not list flunders.

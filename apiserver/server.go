@@ -180,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 	s.bookmarkEvery = defaultBookmarkInterval
 	s.crs = newCustomResources()
 	s.openapi = openapi.NewHandler(s.openAPIResources)
+	s.openapi.Delegated = s.aggregator.openAPIPaths
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r))))))
@@ -244,7 +245,7 @@ func (s *Server) routes(r chi.Router) {
 	// The documents are built on the first request, not at start.
 	r.Get("/openapi/v2", s.openapi.ServeV2)
 	r.Get("/openapi/v3", s.openapi.ServeV3)
-	r.Get("/openapi/v3/*", s.openapi.ServeV3)
+	r.Get("/openapi/v3/*", s.serveOpenAPIV3GroupVersion)
 }
 
 // setupServiceAccountTokens makes the token signer and puts the
