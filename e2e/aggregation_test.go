@@ -99,6 +99,10 @@ spec:
 	if out := admin.must("get", "fl", "-n", "default", "-o", "jsonpath={.items[*].metadata.name}"); out != "first" {
 		t.Errorf("kubectl get fl -o jsonpath: %q", out)
 	}
+	// kubectl explain reads the backend's OpenAPI v3 through bonsai.
+	if out := admin.must("explain", "flunders.spec"); !strings.Contains(out, "KIND:") || !strings.Contains(out, "Flunder") || !strings.Contains(out, "The flunder this one refers to.") {
+		t.Errorf("kubectl explain flunders.spec:\n%s", out)
+	}
 	h := backend.last()
 	if h.Get("X-Remote-User") != "system:admin" || !slices.Contains(h.Values("X-Remote-Group"), "system:masters") || h.Get("Authorization") != "" {
 		t.Errorf("identity sent: user %q groups %q authorization %q", h.Get("X-Remote-User"), h.Values("X-Remote-Group"), h.Get("Authorization"))
@@ -164,6 +168,8 @@ func startFlunderServer(t *testing.T, auth map[string]string) *flunderServer {
 		case "/apis/" + gv:
 			enc.Encode(metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv,
 				APIResources: []metav1.APIResource{{Name: "flunders", SingularName: "flunder", Namespaced: true, Kind: "Flunder", ShortNames: []string{"fl"}, Verbs: metav1.Verbs{"get", "list"}}}})
+		case "/openapi/v3/apis/" + gv:
+			w.Write([]byte(flunderOpenAPI))
 		case "/apis/" + gv + "/namespaces/default/flunders":
 			if strings.Contains(r.Header.Get("Accept"), "as=Table") {
 				enc.Encode(metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"},
@@ -182,6 +188,11 @@ func startFlunderServer(t *testing.T, auth map[string]string) *flunderServer {
 	f.port = int(netip.MustParseAddrPort(srv.Listener.Addr().String()).Port())
 	return f
 }
+
+const flunderOpenAPI = `{"openapi":"3.0.0","info":{"title":"wardle","version":"v1alpha1"},"paths":{},"components":{"schemas":{
+"com.example.wardle.v1alpha1.Flunder":{"type":"object","description":"A Flunder is what the wardle server keeps.",
+ "properties":{"apiVersion":{"type":"string"},"kind":{"type":"string"},"spec":{"type":"object","description":"What the flunder should be.","properties":{"reference":{"type":"string","description":"The flunder this one refers to."}}}},
+ "x-kubernetes-group-version-kind":[{"group":"wardle.example.com","kind":"Flunder","version":"v1alpha1"}]}}}}`
 
 func (f *flunderServer) last() http.Header {
 	f.mu.Lock()
