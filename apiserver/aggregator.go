@@ -73,6 +73,15 @@ type aggregator struct {
 	// discovery holds each remote APIService's resources from its last
 	// good discovery check, with whether that check was the latest.
 	discovery map[string]backendDiscovery
+	// transports are the compiled set's, by APIService name; only
+	// compile (under the cache's lock) touches them.
+	transports map[string]keyedTransport
+}
+
+// keyedTransport is a transport with what it was made from.
+type keyedTransport struct {
+	key       string
+	transport *http.Transport
 }
 
 type backendDiscovery struct {
@@ -103,6 +112,7 @@ func newAggregator(s *Server, fp *pki.FrontProxy) *aggregator {
 
 func (a *aggregator) compile(objs []runtime.Object) *apiServiceSet {
 	set := &apiServiceSet{remote: map[schema.GroupVersion]*backend{}}
+	kept := map[string]keyedTransport{}
 	for _, o := range objs {
 		as := o.(*apiregistrationv1.APIService)
 		set.all = append(set.all, as)
@@ -110,9 +120,23 @@ func (a *aggregator) compile(objs []runtime.Object) *apiServiceSet {
 			continue
 		}
 		b := &backend{apiService: as}
-		b.transport, b.err = a.transport(as)
+		key := fmt.Sprintf("%s/%s:%d %t %x", as.Spec.Service.Namespace, as.Spec.Service.Name, servicePort(as.Spec.Service), as.Spec.InsecureSkipTLSVerify, as.Spec.CABundle)
+		if t, ok := a.transports[as.Name]; ok && t.key == key {
+			b.transport = t.transport
+		} else {
+			b.transport, b.err = a.transport(as)
+		}
 		set.remote[schema.GroupVersion{Group: as.Spec.Group, Version: as.Spec.Version}] = b
+		kept[as.Name] = keyedTransport{key: key, transport: b.transport}
 	}
+	// A status write recompiles the set: connections stay open unless
+	// the way to the service changed.
+	for name, t := range a.transports {
+		if kept[name].transport != t.transport && t.transport != nil {
+			t.transport.CloseIdleConnections()
+		}
+	}
+	a.transports = kept
 	return set
 }
 
