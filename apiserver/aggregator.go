@@ -171,7 +171,8 @@ func (a *aggregator) remote(ctx context.Context, gv schema.GroupVersion) *backen
 
 // serveProxy proxies r to b; the caller has been authorized already.
 func (a *aggregator) serveProxy(w http.ResponseWriter, r *http.Request, b *backend) {
-	if b.err != nil {
+	// As upstream: an APIService not (yet) available takes no requests.
+	if b.err != nil || !apiservicehelper.IsAPIServiceConditionTrue(b.apiService, apiregistrationv1.Available) {
 		writeStatus(w, statusf(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "service unavailable"))
 		return
 	}

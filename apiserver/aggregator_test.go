@@ -305,6 +305,10 @@ func TestAggregatedAPI(t *testing.T) {
 	if c.Message != `endpoints for service/wardle in "default" have no addresses with port name "https"` {
 		t.Errorf("message %q", c.Message)
 	}
+	rec := serveAs(e.s, "GET", "/apis/"+wardleGroup+"/v1/namespaces/default/flunders", "admin-token", "", nil)
+	if rec.Code != http.StatusServiceUnavailable || statusOf(t, rec).Message != "service unavailable" {
+		t.Errorf("request while unavailable: %d %s", rec.Code, rec.Body)
+	}
 	// A selectorless Service whose endpoint is the test's server.
 	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "wardle-1", Labels: map[string]string{discoveryv1.LabelServiceName: "wardle"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -345,7 +349,7 @@ func TestAggregatedAPI(t *testing.T) {
 	if !found {
 		t.Errorf("flunders not in the discovered resources %v", lists)
 	}
-	rec := serveAs(e.s, "GET", "/apis", "admin-token", "", http.Header{"Accept": {"application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"}})
+	rec = serveAs(e.s, "GET", "/apis", "admin-token", "", http.Header{"Accept": {"application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"}})
 	var agg apidiscoveryv2.APIGroupDiscoveryList
 	if err := json.Unmarshal(rec.Body.Bytes(), &agg); err != nil {
 		t.Fatalf("aggregated discovery: %v: %s", err, rec.Body)
