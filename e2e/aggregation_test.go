@@ -189,7 +189,10 @@ func startFlunderServer(t *testing.T, auth map[string]string) *flunderServer {
 	return f
 }
 
-const flunderOpenAPI = `{"openapi":"3.0.0","info":{"title":"wardle","version":"v1alpha1"},"paths":{},"components":{"schemas":{
+const flunderOpenAPI = `{"openapi":"3.0.0","info":{"title":"wardle","version":"v1alpha1"},
+"paths":{"/apis/wardle.example.com/v1alpha1/namespaces/{namespace}/flunders":{"get":{"x-kubernetes-action":"list","x-kubernetes-group-version-kind":{"group":"wardle.example.com","kind":"Flunder","version":"v1alpha1"},
+ "responses":{"200":{"description":"OK"}}}}},
+"components":{"schemas":{
 "com.example.wardle.v1alpha1.Flunder":{"type":"object","description":"A Flunder is what the wardle server keeps.",
  "properties":{"apiVersion":{"type":"string"},"kind":{"type":"string"},"spec":{"type":"object","description":"What the flunder should be.","properties":{"reference":{"type":"string","description":"The flunder this one refers to."}}}},
  "x-kubernetes-group-version-kind":[{"group":"wardle.example.com","kind":"Flunder","version":"v1alpha1"}]}}}}`
