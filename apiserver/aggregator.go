@@ -56,6 +56,7 @@ const (
 // Front-proxy headers, as kube-apiserver sends and publishes them.
 const (
 	remoteUserHeader        = "X-Remote-User"
+	remoteUIDHeader         = "X-Remote-Uid"
 	remoteGroupHeader       = "X-Remote-Group"
 	remoteExtraHeaderPrefix = "X-Remote-Extra-"
 )
@@ -224,6 +225,9 @@ func setFrontProxyHeaders(h http.Header, u *authn.User) {
 		}
 	}
 	h.Set(remoteUserHeader, u.Name)
+	if u.UID != "" {
+		h.Set(remoteUIDHeader, u.UID)
+	}
 	for _, g := range u.Groups {
 		h.Add(remoteGroupHeader, g)
 	}
@@ -607,6 +611,7 @@ func (s *Server) ensureExtensionAuthentication(ctx context.Context) error {
 		"requestheader-client-ca-file":       string(s.aggregator.frontProxy.CA.CertPEM),
 		"requestheader-allowed-names":        list(s.aggregator.frontProxy.AllowedNames()...),
 		"requestheader-username-headers":     list(remoteUserHeader),
+		"requestheader-uid-headers":          list(remoteUIDHeader),
 		"requestheader-group-headers":        list(remoteGroupHeader),
 		"requestheader-extra-headers-prefix": list(remoteExtraHeaderPrefix),
 	}

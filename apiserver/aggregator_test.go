@@ -278,7 +278,7 @@ func TestAggregatedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, want := range map[string]string{"requestheader-allowed-names": `["front-proxy-client"]`, "requestheader-username-headers": `["X-Remote-User"]`,
+	for k, want := range map[string]string{"requestheader-allowed-names": `["front-proxy-client"]`, "requestheader-username-headers": `["X-Remote-User"]`, "requestheader-uid-headers": `["X-Remote-Uid"]`,
 		"requestheader-group-headers": `["X-Remote-Group"]`, "requestheader-extra-headers-prefix": `["X-Remote-Extra-"]`} {
 		if auth.Data[k] != want {
 			t.Errorf("%s = %q, want %q", k, auth.Data[k], want)
@@ -415,6 +415,9 @@ func TestAggregatedAPI(t *testing.T) {
 	}
 	if h.Get("Authorization") != "" {
 		t.Error("the caller's bearer token reached the aggregated server")
+	}
+	if h.Get("X-Remote-Uid") != "2" {
+		t.Errorf("uid sent %q, want jane's 2", h.Get("X-Remote-Uid"))
 	}
 
 	// Extra and several groups, and a watch that streams.
