@@ -58,6 +58,12 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if err := s.ensureDefaultPolicy(ctx); err != nil {
 		return err
 	}
+	if err := s.ensureLocalAPIServices(ctx); err != nil {
+		return err
+	}
+	if err := s.ensureExtensionAuthentication(ctx); err != nil {
+		return err
+	}
 	if !s.cfg.AdvertiseAddress.IsValid() || s.cfg.SecurePort == 0 {
 		return nil
 	}

@@ -145,6 +145,8 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 	c.reg = newRegistry(all)
 	c.mu.Unlock()
 	s.openapi.Invalidate()
+	// CRD group versions have APIServices of their own.
+	s.aggregator.wake()
 }
 
 // noteCRD records a CRD this server just wrote, ahead of its watch event,
@@ -199,6 +201,7 @@ func (s *Server) runCustomResources(ctx context.Context) {
 			}
 		}
 		s.crs.synced.Store(true)
+		s.aggregator.wake()
 		w, err := s.cfg.Store.Watch(ctx, prefix, l.Revision)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)

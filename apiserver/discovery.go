@@ -124,8 +124,12 @@ func aggregatedFormat(r *http.Request) string {
 	return ""
 }
 
-func (s *Server) writeAggregated(w http.ResponseWriter, version string, core bool) {
-	var doc any = s.aggregated(core)
+func (s *Server) writeAggregated(w http.ResponseWriter, r *http.Request, version string, core bool) {
+	list := s.aggregated(core)
+	if !core {
+		list.Items = append(list.Items, s.aggregator.aggregatedGroups(r.Context())...)
+	}
+	var doc any = list
 	if version == "v2beta1" {
 		doc = toV2beta1(doc.(*apidiscoveryv2.APIGroupDiscoveryList))
 	}
@@ -164,7 +168,7 @@ func toV2beta1(in *apidiscoveryv2.APIGroupDiscoveryList) *apidiscoveryv2beta1.AP
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if v := aggregatedFormat(r); v != "" {
-		s.writeAggregated(w, v, true)
+		s.writeAggregated(w, r, v, true)
 		return
 	}
 	writeObject(w, http.StatusOK, &metav1.APIVersions{
@@ -194,7 +198,7 @@ func (s *Server) apiGroup(g apiGroup) metav1.APIGroup {
 
 func (s *Server) serveAPIs(w http.ResponseWriter, r *http.Request) {
 	if v := aggregatedFormat(r); v != "" {
-		s.writeAggregated(w, v, false)
+		s.writeAggregated(w, r, v, false)
 		return
 	}
 	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
@@ -203,11 +207,15 @@ func (s *Server) serveAPIs(w http.ResponseWriter, r *http.Request) {
 			list.Groups = append(list.Groups, s.apiGroup(g))
 		}
 	}
+	list.Groups = append(list.Groups, s.aggregator.groups(r.Context())...)
 	writeObject(w, http.StatusOK, list, outJSON)
 }
 
 func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request, group string) {
 	g, ok := s.group(group)
+	if !ok && group != "" && s.aggregator.serveGroup(w, r, group) {
+		return
+	}
 	if !ok || group == "" {
 		writeError(w, notFoundPath())
 		return
@@ -229,11 +237,17 @@ func (s *Server) serveGroupVersion(w http.ResponseWriter, r *http.Request, gv sc
 // serveAPITree routes everything under /api and /apis: discovery documents
 // and resource requests.
 func (s *Server) serveAPITree(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if len(parts) >= 3 && parts[0] == "apis" {
+		if b := s.aggregator.remote(r.Context(), schema.GroupVersion{Group: parts[1], Version: parts[2]}); b != nil {
+			s.aggregator.serveProxy(w, r, b)
+			return
+		}
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.serveResource(w, r)
 		return
 	}
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
 	case len(parts) == 1 && parts[0] == "api":
 		s.serveAPI(w, r)

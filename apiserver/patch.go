@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
+	aggapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	"sigs.k8s.io/yaml"
 )
 
@@ -187,17 +188,12 @@ var (
 	typeConverter     managedfields.TypeConverter
 )
 
-// crdTypeConverter knows CustomResourceDefinitions, which client-go's
-// apply configurations do not describe.
-func crdTypeConverter() managedfields.TypeConverter {
-	crdTypeConverterOnce.Do(func() { crdTC = extapply.NewTypeConverter(scheme.Scheme) })
-	return crdTC
+// groupTypeConverters know the kinds client-go's apply configurations
+// do not describe: CustomResourceDefinitions and APIServices.
+var groupTypeConverters = map[string]func() managedfields.TypeConverter{
+	crdGVR.Group:        sync.OnceValue(func() managedfields.TypeConverter { return extapply.NewTypeConverter(scheme.Scheme) }),
+	apiServiceGVR.Group: sync.OnceValue(func() managedfields.TypeConverter { return aggapply.NewTypeConverter(scheme.Scheme) }),
 }
-
-var (
-	crdTypeConverterOnce sync.Once
-	crdTC                managedfields.TypeConverter
-)
 
 func builtinTypeConverter() managedfields.TypeConverter {
 	typeConverterOnce.Do(func() { typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme) })
@@ -217,8 +213,8 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 		fm, err = managedfields.NewDefaultFieldManager(r.custom.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	} else {
 		tc := builtinTypeConverter()
-		if r.gvr.Group == crdGVR.Group {
-			tc = crdTypeConverter()
+		if group, ok := groupTypeConverters[r.gvr.Group]; ok {
+			tc = group()
 		}
 		fm, err = managedfields.NewDefaultFieldManager(tc, scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	}

@@ -261,6 +261,8 @@ func builtinResources() []*resource {
 		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
 		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
 		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
+		// apiregistration.k8s.io/v1
+		{gvr: apiServiceGVR, kind: "APIService", categories: apiExtensions, subresources: []string{"status"}, strategy: apiServiceStrategy{}},
 		// apiextensions.k8s.io/v1
 		{gvr: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), kind: "CustomResourceDefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"}, subresources: []string{"status"}, strategy: crdStrategy{}},
 	}

@@ -446,8 +446,9 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
 	}
-	if res.gvr.Group == "rbac.authorization.k8s.io" {
-		// RBAC names only need to be path segments (system:discovery).
+	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == apiServiceGVR {
+		// RBAC names only need to be path segments (system:discovery),
+		// as APIServices' ("v1." is the core group's).
 		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
 	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))

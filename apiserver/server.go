@@ -25,6 +25,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/openapi"
+	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -64,6 +65,12 @@ type Config struct {
 	// (--audit-policy-file, --audit-log-path).
 	AuditPolicy *audit.Policy
 	AuditLog    *audit.Log
+	// FrontProxy is the front-proxy CA and client certificate requests
+	// to aggregated API servers carry (pki.Certs.FrontProxy); nil: one
+	// made at start (tests). ClientCAPEM is the CA of client
+	// certificates, published to aggregated servers with it.
+	FrontProxy  *pki.FrontProxy
+	ClientCAPEM []byte
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
@@ -116,6 +123,10 @@ type Server struct {
 	// openapi serves the OpenAPI documents, rebuilt when CRDs change.
 	openapi *openapi.Handler
 
+	// aggregator proxies the group versions APIServices delegate to
+	// services, and keeps the APIServices' availability.
+	aggregator *aggregator
+
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
 	kubelet, kubeletInsecure *http.Transport
@@ -147,12 +158,21 @@ func New(cfg Config) (*Server, error) {
 		cancel()
 		return nil, err
 	}
+	if cfg.FrontProxy == nil {
+		fp, err := pki.NewFrontProxy()
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("front-proxy certificates: %w", err)
+		}
+		cfg.FrontProxy = fp
+	}
+	s.aggregator = newAggregator(s, cfg.FrontProxy)
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.nsCache = newNamespaceCache()
 	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
 	s.cfg.Store = writeNotes{
 		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
-		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, s.admissionConfigNotes()...),
+		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, append(s.admissionConfigNotes(), s.aggregator.writeNotes(s)...)...),
 	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(512)
@@ -160,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 	s.bookmarkEvery = defaultBookmarkInterval
 	s.crs = newCustomResources()
 	s.openapi = openapi.NewHandler(s.openAPIResources)
+	s.openapi.Delegated = s.aggregator.openAPIPaths
 	r := chi.NewRouter()
 	s.routes(r)
 	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r))))))
@@ -185,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 	go s.crdController.run(ctx)
 	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
+	go s.aggregator.run(ctx)
 	return s, nil
 }
 
@@ -223,7 +245,7 @@ func (s *Server) routes(r chi.Router) {
 	// The documents are built on the first request, not at start.
 	r.Get("/openapi/v2", s.openapi.ServeV2)
 	r.Get("/openapi/v3", s.openapi.ServeV3)
-	r.Get("/openapi/v3/*", s.openapi.ServeV3)
+	r.Get("/openapi/v3/*", s.serveOpenAPIV3GroupVersion)
 }
 
 // setupServiceAccountTokens makes the token signer and puts the

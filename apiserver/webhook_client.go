@@ -39,14 +39,11 @@ type webhookClient struct {
 const maxWebhookResponse = 3 << 20
 
 func newWebhookClient(cc admissionregistrationv1.WebhookClientConfig) (*webhookClient, error) {
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if len(cc.CABundle) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(cc.CABundle) {
-			return nil, errors.New("caBundle holds no PEM certificate")
-		}
-		tlsCfg.RootCAs = pool
+	pool, err := caBundlePool(cc.CABundle)
+	if err != nil {
+		return nil, err
 	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
 	c := &webhookClient{service: cc.Service}
 	switch {
 	case cc.Service != nil:
@@ -62,15 +59,35 @@ func newWebhookClient(cc admissionregistrationv1.WebhookClientConfig) (*webhookC
 	default:
 		return nil, errors.New("neither service nor url set")
 	}
-	c.http = &http.Client{Transport: &http.Transport{
+	c.http = &http.Client{Transport: serviceTransport(tlsCfg, true)}
+	return c, nil
+}
+
+// caBundlePool is the pool of a caBundle's certificates; nil (the
+// system's roots) for an empty one.
+func caBundlePool(caBundle []byte) (*x509.CertPool, error) {
+	if len(caBundle) == 0 {
+		return nil, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caBundle) {
+		return nil, errors.New("caBundle holds no PEM certificate")
+	}
+	return pool, nil
+}
+
+// serviceTransport calls a webhook or an aggregated API server with
+// tlsCfg. http2 off keeps connection upgrades (exec, port-forward)
+// possible through a proxy.
+func serviceTransport(tlsCfg *tls.Config, http2 bool) *http.Transport {
+	return &http.Transport{
 		TLSClientConfig:     tlsCfg,
 		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:   true,
+		ForceAttemptHTTP2:   http2,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
-	}}
-	return c, nil
+	}
 }
 
 // call sends req and checks the answer as kube-apiserver does: an

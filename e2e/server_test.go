@@ -341,7 +341,8 @@ func snapshot(t *testing.T, dir string, names ...string) map[string][]byte {
 	return out
 }
 
-var certFiles = []string{"tls/ca.crt", "tls/ca.key", "tls/serving.crt", "tls/serving.key", "tls/admin.crt", "tls/admin.key", "tls/service-account.key"}
+var certFiles = []string{"tls/ca.crt", "tls/ca.key", "tls/serving.crt", "tls/serving.key", "tls/admin.crt", "tls/admin.key", "tls/service-account.key",
+	"tls/front-proxy-ca.crt", "tls/front-proxy-ca.key", "tls/front-proxy-client.crt", "tls/front-proxy-client.key"}
 
 func TestServer(t *testing.T) {
 	requireBinary(t)
@@ -380,7 +381,7 @@ func TestServer(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(dataDir, "tls")); err != nil || st.Mode().Perm() != 0o700 {
 			t.Errorf("tls dir: %v %v, want mode 0700", st, err)
 		}
-		for _, f := range []string{"tls/ca.key", "tls/serving.key", "tls/admin.key", "tls/service-account.key"} {
+		for _, f := range []string{"tls/ca.key", "tls/serving.key", "tls/admin.key", "tls/service-account.key", "tls/front-proxy-ca.key", "tls/front-proxy-client.key"} {
 			if st, err := os.Stat(filepath.Join(dataDir, f)); err != nil || st.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v %v, want mode 0600", f, st, err)
 			}

@@ -76,6 +76,11 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 		clusterRole("system:basic-user", nil,
 			rule([]string{"create"}, "authorization.k8s.io", "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
 			rule([]string{"create"}, "authentication.k8s.io", "selfsubjectreviews")),
+		// Aggregated API servers delegate authentication and
+		// authorization back to the API server with it.
+		clusterRole("system:auth-delegator", nil,
+			rule([]string{"create"}, "authentication.k8s.io", "tokenreviews"),
+			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews")),
 		clusterRole("system:monitoring", nil,
 			urls(get, "/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/metrics/slis", "/readyz", "/readyz/*")),
 		clusterRole("system:service-account-issuer-discovery", nil,

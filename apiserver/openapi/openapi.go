@@ -58,6 +58,10 @@ type Subresource struct {
 // the serialized bytes until Invalidate.
 type Handler struct {
 	resources func() []Resource
+	// Delegated lists the v3 group version paths ("apis/<group>/<version>")
+	// other servers document (aggregated APIs): the root lists them, and
+	// their documents are the caller's to serve.
+	Delegated func() []string
 
 	mu       sync.Mutex
 	v2       *v2Doc
@@ -291,9 +295,14 @@ func (h *Handler) ServeV3(w http.ResponseWriter, r *http.Request) {
 	}
 	path := strings.Trim(strings.TrimPrefix(r.URL.Path, "/openapi/v3"), "/")
 	if path == "" {
+		root, err := h.withDelegated(docs.root)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Etag", strconv.Quote(hashOf(docs.root)))
-		http.ServeContent(w, r, "", h.lastModified(), bytes.NewReader(docs.root))
+		w.Header().Set("Etag", strconv.Quote(hashOf(root)))
+		http.ServeContent(w, r, "", h.lastModified(), bytes.NewReader(root))
 		return
 	}
 	d, ok := docs.gvs[path]
@@ -322,6 +331,31 @@ func (h *Handler) ServeV3(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Expires", time.Now().AddDate(1, 0, 0).UTC().Format(http.TimeFormat))
 	}
 	http.ServeContent(w, r, "", h.lastModified(), bytes.NewReader(d.json))
+}
+
+// withDelegated adds the delegated group versions to the root document,
+// without a hash: their documents change without this server knowing.
+func (h *Handler) withDelegated(root []byte) ([]byte, error) {
+	if h.Delegated == nil {
+		return root, nil
+	}
+	paths := h.Delegated()
+	if len(paths) == 0 {
+		return root, nil
+	}
+	var doc struct {
+		Paths map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(root, &doc); err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if _, local := doc.Paths[p]; !local {
+			ref, _ := json.Marshal(map[string]string{"serverRelativeURL": "/openapi/v3/" + p})
+			doc.Paths[p] = ref
+		}
+	}
+	return json.Marshal(doc)
 }
 
 func acceptsJSON(r *http.Request) bool {

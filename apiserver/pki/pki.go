@@ -128,7 +128,7 @@ func (a *Authority) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err e
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }
 
-func newAuthority() (*Authority, []byte, error) {
+func newAuthority(name string) (*Authority, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -142,7 +142,7 @@ func newAuthority() (*Authority, []byte, error) {
 		SerialNumber: serial,
 		// A timestamp in the name keeps CAs of different clusters apart in
 		// a client that trusts several.
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("bonsai-ca@%d", now.Unix())},
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", name, now.Unix())},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(caValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -179,11 +179,15 @@ func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 
 // LoadAuthority reads the CA from dir.
 func LoadAuthority(dir string) (*Authority, error) {
-	certPEM, err := os.ReadFile(filepath.Join(dir, CACertFile))
+	return loadAuthority(dir, CACertFile, CAKeyFile)
+}
+
+func loadAuthority(dir, certFile, keyFile string) (*Authority, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, certFile))
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(dir, CAKeyFile))
+	keyPEM, err := os.ReadFile(filepath.Join(dir, keyFile))
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +200,7 @@ func LoadAuthority(dir string) (*Authority, error) {
 		return nil, fmt.Errorf("CA in %s: key is %T, want ECDSA", dir, pair.PrivateKey)
 	}
 	if !pair.Leaf.IsCA {
-		return nil, fmt.Errorf("CA in %s: %s is not a CA certificate", dir, CACertFile)
+		return nil, fmt.Errorf("CA in %s: %s is not a CA certificate", dir, certFile)
 	}
 	return &Authority{Cert: pair.Leaf, CertPEM: certPEM, key: key}, nil
 }
@@ -209,6 +213,9 @@ type Certs struct {
 	AdminCertPEM, AdminKeyPEM []byte
 	// ServiceAccountKey signs service-account tokens.
 	ServiceAccountKey *ecdsa.PrivateKey
+	// FrontProxy is what the API server proxies to aggregated API
+	// servers with.
+	FrontProxy *FrontProxy
 	// Issued names the files (re)written by this Ensure, for the log.
 	Issued []string
 }
@@ -224,7 +231,7 @@ func Ensure(dir string, sans SANs) (*Certs, error) {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	c := &Certs{}
-	ca, err := ensureAuthority(dir, c)
+	ca, err := ensureAuthority(dir, CACertFile, CAKeyFile, "bonsai-ca", c)
 	if err != nil {
 		return nil, err
 	}
@@ -256,15 +263,20 @@ func Ensure(dir string, sans SANs) (*Certs, error) {
 	if c.ServiceAccountKey, err = ensureServiceAccountKey(dir, c); err != nil {
 		return nil, err
 	}
+	if c.FrontProxy, err = ensureFrontProxy(dir, c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
-func ensureAuthority(dir string, c *Certs) (*Authority, error) {
-	_, certErr := os.Stat(filepath.Join(dir, CACertFile))
-	_, keyErr := os.Stat(filepath.Join(dir, CAKeyFile))
+// ensureAuthority loads the CA in certFile/keyFile or, when neither
+// exists, creates one named name.
+func ensureAuthority(dir, certFile, keyFile, name string, c *Certs) (*Authority, error) {
+	_, certErr := os.Stat(filepath.Join(dir, certFile))
+	_, keyErr := os.Stat(filepath.Join(dir, keyFile))
 	switch {
 	case certErr == nil && keyErr == nil:
-		ca, err := LoadAuthority(dir)
+		ca, err := loadAuthority(dir, certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("certificates: %w", err)
 		}
@@ -277,19 +289,19 @@ func ensureAuthority(dir string, c *Certs) (*Authority, error) {
 	default:
 		// Half a CA: replacing it would silently orphan every kubeconfig
 		// that trusts the old one, so a person must decide.
-		return nil, fmt.Errorf("certificates: %s holds only one of %s and %s; restore the other or remove both to create a new CA", dir, CACertFile, CAKeyFile)
+		return nil, fmt.Errorf("certificates: %s holds only one of %s and %s; restore the other or remove both to create a new CA", dir, certFile, keyFile)
 	}
-	ca, keyPEM, err := newAuthority()
+	ca, keyPEM, err := newAuthority(name)
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	if err := writeFile(filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
+	if err := writeFile(filepath.Join(dir, keyFile), keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeFile(filepath.Join(dir, CACertFile), ca.CertPEM, 0o644); err != nil {
+	if err := writeFile(filepath.Join(dir, certFile), ca.CertPEM, 0o644); err != nil {
 		return nil, err
 	}
-	c.Issued = append(c.Issued, CACertFile)
+	c.Issued = append(c.Issued, certFile)
 	return ca, nil
 }
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-var allFiles = []string{CACertFile, CAKeyFile, ServingCertFile, ServingKeyFile, AdminCertFile, AdminKeyFile, ServiceAccountKeyFile}
+var allFiles = []string{CACertFile, CAKeyFile, ServingCertFile, ServingKeyFile, AdminCertFile, AdminKeyFile, ServiceAccountKeyFile, FrontProxyCACertFile, FrontProxyCAKeyFile, FrontProxyClientCertFile, FrontProxyClientKeyFile}
 
 func readAll(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
@@ -88,7 +88,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile, ServiceAccountKeyFile}, c.Issued); diff != "" {
+	if diff := cmp.Diff([]string{CACertFile, ServingCertFile, AdminCertFile, ServiceAccountKeyFile, FrontProxyCACertFile, FrontProxyClientCertFile}, c.Issued); diff != "" {
 		t.Errorf("issued (-want +got):\n%s", diff)
 	}
 	st, err := os.Stat(dir)
@@ -135,6 +135,25 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 	}
 	if _, err := admin.Leaf.Verify(x509.VerifyOptions{Roots: c.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("admin cert is not a client cert of the CA: %v", err)
+	}
+
+	// The front-proxy client chains to its own CA only: a certificate of
+	// the cluster CA must not pass for the proxy, nor the reverse.
+	fp := c.FrontProxy.Client.Leaf
+	if fp.Subject.CommonName != FrontProxyClientName || len(fp.Subject.Organization) != 0 {
+		t.Errorf("front-proxy client subject %v", fp.Subject)
+	}
+	if _, err := fp.Verify(x509.VerifyOptions{Roots: c.FrontProxy.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("front-proxy client is not a client cert of the front-proxy CA: %v", err)
+	}
+	if _, err := fp.Verify(x509.VerifyOptions{Roots: c.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("front-proxy client chains to the cluster CA")
+	}
+	if _, err := admin.Leaf.Verify(x509.VerifyOptions{Roots: c.FrontProxy.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("the admin certificate chains to the front-proxy CA")
+	}
+	if st, err := os.Stat(filepath.Join(dir, FrontProxyCAKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("front-proxy CA key: %v %v", err, st)
 	}
 }
 

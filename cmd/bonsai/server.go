@@ -146,8 +146,12 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		KubeletPort:      cfg.KubeletPort,
 		// Kept in <data-dir>/tls: tokens outlive restarts.
 		ServiceAccountKey: certs.ServiceAccountKey,
-		Version:           version,
-		Logger:            log,
+		// Aggregated API servers trust the front-proxy CA's client, and
+		// read both CAs from extension-apiserver-authentication.
+		FrontProxy:  certs.FrontProxy,
+		ClientCAPEM: certs.CA.CertPEM,
+		Version:     version,
+		Logger:      log,
 	})
 	if err != nil {
 		return err
