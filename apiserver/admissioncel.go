@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sync"
 
+	"k8s.io/apiserver/pkg/cel/library"
+
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -42,6 +44,11 @@ func admissionCELEnv() (*cel.Env, error) {
 			cel.Variable("variables", cel.MapType(cel.StringType, cel.DynType)),
 			ext.Strings(),
 			cel.CrossTypeNumericComparisons(true),
+			// Kubernetes' own libraries, as kube-apiserver gives
+			// admission expressions (all but authorizer).
+			library.URLs(), library.Regex(), library.Lists(), library.Quantity(),
+			library.IP(), library.CIDR(), library.Format(), library.SemverLib(),
+			cel.OptionalTypes(),
 		)
 	})
 	return celEnv, celEnvErr
