@@ -14,7 +14,8 @@
 // The table, as kube-proxy lays out its own:
 //
 //	nat-prerouting, nat-output (nat, dstnat)    jump services
-//	nat-postrouting (nat, srcnat)               hairpin mark (ip saddr . ip daddr @hairpin),
+//	nat-postrouting (nat, srcnat)               hairpin mark (ct status dnat
+//	                                            ip saddr . ip daddr @hairpin),
 //	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
@@ -34,7 +35,10 @@
 //	endpoint-<port>__<ip:port>  (ClientIP affinity only) affinity update,
 //	                dnat to the endpoint
 //	hairpin set     "a . a" for every endpoint address a: a pod that
-//	                reaches itself through a Service is masqueraded
+//	                reaches itself through a Service is masqueraded (only
+//	                DNAT'd flows: a host connection to 127.0.0.1, the
+//	                kubernetes Service's endpoint, that conntrack first
+//	                sees mid-stream must keep its address and port)
 //	no-endpoint-services, no-endpoint-nodeports maps: goto reject-chain
 //	                (no endpoint at all: ICMP port unreachable, which a TCP
 //	                client sees as "connection refused") or drop (a Local

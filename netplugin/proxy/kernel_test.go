@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -624,4 +625,69 @@ func TestCommitReportsKernelErrors(t *testing.T) {
 	// The next transaction goes through, on a clean socket.
 	p.set(t, newSlice("web", "web-1", 8080, readyEP("10.200.0.5", testNode), readyEP("10.200.0.6", testNode)))
 	checkKernelView(t, p)
+}
+
+// TestLoopbackConnectionOpenedBeforeTheTable checks that a host
+// connection to 127.0.0.1 that predates the proxy's table survives it,
+// when 127.0.0.1 is an endpoint (the kubernetes Service's, for a server
+// bound there). Conntrack first sees such a connection mid-stream; a
+// hairpin masquerade of it would change its source port, and the server
+// would answer the next segment with a reset.
+func TestLoopbackConnectionOpenedBeforeTheTable(t *testing.T) {
+	requireRoot(t)
+	ns := newNetns(t)
+	h := handleIn(t, ns)
+	lo, err := h.LinkByName("lo")
+	must(t, "find lo", err)
+	must(t, "lo up", h.LinkSetUp(lo))
+	var l net.Listener
+	must(t, "listen", inNS(ns, func() (err error) {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}))
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	var c net.Conn
+	must(t, "dial", inNS(ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+		return err
+	}))
+	defer c.Close()
+	echo := func(b byte) error {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte{b}); err != nil {
+			return err
+		}
+		got := make([]byte, 1)
+		if _, err := io.ReadFull(c, got); err != nil {
+			return err
+		}
+		if got[0] != b {
+			return fmt.Errorf("echo %q, want %q", got, b)
+		}
+		return nil
+	}
+	must(t, "echo before the table", echo('a'))
+
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	p := newTestProxier(t, ns)
+	p.set(t, newService("kubernetes", "10.96.0.1", 443), newSlice("kubernetes", "kubernetes", port, readyEP("127.0.0.1", testNode)))
+	if err := echo('b'); err != nil {
+		t.Fatalf("connection opened before the table: %v", err)
+	}
 }

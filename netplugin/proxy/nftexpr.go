@@ -85,6 +85,19 @@ func (r *rule) ctStateNew() *rule {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: make([]byte, 4)})
 }
 
+// ctStatusDNAT matches connections whose destination was NATed: those
+// that went through a Service's rules.
+func (r *rule) ctStatusDNAT() *rule {
+	return r.add("ct status dnat",
+		&expr.Ct{Register: regScratch, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: regScratch, DestRegister: regScratch, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: make([]byte, 4)})
+}
+
+// ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h.
+const ipsDstNAT = 1 << 5
+
 func (r *rule) l4proto(p protocol) *rule {
 	return r.add("meta l4proto "+p.String(),
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regScratch},

@@ -170,9 +170,13 @@ func baseObjects(c ruleConfig) objects {
 		// A pod that reaches itself through a Service (hairpin) must
 		// see the reply come from the Service, not from itself: the
 		// connection is masqueraded when, after DNAT, its source is its
-		// destination.
+		// destination. Only a DNAT'd one: the kubernetes Service's
+		// endpoint may be 127.0.0.1, and a host connection to it that
+		// conntrack first sees mid-stream (one opened before any NAT
+		// table existed) would otherwise get a new source port and be
+		// reset.
 		{name: chainNATPostrouting, hook: nat(nftables.ChainHookPostrouting, "postrouting", nftables.ChainPriorityNATSource, "srcnat"),
-			rules: []*rule{newRule().saddrDaddrInSet(setHairpin).jump(chainMarkForMasq), newRule().jump(chainMasquerading)}},
+			rules: []*rule{newRule().ctStatusDNAT().saddrDaddrInSet(setHairpin).jump(chainMarkForMasq), newRule().jump(chainMasquerading)}},
 		// The endpoint checks run in filter hooks because reject may
 		// not run in nat ones. They see only packets that were not
 		// DNAT'd: a DNAT'd packet's destination is no longer a
