@@ -21,7 +21,8 @@ import (
 var DefaultCDISpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
 
 // cdiSpec is the part of a CDI spec (cdiVersion 0.3 to 0.8) bonsai
-// applies: environment, device nodes and mounts. Hooks are not run.
+// applies: environment, device nodes, mounts, OCI hooks and additional
+// group IDs.
 type cdiSpec struct {
 	Kind    string `json:"kind"`
 	Devices []struct {
@@ -42,6 +43,14 @@ type cdiEdits struct {
 		Type          string   `json:"type"`
 		Options       []string `json:"options"`
 	} `json:"mounts"`
+	Hooks []struct {
+		HookName string   `json:"hookName"`
+		Path     string   `json:"path"`
+		Args     []string `json:"args"`
+		Env      []string `json:"env"`
+		Timeout  *int     `json:"timeout"`
+	} `json:"hooks"`
+	AdditionalGIDs []uint32 `json:"additionalGIDs"`
 }
 
 // resolveCDI finds each qualified name (vendor.com/class=name) in the
@@ -128,7 +137,42 @@ func withCDIDevices(dirs, names []string) oci.SpecOpts {
 				}
 				s.Mounts = append(s.Mounts, specs.Mount{Source: m.HostPath, Destination: m.ContainerPath, Type: typ, Options: m.Options})
 			}
+			for _, h := range e.Hooks {
+				if err := addHook(s, h.HookName, specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env, Timeout: h.Timeout}); err != nil {
+					return err
+				}
+			}
+			if len(e.AdditionalGIDs) > 0 {
+				s.Process.User.AdditionalGids = append(s.Process.User.AdditionalGids, e.AdditionalGIDs...)
+			}
 		}
 		return nil
 	}
+}
+
+// addHook appends h to the OCI hooks named as CDI names them.
+func addHook(s *specs.Spec, name string, h specs.Hook) error {
+	if h.Path == "" {
+		return fmt.Errorf("CDI hook %q has no path", name)
+	}
+	if s.Hooks == nil {
+		s.Hooks = &specs.Hooks{}
+	}
+	switch name {
+	case "prestart":
+		s.Hooks.Prestart = append(s.Hooks.Prestart, h) //nolint:staticcheck // CDI still names it
+	case "createRuntime":
+		s.Hooks.CreateRuntime = append(s.Hooks.CreateRuntime, h)
+	case "createContainer":
+		s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, h)
+	case "startContainer":
+		s.Hooks.StartContainer = append(s.Hooks.StartContainer, h)
+	case "poststart":
+		s.Hooks.Poststart = append(s.Hooks.Poststart, h)
+	case "poststop":
+		s.Hooks.Poststop = append(s.Hooks.Poststop, h)
+	default:
+		return fmt.Errorf("CDI hook %q: unknown hook name (want prestart, createRuntime, createContainer, startContainer, poststart or poststop)", name)
+	}
+	return nil
 }

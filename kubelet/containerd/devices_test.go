@@ -38,6 +38,11 @@ func TestDevicesIntoContainer(t *testing.T) {
 kind: vendor.example/npu
 containerEdits:
   env: ["NPU_RUNTIME=1"]
+  additionalGIDs: [4321]
+  hooks:
+  - hookName: createRuntime
+    path: /bin/sh
+    args: ["sh", "-c", "cat > ` + filepath.Join(dir, "hook-state") + `"]
 devices:
 - name: npu0
   containerEdits:
@@ -58,7 +63,7 @@ devices:
 	logPath := filepath.Join(dir, "logs", "dev.log")
 	id := runContainer(t, r, sb, cri.ContainerConfig{
 		Name: "dev", Command: []string{"sh", "-c"}, LogPath: logPath,
-		Args: []string{"ls /dev/mine /dev/snd /dev/npu0 | tr '\\n' ' '; echo; echo x > /dev/mine && echo WROTE; echo $NPU_RUNTIME $NPU_VISIBLE"},
+		Args: []string{"ls /dev/mine /dev/snd /dev/npu0 | tr '\\n' ' '; echo; echo x > /dev/mine && echo WROTE; echo $NPU_RUNTIME $NPU_VISIBLE; id -G"},
 		Devices: []cri.Device{
 			{HostPath: filepath.Join(host, "one"), ContainerPath: "/dev/mine", Permissions: "rw"},
 			{HostPath: filepath.Join(host, "snd"), ContainerPath: "/dev/snd", Permissions: "rw"},
@@ -77,7 +82,7 @@ devices:
 			out = append(out, f[3])
 		}
 	}
-	want := []string{"/dev/mine /dev/npu0  /dev/snd: ctl pcm0 ", "WROTE", "1 0"}
+	want := []string{"/dev/mine /dev/npu0  /dev/snd: ctl pcm0 ", "WROTE", "1 0", "0 4321"}
 	if strings.Join(out, "\n") != strings.Join(want, "\n") {
 		t.Errorf("container saw %q, want %q", out, want)
 	}
@@ -88,6 +93,11 @@ devices:
 	s, err := c.Spec(r.nsctx(ctx))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The spec's createRuntime hook ran on the host, given the
+	// container's state.
+	if state, err := os.ReadFile(filepath.Join(dir, "hook-state")); err != nil || !strings.Contains(string(state), id) {
+		t.Errorf("CDI createRuntime hook: state %q (err %v), want the container's, id %s", state, err, id)
 	}
 	if s.Annotations["vendor.example/devices"] != "one" {
 		t.Errorf("annotations %v", s.Annotations)
