@@ -46,6 +46,13 @@ func newRBACEnv(t *testing.T, mode string) *rbacEnv {
 // tokenFile and authorizes in mode; both stop when the test ends.
 func newAuthServer(t *testing.T, tokenFile, mode string) (*Server, store.Store) {
 	t.Helper()
+	return newAuthServerWith(t, tokenFile, Config{AuthorizationMode: mode})
+}
+
+// newAuthServerWith is newAuthServer with more of the server's Config:
+// the store, authenticator and addresses are filled in.
+func newAuthServerWith(t *testing.T, tokenFile string, cfg Config) (*Server, store.Store) {
+	t.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +61,9 @@ func newAuthServer(t *testing.T, tokenFile, mode string) (*Server, store.Store) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Authenticator: authn.Union{tf}, AuthorizationMode: mode, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	cfg.Store, cfg.Authenticator = st, authn.Union{tf}
+	cfg.AdvertiseAddress, cfg.SecurePort = netip.MustParseAddr("127.0.0.1"), 6443
+	s, err := New(cfg)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

@@ -61,6 +61,10 @@ type Config struct {
 	// AlwaysAllow. Without an Authenticator every caller is system:masters,
 	// which RBAC allows everything.
 	AuthorizationMode string
+	// Profiling serves Go's profiles under /debug/pprof/ (--profiling,
+	// on by default as in kube-apiserver); the default roles give that
+	// path to cluster-admin only.
+	Profiling bool
 	// AuditPolicy and AuditLog, both set, write audit events
 	// (--audit-policy-file, --audit-log-path).
 	AuditPolicy *audit.Policy
@@ -237,6 +241,9 @@ func (s *Server) routes(r chi.Router) {
 	}
 	r.Get("/version", s.serveVersion)
 	r.Get("/metrics", s.serveMetrics)
+	if s.cfg.Profiling {
+		r.HandleFunc("/debug/pprof/*", serveProfiling)
+	}
 	r.Get(openIDConfigPath, s.serveOpenIDConfiguration)
 	r.Get(jwksPath, s.serveJWKS)
 	for _, p := range []string{"/api", "/api/*", "/apis", "/apis/*"} {

@@ -38,6 +38,7 @@ type serverOptions struct {
 	bindAddress       string
 	port              int
 	disableAgent      bool
+	profiling         bool
 	cleanup           bool
 	writeKubeconfig   string
 	tlsSANs           []string
@@ -90,6 +91,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
 	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
+	fs.BoolVar(&o.profiling, "profiling", true, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (to cluster-admin only, by the default roles)")
 	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
 	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
@@ -131,6 +133,7 @@ type serverConfig struct {
 	BindAddress     netip.Addr
 	Port            int
 	DisableAgent    bool
+	Profiling       bool // /debug/pprof/
 	Cleanup         bool // delete the service proxy's table and exit
 	WriteKubeconfig string
 	TLSSANs         []string
@@ -274,6 +277,7 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		DataDir:         o.dataDir,
 		Port:            o.port,
 		DisableAgent:    o.disableAgent,
+		Profiling:       o.profiling,
 		Cleanup:         o.cleanup,
 		WriteKubeconfig: o.writeKubeconfig,
 		ClusterDomain:   o.clusterDomain,

@@ -133,6 +133,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		Store:             st,
 		Authenticator:     authenticators,
 		AuthorizationMode: cfg.AuthorizationMode,
+		Profiling:         cfg.Profiling,
 		AuditPolicy:       cfg.AuditPolicy,
 		AuditLog:          auditLog,
 		ServiceCIDR:       cfg.ServiceCIDR,
