@@ -21,39 +21,64 @@ type keyOwners map[string]string
 
 func elemKey(e elem) string { return e.set + " " + e.keyText }
 
-// ownersOf is who holds which key among programmed, leaving out the
-// Services in skip (those about to be recomputed).
-func ownersOf(programmed map[string]objects, skip map[string]bool) keyOwners {
-	ow := keyOwners{}
-	for svc, o := range programmed {
-		if skip[svc] {
-			continue
-		}
-		for _, e := range o.elems {
-			ow[elemKey(e)] = svc
-		}
+// claimer hands out keys in one sync. held is who holds which key in the
+// table (Proxier.owners); what it says of the Services in skip, those
+// being recomputed, no longer counts. taken is what this sync gave out.
+type claimer struct {
+	held  keyOwners
+	skip  map[string]bool
+	taken keyOwners
+}
+
+func newClaimer(held keyOwners, skip map[string]bool) *claimer {
+	return &claimer{held: held, skip: skip, taken: keyOwners{}}
+}
+
+func (c *claimer) owner(k string) (string, bool) {
+	if o, ok := c.taken[k]; ok {
+		return o, true
 	}
-	return ow
+	if o, ok := c.held[k]; ok && !c.skip[o] {
+		return o, true
+	}
+	return "", false
 }
 
 // claim takes for svc the keys of o's elements that nobody else holds,
 // and drops the others from o; it reports the keys it could not take.
-func (ow keyOwners) claim(svc string, o objects) (objects, []string) {
+func (c *claimer) claim(svc string, o objects) (objects, []string) {
 	var lost []string
 	kept := o.elems[:0:0]
 	for _, e := range o.elems {
 		k := elemKey(e)
-		if owner, ok := ow[k]; ok {
+		if owner, ok := c.owner(k); ok {
 			if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
 				lost = append(lost, k+" (held by "+owner+")")
 			}
 			continue
 		}
-		ow[k] = svc
+		c.taken[k] = svc
 		kept = append(kept, e)
 	}
 	o.elems = kept
 	return o, lost
+}
+
+// moveKeys updates held for Services whose objects went from old to new.
+// Every release comes before any take: two Services may swap a key.
+func (ow keyOwners) moveKeys(old, new map[string]objects) {
+	for svc, o := range old {
+		for _, e := range o.elems {
+			if k := elemKey(e); ow[k] == svc {
+				delete(ow, k)
+			}
+		}
+	}
+	for svc, o := range new {
+		for _, e := range o.elems {
+			ow[elemKey(e)] = svc
+		}
+	}
 }
 
 // byAge sorts Service keys oldest first (then by key), the order in

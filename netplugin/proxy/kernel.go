@@ -54,10 +54,7 @@ func (k *kernelTable) addSet(s setDef) error {
 		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger,
 			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
 		for i, a := range s.targets {
-			val := make([]byte, 8) // address . port, each in a 4-byte register
-			copy(val, a.Addr().AsSlice())
-			binary.BigEndian.PutUint16(val[4:], a.Port())
-			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: val})
+			elems = append(elems, targetElem(i, a))
 		}
 	case s.endpoints != nil:
 		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
@@ -71,6 +68,52 @@ func (k *kernelTable) addSet(s setDef) error {
 		return fmt.Errorf("add set %s: %w", s.name, err)
 	}
 	k.batchSets[s.name] = set
+	return nil
+}
+
+// targetElem is element i of an endpoints map: numgen's number to the
+// address . port to DNAT to.
+func targetElem(i int, a netip.AddrPort) nftables.SetElement {
+	val := make([]byte, 8) // address . port, each in a 4-byte register
+	copy(val, a.Addr().AsSlice())
+	binary.BigEndian.PutUint16(val[4:], a.Port())
+	return nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: val}
+}
+
+// targetsMap is an endpoints map as element writes name it.
+func (k *kernelTable) targetsMap(name string) *nftables.Set {
+	return &nftables.Set{Table: k.table, Name: name, IsMap: true, KeyType: nftables.TypeInteger,
+		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+}
+
+// retarget writes the elements of endpoints maps that changed in place.
+// Their data are addresses, not verdicts: unlike a rule or a chain, the
+// kernel has nothing to revalidate for them.
+func (k *kernelTable) retarget(edits []targetEdit, add bool) error {
+	bySet := map[string][]nftables.SetElement{}
+	var order []string
+	for _, e := range edits {
+		if (add && !e.add) || (!add && e.add) {
+			continue
+		}
+		if _, ok := bySet[e.set]; !ok {
+			order = append(order, e.set)
+		}
+		bySet[e.set] = append(bySet[e.set], targetElem(e.index, e.target))
+	}
+	for _, name := range order {
+		for chunk := range slices.Chunk(bySet[name], elemsPerMessage) {
+			var err error
+			if add {
+				err = k.conn.SetAddElements(k.targetsMap(name), chunk)
+			} else {
+				err = k.conn.SetDeleteElements(k.targetsMap(name), chunk)
+			}
+			if err != nil {
+				return fmt.Errorf("map %s: %w", name, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -209,6 +252,12 @@ func (k *kernelTable) update(changes []change) error {
 	if err := k.setElems(d.delElems, false); err != nil {
 		return err
 	}
+	if err := k.retarget(d.retarget, false); err != nil {
+		return err
+	}
+	if err := k.retarget(d.retarget, true); err != nil {
+		return err
+	}
 	for _, name := range d.flushChains {
 		k.conn.FlushChain(k.chain(name))
 	}
@@ -300,6 +349,31 @@ type objectDiff struct {
 	writeChains        []chainDef // new or changed: their rules
 	delSets            []string
 	addSets            []setDef
+	// retarget changes endpoints maps' elements in place: deletions
+	// first, then additions.
+	retarget []targetEdit
+}
+
+// targetEdit adds or deletes element index of an endpoints map.
+type targetEdit struct {
+	set    string
+	index  int
+	target netip.AddrPort
+	add    bool
+}
+
+func (d *objectDiff) retargetMap(name string, old, new []netip.AddrPort) {
+	for i := range max(len(old), len(new)) {
+		switch {
+		case i >= len(new):
+			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: old[i]})
+		case i >= len(old):
+			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: new[i], add: true})
+		case old[i] != new[i]:
+			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: old[i]},
+				targetEdit{set: name, index: i, target: new[i], add: true})
+		}
+	}
 }
 
 func (d *objectDiff) add(old, new objects) {
@@ -334,6 +408,13 @@ func (d *objectDiff) add(old, new objects) {
 	for _, s := range new.sets {
 		newSets[s.name] = true
 		if o, ok := oldSets[s.name]; ok && o.equal(s) {
+			continue
+		} else if ok && o.targets != nil && s.targets != nil && o.timeout == s.timeout {
+			// An endpoints map keeps its name and rules: only the
+			// elements that differ change. A different count changes
+			// the rule's modulus, which the chain comparison below
+			// rewrites.
+			d.retargetMap(s.name, o.targets, s.targets)
 			continue
 		} else if ok {
 			d.delSets = append(d.delSets, s.name)

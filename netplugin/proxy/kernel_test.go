@@ -89,6 +89,22 @@ func (p *testProxier) set(t *testing.T, objs ...any) {
 	if err := p.sync(); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
+	checkOwners(t, p.Proxier)
+}
+
+// checkOwners checks that the key owners the proxier keeps from sync to
+// sync are those of what it programmed.
+func checkOwners(t *testing.T, p *Proxier) {
+	t.Helper()
+	want := keyOwners{}
+	for svc, o := range p.programmed {
+		for _, e := range o.elems {
+			want[elemKey(e)] = svc
+		}
+	}
+	if diff := cmp.Diff(want, p.owners); diff != "" {
+		t.Errorf("key owners after the sync (-from programmed +kept):\n%s", diff)
+	}
 }
 
 func (p *testProxier) remove(t *testing.T, obj any, key string) {
@@ -690,4 +706,58 @@ func TestLoopbackConnectionOpenedBeforeTheTable(t *testing.T) {
 	if err := echo('b'); err != nil {
 		t.Fatalf("connection opened before the table: %v", err)
 	}
+}
+
+// TestEndpointChangeKeepsTheRules checks that an endpoint replaced by
+// another, the count unchanged, is an in-place edit of the Service's
+// endpoints map: traffic goes to the new endpoint and the Service's
+// chain keeps its rules (a rule write would make the kernel revalidate
+// the whole table). A change of count rewrites the chain, and traffic
+// follows that too.
+func TestEndpointChangeKeepsTheRules(t *testing.T) {
+	n := newTestNetwork(t, 2)
+	n.serve(t, 0, 8080, "ep0")
+	n.serve(t, 1, 8080, "ep1")
+	p := newTestProxier(t, n.node)
+	svc := newService("web", "10.96.0.10", 80)
+	only := func(i int) any {
+		return newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[i].String(), testNode))
+	}
+	handles := func() []uint64 {
+		c, err := nftables.New(nftables.WithNetNSFd(int(n.node)))
+		must(t, "netlink", err)
+		table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
+		rules, err := c.GetRules(table, &nftables.Chain{Name: "service-default/web/tcp/http", Table: table})
+		must(t, "rules of the Service's chain", err)
+		var out []uint64
+		for _, r := range rules {
+			out = append(out, r.Handle)
+		}
+		return out
+	}
+	const tries = 20
+	p.set(t, svc, only(0))
+	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
+		t.Fatalf("with ep0 only: answers %v", got)
+	}
+	before := handles()
+	if len(before) == 0 {
+		t.Fatal("the Service's chain has no rules")
+	}
+	p.set(t, only(1))
+	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep1"] != tries {
+		t.Errorf("after ep0 was replaced by ep1: answers %v", got)
+	}
+	if after := handles(); !slices.Equal(before, after) {
+		t.Errorf("rule handles %v became %v: the chain was rewritten for a same-count change", before, after)
+	}
+	p.set(t, newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), testNode), readyEP(n.endpointIPs[1].String(), testNode)))
+	if got := hits(t, n.client, "10.96.0.10:80", 40); got["ep0"] == 0 || got["ep1"] == 0 {
+		t.Errorf("with both: answers %v", got)
+	}
+	p.set(t, only(0))
+	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
+		t.Errorf("back to ep0 only: answers %v", got)
+	}
+	checkKernelView(t, p)
 }

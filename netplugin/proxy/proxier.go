@@ -96,9 +96,11 @@ type Proxier struct {
 
 	// programmed is what the table holds for each Service, by key, and
 	// conflicted the Services that lack a map key another holds (see
-	// claims.go); only sync touches them.
+	// claims.go), and owners who holds each map key of programmed; only
+	// sync touches them.
 	programmed map[string]objects
 	conflicted map[string]bool
+	owners     keyOwners
 }
 
 // New builds the proxy and registers its informer handlers; it changes
@@ -209,6 +211,7 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 		needFull:   true,
 		wake:       make(chan struct{}, 1),
 		programmed: map[string]objects{},
+		owners:     keyOwners{},
 		conflicted: map[string]bool{},
 	}
 }

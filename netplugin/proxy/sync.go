@@ -42,7 +42,7 @@ func (p *Proxier) sync() error {
 func (p *Proxier) syncFull() error {
 	keys := p.services.ListKeys()
 	p.byAge(keys)
-	owners := keyOwners{}
+	owners := newClaimer(nil, nil)
 	conflicted := map[string]bool{}
 	want := map[string]objects{}
 	all := []objects{baseObjects(p.rc)}
@@ -66,7 +66,7 @@ func (p *Proxier) syncFull() error {
 	for k, old := range p.programmed {
 		stale = append(stale, staleUDP(old, want[k])...)
 	}
-	p.programmed, p.conflicted = want, conflicted
+	p.programmed, p.conflicted, p.owners = want, conflicted, owners.taken
 	p.clearUDPFlows(stale)
 	return nil
 }
@@ -77,7 +77,7 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 		keys = append(keys, k)
 	}
 	p.byAge(keys)
-	owners := ownersOf(p.programmed, dirty)
+	owners := newClaimer(p.owners, dirty)
 	var changes []change
 	next := map[string]objects{}
 	conflicted := map[string]bool{}
@@ -107,6 +107,11 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 		stale = append(stale, staleUDP(ch.old, ch.new)...)
 	}
 	p.clearUDPFlows(stale)
+	was := make(map[string]objects, len(next))
+	for k := range next {
+		was[k] = p.programmed[k]
+	}
+	p.owners.moveKeys(was, next)
 	for k, o := range next {
 		if len(o.chains) == 0 && len(o.elems) == 0 {
 			delete(p.programmed, k)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // TestSyncTiming logs how long syncs of a large table take (targets: a
@@ -58,6 +59,19 @@ func TestSyncTiming(t *testing.T) {
 	}
 	one := time.Since(start)
 	checkKernelView(t, p)
-	t.Logf("full sync of %d Services × %d endpoints: %v (target 200ms); one-endpoint update: %v (target 5ms)",
-		services, endpoints, full, one)
+
+	// One endpoint of another Service replaced by a new one: the count
+	// stays, and only its map's element changes.
+	moved := slice(501, endpoints).(*discoveryv1.EndpointSlice)
+	moved.Endpoints[0].Addresses = []string{"10.200.250.1"}
+	mustUpdate(t, p.slices, moved)
+	p.markDirty("default/svc-501")
+	start = time.Now()
+	if err := p.sync(); err != nil {
+		t.Fatal(err)
+	}
+	replaced := time.Since(start)
+	checkKernelView(t, p)
+	t.Logf("full sync of %d Services × %d endpoints: %v (target 200ms); one endpoint gone: %v, one endpoint replaced: %v (target 5ms)",
+		services, endpoints, full, one, replaced)
 }
