@@ -1,0 +1,115 @@
+package apiserver
+
+import (
+	"bytes"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"bonsai.dev/bonsai/store"
+)
+
+func podResource(tb testing.TB) *resource {
+	for _, r := range builtinResources() {
+		if r.gvr.Group == "" && r.gvr.Resource == "pods" {
+			return r
+		}
+	}
+	tb.Fatal("no pods resource")
+	return nil
+}
+
+// benchPod is a pod as a Deployment's controller and the kubelet leave it.
+func benchPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-7c5d8f9b6d-x2x9z", Namespace: "default", UID: "0b6b7f6e-7c0e-4a3e-9c1e-2f1d3c4b5a69",
+			Labels:          map[string]string{"app": "web", "pod-template-hash": "7c5d8f9b6d"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7c5d8f9b6d", UID: "1b6b7f6e-7c0e-4a3e-9c1e-2f1d3c4b5a69"}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1",
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"web\"}":{".":{},"f:image":{},"f:name":{}}}}}`)}}},
+		},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1.2.3",
+			Ports:                  []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+			Resources:              corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("100m"), corev1.ResourceMemory: apiresource.MustParse("64Mi")}},
+			TerminationMessagePath: "/dev/termination-log", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}},
+			RestartPolicy: corev1.RestartPolicyAlways, DNSPolicy: corev1.DNSClusterFirst, SchedulerName: "default-scheduler",
+			Tolerations: []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.42.0.17", HostIP: "192.168.1.10",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func BenchmarkEncodeForStore(b *testing.B) {
+	res, pod := podResource(b), benchPod()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := encodeForStore(res, pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeStored(b *testing.B) {
+	res := podResource(b)
+	raw, err := encodeForStore(res, benchPod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv := store.KeyValue{Key: "/pods/default/web", Value: raw, Revision: 7}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeStored(res, kv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestStoredEncoding checks that built-in objects are stored as
+// Kubernetes' protobuf, and that objects stored as JSON (by an older
+// bonsai) still read, watch and update.
+func TestStoredEncoding(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	if _, err := cms.Create(e.ctx, cm("new", map[string]string{"k": "v"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var res *resource
+	for _, r := range builtinResources() {
+		if r.gvr.Group == "" && r.gvr.Resource == "configmaps" {
+			res = r
+		}
+	}
+	kv, err := e.st.Get(e.ctx, res.key("default", "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(kv.Value, protobufPrefix) {
+		t.Errorf("stored ConfigMap starts %q, want Kubernetes' protobuf", kv.Value[:min(16, len(kv.Value))])
+	}
+
+	old := `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"old","namespace":"default","uid":"5d1e2f3a-0000-4000-8000-000000000001","creationTimestamp":"2026-01-02T03:04:05Z"},"data":{"from":"json"}}`
+	if _, err := e.st.Create(e.ctx, res.key("default", "old"), []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cms.Get(e.ctx, "old", metav1.GetOptions{})
+	if err != nil || got.Data["from"] != "json" || got.UID != "5d1e2f3a-0000-4000-8000-000000000001" {
+		t.Fatalf("JSON-stored ConfigMap read back as %+v (err %v)", got, err)
+	}
+	got.Data["from"] = "update"
+	if _, err := cms.Update(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := e.st.Get(e.ctx, res.key("default", "old")); err != nil || !bytes.HasPrefix(kv.Value, protobufPrefix) {
+		t.Errorf("after an update the ConfigMap is stored as %q (err %v), want protobuf", kv.Value[:min(16, len(kv.Value))], err)
+	}
+	list, err := cms.List(e.ctx, metav1.ListOptions{})
+	names := map[string]string{}
+	for _, c := range list.Items {
+		names[c.Name] = c.Data["from"]
+	}
+	if err != nil || len(names) != 2 || names["old"] != "update" {
+		t.Errorf("list: %v (err %v), want new and old (updated)", names, err)
+	}
+}
