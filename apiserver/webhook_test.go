@@ -744,3 +744,54 @@ func TestWebhookOnConnect(t *testing.T) {
 		t.Errorf("request %+v options %+v", r, opts)
 	}
 }
+
+// TestMutatingWebhookOnConnect: mutating webhooks are called for CONNECT
+// too, with the options as the object; their patch changes the options
+// (the validating webhooks, called after, see the patched ones), and a
+// patch that changes the kind is refused.
+func TestMutatingWebhookOnConnect(t *testing.T) {
+	e := newTestEnv(t)
+	var patch []byte
+	var mu sync.Mutex
+	mut := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		mu.Lock()
+		defer mu.Unlock()
+		return patchResponse(patch)
+	})
+	val := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{Message: "seen"}}
+	})
+	if _, err := e.cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	connect := []admissionregistrationv1.OperationType{admissionregistrationv1.Connect}
+	e.mutating(t, "connect-mutate", mutatingHook(urlHook("mutate.example.com", mut, rule(connect, "", "v1", "pods/exec", "pods/attach"))))
+	e.validating(t, "connect-validate", urlHook("validate.example.com", val, rule(connect, "", "v1", "pods/*")))
+	exec := func() error {
+		return e.cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("p").SubResource("exec").
+			Param("command", "ls").Param("stdout", "true").Do(e.ctx).Error()
+	}
+	mu.Lock()
+	patch = jsonPatch(map[string]any{"op": "replace", "path": "/command", "value": []string{"id", "-u"}},
+		map[string]any{"op": "add", "path": "/stderr", "value": true})
+	mu.Unlock()
+	if err := exec(); err == nil || !strings.Contains(err.Error(), `admission webhook "validate.example.com" denied the request: seen`) {
+		t.Fatalf("exec: %v", err)
+	}
+	if calls := mut.calls(); len(calls) != 1 || calls[0].Operation != admissionv1.Connect || calls[0].Kind.Kind != "PodExecOptions" {
+		t.Fatalf("mutating webhook calls: %d", len(calls))
+	}
+	calls := val.calls()
+	var opts corev1.PodExecOptions
+	if len(calls) != 1 || json.Unmarshal(calls[0].Object.Raw, &opts) != nil || strings.Join(opts.Command, " ") != "id -u" || !opts.Stderr || !opts.Stdout {
+		t.Fatalf("the validating webhook saw %d calls, options %+v", len(calls), opts)
+	}
+	// A patch that makes the options another kind fails the request.
+	mu.Lock()
+	patch = jsonPatch(map[string]any{"op": "replace", "path": "/kind", "value": "PodAttachOptions"})
+	mu.Unlock()
+	if err := exec(); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "changed the kind") {
+		t.Fatalf("kind-changing patch: %v", err)
+	}
+}
