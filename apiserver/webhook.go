@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 )
 
@@ -287,7 +288,7 @@ func (s *Server) runMutating(ctx context.Context, a *admissionAttrs) error {
 	invokedAt := map[int]int{}
 	mutations := 0
 	for i, h := range hooks {
-		changed, called, err := s.callWebhook(ctx, h, a)
+		changed, called, err := s.callWebhook(ctx, h, a, hookCall{index: i})
 		if err != nil {
 			return err
 		}
@@ -305,7 +306,7 @@ func (s *Server) runMutating(ctx context.Context, a *admissionAttrs) error {
 		if at, ok := invokedAt[i]; !ok || !h.reinvoke || at >= mutations {
 			continue
 		}
-		if _, _, err := s.callWebhook(ctx, h, a); err != nil {
+		if _, _, err := s.callWebhook(ctx, h, a, hookCall{round: 1, index: i}); err != nil {
 			return err
 		}
 	}
@@ -336,7 +337,7 @@ func (s *Server) runValidating(ctx context.Context, a *admissionAttrs) error {
 	case 0:
 		return nil
 	case 1:
-		_, _, err := s.callWebhook(ctx, hooks[0], a)
+		_, _, err := s.callWebhook(ctx, hooks[0], a, hookCall{})
 		return err
 	}
 	errs := make([]error, len(hooks))
@@ -344,7 +345,7 @@ func (s *Server) runValidating(ctx context.Context, a *admissionAttrs) error {
 	for i, h := range hooks {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			_, _, errs[i] = s.callWebhook(ctx, h, a)
+			_, _, errs[i] = s.callWebhook(ctx, h, a, hookCall{index: i})
 		}()
 	}
 	for range hooks {
@@ -419,9 +420,53 @@ func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo
 	return s.runValidating(ctx, a)
 }
 
+// hookCall says which call of a webhook this is, for the audit
+// annotations: the round (1 for a mutating webhook's reinvocation) and
+// the webhook's index in its list.
+type hookCall struct{ round, index int }
+
+// The audit annotations admission webhooks leave, as kube-apiserver's.
+const (
+	mutationAnnotationPrefix           = "mutation.webhook.admission.k8s.io/"
+	patchAnnotationPrefix              = "patch.webhook.admission.k8s.io/"
+	mutationFailedOpenAnnotationPrefix = "failed-open." + mutationAnnotationPrefix
+	validatingFailedOpenAnnotation     = "failed-open.validating.webhook.admission.k8s.io/"
+)
+
+func (c hookCall) key(prefix string) string {
+	return fmt.Sprintf("%sround_%d_index_%d", prefix, c.round, c.index)
+}
+
+// annotateCall records in the audit event that a mutating webhook was
+// called and whether it changed the object (Metadata level), and the
+// patch it sent (Request level).
+func annotateCall(ctx context.Context, h *webhook, c hookCall, mutated bool, patch jsonpatch.Patch) {
+	if !h.mutating {
+		return
+	}
+	m, _ := json.Marshal(struct {
+		Configuration string `json:"configuration"`
+		Webhook       string `json:"webhook"`
+		Mutated       bool   `json:"mutated"`
+	}{h.configName, h.name, mutated})
+	addAdmissionAnnotation(ctx, audit.LevelMetadata, c.key(mutationAnnotationPrefix), string(m))
+	if patch == nil {
+		return
+	}
+	p, err := json.Marshal(struct {
+		Configuration string          `json:"configuration"`
+		Webhook       string          `json:"webhook"`
+		Patch         jsonpatch.Patch `json:"patch,omitempty"`
+		PatchType     string          `json:"patchType,omitempty"`
+	}{h.configName, h.name, patch, string(admissionv1.PatchTypeJSONPatch)})
+	if err == nil {
+		addAdmissionAnnotation(ctx, audit.LevelRequest, c.key(patchAnnotationPrefix), string(p))
+	}
+}
+
 // callWebhook calls h if it matches a. changed says a patch changed the
 // object; called that the webhook was asked.
-func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs) (changed, called bool, err error) {
+func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs, c hookCall) (changed, called bool, err error) {
 	inv, ok, err := s.matchWebhook(ctx, h, a)
 	if err != nil || !ok {
 		return false, false, err
@@ -443,13 +488,27 @@ func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs)
 	} else if !ok {
 		return false, false, nil
 	}
+	var patch jsonpatch.Patch
+	defer func() { annotateCall(ctx, h, c, changed, patch) }()
+	failOpen := func() {
+		prefix := validatingFailedOpenAnnotation
+		if h.mutating {
+			prefix = mutationFailedOpenAnnotationPrefix
+		}
+		addAdmissionAnnotation(ctx, audit.LevelMetadata, c.key(prefix), h.name)
+	}
 	resp, callErr := h.client.call(ctx, s, h, req)
 	if callErr != nil {
 		if h.failurePolicy == admissionregistrationv1.Ignore {
 			s.log.Warn("admission webhook failed; ignored as its failurePolicy says", "webhook", h.name, "err", callErr)
+			failOpen()
 			return false, true, nil
 		}
 		return false, true, apierrors.NewInternalError(fmt.Errorf("failed calling webhook %q: %w", h.name, callErr))
+	}
+	// The webhook's own audit annotations go under its name.
+	for k, v := range resp.AuditAnnotations {
+		addAdmissionAnnotation(ctx, audit.LevelMetadata, h.name+"/"+k, v)
 	}
 	for _, w := range resp.Warnings {
 		addWarningTo(ctx, w)
@@ -463,10 +522,12 @@ func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs)
 	changed, err = inv.applyPatch(a, resp.Patch)
 	if err != nil {
 		if h.failurePolicy == admissionregistrationv1.Ignore {
+			failOpen()
 			return false, true, nil
 		}
 		return false, true, apierrors.NewInternalError(fmt.Errorf("failed calling webhook %q: %w", h.name, err))
 	}
+	patch, _ = jsonpatch.DecodePatch(resp.Patch)
 	return changed, true, nil
 }
 

@@ -601,7 +601,7 @@ func TestWebhookDryRunAndSideEffects(t *testing.T) {
 	}
 	hook.sideEffects = admissionregistrationv1.SideEffectClassSome
 	a := &admissionAttrs{op: admissionv1.Create, res: e.s.reg.byGVR[gvr("", "v1", "configmaps")], namespace: "default", name: "x", obj: cm("x", nil), dryRun: true, user: nil}
-	if _, _, err := e.s.callWebhook(e.ctx, hook, a); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "has side effects and does not support dry run") {
+	if _, _, err := e.s.callWebhook(e.ctx, hook, a, hookCall{}); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "has side effects and does not support dry run") {
 		t.Errorf("side effects on dry run: %v", err)
 	}
 }
