@@ -27,6 +27,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 )
 
 // Admission webhooks: MutatingWebhookConfiguration and
@@ -51,6 +52,8 @@ type admissionAttrs struct {
 	// a subresource's object (Binding, Eviction, Scale) or the options of
 	// a CONNECT. Empty for the resource's objects.
 	kind schema.GroupVersionKind
+	// authorizer answers CEL's authorizer checks.
+	authorizer authz.Authorizer
 }
 
 // webhook is one compiled webhook of a configuration.
@@ -203,7 +206,7 @@ func requestAttrs(ctx context.Context, wc *writeCtx, op admissionv1.Operation, s
 		return nil, false
 	}
 	return &admissionAttrs{op: op, res: wc.res, subresource: subresource, namespace: namespace, name: name,
-		obj: obj, old: old, dryRun: wc.dryRun, user: u}, true
+		obj: obj, old: old, dryRun: wc.dryRun, user: u, authorizer: wc.s.authorizer}, true
 }
 
 // subresourceAdmittedKey marks the context of a subresource request
