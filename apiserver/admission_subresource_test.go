@@ -255,7 +255,7 @@ func TestPolicyOnEviction(t *testing.T) {
 			DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}})
 	}
 	err := evict("keep")
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'no-eviction.example.com' with binding 'no-eviction' denied request: keep stays") {
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'no-eviction.example.com' with binding 'no-eviction' denied request: keep stays") {
 		t.Fatalf("eviction of keep: %v", err)
 	}
 	if err := evict("go"); err != nil {

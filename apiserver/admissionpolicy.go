@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -458,12 +459,16 @@ func (s *Server) policyOutcome(ctx context.Context, p *compiledPolicy, b *admiss
 	if !actions.Has(admissionregistrationv1.Deny) {
 		return nil
 	}
-	// kube-apiserver words every denial as a Forbidden one and gives it
-	// the validation's reason (and that reason's code) when it has one.
-	err := apierrors.NewForbidden(qualified(a.res), a.name, fmt.Errorf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.name, b.Name, msg))
-	if code, ok := reasonCodes[reason]; ok && reason != "" {
-		err.ErrStatus.Reason, err.ErrStatus.Code = reason, code
+	// kube-apiserver words every denial as a Forbidden one, but gives it
+	// the validation's reason and that reason's code, Invalid (422) when
+	// the validation has none, and the message also as a cause.
+	message := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.name, b.Name, msg)
+	err := apierrors.NewForbidden(qualified(a.res), a.name, errors.New(message))
+	if _, ok := reasonCodes[reason]; !ok || reason == "" {
+		reason = metav1.StatusReasonInvalid
 	}
+	err.ErrStatus.Reason, err.ErrStatus.Code = reason, reasonCodes[reason]
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Message: message})
 	return err
 }
 
