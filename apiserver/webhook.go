@@ -325,6 +325,20 @@ func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admission
 	return s.runValidating(ctx, a)
 }
 
+// admitDeletion sends a DELETE to the mutating webhooks, then the
+// policies and validating webhooks, with the object in oldObject, as
+// kube-apiserver does; a mutating webhook has nothing to patch.
+func (s *Server) admitDeletion(ctx context.Context, wc *writeCtx, namespace, name string, old runtime.Object) error {
+	a, ok := requestAttrs(ctx, wc, admissionv1.Delete, "", namespace, name, nil, old)
+	if !ok {
+		return nil
+	}
+	if err := s.runMutating(ctx, a); err != nil {
+		return err
+	}
+	return s.runValidating(ctx, a)
+}
+
 // runValidating evaluates the policies, then calls the validating
 // webhooks in parallel; the first denial (in configuration order) is the
 // answer.
@@ -521,6 +535,14 @@ func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs,
 	}
 	if len(resp.Patch) == 0 || !h.mutating {
 		return false, true, nil
+	}
+	if a.obj == nil || reflect.ValueOf(a.obj).IsNil() {
+		// A DELETE has no object to patch; kube-apiserver fails the
+		// request whatever the failurePolicy.
+		if p, err := jsonpatch.DecodePatch(resp.Patch); err == nil && len(p) == 0 {
+			return false, true, nil
+		}
+		return false, true, apierrors.NewInternalError(fmt.Errorf("admission webhook %q attempted to modify the object, which is not supported for this operation", h.name))
 	}
 	changed, err = inv.applyPatch(a, resp.Patch)
 	if err != nil {

@@ -795,3 +795,57 @@ func TestMutatingWebhookOnConnect(t *testing.T) {
 		t.Fatalf("kind-changing patch: %v", err)
 	}
 }
+
+// TestMutatingWebhookOnDelete: mutating webhooks are called for DELETE,
+// with the object in oldObject; they may deny, and a patch (there is no
+// object to patch) fails the request whatever the failurePolicy.
+func TestMutatingWebhookOnDelete(t *testing.T) {
+	e := newTestEnv(t)
+	var mu sync.Mutex
+	var resp *admissionv1.AdmissionResponse
+	h := newHookServer(t, func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		mu.Lock()
+		defer mu.Unlock()
+		r := *resp
+		return &r
+	})
+	answer := func(r *admissionv1.AdmissionResponse) {
+		mu.Lock()
+		resp = r
+		mu.Unlock()
+		h.reset()
+	}
+	hook := urlHook("delete.example.com", h, rule(opsDelete, "", "v1", "configmaps"))
+	hook.FailurePolicy = ptrTo(admissionregistrationv1.Ignore)
+	e.mutating(t, "delete", mutatingHook(hook))
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for _, n := range []string{"a", "b"} {
+		if _, err := cms.Create(e.ctx, cm(n, map[string]string{"k": n}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer(&admissionv1.AdmissionResponse{Result: &metav1.Status{Message: "keep it"}})
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `admission webhook "delete.example.com" denied the request: keep it`) {
+		t.Fatalf("denied delete: %v", err)
+	}
+	calls := h.calls()
+	var old corev1.ConfigMap
+	if len(calls) != 1 || calls[0].Operation != admissionv1.Delete || len(calls[0].Object.Raw) != 0 ||
+		json.Unmarshal(calls[0].OldObject.Raw, &old) != nil || old.Data["k"] != "a" || !strings.Contains(string(calls[0].Options.Raw), `"kind":"DeleteOptions"`) {
+		t.Fatalf("%d calls: %+v", len(calls), calls)
+	}
+	answer(patchResponse(jsonPatch(map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{"x": "y"}})))
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), `admission webhook "delete.example.com" attempted to modify the object, which is not supported for this operation`) {
+		t.Fatalf("patching delete: %v", err)
+	}
+	if _, err := cms.Get(e.ctx, "a", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a refused delete removed the object: %v", err)
+	}
+	answer(&admissionv1.AdmissionResponse{Allowed: true})
+	if err := cms.Delete(e.ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.calls()) != 1 {
+		t.Fatalf("allowed delete: %d calls", len(h.calls()))
+	}
+}
