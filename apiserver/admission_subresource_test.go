@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -267,5 +268,37 @@ func TestPolicyOnEviction(t *testing.T) {
 	// The policy matches only the subresource: deleting keep is allowed.
 	if err := pods.Delete(e.ctx, "keep", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWebhooksSeeTokenRequests: serviceaccounts/token creates reach
+// admission as a TokenRequest, and a denial issues no token.
+func TestWebhooksSeeTokenRequests(t *testing.T) {
+	e := newTestEnv(t)
+	var deny atomic.Bool
+	h := denyingHook(t, &deny)
+	e.validating(t, "tokens", urlHook("tokens.example.com", h, rule(opsCreate, "", "v1", "serviceaccounts/token")))
+	if _, err := e.cs.CoreV1().ServiceAccounts("default").Create(e.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "robot"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	request := func() (*authenticationv1.TokenRequest, error) {
+		h.reset()
+		return e.cs.CoreV1().ServiceAccounts("default").CreateToken(e.ctx, "robot", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"vault"}}}, metav1.CreateOptions{})
+	}
+	deny.Store(true)
+	if tr, err := request(); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `admission webhook "tokens.example.com" denied the request: not now`) {
+		t.Fatalf("denied token request: %+v %v", tr, err)
+	}
+	deny.Store(false)
+	tr, err := request()
+	if err != nil || tr.Status.Token == "" {
+		t.Fatalf("token request: %+v %v", tr, err)
+	}
+	r := checkReview(t, "token", h.calls(), admissionv1.Create, metav1.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"},
+		metav1.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, "token", "robot")
+	var sent authenticationv1.TokenRequest
+	if err := json.Unmarshal(r.Object.Raw, &sent); err != nil || len(sent.Spec.Audiences) != 1 || sent.Spec.Audiences[0] != "vault" || sent.Status.Token != "" {
+		t.Errorf("token request object %s: %v", r.Object.Raw, err)
 	}
 }
