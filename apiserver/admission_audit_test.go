@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"bufio"
 	"encoding/json"
 	"net/http"
 	"net/netip"
@@ -21,22 +20,11 @@ import (
 // readAuditFile reads the events of an audit log file.
 func readAuditFile(t *testing.T, path string) []audit.Event {
 	t.Helper()
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []audit.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var ev audit.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("audit line is not JSON: %v: %s", err, sc.Text())
-		}
-		out = append(out, ev)
-	}
-	return out
+	return parseAuditEvents(t, data)
 }
 
 // TestAdmissionAuditAnnotations: a policy's auditAnnotations (as

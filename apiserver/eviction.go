@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,19 +29,14 @@ func (s *Server) createEviction(w http.ResponseWriter, r *http.Request, ri reque
 	if err := decodeRequest(nil, r, body, &ev, validationIgnore); err != nil {
 		return err
 	}
-	dry, err := dryRun(r)
-	if err != nil {
-		return err
-	}
 	// Admission sees the Eviction (kind policy/v1 Eviction, resource
 	// pods, subresource eviction); the pod's deletion that follows is not
 	// admitted again.
-	ctx := r.Context()
-	adm := s.admitSubresource(ctx, &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, "eviction", ri.namespace, ri.name,
-		policyv1.SchemeGroupVersion.WithKind("Eviction"), &ev, nil)
-	if err := adm.mutate(ctx); err != nil {
+	adm, dry, err := s.admitSubresourceCreate(r, res, ri, policyv1.SchemeGroupVersion.WithKind("Eviction"), &ev)
+	if err != nil {
 		return err
 	}
+	ctx := r.Context()
 	if ev.Name != "" && ev.Name != ri.name {
 		return invalid(&resource{gvr: gvr("policy", "v1", "evictions"), kind: "Eviction"}, ev.Name,
 			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), ev.Name, "name in URL does not match name in Eviction object")})

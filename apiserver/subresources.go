@@ -173,19 +173,14 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 	if err := decodeRequest(nil, r, body, &b, validationIgnore); err != nil {
 		return err
 	}
-	dry, err := dryRun(r)
-	if err != nil {
-		return err
-	}
 	// Admission sees the Binding (kind v1 Binding, resource pods,
 	// subresource binding, operation CREATE); a mutating webhook may
 	// change it.
-	ctx := r.Context()
-	adm := s.admitSubresource(ctx, &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, "binding", ri.namespace, ri.name,
-		corev1.SchemeGroupVersion.WithKind("Binding"), &b, nil)
-	if err := adm.mutate(ctx); err != nil {
+	adm, dry, err := s.admitSubresourceCreate(r, res, ri, corev1.SchemeGroupVersion.WithKind("Binding"), &b)
+	if err != nil {
 		return err
 	}
+	ctx := r.Context()
 	if b.Target.Kind != "" && b.Target.Kind != "Node" {
 		return invalid(&resource{gvr: gvr("", "v1", "bindings"), kind: "Binding"}, ri.name, field.ErrorList{field.NotSupported(field.NewPath("target", "kind"), b.Target.Kind, []string{"Node", "<empty>"})})
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,19 +51,14 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestI
 	if err := decodeRequest(nil, r, body, req, validationIgnore); err != nil {
 		return err
 	}
-	dry, err := dryRun(r)
-	if err != nil {
-		return err
-	}
 	// Admission sees the TokenRequest (kind authentication.k8s.io/v1
 	// TokenRequest, resource serviceaccounts, subresource token,
 	// operation CREATE), as kube-apiserver sends it.
-	ctx := r.Context()
-	adm := s.admitSubresource(ctx, &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, "token", ri.namespace, ri.name,
-		authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), req, nil)
-	if err := adm.mutate(ctx); err != nil {
+	adm, _, err := s.admitSubresourceCreate(r, res, ri, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), req)
+	if err != nil {
 		return err
 	}
+	ctx := r.Context()
 	if req.Name != "" && req.Name != ri.name {
 		return apierrors.NewInvalid(tokenRequestKind, ri.name, field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), req.Name, "must match the service account name if specified")})
 	}

@@ -240,6 +240,18 @@ func (s *Server) admitSubresource(ctx context.Context, wc *writeCtx, op admissio
 	return subresourceAdmission{s: s, a: a}
 }
 
+// admitSubresourceCreate starts the admission of a subresource create
+// (pods/binding, pods/eviction, serviceaccounts/token) whose body is obj:
+// it reads the request's dryRun and runs the mutating webhooks; the
+// caller validates obj, then runs validate.
+func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri requestInfo, kind schema.GroupVersionKind, obj runtime.Object) (adm subresourceAdmission, dry bool, err error) {
+	if dry, err = dryRun(r); err != nil {
+		return adm, false, err
+	}
+	adm = s.admitSubresource(r.Context(), &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
+	return adm, dry, adm.mutate(r.Context())
+}
+
 func (sa subresourceAdmission) mutate(ctx context.Context) error {
 	if sa.a == nil {
 		return nil
