@@ -82,7 +82,7 @@ func TestWebhooksSeeSubresourceWrites(t *testing.T) {
 	}
 	r := checkReview(t, "binding", h.calls(), admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, podsRes, "binding", "p")
 	var b corev1.Binding
-	if err := json.Unmarshal(r.Object.Raw, &b); err != nil || b.Target.Name != "n1" || b.Kind != "Binding" {
+	if err := json.Unmarshal(r.Object.Raw, &b); err != nil || b.Target.Name != "n1" || b.Kind != "Binding" || b.Namespace != "default" {
 		t.Errorf("binding object %s: %v", r.Object.Raw, err)
 	}
 	if p, _ := pods.Get(e.ctx, "p", metav1.GetOptions{}); p.Spec.NodeName != "n1" {

@@ -248,6 +248,11 @@ func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri reque
 	if dry, err = dryRun(r); err != nil {
 		return adm, false, err
 	}
+	// The object is in the request's namespace, as kube-apiserver's
+	// create handler makes it before admission.
+	if m, err := metaOf(obj); err == nil && m.GetNamespace() == "" {
+		m.SetNamespace(ri.namespace)
+	}
 	adm = s.admitSubresource(r.Context(), &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
 	return adm, dry, adm.mutate(r.Context())
 }
