@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -16,6 +17,12 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	k8sauthorizer "k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 )
 
 // CEL for admission: webhooks' and policies' matchConditions and
@@ -45,10 +52,16 @@ func admissionCELEnv() (*cel.Env, error) {
 			ext.Strings(),
 			cel.CrossTypeNumericComparisons(true),
 			// Kubernetes' own libraries, as kube-apiserver gives
-			// admission expressions (all but authorizer).
+			// admission expressions.
 			library.URLs(), library.Regex(), library.Lists(), library.Quantity(),
 			library.IP(), library.CIDR(), library.Format(), library.SemverLib(),
 			cel.OptionalTypes(),
+			// authorizer: checks against the server's authorizer for
+			// the requesting user; authorizer.requestResource is the
+			// check of the request's own resource.
+			library.Authz(), library.AuthzSelectors(),
+			cel.Variable("authorizer", library.AuthorizerType),
+			cel.Variable("authorizer.requestResource", library.ResourceCheckType),
 		)
 	})
 	return celEnv, celEnvErr
@@ -161,8 +174,47 @@ func celVars(req *admissionv1.AdmissionRequest, a *admissionAttrs, params any) (
 		return nil, err
 	}
 	vars["namespaceObject"] = nil
+	if a.user != nil && a.authorizer != nil {
+		u := &user.DefaultInfo{Name: a.user.Name, UID: a.user.UID, Groups: a.user.Groups, Extra: a.user.Extra}
+		z := celAuthorizer{a.authorizer}
+		vars["authorizer"] = library.NewAuthorizerVal(u, z)
+		vars["authorizer.requestResource"] = library.NewResourceAuthorizerVal(u, z, requestResource{a})
+	}
 	return vars, nil
 }
+
+// celAuthorizer answers the CEL authorizer library's checks with the
+// server's authorizer (RBAC, Node, system:masters), as kube-apiserver
+// gives admission expressions its own.
+type celAuthorizer struct{ z authz.Authorizer }
+
+func (c celAuthorizer) Authorize(ctx context.Context, at k8sauthorizer.Attributes) (k8sauthorizer.Decision, string, error) {
+	var u *authn.User
+	if ui := at.GetUser(); ui != nil {
+		u = &authn.User{Name: ui.GetName(), UID: ui.GetUID(), Groups: ui.GetGroups(), Extra: ui.GetExtra()}
+	}
+	d, reason, err := c.z.Authorize(ctx, authz.Attributes{
+		User: u, Verb: at.GetVerb(), ResourceRequest: at.IsResourceRequest(), APIGroup: at.GetAPIGroup(),
+		APIVersion: at.GetAPIVersion(), Resource: at.GetResource(), Subresource: at.GetSubresource(),
+		Namespace: at.GetNamespace(), Name: at.GetName(), Path: at.GetPath(),
+	})
+	switch d {
+	case authz.Allow:
+		return k8sauthorizer.DecisionAllow, reason, err
+	case authz.Deny:
+		return k8sauthorizer.DecisionDeny, reason, err
+	}
+	return k8sauthorizer.DecisionNoOpinion, reason, err
+}
+
+// requestResource is the resource a request is on, for
+// authorizer.requestResource.
+type requestResource struct{ a *admissionAttrs }
+
+func (r requestResource) GetName() string                          { return r.a.name }
+func (r requestResource) GetNamespace() string                     { return r.a.namespace }
+func (r requestResource) GetResource() schema.GroupVersionResource { return r.a.res.gvr }
+func (r requestResource) GetSubresource() string                   { return r.a.subresource }
 
 func jsonValue(v any) (any, error) {
 	if v == nil || reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil() {

@@ -3,12 +3,14 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/google/cel-go/cel"
+	celtypes "github.com/google/cel-go/common/types"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -34,6 +37,8 @@ type compiledPolicy struct {
 	conditions    *matchConditions
 	variables     []namedProgram
 	validations   []compiledValidation
+	// auditAnnotations are the policy's auditAnnotations, by key.
+	auditAnnotations []namedProgram
 	// err is why the policy cannot be used (an expression that does not
 	// compile); it fails requests the policy matches as its failurePolicy
 	// says.
@@ -130,6 +135,14 @@ func compilePolicy(p *admissionregistrationv1.ValidatingAdmissionPolicy) *compil
 		}
 		c.variables = append(c.variables, namedProgram{name: v.Name, prg: prg})
 	}
+	for _, an := range p.Spec.AuditAnnotations {
+		prg, err := compileCEL(an.ValueExpression, nil)
+		if err != nil {
+			c.err = fmt.Errorf("auditAnnotation %q: %w", an.Key, err)
+			return c
+		}
+		c.auditAnnotations = append(c.auditAnnotations, namedProgram{name: an.Key, prg: prg})
+	}
 	for _, v := range p.Spec.Validations {
 		cv := compiledValidation{v: v}
 		var err error
@@ -197,19 +210,22 @@ func (s *Server) admitPolicies(ctx context.Context, a *admissionAttrs) error {
 	if err != nil {
 		return err
 	}
+	// Audit annotations are written whatever the outcome.
+	annotations := policyAnnotations{}
+	defer annotations.publish(ctx)
 	for _, b := range bindings {
 		p := policies[b.Spec.PolicyName]
 		if p == nil {
 			continue // a binding to a missing policy is ignored
 		}
-		if err := s.evalBinding(ctx, p, b, a); err != nil {
+		if err := s.evalBinding(ctx, p, b, a, annotations); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, cb *compiledBinding, a *admissionAttrs) error {
+func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, cb *compiledBinding, a *admissionAttrs, annotations policyAnnotations) error {
 	b := cb.ValidatingAdmissionPolicyBinding
 	actions := sets.New(b.Spec.ValidationActions...)
 	// failure reports a configuration or evaluation failure by the
@@ -251,7 +267,7 @@ func (s *Server) evalBinding(ctx context.Context, p *compiledPolicy, cb *compile
 		return apierrors.NewInternalError(err)
 	}
 	for _, param := range params {
-		if err := s.evalPolicy(ctx, p, b, a, actions, req, param, failure); err != nil {
+		if err := s.evalPolicy(ctx, p, b, a, actions, req, param, failure, annotations); err != nil {
 			return err
 		}
 	}
@@ -344,7 +360,7 @@ func (s *Server) policyParams(ctx context.Context, p *compiledPolicy, b *admissi
 	return out, nil
 }
 
-func (s *Server) evalPolicy(ctx context.Context, p *compiledPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, a *admissionAttrs, actions sets.Set[admissionregistrationv1.ValidationAction], req *admissionv1.AdmissionRequest, param any, failure func(error) error) error {
+func (s *Server) evalPolicy(ctx context.Context, p *compiledPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, a *admissionAttrs, actions sets.Set[admissionregistrationv1.ValidationAction], req *admissionv1.AdmissionRequest, param any, failure func(error) error, annotations policyAnnotations) error {
 	if ok, err := p.conditions.match(req, a, param); err != nil {
 		return failure(err)
 	} else if !ok {
@@ -368,6 +384,33 @@ func (s *Server) evalPolicy(ctx context.Context, p *compiledPolicy, b *admission
 			return failure(fmt.Errorf("variable %q: %w", v.name, err))
 		}
 		composed[v.name] = out
+	}
+	// auditAnnotations: a string is written (an empty one and null are
+	// not); an error or another type fails as the failurePolicy says.
+	for _, an := range p.auditAnnotations {
+		out, err := an.prg.eval(vars)
+		var msg string
+		switch {
+		case err != nil:
+			if p.failurePolicy == admissionregistrationv1.Ignore {
+				continue
+			}
+			msg = fmt.Sprintf("valueExpression '%s' resulted in error: %v", an.prg.expr, err)
+		case out.Type() == celtypes.StringType:
+			if v := strings.TrimSpace(out.Value().(string)); v != "" {
+				annotations.add(p.name, an.name, v)
+			}
+			continue
+		case out.Type() == celtypes.NullType:
+			continue
+		default:
+			msg = fmt.Sprintf("valueExpression '%s' resulted in unsupported return type: %v. Return type must be either string or null.", an.prg.expr, out.Type())
+		}
+		// A failed audit annotation denies whatever the binding's
+		// actions, as in kube-apiserver.
+		if err := s.policyOutcome(ctx, p, b, a, sets.New(admissionregistrationv1.Deny), msg, "", -1); err != nil {
+			return err
+		}
 	}
 	for i, v := range p.validations {
 		ok, err := v.prg.evalBool(vars)
@@ -416,12 +459,16 @@ func (s *Server) policyOutcome(ctx context.Context, p *compiledPolicy, b *admiss
 	if !actions.Has(admissionregistrationv1.Deny) {
 		return nil
 	}
-	// kube-apiserver words every denial as a Forbidden one and gives it
-	// the validation's reason (and that reason's code) when it has one.
-	err := apierrors.NewForbidden(qualified(a.res), a.name, fmt.Errorf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.name, b.Name, msg))
-	if code, ok := reasonCodes[reason]; ok && reason != "" {
-		err.ErrStatus.Reason, err.ErrStatus.Code = reason, code
+	// kube-apiserver words every denial as a Forbidden one, but gives it
+	// the validation's reason and that reason's code, Invalid (422) when
+	// the validation has none, and the message also as a cause.
+	message := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.name, b.Name, msg)
+	err := apierrors.NewForbidden(qualified(a.res), a.name, errors.New(message))
+	if _, ok := reasonCodes[reason]; !ok || reason == "" {
+		reason = metav1.StatusReasonInvalid
 	}
+	err.ErrStatus.Reason, err.ErrStatus.Code = reason, reasonCodes[reason]
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Message: message})
 	return err
 }
 
@@ -445,17 +492,54 @@ type policyFailure struct {
 	ValidationActions []admissionregistrationv1.ValidationAction `json:"validationActions"`
 }
 
+// maxValidationFailures bounds the failures one annotation lists, as
+// kube-apiserver does.
+const maxValidationFailures = 50
+
 func auditValidationFailure(ctx context.Context, f policyFailure) {
-	ev := auditEvent(ctx)
-	if ev == nil {
-		return
+	updateAnnotations(ctx, audit.LevelMetadata, func(a map[string]string) {
+		var all []policyFailure
+		if prev := a[validationFailureAnnotation]; prev != "" {
+			json.Unmarshal([]byte(prev), &all)
+		}
+		if len(all) >= maxValidationFailures {
+			return
+		}
+		if data, err := json.Marshal(append(all, f)); err == nil {
+			a[validationFailureAnnotation] = string(data)
+		}
+	})
+}
+
+// maxAuditAnnotationValueLength bounds a policy's audit annotation value,
+// as kube-apiserver does.
+const maxAuditAnnotationValueLength = 10 * 1024
+
+// policyAnnotations collects the audit annotations of a request's
+// policies: per policy, per key, the distinct values its bindings gave.
+type policyAnnotations map[string]map[string][]string
+
+func (pa policyAnnotations) add(policy, key, value string) {
+	if len(value) > maxAuditAnnotationValueLength {
+		value = value[:maxAuditAnnotationValueLength]
 	}
-	var all []policyFailure
-	if prev := ev.Annotations[validationFailureAnnotation]; prev != "" {
-		json.Unmarshal([]byte(prev), &all)
+	if pa[policy] == nil {
+		pa[policy] = map[string][]string{}
 	}
-	data, err := json.Marshal(append(all, f))
-	if err == nil {
-		annotate(ctx, validationFailureAnnotation, string(data))
+	for _, v := range pa[policy][key] {
+		if v == value {
+			return
+		}
+	}
+	pa[policy][key] = append(pa[policy][key], value)
+}
+
+// publish writes them as "<policy>/<key>": values of several bindings
+// (of different params) joined by ", ", as kube-apiserver does.
+func (pa policyAnnotations) publish(ctx context.Context) {
+	for policy, keys := range pa {
+		for key, values := range keys {
+			addAdmissionAnnotation(ctx, audit.LevelMetadata, policy+"/"+key, strings.Join(values, ", "))
+		}
 	}
 }

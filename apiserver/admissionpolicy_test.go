@@ -76,8 +76,11 @@ func TestValidatingAdmissionPolicyDenyWarnAndMatch(t *testing.T) {
 	cs, rec := e.withWarnings()
 	_, err := cs.CoreV1().ConfigMaps("strict").Create(e.ctx, cm("big", big), metav1.CreateOptions{})
 	want := `configmaps "big" is forbidden: ValidatingAdmissionPolicy 'max-keys.example.com' with binding 'max-keys-deny' denied request: failed expression: !has(object.data) || size(object.data) <= 2`
-	if !apierrors.IsForbidden(err) || err.Error() != want {
-		t.Errorf("deny: got %v\nwant %s", err, want)
+	// Without a reason, the denial is Invalid (422) with the message as
+	// its cause, as kube-apiserver answers.
+	if se, ok := err.(*apierrors.StatusError); !ok || !apierrors.IsInvalid(err) || err.Error() != want || se.ErrStatus.Code != 422 ||
+		se.ErrStatus.Details == nil || len(se.ErrStatus.Details.Causes) != 1 || !strings.HasPrefix(se.ErrStatus.Details.Causes[0].Message, "ValidatingAdmissionPolicy 'max-keys.example.com'") {
+		t.Errorf("deny: got %#v\nwant %s", err, want)
 	}
 	if _, err := cs.CoreV1().ConfigMaps("strict").Create(e.ctx, cm("small", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
 		t.Errorf("small: %v", err)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,8 +27,12 @@ const maxAuditBody = 1 << 20
 type auditKey struct{}
 
 // auditState is the event of a request in flight, for the filters after
-// the audit step (impersonation, authorization) to add to.
-type auditState struct{ ev *audit.Event }
+// the audit step (impersonation, authorization) and admission to add to;
+// mu guards its annotations, which validating webhooks add in parallel.
+type auditState struct {
+	mu sync.Mutex
+	ev *audit.Event
+}
 
 func auditEvent(ctx context.Context) *audit.Event {
 	if st, ok := ctx.Value(auditKey{}).(*auditState); ok {
@@ -37,12 +42,33 @@ func auditEvent(ctx context.Context) *audit.Event {
 }
 
 func annotate(ctx context.Context, k, v string) {
-	if ev := auditEvent(ctx); ev != nil {
-		if ev.Annotations == nil {
-			ev.Annotations = map[string]string{}
+	updateAnnotations(ctx, audit.LevelMetadata, func(a map[string]string) { a[k] = v })
+}
+
+// addAdmissionAnnotation adds an annotation admission makes, when the
+// event records at least level. The first value of a key stays, as
+// kube-apiserver refuses to change an admission annotation once set.
+func addAdmissionAnnotation(ctx context.Context, level audit.Level, k, v string) {
+	updateAnnotations(ctx, level, func(a map[string]string) {
+		if _, ok := a[k]; !ok {
+			a[k] = v
 		}
-		ev.Annotations[k] = v
+	})
+}
+
+// updateAnnotations lets f change the annotations of ctx's event, if the
+// event records at least level.
+func updateAnnotations(ctx context.Context, level audit.Level, f func(map[string]string)) {
+	st, ok := ctx.Value(auditKey{}).(*auditState)
+	if !ok || st.ev.Level.Less(level) {
+		return
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ev.Annotations == nil {
+		st.ev.Annotations = map[string]string{}
+	}
+	f(st.ev.Annotations)
 }
 
 // withAudit writes the audit events the policy asks for: RequestReceived
@@ -85,10 +111,13 @@ func (s *Server) withAudit(next http.Handler) http.Handler {
 				ev.RequestObject = body
 			}
 		}
+		st := &auditState{ev: ev}
 		emit := func(stage audit.Stage) {
 			if omit[stage] {
 				return
 			}
+			st.mu.Lock()
+			defer st.mu.Unlock()
 			e := *ev
 			e.Stage, e.StageTimestamp = stage, metav1.NewMicroTime(time.Now())
 			if err := log.Write(&e); err != nil {
@@ -105,7 +134,7 @@ func (s *Server) withAudit(next http.Handler) http.Handler {
 				emit(audit.StageResponseStarted)
 			}
 		}
-		next.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), auditKey{}, &auditState{ev: ev})))
+		next.ServeHTTP(aw, r.WithContext(context.WithValue(r.Context(), auditKey{}, st)))
 		if aw.code == 0 {
 			aw.code = http.StatusOK
 		}

@@ -30,8 +30,14 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) events(t *testing.T) []audit.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return parseAuditEvents(t, s.b.Bytes())
+}
+
+// parseAuditEvents reads an audit log's events, one JSON object a line.
+func parseAuditEvents(t *testing.T, data []byte) []audit.Event {
+	t.Helper()
 	var out []audit.Event
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var ev audit.Event

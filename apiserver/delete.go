@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -138,7 +137,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				return nil, false, apierrors.NewConflict(qualified(res), name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.GetResourceVersion()))
 			}
 		}
-		if err := s.admitValidating(ctx, &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Delete, "", namespace, name, nil, old); err != nil {
+		if err := s.admitDeletion(ctx, &writeCtx{s: s, res: res, dryRun: dry}, namespace, name, old); err != nil {
 			return nil, false, err
 		}
 		obj := old.DeepCopyObject()

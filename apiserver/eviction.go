@@ -29,20 +29,29 @@ func (s *Server) createEviction(w http.ResponseWriter, r *http.Request, ri reque
 	if err := decodeRequest(nil, r, body, &ev, validationIgnore); err != nil {
 		return err
 	}
+	// Admission sees the Eviction (kind policy/v1 Eviction, resource
+	// pods, subresource eviction); the pod's deletion that follows is not
+	// admitted again.
+	adm, dry, err := s.admitSubresourceCreate(r, res, ri, policyv1.SchemeGroupVersion.WithKind("Eviction"), &ev)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
 	if ev.Name != "" && ev.Name != ri.name {
 		return invalid(&resource{gvr: gvr("policy", "v1", "evictions"), kind: "Eviction"}, ev.Name,
 			field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), ev.Name, "name in URL does not match name in Eviction object")})
 	}
+	if err := adm.validate(ctx); err != nil {
+		return err
+	}
+	ctx = adm.written(ctx)
 	opts := ev.DeleteOptions
 	if opts == nil {
 		opts = &metav1.DeleteOptions{}
 	}
-	if dry, err := dryRun(r); err != nil {
-		return err
-	} else if dry {
+	if dry {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	ctx := r.Context()
 	obj, _, err := s.getObject(ctx, res, ri.namespace, ri.name)
 	if err != nil {
 		return err

@@ -314,47 +314,54 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, ri request
 	if ri.verb != "get" && ri.verb != "create" {
 		return methodNotSupported(res, ri.verb)
 	}
-	q := r.URL.Query()
 	pod, err := s.getPod(r.Context(), res, ri)
 	if err != nil {
 		return err
 	}
+	opts, err := connectOptions(ri.subresource, r.URL.Query())
+	if err != nil {
+		return err
+	}
+	// Admission may change the options; the connection is made with what
+	// it leaves.
+	if err := s.admitConnect(r.Context(), res, ri, opts); err != nil {
+		return err
+	}
 	params := url.Values{}
 	var path string
-	if ri.subresource == "portforward" {
+	switch o := opts.(type) {
+	case *corev1.PodPortForwardOptions:
 		var ports []string
-		for _, p := range q["ports"] {
-			n, err := strconv.ParseInt(p, 10, 32)
-			if err != nil || n < 1 || n > 65535 {
-				return apierrors.NewBadRequest(fmt.Sprintf("ports: invalid value %q: must be between 1 and 65535", p))
+		for _, n := range o.Ports {
+			if n < 1 || n > 65535 {
+				return apierrors.NewBadRequest(fmt.Sprintf("ports: invalid value %q: must be between 1 and 65535", strconv.Itoa(int(n))))
 			}
-			ports = append(ports, p)
+			ports = append(ports, strconv.Itoa(int(n)))
 		}
 		if len(ports) > 0 {
 			params.Set("port", strings.Join(ports, ","))
 		}
 		path = fmt.Sprintf("/portForward/%s/%s", pod.Namespace, pod.Name)
-	} else {
-		container, err := podContainer(pod, q.Get("container"))
+	case *corev1.PodExecOptions, *corev1.PodAttachOptions:
+		var name string
+		var flags [4]bool
+		if e, ok := o.(*corev1.PodExecOptions); ok {
+			name, flags = e.Container, [4]bool{e.Stdin, e.Stdout, e.Stderr, e.TTY}
+			params["command"] = e.Command
+		} else {
+			a := o.(*corev1.PodAttachOptions)
+			name, flags = a.Container, [4]bool{a.Stdin, a.Stdout, a.Stderr, a.TTY}
+		}
+		container, err := podContainer(pod, name)
 		if err != nil {
 			return err
 		}
-		for _, f := range []struct{ name, param string }{{"stdin", "input"}, {"stdout", "output"}, {"stderr", "error"}, {"tty", "tty"}} {
-			on, err := queryBool(q, f.name)
-			if err != nil {
-				return err
+		for i, param := range []string{"input", "output", "error", "tty"} {
+			if flags[i] {
+				params.Set(param, "1")
 			}
-			if on {
-				params.Set(f.param, "1")
-			}
-		}
-		if ri.subresource == "exec" {
-			params["command"] = q["command"]
 		}
 		path = fmt.Sprintf("/%s/%s/%s/%s", ri.subresource, pod.Namespace, pod.Name, container)
-	}
-	if err := s.admitConnect(r.Context(), res, ri, q); err != nil {
-		return err
 	}
 	if pod.Spec.NodeName == "" {
 		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -118,23 +119,34 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		} else if err := decodeRequest(nil, r, body, &next, validationIgnore); err != nil {
 			return err
 		}
-		if next.Spec.Replicas < 0 {
-			return invalid(scaleRes, ri.name, field.ErrorList{field.Invalid(field.NewPath("spec", "replicas"), next.Spec.Replicas, "must be greater than or equal to 0")})
-		}
 		conditional := next.ResourceVersion != "" && next.ResourceVersion != sc.ResourceVersion
 		if conditional {
 			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf(optimisticLockMsg))
-		}
-		updated := obj.DeepCopyObject()
-		if err := setReplicas(res, updated, next.Spec.Replicas); err != nil {
-			return apierrors.NewInternalError(err)
 		}
 		dry, err := dryRun(r)
 		if err != nil {
 			return err
 		}
+		// Admission sees the Scale (kind autoscaling/v1 Scale, the
+		// workload's resource, subresource scale, operation UPDATE);
+		// the workload's update that follows is not admitted again.
+		ctx := r.Context()
 		wc := &writeCtx{s: s, res: res, dryRun: dry}
-		out, err := s.updateObject(r.Context(), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, fieldManager(r), false, false)
+		adm := s.admitSubresource(ctx, wc, admissionv1.Update, "scale", ri.namespace, ri.name, autoscalingv1.SchemeGroupVersion.WithKind("Scale"), &next, sc)
+		if err := adm.mutate(ctx); err != nil {
+			return err
+		}
+		if next.Spec.Replicas < 0 {
+			return invalid(scaleRes, ri.name, field.ErrorList{field.Invalid(field.NewPath("spec", "replicas"), next.Spec.Replicas, "must be greater than or equal to 0")})
+		}
+		if err := adm.validate(ctx); err != nil {
+			return err
+		}
+		updated := obj.DeepCopyObject()
+		if err := setReplicas(res, updated, next.Spec.Replicas); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		out, err := s.updateObject(adm.written(ctx), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, fieldManager(r), false, false)
 		if apierrors.IsConflict(err) && attempt < maxUnconditionalRetries {
 			if err := waitToRetry(r.Context(), attempt); err != nil {
 				return err
@@ -161,14 +173,25 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 	if err := decodeRequest(nil, r, body, &b, validationIgnore); err != nil {
 		return err
 	}
+	// Admission sees the Binding (kind v1 Binding, resource pods,
+	// subresource binding, operation CREATE); a mutating webhook may
+	// change it.
+	adm, dry, err := s.admitSubresourceCreate(r, res, ri, corev1.SchemeGroupVersion.WithKind("Binding"), &b)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
 	if b.Target.Kind != "" && b.Target.Kind != "Node" {
 		return invalid(&resource{gvr: gvr("", "v1", "bindings"), kind: "Binding"}, ri.name, field.ErrorList{field.NotSupported(field.NewPath("target", "kind"), b.Target.Kind, []string{"Node", "<empty>"})})
 	}
 	if b.Target.Name == "" {
 		return invalid(&resource{gvr: gvr("", "v1", "bindings"), kind: "Binding"}, ri.name, field.ErrorList{field.Required(field.NewPath("target", "name"), "")})
 	}
+	if err := adm.validate(ctx); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
-		obj, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+		obj, rev, err := s.getObject(ctx, res, ri.namespace, ri.name)
 		if err != nil {
 			return err
 		}
@@ -184,11 +207,14 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 		}
 		pod.Spec.NodeName = b.Target.Name
 		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+		if dry {
+			break
+		}
 		data, err := encodeForStore(res, pod)
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}
-		if _, err := s.cfg.Store.Update(r.Context(), res.key(ri.namespace, ri.name), data, rev); err != nil {
+		if _, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev); err != nil {
 			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < maxUnconditionalRetries {
 				if err := waitToRetry(r.Context(), attempt); err != nil {
 					return err
@@ -197,9 +223,10 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 			}
 			return storeError(err, res, ri.name)
 		}
-		writeStatus(w, &metav1.Status{Code: http.StatusCreated})
-		return nil
+		break
 	}
+	writeStatus(w, &metav1.Status{Code: http.StatusCreated})
+	return nil
 }
 
 func setPodCondition(st *corev1.PodStatus, c corev1.PodCondition) {

@@ -51,13 +51,20 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestI
 	if err := decodeRequest(nil, r, body, req, validationIgnore); err != nil {
 		return err
 	}
+	// Admission sees the TokenRequest (kind authentication.k8s.io/v1
+	// TokenRequest, resource serviceaccounts, subresource token,
+	// operation CREATE), as kube-apiserver sends it.
+	adm, _, err := s.admitSubresourceCreate(r, res, ri, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), req)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
 	if req.Name != "" && req.Name != ri.name {
 		return apierrors.NewInvalid(tokenRequestKind, ri.name, field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), req.Name, "must match the service account name if specified")})
 	}
 	if req.Namespace != "" && req.Namespace != ri.namespace {
 		return apierrors.NewInvalid(tokenRequestKind, ri.name, field.ErrorList{field.Invalid(field.NewPath("metadata", "namespace"), req.Namespace, "must match the service account namespace if specified")})
 	}
-	ctx := r.Context()
 	obj, _, err := s.getObject(ctx, res, ri.namespace, ri.name)
 	if err != nil {
 		return err
@@ -77,6 +84,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestI
 	req.Status = authenticationv1.TokenRequestStatus{}
 	if errs := validateTokenRequest(req); len(errs) > 0 {
 		return apierrors.NewInvalid(tokenRequestKind, "", errs)
+	}
+	if err := adm.validate(ctx); err != nil {
+		return err
 	}
 	binding, err := s.tokenBinding(ctx, ri.namespace, ri.name, req.Spec.BoundObjectRef)
 	if err != nil {

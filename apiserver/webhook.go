@@ -21,10 +21,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 )
 
 // Admission webhooks: MutatingWebhookConfiguration and
@@ -45,7 +48,12 @@ type admissionAttrs struct {
 	obj, old    runtime.Object
 	dryRun      bool
 	user        *authn.User
-	options     runtime.Object
+	// kind is the kind of obj and old when it is not the resource's own:
+	// a subresource's object (Binding, Eviction, Scale) or the options of
+	// a CONNECT. Empty for the resource's objects.
+	kind schema.GroupVersionKind
+	// authorizer answers CEL's authorizer checks.
+	authorizer authz.Authorizer
 }
 
 // webhook is one compiled webhook of a configuration.
@@ -190,14 +198,81 @@ func exemptFromAdmission(res *resource) bool {
 
 // requestAttrs builds the attributes of a write from an API request; ok
 // is false for the server's own writes (no user in ctx), which admission
-// webhooks do not see.
+// webhooks do not see, and for the writes a subresource request makes on
+// its object once its own object was admitted.
 func requestAttrs(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource, namespace, name string, obj, old runtime.Object) (*admissionAttrs, bool) {
 	u, ok := ctx.Value(userKey{}).(*authn.User)
-	if !ok || exemptFromAdmission(wc.res) {
+	if !ok || exemptFromAdmission(wc.res) || ctx.Value(subresourceAdmittedKey{}) != nil {
 		return nil, false
 	}
 	return &admissionAttrs{op: op, res: wc.res, subresource: subresource, namespace: namespace, name: name,
-		obj: obj, old: old, dryRun: wc.dryRun, user: u}, true
+		obj: obj, old: old, dryRun: wc.dryRun, user: u, authorizer: wc.s.authorizer}, true
+}
+
+// subresourceAdmittedKey marks the context of a subresource request
+// (pods/binding, pods/eviction, */scale) whose own object admission has
+// seen: the writes it then makes on the parent object are not sent to
+// webhooks and policies again, as kube-apiserver's subresource storages
+// write the parent without admission.
+type subresourceAdmittedKey struct{}
+
+// subresourceAdmission runs admission on a subresource's own object
+// (a Binding, an Eviction, a Scale) of kind, as kube-apiserver sends it:
+// the parent's resource, the subresource, the object of its own kind.
+// mutate runs the mutating webhooks (which may change obj in place);
+// validate the policies and validating webhooks; written is the context
+// for the writes that follow.
+type subresourceAdmission struct {
+	s *Server
+	a *admissionAttrs // nil: nothing to admit (the server's own request)
+}
+
+func (s *Server) admitSubresource(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource, namespace, name string, kind schema.GroupVersionKind, obj, old runtime.Object) subresourceAdmission {
+	a, ok := requestAttrs(ctx, wc, op, subresource, namespace, name, obj, old)
+	if !ok {
+		return subresourceAdmission{s: s}
+	}
+	a.kind = kind
+	obj.GetObjectKind().SetGroupVersionKind(kind)
+	if old != nil && !reflect.ValueOf(old).IsNil() {
+		old.GetObjectKind().SetGroupVersionKind(kind)
+	}
+	return subresourceAdmission{s: s, a: a}
+}
+
+// admitSubresourceCreate starts the admission of a subresource create
+// (pods/binding, pods/eviction, serviceaccounts/token) whose body is obj:
+// it reads the request's dryRun and runs the mutating webhooks; the
+// caller validates obj, then runs validate.
+func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri requestInfo, kind schema.GroupVersionKind, obj runtime.Object) (adm subresourceAdmission, dry bool, err error) {
+	if dry, err = dryRun(r); err != nil {
+		return adm, false, err
+	}
+	// The object is in the request's namespace, as kube-apiserver's
+	// create handler makes it before admission.
+	if m, err := metaOf(obj); err == nil && m.GetNamespace() == "" {
+		m.SetNamespace(ri.namespace)
+	}
+	adm = s.admitSubresource(r.Context(), &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
+	return adm, dry, adm.mutate(r.Context())
+}
+
+func (sa subresourceAdmission) mutate(ctx context.Context) error {
+	if sa.a == nil {
+		return nil
+	}
+	return sa.s.runMutating(ctx, sa.a)
+}
+
+func (sa subresourceAdmission) validate(ctx context.Context) error {
+	if sa.a == nil {
+		return nil
+	}
+	return sa.s.runValidating(ctx, sa.a)
+}
+
+func (sa subresourceAdmission) written(ctx context.Context) context.Context {
+	return context.WithValue(ctx, subresourceAdmittedKey{}, true)
 }
 
 // admitMutating runs the mutating webhooks (and then nothing else: the
@@ -208,6 +283,18 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 	if !ok {
 		return nil
 	}
+	// A webhook may not move the object to another namespace.
+	defer func() {
+		if err == nil && m.GetNamespace() != a.namespace {
+			err = apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+	}()
+	return s.runMutating(ctx, a)
+}
+
+// runMutating calls the mutating webhooks that match a, one after
+// another, patching a.obj in place.
+func (s *Server) runMutating(ctx context.Context, a *admissionAttrs) error {
 	hooks, err := s.webhooks.mutating.get(ctx)
 	if err != nil {
 		return apierrors.NewInternalError(err)
@@ -215,19 +302,13 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 	if len(hooks) == 0 {
 		return nil
 	}
-	// A webhook may not move the object to another namespace.
-	defer func() {
-		if err == nil && m.GetNamespace() != a.namespace {
-			err = apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-		}
-	}()
 	// invokedAt[i] is the mutation count after hook i ran (its own change
 	// included); a hook that asks to be reinvoked is, once, if a later
 	// one changed the object.
 	invokedAt := map[int]int{}
 	mutations := 0
 	for i, h := range hooks {
-		changed, called, err := s.callWebhook(ctx, h, a)
+		changed, called, err := s.callWebhook(ctx, h, a, hookCall{index: i})
 		if err != nil {
 			return err
 		}
@@ -245,20 +326,40 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 		if at, ok := invokedAt[i]; !ok || !h.reinvoke || at >= mutations {
 			continue
 		}
-		if _, _, err := s.callWebhook(ctx, h, a); err != nil {
+		if _, _, err := s.callWebhook(ctx, h, a, hookCall{round: 1, index: i}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// admitValidating runs the validating webhooks in parallel; the first
-// denial (in configuration order) is the answer.
+// admitValidating runs the policies, then the validating webhooks.
 func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource, namespace, name string, obj, old runtime.Object) error {
 	a, ok := requestAttrs(ctx, wc, op, subresource, namespace, name, obj, old)
 	if !ok {
 		return nil
 	}
+	return s.runValidating(ctx, a)
+}
+
+// admitDeletion sends a DELETE to the mutating webhooks, then the
+// policies and validating webhooks, with the object in oldObject, as
+// kube-apiserver does; a mutating webhook has nothing to patch.
+func (s *Server) admitDeletion(ctx context.Context, wc *writeCtx, namespace, name string, old runtime.Object) error {
+	a, ok := requestAttrs(ctx, wc, admissionv1.Delete, "", namespace, name, nil, old)
+	if !ok {
+		return nil
+	}
+	if err := s.runMutating(ctx, a); err != nil {
+		return err
+	}
+	return s.runValidating(ctx, a)
+}
+
+// runValidating evaluates the policies, then calls the validating
+// webhooks in parallel; the first denial (in configuration order) is the
+// answer.
+func (s *Server) runValidating(ctx context.Context, a *admissionAttrs) error {
 	if err := s.admitPolicies(ctx, a); err != nil {
 		return err
 	}
@@ -270,7 +371,7 @@ func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admission
 	case 0:
 		return nil
 	case 1:
-		_, _, err := s.callWebhook(ctx, hooks[0], a)
+		_, _, err := s.callWebhook(ctx, hooks[0], a, hookCall{})
 		return err
 	}
 	errs := make([]error, len(hooks))
@@ -278,7 +379,7 @@ func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admission
 	for i, h := range hooks {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			_, _, errs[i] = s.callWebhook(ctx, h, a)
+			_, _, errs[i] = s.callWebhook(ctx, h, a, hookCall{index: i})
 		}()
 	}
 	for range hooks {
@@ -292,44 +393,114 @@ func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admission
 	return nil
 }
 
-// admitConnect sends a pods/exec, attach or portforward request to the
-// policies and validating webhooks as operation CONNECT, its options as
-// the object, as kube-apiserver does. (Mutating webhooks are not called:
-// there is nothing of the pod's to change.)
-func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, q url.Values) error {
-	var opts runtime.Object
-	bools := func() (stdin, stdout, stderr, tty bool) {
-		return q.Get("stdin") == "true" || q.Get("stdin") == "1", q.Get("stdout") == "true" || q.Get("stdout") == "1",
-			q.Get("stderr") == "true" || q.Get("stderr") == "1", q.Get("tty") == "true" || q.Get("tty") == "1"
+// connectOptions reads the options of a pods/exec, attach or portforward
+// request from its query, as kube-apiserver decodes them before admission.
+func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
+	bools := func(names ...string) ([]bool, error) {
+		out := make([]bool, len(names))
+		for i, n := range names {
+			b, err := queryBool(q, n)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = b
+		}
+		return out, nil
 	}
-	switch ri.subresource {
-	case "exec":
-		o := &corev1.PodExecOptions{Container: q.Get("container"), Command: q["command"]}
-		o.Stdin, o.Stdout, o.Stderr, o.TTY = bools()
-		opts = o
-	case "attach":
-		o := &corev1.PodAttachOptions{Container: q.Get("container")}
-		o.Stdin, o.Stdout, o.Stderr, o.TTY = bools()
-		opts = o
+	var opts runtime.Object
+	switch subresource {
+	case "exec", "attach":
+		b, err := bools("stdin", "stdout", "stderr", "tty")
+		if err != nil {
+			return nil, err
+		}
+		if subresource == "exec" {
+			opts = &corev1.PodExecOptions{Container: q.Get("container"), Command: q["command"], Stdin: b[0], Stdout: b[1], Stderr: b[2], TTY: b[3]}
+		} else {
+			opts = &corev1.PodAttachOptions{Container: q.Get("container"), Stdin: b[0], Stdout: b[1], Stderr: b[2], TTY: b[3]}
+		}
 	case "portforward":
 		o := &corev1.PodPortForwardOptions{}
 		for _, p := range q["ports"] {
-			if n, err := strconv.ParseInt(p, 10, 32); err == nil {
-				o.Ports = append(o.Ports, int32(n))
+			n, err := strconv.ParseInt(p, 10, 32)
+			if err != nil {
+				return nil, apierrors.NewBadRequest(fmt.Sprintf("ports: invalid value %q: must be between 1 and 65535", p))
 			}
+			o.Ports = append(o.Ports, int32(n))
 		}
 		opts = o
 	default:
-		return nil
+		return nil, fmt.Errorf("no options for %q", subresource)
 	}
 	kind := reflect.TypeOf(opts).Elem().Name()
 	opts.GetObjectKind().SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
-	return s.admitValidating(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
+	return opts, nil
+}
+
+// admitConnect sends a pods/exec, attach or portforward request to the
+// mutating webhooks, then the policies and validating webhooks, as
+// operation CONNECT with its options as the object, as kube-apiserver
+// does. A mutating webhook's patch changes the options the connection is
+// made with, as in kube-apiserver.
+func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, opts runtime.Object) error {
+	a, ok := requestAttrs(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
+	if !ok {
+		return nil
+	}
+	a.kind = opts.GetObjectKind().GroupVersionKind()
+	if err := s.runMutating(ctx, a); err != nil {
+		return err
+	}
+	return s.runValidating(ctx, a)
+}
+
+// hookCall says which call of a webhook this is, for the audit
+// annotations: the round (1 for a mutating webhook's reinvocation) and
+// the webhook's index in its list.
+type hookCall struct{ round, index int }
+
+// The audit annotations admission webhooks leave, as kube-apiserver's.
+const (
+	mutationAnnotationPrefix           = "mutation.webhook.admission.k8s.io/"
+	patchAnnotationPrefix              = "patch.webhook.admission.k8s.io/"
+	mutationFailedOpenAnnotationPrefix = "failed-open." + mutationAnnotationPrefix
+	validatingFailedOpenAnnotation     = "failed-open.validating.webhook.admission.k8s.io/"
+)
+
+func (c hookCall) key(prefix string) string {
+	return fmt.Sprintf("%sround_%d_index_%d", prefix, c.round, c.index)
+}
+
+// annotateCall records in the audit event that a mutating webhook was
+// called and whether it changed the object (Metadata level), and the
+// patch it sent (Request level).
+func annotateCall(ctx context.Context, h *webhook, c hookCall, mutated bool, patch jsonpatch.Patch) {
+	if !h.mutating {
+		return
+	}
+	m, _ := json.Marshal(struct {
+		Configuration string `json:"configuration"`
+		Webhook       string `json:"webhook"`
+		Mutated       bool   `json:"mutated"`
+	}{h.configName, h.name, mutated})
+	addAdmissionAnnotation(ctx, audit.LevelMetadata, c.key(mutationAnnotationPrefix), string(m))
+	if patch == nil {
+		return
+	}
+	p, err := json.Marshal(struct {
+		Configuration string          `json:"configuration"`
+		Webhook       string          `json:"webhook"`
+		Patch         jsonpatch.Patch `json:"patch,omitempty"`
+		PatchType     string          `json:"patchType,omitempty"`
+	}{h.configName, h.name, patch, string(admissionv1.PatchTypeJSONPatch)})
+	if err == nil {
+		addAdmissionAnnotation(ctx, audit.LevelRequest, c.key(patchAnnotationPrefix), string(p))
+	}
 }
 
 // callWebhook calls h if it matches a. changed says a patch changed the
 // object; called that the webhook was asked.
-func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs) (changed, called bool, err error) {
+func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs, c hookCall) (changed, called bool, err error) {
 	inv, ok, err := s.matchWebhook(ctx, h, a)
 	if err != nil || !ok {
 		return false, false, err
@@ -351,13 +522,27 @@ func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs)
 	} else if !ok {
 		return false, false, nil
 	}
+	var patch jsonpatch.Patch
+	defer func() { annotateCall(ctx, h, c, changed, patch) }()
+	failOpen := func() {
+		prefix := validatingFailedOpenAnnotation
+		if h.mutating {
+			prefix = mutationFailedOpenAnnotationPrefix
+		}
+		addAdmissionAnnotation(ctx, audit.LevelMetadata, c.key(prefix), h.name)
+	}
 	resp, callErr := h.client.call(ctx, s, h, req)
 	if callErr != nil {
 		if h.failurePolicy == admissionregistrationv1.Ignore {
 			s.log.Warn("admission webhook failed; ignored as its failurePolicy says", "webhook", h.name, "err", callErr)
+			failOpen()
 			return false, true, nil
 		}
 		return false, true, apierrors.NewInternalError(fmt.Errorf("failed calling webhook %q: %w", h.name, callErr))
+	}
+	// The webhook's own audit annotations go under its name.
+	for k, v := range resp.AuditAnnotations {
+		addAdmissionAnnotation(ctx, audit.LevelMetadata, h.name+"/"+k, v)
 	}
 	for _, w := range resp.Warnings {
 		addWarningTo(ctx, w)
@@ -368,13 +553,23 @@ func (s *Server) callWebhook(ctx context.Context, h *webhook, a *admissionAttrs)
 	if len(resp.Patch) == 0 || !h.mutating {
 		return false, true, nil
 	}
+	if a.obj == nil || reflect.ValueOf(a.obj).IsNil() {
+		// A DELETE has no object to patch; kube-apiserver fails the
+		// request whatever the failurePolicy.
+		if p, err := jsonpatch.DecodePatch(resp.Patch); err == nil && len(p) == 0 {
+			return false, true, nil
+		}
+		return false, true, apierrors.NewInternalError(fmt.Errorf("admission webhook %q attempted to modify the object, which is not supported for this operation", h.name))
+	}
 	changed, err = inv.applyPatch(a, resp.Patch)
 	if err != nil {
 		if h.failurePolicy == admissionregistrationv1.Ignore {
+			failOpen()
 			return false, true, nil
 		}
 		return false, true, apierrors.NewInternalError(fmt.Errorf("failed calling webhook %q: %w", h.name, err))
 	}
+	patch, _ = jsonpatch.DecodePatch(resp.Patch)
 	return changed, true, nil
 }
 
@@ -573,11 +768,18 @@ func (inv invocation) request(a *admissionAttrs) (*admissionv1.AdmissionRequest,
 		DryRun:             &a.dryRun,
 	}
 	var err error
-	if a.op == admissionv1.Connect {
-		// The object is the connect options, of their own kind.
-		gvk := metav1.GroupVersionKind(a.obj.GetObjectKind().GroupVersionKind())
+	if !a.kind.Empty() {
+		// A subresource's object or the connect options, of their own
+		// kind.
+		gvk := metav1.GroupVersionKind(a.kind)
 		req.Kind, req.RequestKind = gvk, &gvk
-		req.Object.Raw, err = json.Marshal(a.obj)
+		if req.Object.Raw, err = encodeAs(a.kind, a.obj); err != nil {
+			return nil, err
+		}
+		if req.OldObject.Raw, err = encodeAs(a.kind, a.old); err != nil {
+			return nil, err
+		}
+		req.Options.Raw, err = optionsFor(a)
 		return req, err
 	}
 	if req.Object.Raw, err = inv.encode(a.res, a.obj); err != nil {
@@ -623,6 +825,16 @@ func (inv invocation) convert(from *resource, obj runtime.Object) runtime.Object
 	return obj
 }
 
+// encodeAs is the JSON of obj (nil for none) as kind.
+func encodeAs(kind schema.GroupVersionKind, obj runtime.Object) ([]byte, error) {
+	if obj == nil || reflect.ValueOf(obj).IsNil() {
+		return nil, nil
+	}
+	o := obj.DeepCopyObject()
+	o.GetObjectKind().SetGroupVersionKind(kind)
+	return json.Marshal(o)
+}
+
 func (inv invocation) encode(from *resource, obj runtime.Object) ([]byte, error) {
 	if obj == nil || reflect.ValueOf(obj).IsNil() {
 		return nil, nil
@@ -642,6 +854,9 @@ func (inv invocation) applyPatch(a *admissionAttrs, patch []byte) (bool, error) 
 	p, err := jsonpatch.DecodePatch(patch)
 	if err != nil {
 		return false, fmt.Errorf("failed to decode the webhook's patch: %w", err)
+	}
+	if !a.kind.Empty() {
+		return applyPatchAs(a, p)
 	}
 	before, err := inv.encode(a.res, a.obj)
 	if err != nil {
@@ -665,6 +880,31 @@ func (inv invocation) applyPatch(a *admissionAttrs, patch []byte) (bool, error) 
 		return false, nil
 	}
 	reflect.ValueOf(a.obj).Elem().Set(reflect.ValueOf(back).Elem())
+	return true, nil
+}
+
+// applyPatchAs patches an object of its own kind (a subresource's object,
+// connect options) in place.
+func applyPatchAs(a *admissionAttrs, p jsonpatch.Patch) (bool, error) {
+	before, err := encodeAs(a.kind, a.obj)
+	if err != nil {
+		return false, err
+	}
+	after, err := p.Apply(before)
+	if err != nil {
+		return false, fmt.Errorf("failed to apply the webhook's patch: %w", err)
+	}
+	patched := reflect.New(reflect.TypeOf(a.obj).Elem()).Interface().(runtime.Object)
+	if err := json.Unmarshal(after, patched); err != nil {
+		return false, fmt.Errorf("the webhook's patch made an invalid object: %w", err)
+	}
+	if gvk := patched.GetObjectKind().GroupVersionKind(); gvk != a.kind {
+		return false, fmt.Errorf("the webhook's patch changed the kind to %v", gvk)
+	}
+	if reflect.DeepEqual(patched, a.obj) {
+		return false, nil
+	}
+	reflect.ValueOf(a.obj).Elem().Set(reflect.ValueOf(patched).Elem())
 	return true, nil
 }
 

@@ -601,7 +601,7 @@ func TestWebhookDryRunAndSideEffects(t *testing.T) {
 	}
 	hook.sideEffects = admissionregistrationv1.SideEffectClassSome
 	a := &admissionAttrs{op: admissionv1.Create, res: e.s.reg.byGVR[gvr("", "v1", "configmaps")], namespace: "default", name: "x", obj: cm("x", nil), dryRun: true, user: nil}
-	if _, _, err := e.s.callWebhook(e.ctx, hook, a); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "has side effects and does not support dry run") {
+	if _, _, err := e.s.callWebhook(e.ctx, hook, a, hookCall{}); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "has side effects and does not support dry run") {
 		t.Errorf("side effects on dry run: %v", err)
 	}
 }
@@ -742,5 +742,110 @@ func TestWebhookOnConnect(t *testing.T) {
 	if r := calls[0]; r.Operation != admissionv1.Connect || r.Kind.Kind != "PodExecOptions" || r.SubResource != "exec" ||
 		strings.Join(opts.Command, " ") != "ls /" || !opts.Stdout || opts.Stdin {
 		t.Errorf("request %+v options %+v", r, opts)
+	}
+}
+
+// TestMutatingWebhookOnConnect: mutating webhooks are called for CONNECT
+// too, with the options as the object; their patch changes the options
+// (the validating webhooks, called after, see the patched ones), and a
+// patch that changes the kind is refused.
+func TestMutatingWebhookOnConnect(t *testing.T) {
+	e := newTestEnv(t)
+	var patch []byte
+	var mu sync.Mutex
+	mut := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		mu.Lock()
+		defer mu.Unlock()
+		return patchResponse(patch)
+	})
+	val := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{Message: "seen"}}
+	})
+	if _, err := e.cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	connect := []admissionregistrationv1.OperationType{admissionregistrationv1.Connect}
+	e.mutating(t, "connect-mutate", mutatingHook(urlHook("mutate.example.com", mut, rule(connect, "", "v1", "pods/exec", "pods/attach"))))
+	e.validating(t, "connect-validate", urlHook("validate.example.com", val, rule(connect, "", "v1", "pods/*")))
+	exec := func() error {
+		return e.cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("p").SubResource("exec").
+			Param("command", "ls").Param("stdout", "true").Do(e.ctx).Error()
+	}
+	mu.Lock()
+	patch = jsonPatch(map[string]any{"op": "replace", "path": "/command", "value": []string{"id", "-u"}},
+		map[string]any{"op": "add", "path": "/stderr", "value": true})
+	mu.Unlock()
+	if err := exec(); err == nil || !strings.Contains(err.Error(), `admission webhook "validate.example.com" denied the request: seen`) {
+		t.Fatalf("exec: %v", err)
+	}
+	if calls := mut.calls(); len(calls) != 1 || calls[0].Operation != admissionv1.Connect || calls[0].Kind.Kind != "PodExecOptions" {
+		t.Fatalf("mutating webhook calls: %d", len(calls))
+	}
+	calls := val.calls()
+	var opts corev1.PodExecOptions
+	if len(calls) != 1 || json.Unmarshal(calls[0].Object.Raw, &opts) != nil || strings.Join(opts.Command, " ") != "id -u" || !opts.Stderr || !opts.Stdout {
+		t.Fatalf("the validating webhook saw %d calls, options %+v", len(calls), opts)
+	}
+	// A patch that makes the options another kind fails the request.
+	mu.Lock()
+	patch = jsonPatch(map[string]any{"op": "replace", "path": "/kind", "value": "PodAttachOptions"})
+	mu.Unlock()
+	if err := exec(); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "changed the kind") {
+		t.Fatalf("kind-changing patch: %v", err)
+	}
+}
+
+// TestMutatingWebhookOnDelete: mutating webhooks are called for DELETE,
+// with the object in oldObject; they may deny, and a patch (there is no
+// object to patch) fails the request whatever the failurePolicy.
+func TestMutatingWebhookOnDelete(t *testing.T) {
+	e := newTestEnv(t)
+	var mu sync.Mutex
+	var resp *admissionv1.AdmissionResponse
+	h := newHookServer(t, func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		mu.Lock()
+		defer mu.Unlock()
+		r := *resp
+		return &r
+	})
+	answer := func(r *admissionv1.AdmissionResponse) {
+		mu.Lock()
+		resp = r
+		mu.Unlock()
+		h.reset()
+	}
+	hook := urlHook("delete.example.com", h, rule(opsDelete, "", "v1", "configmaps"))
+	hook.FailurePolicy = ptrTo(admissionregistrationv1.Ignore)
+	e.mutating(t, "delete", mutatingHook(hook))
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for _, n := range []string{"a", "b"} {
+		if _, err := cms.Create(e.ctx, cm(n, map[string]string{"k": n}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer(&admissionv1.AdmissionResponse{Result: &metav1.Status{Message: "keep it"}})
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `admission webhook "delete.example.com" denied the request: keep it`) {
+		t.Fatalf("denied delete: %v", err)
+	}
+	calls := h.calls()
+	var old corev1.ConfigMap
+	if len(calls) != 1 || calls[0].Operation != admissionv1.Delete || len(calls[0].Object.Raw) != 0 ||
+		json.Unmarshal(calls[0].OldObject.Raw, &old) != nil || old.Data["k"] != "a" || !strings.Contains(string(calls[0].Options.Raw), `"kind":"DeleteOptions"`) {
+		t.Fatalf("%d calls: %+v", len(calls), calls)
+	}
+	answer(patchResponse(jsonPatch(map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{"x": "y"}})))
+	if err := cms.Delete(e.ctx, "a", metav1.DeleteOptions{}); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), `admission webhook "delete.example.com" attempted to modify the object, which is not supported for this operation`) {
+		t.Fatalf("patching delete: %v", err)
+	}
+	if _, err := cms.Get(e.ctx, "a", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a refused delete removed the object: %v", err)
+	}
+	answer(&admissionv1.AdmissionResponse{Allowed: true})
+	if err := cms.Delete(e.ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.calls()) != 1 {
+		t.Fatalf("allowed delete: %d calls", len(h.calls()))
 	}
 }

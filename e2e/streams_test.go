@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,15 +16,19 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/e2e/testenv"
 )
 
 // TestKubectlStreams: kubectl logs, exec, cp and port-forward on a pod the
 // real binary runs on its own containerd, through the API server and the
-// node's kubelet API, with the oldest and newest kubectl.
+// node's kubelet API, with the oldest and newest kubectl; then exec
+// through a mutating webhook that rewrites the command.
 func TestKubectlStreams(t *testing.T) {
 	e := startPodEnv(t)
 	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "streams"}, Spec: corev1.PodSpec{Containers: []corev1.Container{
@@ -101,5 +109,44 @@ func TestKubectlStreams(t *testing.T) {
 				t.Errorf("GET through kubectl port-forward: %q", body)
 			}
 		})
+	}
+
+	// A mutating webhook on CONNECT pods/exec changes the command the
+	// kubelet runs, as on Kubernetes.
+	certs, err := pki.Ensure(t.TempDir(), pki.SANs{IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rev admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&rev); err != nil || rev.Request == nil {
+			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		pt := admissionv1.PatchTypeJSONPatch
+		rev.Response = &admissionv1.AdmissionResponse{UID: rev.Request.UID, Allowed: true, PatchType: &pt,
+			Patch: []byte(`[{"op":"replace","path":"/command","value":["echo","changed-by-webhook"]}]`)}
+		rev.Request = nil
+		json.NewEncoder(w).Encode(&rev)
+	}))
+	hook.TLS = &tls.Config{Certificates: []tls.Certificate{certs.Serving}}
+	hook.StartTLS()
+	t.Cleanup(hook.Close)
+	url := hook.URL + "/mutate"
+	none := admissionregistrationv1.SideEffectClassNone
+	if _, err := e.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec-rewrite"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "exec.e2e.bonsai.dev", SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: certs.CA.CertPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/exec"}}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.Kubectls(t)[0]
+	cmd := exec.Command(k.Path, "--cache-dir", t.TempDir(), "exec", "streams", "-c", "main", "--", "echo", "as-asked")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(e.s.dataDir, "kubeconfig.yaml"))
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "changed-by-webhook\n" {
+		t.Errorf("exec through a mutating webhook: %q, %v", out, err)
 	}
 }
