@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -323,6 +324,32 @@ func TestCRDServesResourceWithStatus(t *testing.T) {
 	}
 	if len(ap.GetManagedFields()) == 0 || ap.GetLabels()["team"] != "a" {
 		t.Errorf("applied = %v", ap.Object)
+	}
+	// Metadata is merged field by field, as for built-in kinds: a second
+	// manager's label and finalizer join the first's, and the first
+	// giving its label up removes only that one.
+	if _, err = dc.Patch(env.ctx, "applied", types.ApplyPatchType, []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied","labels":{"team":"a"},"finalizers":["example.com/a"]},"spec":{"cronSpec":"* * * * *","color":"blue"}}`), metav1.PatchOptions{FieldManager: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	other := []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied","labels":{"tier":"b"},"finalizers":["example.com/b"]}}`)
+	if ap, err = dc.Patch(env.ctx, "applied", types.ApplyPatchType, other, metav1.PatchOptions{FieldManager: "other"}); err != nil {
+		t.Fatalf("second manager's apply: %v", err)
+	}
+	if l := ap.GetLabels(); l["team"] != "a" || l["tier"] != "b" || len(ap.GetFinalizers()) != 2 {
+		t.Errorf("after a second manager's apply: labels %v, finalizers %v", l, ap.GetFinalizers())
+	}
+	withoutLabel := []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied"},"spec":{"cronSpec":"* * * * *","color":"blue"}}`)
+	if ap, err = dc.Patch(env.ctx, "applied", types.ApplyPatchType, withoutLabel, metav1.PatchOptions{FieldManager: "test"}); err != nil {
+		t.Fatalf("re-apply without the label: %v", err)
+	}
+	if l := ap.GetLabels(); l["team"] != "" || l["tier"] != "b" || !slices.Equal(ap.GetFinalizers(), []string{"example.com/b"}) {
+		t.Errorf("after the first manager dropped its label and finalizer: labels %v, finalizers %v, want only tier=b and example.com/b", l, ap.GetFinalizers())
+	}
+	if _, err = dc.Patch(env.ctx, "applied", types.ApplyPatchType, []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied","labels":{"team":"a"}},"spec":{"cronSpec":"* * * * *","color":"blue"}}`), metav1.PatchOptions{FieldManager: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = dc.Patch(env.ctx, "applied", types.ApplyPatchType, []byte(`{"apiVersion":"stable.example.com/v1","kind":"CronTab","metadata":{"name":"applied"}}`), metav1.PatchOptions{FieldManager: "other"}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Field selectors: metadata.name and the selectable field.

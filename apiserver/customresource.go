@@ -571,9 +571,7 @@ func (cv *customVersion) typeConverter() managedfields.TypeConverter {
 		for k, v := range s.Properties {
 			props[k] = v
 		}
-		md := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}}}
-		md.AddExtension("x-kubernetes-preserve-unknown-fields", true)
-		props["metadata"] = md
+		props["metadata"] = objectMetaApplySchema()
 		props["apiVersion"] = spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
 		props["kind"] = spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
 		s.Properties = props
@@ -588,6 +586,33 @@ func (cv *customVersion) typeConverter() managedfields.TypeConverter {
 		}
 	})
 	return cv.tc
+}
+
+// objectMetaApplySchema is ObjectMeta as server-side apply merges it for
+// built-in kinds: labels and annotations key by key, finalizers as a set,
+// ownerReferences by uid; the other fields are scalars. Without it a
+// custom object's finalizers were one atomic list, so two managers'
+// finalizers replaced each other.
+func objectMetaApplySchema() spec.Schema {
+	str := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"string"}}}
+	strMap := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}, AdditionalProperties: &spec.SchemaOrBool{Allows: true, Schema: &str}}}
+	finalizers := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: &str}}}
+	finalizers.AddExtension("x-kubernetes-list-type", "set")
+	boolean := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"boolean"}}}
+	ref := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}, Required: []string{"uid"}, Properties: map[string]spec.Schema{
+		"apiVersion": str, "kind": str, "name": str, "uid": str, "controller": boolean, "blockOwnerDeletion": boolean,
+	}}}
+	ref.AddExtension("x-kubernetes-map-type", "atomic")
+	owners := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"array"}, Items: &spec.SchemaOrArray{Schema: &ref}}}
+	owners.AddExtension("x-kubernetes-list-type", "map")
+	owners.AddExtension("x-kubernetes-list-map-keys", []any{"uid"})
+	md := spec.Schema{SchemaProps: spec.SchemaProps{Type: spec.StringOrArray{"object"}, Properties: map[string]spec.Schema{
+		"name": str, "namespace": str, "generateName": str,
+		"labels": strMap, "annotations": strMap,
+		"finalizers": finalizers, "ownerReferences": owners,
+	}}}
+	md.AddExtension("x-kubernetes-preserve-unknown-fields", true)
+	return md
 }
 
 // customMediaTypes: custom objects have no protobuf form. A client that
