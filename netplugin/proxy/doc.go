@@ -22,8 +22,9 @@
 //	services        ip daddr . meta l4proto . th dport vmap @service-ips
 //	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
 //	service-<port>  masquerade mark for off-cluster sources; then
-//	                dnat to numgen random mod N map @endpoints-service-<port>
-//	                (a map from the random number to endpoint address . port)
+//	                dnat to numgen random mod 2^30 map @endpoints-service-<port>
+//	                (an interval map giving each endpoint address . port an
+//	                equal range of the random number)
 //	                or, with ClientIP affinity, affinity lookups and
 //	                numgen random mod N vmap to endpoint chains
 //	local-<port>    the same over this node's endpoints (Local policies)
@@ -72,9 +73,11 @@
 //   - Endpoints have no chains of their own unless ClientIP affinity
 //     needs them to record the client: the DNAT takes its address from
 //     a map, and hairpin traffic is found in postrouting by one set
-//     lookup. An endpoint change then rewrites one map and one rule,
-//     and the kernel's revalidation of the table after it (every jump
-//     is walked) has a sixth of the chains to walk.
+//     lookup. The DNAT rule's random number does not depend on the
+//     number of endpoints (kube-proxy writes "mod N" into the rule), so
+//     an endpoint change of any kind writes map elements only: no rule
+//     write, after which the kernel would revalidate every jump of the
+//     table.
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
 //     loadBalancerSourceRanges filtering, no topology hints

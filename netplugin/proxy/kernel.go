@@ -51,10 +51,9 @@ func (k *kernelTable) addSet(s setDef) error {
 	var elems []nftables.SetElement
 	switch {
 	case s.targets != nil:
-		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger,
-			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+		set = k.targetsMap(s.name)
 		for i, a := range s.targets {
-			elems = append(elems, targetElem(i, a))
+			elems = append(elems, targetElems(i, len(s.targets), a)...)
 		}
 	case s.endpoints != nil:
 		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
@@ -71,19 +70,27 @@ func (k *kernelTable) addSet(s setDef) error {
 	return nil
 }
 
-// targetElem is element i of an endpoints map: numgen's number to the
-// address . port to DNAT to.
-func targetElem(i int, a netip.AddrPort) nftables.SetElement {
+// targetElems are endpoint i of n's elements of an endpoints map: the
+// start of its range of numgen's number (big-endian, so that the kernel's
+// byte-wise order is the numbers'), with the address . port to DNAT to,
+// and the range's end. The end of one range and the start of the next
+// share a key, told apart by the end flag, as nft writes them.
+func targetElems(i, n int, a netip.AddrPort) []nftables.SetElement {
+	lo, hi := targetRange(i, n)
 	val := make([]byte, 8) // address . port, each in a 4-byte register
 	copy(val, a.Addr().AsSlice())
 	binary.BigEndian.PutUint16(val[4:], a.Port())
-	return nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: val}
+	return []nftables.SetElement{
+		{Key: binaryutil.BigEndian.PutUint32(lo), Val: val},
+		{Key: binaryutil.BigEndian.PutUint32(hi), IntervalEnd: true},
+	}
 }
 
-// targetsMap is an endpoints map as element writes name it.
+// targetsMap is an endpoints map: an interval map from numgen's number
+// to address . port.
 func (k *kernelTable) targetsMap(name string) *nftables.Set {
-	return &nftables.Set{Table: k.table, Name: name, IsMap: true, KeyType: nftables.TypeInteger,
-		DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+	return &nftables.Set{Table: k.table, Name: name, IsMap: true, Interval: true, KeyType: nftables.TypeInteger,
+		KeyByteOrder: binaryutil.BigEndian, DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
 }
 
 // retarget writes the elements of endpoints maps that changed in place.
@@ -99,7 +106,7 @@ func (k *kernelTable) retarget(edits []targetEdit, add bool) error {
 		if _, ok := bySet[e.set]; !ok {
 			order = append(order, e.set)
 		}
-		bySet[e.set] = append(bySet[e.set], targetElem(e.index, e.target))
+		bySet[e.set] = append(bySet[e.set], e.elems...)
 	}
 	for _, name := range order {
 		for chunk := range slices.Chunk(bySet[name], elemsPerMessage) {
@@ -354,25 +361,33 @@ type objectDiff struct {
 	retarget []targetEdit
 }
 
-// targetEdit adds or deletes element index of an endpoints map.
+// targetEdit adds or deletes elements of an endpoints map.
 type targetEdit struct {
-	set    string
-	index  int
-	target netip.AddrPort
-	add    bool
+	set   string
+	elems []nftables.SetElement
+	add   bool
 }
 
+// retargetMap edits an endpoints map from old's targets to new's. With
+// the same count the ranges stay and only the changed ones' start
+// elements (which carry the target) are written again; a different count
+// moves every range.
 func (d *objectDiff) retargetMap(name string, old, new []netip.AddrPort) {
-	for i := range max(len(old), len(new)) {
-		switch {
-		case i >= len(new):
-			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: old[i]})
-		case i >= len(old):
-			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: new[i], add: true})
-		case old[i] != new[i]:
-			d.retarget = append(d.retarget, targetEdit{set: name, index: i, target: old[i]},
-				targetEdit{set: name, index: i, target: new[i], add: true})
+	if len(old) == len(new) {
+		for i := range old {
+			if old[i] != new[i] {
+				d.retarget = append(d.retarget,
+					targetEdit{set: name, elems: targetElems(i, len(old), old[i])[:1]},
+					targetEdit{set: name, elems: targetElems(i, len(new), new[i])[:1], add: true})
+			}
 		}
+		return
+	}
+	for i, a := range old {
+		d.retarget = append(d.retarget, targetEdit{set: name, elems: targetElems(i, len(old), a)})
+	}
+	for i, a := range new {
+		d.retarget = append(d.retarget, targetEdit{set: name, elems: targetElems(i, len(new), a), add: true})
 	}
 }
 
@@ -410,10 +425,8 @@ func (d *objectDiff) add(old, new objects) {
 		if o, ok := oldSets[s.name]; ok && o.equal(s) {
 			continue
 		} else if ok && o.targets != nil && s.targets != nil && o.timeout == s.timeout {
-			// An endpoints map keeps its name and rules: only the
-			// elements that differ change. A different count changes
-			// the rule's modulus, which the chain comparison below
-			// rewrites.
+			// An endpoints map keeps its name and its rule: only
+			// elements change.
 			d.retargetMap(s.name, o.targets, s.targets)
 			continue
 		} else if ok {

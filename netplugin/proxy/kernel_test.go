@@ -280,9 +280,11 @@ func TestKernelReadBack(t *testing.T) {
 			}
 		}
 	}
-	if mod != 2 {
-		t.Errorf("numgen modulus in service chain = %d, want 2", mod)
+	if mod != targetSpace {
+		t.Errorf("numgen modulus in service chain = %d, want %d", mod, targetSpace)
 	}
+	// The endpoints map splits that range in two, in network byte order.
+	checkTargets(t, p.ns, "endpoints-service-default/web/tcp/http", 2)
 
 	// Incremental changes of every kind: an endpoint goes, a policy
 	// changes, an affinity timeout changes (its sets are replaced), a
@@ -708,12 +710,11 @@ func TestLoopbackConnectionOpenedBeforeTheTable(t *testing.T) {
 	}
 }
 
-// TestEndpointChangeKeepsTheRules checks that an endpoint replaced by
-// another, the count unchanged, is an in-place edit of the Service's
-// endpoints map: traffic goes to the new endpoint and the Service's
-// chain keeps its rules (a rule write would make the kernel revalidate
-// the whole table). A change of count rewrites the chain, and traffic
-// follows that too.
+// TestEndpointChangeKeepsTheRules checks that endpoint changes, an
+// endpoint replaced by another or the count changing, are edits of the
+// Service's endpoints map: traffic follows, and the Service's chain keeps
+// its rules (a rule write would make the kernel revalidate the whole
+// table).
 func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	n := newTestNetwork(t, 2)
 	n.serve(t, 0, 8080, "ep0")
@@ -755,9 +756,49 @@ func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	if got := hits(t, n.client, "10.96.0.10:80", 40); got["ep0"] == 0 || got["ep1"] == 0 {
 		t.Errorf("with both: answers %v", got)
 	}
+	checkTargets(t, n.node, "endpoints-service-default/web/tcp/http", 2)
 	p.set(t, only(0))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Errorf("back to ep0 only: answers %v", got)
 	}
+	checkTargets(t, n.node, "endpoints-service-default/web/tcp/http", 1)
+	if after := handles(); !slices.Equal(before, after) {
+		t.Errorf("rule handles %v became %v: the chain was rewritten for a change of count", before, after)
+	}
 	checkKernelView(t, p)
+}
+
+// checkTargets reads an endpoints map back and checks that its n ranges
+// cover numgen's whole range, each endpoint's start carrying an address.
+func checkTargets(t *testing.T, ns netns.NsHandle, name string, n int) {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	must(t, "netlink", err)
+	table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
+	set, err := c.GetSetByName(table, name)
+	must(t, "map "+name, err)
+	if !set.Interval || !set.IsMap {
+		t.Errorf("%s: interval %v, map %v; want an interval map", name, set.Interval, set.IsMap)
+	}
+	elems, err := c.GetSetElements(set)
+	must(t, "elements of "+name, err)
+	var got []string
+	for _, e := range elems {
+		k := binary.BigEndian.Uint32(e.Key)
+		if e.IntervalEnd {
+			got = append(got, fmt.Sprintf("end %d", k))
+		} else {
+			got = append(got, fmt.Sprintf("%d : %d bytes", k, len(e.Val)))
+		}
+	}
+	var want []string
+	for i := range n {
+		lo, hi := targetRange(i, n)
+		want = append(want, fmt.Sprintf("%d : 8 bytes", lo), fmt.Sprintf("end %d", hi))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", name, got, want)
+	}
 }

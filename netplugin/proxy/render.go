@@ -24,9 +24,10 @@ func setText(s setDef) string {
 	if s.targets != nil {
 		elems := make([]string, len(s.targets))
 		for i, a := range s.targets {
-			elems[i] = fmt.Sprintf("%d : %s . %d", i, a.Addr(), a.Port())
+			lo, hi := targetRange(i, len(s.targets))
+			elems[i] = fmt.Sprintf("%d-%d : %s . %d", lo, hi-1, a.Addr(), a.Port())
 		}
-		return fmt.Sprintf("map %s { type integer : ipv4_addr . inet_service; elements = { %s } }\n", s.name, strings.Join(elems, ", "))
+		return fmt.Sprintf("map %s { type integer : ipv4_addr . inet_service; flags interval; elements = { %s } }\n", s.name, strings.Join(elems, ", "))
 	}
 	if s.endpoints == nil {
 		return fmt.Sprintf("set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; }\n", s.name, int(s.timeout.Seconds()))

@@ -283,15 +283,13 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 		}
 		if sp.affinity == 0 {
 			// No per-endpoint chains: the random number picks the
-			// address and port to DNAT to straight from a map. A
-			// change of endpoints then rewrites a map and one rule,
-			// and the kernel has a tenth of the chains to revalidate
-			// after each change.
+			// address and port to DNAT to straight from a map, and
+			// a change of endpoints only edits the map's elements.
 			targets := make([]netip.AddrPort, len(eps))
 			for i, e := range eps {
 				targets[i] = e.addr
 			}
-			r = append(r, newRule().l4proto(sp.proto).numgenDnat(len(eps), endpointsMap(name)))
+			r = append(r, newRule().l4proto(sp.proto).numgenDnat(endpointsMap(name)))
 			return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), targets: targets}
 		}
 		for _, e := range eps {

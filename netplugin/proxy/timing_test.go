@@ -19,9 +19,10 @@ import (
 // four rules and one endpoint map per Service) in one transaction, of
 // which the kernel takes ~70 ms of CPU; building the objects and the
 // messages takes about as long again. The library's one ack per message
-// used to double that (see nftConn). An update of one Service rewrites
-// its endpoint map and one rule; the kernel then revalidates every jump
-// of the table (nft_chain_validate), which is why the Services keep no
+// used to double that (see nftConn). An update of one Service's
+// endpoints edits elements of its endpoints map only: a rule write would
+// make the kernel revalidate every jump of the table (nft_chain_validate),
+// which is also why the Services keep no
 // per-endpoint chains unless ClientIP affinity needs them.
 func TestSyncTiming(t *testing.T) {
 	requireRoot(t)
