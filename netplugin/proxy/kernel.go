@@ -100,7 +100,7 @@ func (k *kernelTable) retarget(edits []targetEdit, add bool) error {
 	bySet := map[string][]nftables.SetElement{}
 	var order []string
 	for _, e := range edits {
-		if (add && !e.add) || (!add && e.add) {
+		if e.add != add {
 			continue
 		}
 		if _, ok := bySet[e.set]; !ok {
@@ -109,16 +109,25 @@ func (k *kernelTable) retarget(edits []targetEdit, add bool) error {
 		bySet[e.set] = append(bySet[e.set], e.elems...)
 	}
 	for _, name := range order {
-		for chunk := range slices.Chunk(bySet[name], elemsPerMessage) {
-			var err error
-			if add {
-				err = k.conn.SetAddElements(k.targetsMap(name), chunk)
-			} else {
-				err = k.conn.SetDeleteElements(k.targetsMap(name), chunk)
-			}
-			if err != nil {
-				return fmt.Errorf("map %s: %w", name, err)
-			}
+		if err := k.writeElems(k.targetsMap(name), bySet[name], add); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeElems adds or deletes elements of set, elemsPerMessage to a
+// message.
+func (k *kernelTable) writeElems(set *nftables.Set, elems []nftables.SetElement, add bool) error {
+	for chunk := range slices.Chunk(elems, elemsPerMessage) {
+		var err error
+		if add {
+			err = k.conn.SetAddElements(set, chunk)
+		} else {
+			err = k.conn.SetDeleteElements(set, chunk)
+		}
+		if err != nil {
+			return fmt.Errorf("map %s: %w", set.Name, err)
 		}
 	}
 	return nil
@@ -164,16 +173,8 @@ func (k *kernelTable) setElems(elems []elem, add bool) error {
 		bySet[e.set] = append(bySet[e.set], se)
 	}
 	for name, se := range bySet {
-		for chunk := range slices.Chunk(se, elemsPerMessage) {
-			var err error
-			if add {
-				err = k.conn.SetAddElements(k.maps[name], chunk)
-			} else {
-				err = k.conn.SetDeleteElements(k.maps[name], chunk)
-			}
-			if err != nil {
-				return fmt.Errorf("map %s: %w", name, err)
-			}
+		if err := k.writeElems(k.maps[name], se, add); err != nil {
+			return err
 		}
 	}
 	return nil
