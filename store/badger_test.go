@@ -1,10 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,9 +213,13 @@ func TestBadgerDiskUseBounded(t *testing.T) {
 		t.Skip("writes ~100 MB")
 	}
 	dir := t.TempDir()
+	// The value log's garbage is found by the tree's compactions, which
+	// follow memtable flushes: the smallest memory budget (1 MB memtables)
+	// gets this short run through several of them. make churn shows the
+	// bound with the default budget.
 	s := openBadger(t, store.BadgerOptions{
 		Dir: dir, CompactInterval: 100 * time.Millisecond, GCInterval: 200 * time.Millisecond,
-		RetainFor: time.Nanosecond, RetainRevisions: 2000,
+		RetainFor: time.Nanosecond, RetainRevisions: 2000, MemoryMB: 6,
 	})
 	defer s.Close()
 	const keys, rounds, size = 500, 200, 1024
@@ -302,4 +308,165 @@ func TestBadgerWatchProgressPassesOtherWrites(t *testing.T) {
 		t.Fatalf("event from another prefix: %+v", ev)
 	default:
 	}
+}
+
+// TestBadgerUndoesWritesWhoseValuesWereLost: after a power loss the
+// write-ahead log (keys, log records) can be on disk while the value log's
+// tail is not. The store must not serve those writes with values it cannot
+// read: they were never acknowledged, so it undoes them, and everything
+// before them stays.
+func TestBadgerUndoesWritesWhoseValuesWereLost(t *testing.T) {
+	dir := t.TempDir()
+	big := func(c byte) []byte { return bytes.Repeat([]byte{c}, 1024) }
+	s := openBadger(t, store.BadgerOptions{Dir: dir})
+	ra1 := mustCreate(t, s, "/registry/x/a", string(big('A')))
+	rb := mustCreate(t, s, "/registry/x/b", string(big('B')))
+	if _, err := s.Update(ctx, "/registry/x/a", big('C'), ra1); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, "/registry/x/c", "small, kept in the tree")
+	rd := mustCreate(t, s, "/registry/x/d", string(big('D')))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lose the value log from the middle of a's update on: the power
+	// failed after the write-ahead log was written and before the value
+	// log was.
+	vlogs, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if len(vlogs) == 0 {
+		t.Fatal("no value log: values of 1 KB are expected in it")
+	}
+	last := vlogs[len(vlogs)-1]
+	data, err := os.ReadFile(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := bytes.Index(data, big('C'))
+	if cut < 0 {
+		t.Fatalf("a's update is not in %s", last)
+	}
+	if err := os.Truncate(last, int64(cut)); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	s = openBadger(t, store.BadgerOptions{Dir: dir, Logger: logger})
+	if !strings.Contains(logs.String(), "undone") || !strings.Contains(logs.String(), "writes=3") {
+		t.Errorf("the undo is not logged as 3 writes: %q", logs.String())
+	}
+	cur, _ := s.CurrentRevision(ctx)
+	if cur <= rd {
+		t.Fatalf("revision after the undo %d, want above the last one before it (%d)", cur, rd)
+	}
+	kv, err := s.Get(ctx, "/registry/x/a")
+	if err != nil || !bytes.Equal(kv.Value, big('A')) || kv.Revision != cur {
+		t.Fatalf("a after the undo: %q at %d (%v), want its first value at %d", kv.Value[:min(8, len(kv.Value))], kv.Revision, err, cur)
+	}
+	if kv, err := s.Get(ctx, "/registry/x/b"); err != nil || kv.Revision != rb || !bytes.Equal(kv.Value, big('B')) {
+		t.Fatalf("b, written before the loss: %d %v", kv.Revision, err)
+	}
+	for _, k := range []string{"/registry/x/c", "/registry/x/d"} {
+		if _, err := s.Get(ctx, k); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s, created after the loss: %v, want not found", k, err)
+		}
+	}
+	// A watcher resuming from before the loss sees none of the undone
+	// writes (it never saw them happen) and then the next write.
+	w, err := s.Watch(ctx, "/registry/x/", rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := mustCreate(t, s, "/registry/x/e", "e")
+	if got := collect(t, w, 1); got[0].Key != "/registry/x/e" || got[0].Revision != re {
+		t.Fatalf("watch from before the loss: %+v", got)
+	}
+	w.Stop()
+	if _, err := s.Create(ctx, "/registry/x/d", big('E')); err != nil {
+		t.Fatalf("create of an undone key: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The undo is done once.
+	logs.Reset()
+	s = openBadger(t, store.BadgerOptions{Dir: dir, Logger: logger})
+	defer s.Close()
+	if strings.Contains(logs.String(), "undone") {
+		t.Fatalf("second open undid again: %q", logs.String())
+	}
+	if kv, err := s.Get(ctx, "/registry/x/d"); err != nil || !bytes.Equal(kv.Value, big('E')) {
+		t.Fatalf("d after reopen: %v", err)
+	}
+}
+
+// TestBadgerLogsAreAdvisedRandom: every mapped write-ahead and value log
+// carries MADV_RANDOM ("rr" in smaps), those badger creates while running
+// included, so syncs write what was appended rather than whole read-ahead
+// folios.
+func TestBadgerLogsAreAdvisedRandom(t *testing.T) {
+	dir := t.TempDir()
+	s := openBadger(t, store.BadgerOptions{Dir: dir})
+	defer s.Close()
+	initial := logMappings(t, dir)
+	if len(initial) < 2 {
+		t.Fatalf("log mappings after open: %v, want a write-ahead log and a value log", initial)
+	}
+	// Values under the value-log threshold fill the memtable (1 MB at
+	// the default budget), so badger rotates it and maps new write-ahead
+	// logs.
+	v := make([]byte, 400)
+	for i := 0; i < 8000; i++ {
+		rand.Read(v)
+		if _, err := s.Create(ctx, fmt.Sprintf("/registry/x/k%05d", i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		now := logMappings(t, dir)
+		fresh, unadvised := 0, []string{}
+		for p, advised := range now {
+			if _, ok := initial[p]; !ok {
+				fresh++
+			}
+			if !advised {
+				unadvised = append(unadvised, p)
+			}
+		}
+		if fresh > 0 && len(unadvised) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log mappings %v (at open: %v): %d new, not advised random: %v", now, initial, fresh, unadvised)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logMappings reads /proc/self/smaps for the mappings of dir's *.mem and
+// *.vlog files: path -> whether it is advised random ("rr").
+func logMappings(t *testing.T, dir string) map[string]bool {
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	current := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if i := strings.Index(line, dir+"/"); i >= 0 {
+			current = ""
+			if p := line[i:]; strings.HasSuffix(p, ".mem") || strings.HasSuffix(p, ".vlog") {
+				current = p
+			}
+			continue
+		}
+		if current != "" && strings.HasPrefix(line, "VmFlags:") {
+			out[current] = strings.Contains(line+" ", " rr ")
+			current = ""
+		}
+	}
+	return out
 }

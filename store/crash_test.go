@@ -54,7 +54,7 @@ func TestCrashChild(t *testing.T) {
 			ack("update", own, ownRev)
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("/registry/crash/r%s-w%02d-%06d", round, w, i)
-				rev, err := s.Create(ctx, key, []byte(key))
+				rev, err := s.Create(ctx, key, crashValue(key))
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(4)
@@ -69,6 +69,12 @@ func TestCrashChild(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+}
+
+// crashValue is a create's value: large enough for the value log, while the
+// updates' small values stay in the tree, so both paths are crashed.
+func crashValue(key string) []byte {
+	return []byte(key + strings.Repeat(".", 640))
 }
 
 // TestCrashRecovery kills a writing process with SIGKILL at a random moment,
@@ -145,7 +151,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		for k, rev := range seen {
 			kv, err := s.Get(ctx, k)
-			if err != nil || kv.Revision != rev || kv.Key != k || string(kv.Value) != k {
+			if err != nil || kv.Revision != rev || kv.Key != k || string(kv.Value) != string(crashValue(k)) {
 				s.Close()
 				t.Fatalf("round %d: acknowledged create %s at %d: got %+v %v", round, k, rev, kv, err)
 			}
