@@ -688,12 +688,23 @@ func (s *badgerStore) syncLoop(in <-chan syncBatch) {
 			}
 		}
 		if failed == nil {
-			failed = s.db.Sync()
+			failed = s.sync()
 		}
 		for _, nb := range batches {
 			s.finish(nb, failed)
 		}
 	}
+}
+
+// sync makes every write handed to badger durable. The value log is
+// synced alongside badger's Sync, which syncs the write-ahead log and then
+// the value log: by the time it reaches the value log, little or nothing
+// is left to write.
+func (s *badgerStore) sync() error {
+	vlogErr := make(chan error, 1)
+	go func() { vlogErr <- s.advisor.syncVlog() }()
+	err := s.db.Sync()
+	return errors.Join(err, <-vlogErr)
 }
 
 // finish acknowledges a batch: on success it becomes readable and its
