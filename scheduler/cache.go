@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"maps"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,10 +33,12 @@ type schedCache struct {
 	// out of it.
 	list []*NodeInfo
 	pods map[types.UID]*cachedPod
+	// affinity counts the pods on listed nodes for InterPodAffinity.
+	affinity *affinityIndex
 }
 
 func newSchedCache() *schedCache {
-	return &schedCache{nodes: map[string]*NodeInfo{}, pods: map[types.UID]*cachedPod{}}
+	return &schedCache{nodes: map[string]*NodeInfo{}, pods: map[types.UID]*cachedPod{}, affinity: newAffinityIndex()}
 }
 
 func (c *schedCache) nodeInfoLocked(name string) *NodeInfo {
@@ -51,10 +54,22 @@ func (c *schedCache) setNode(n *corev1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ni := c.nodeInfoLocked(n.Name)
-	if ni.Node == nil {
+	old := ni.Node
+	if old == nil {
 		c.list = append(c.list, ni)
 	}
 	ni.setNode(n)
+	// The node's pods count from when it is listed, in the topologies
+	// its labels put them in.
+	if old != nil && maps.Equal(old.Labels, n.Labels) {
+		return
+	}
+	for _, cp := range ni.pods {
+		if old != nil {
+			c.affinity.update(cp, old.Labels, -1)
+		}
+		c.affinity.update(cp, n.Labels, 1)
+	}
 }
 
 func (c *schedCache) removeNode(name string) {
@@ -72,6 +87,9 @@ func (c *schedCache) removeNode(name string) {
 	}
 	// Pods still bound to it keep their accounting until they go; the
 	// node itself is no longer a candidate.
+	for _, cp := range ni.pods {
+		c.affinity.update(cp, ni.Node.Labels, -1)
+	}
 	ni.Node = nil
 	if len(ni.pods) == 0 {
 		delete(c.nodes, name)
@@ -86,9 +104,16 @@ func (c *schedCache) setPod(p *corev1.Pod) {
 	if old := c.pods[p.UID]; old != nil {
 		c.removeLocked(old)
 	}
-	cp := &cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)}
-	c.pods[p.UID] = cp
-	c.nodeInfoLocked(cp.node).addPod(cp)
+	c.addLocked(&cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)})
+}
+
+func (c *schedCache) addLocked(cp *cachedPod) {
+	c.pods[cp.pod.UID] = cp
+	ni := c.nodeInfoLocked(cp.node)
+	ni.addPod(cp)
+	if ni.Node != nil {
+		c.affinity.update(cp, ni.Node.Labels, 1)
+	}
 }
 
 func (c *schedCache) removePod(uid types.UID) {
@@ -105,7 +130,9 @@ func (c *schedCache) removeLocked(cp *cachedPod) {
 	if ni == nil {
 		return
 	}
-	ni.removePod(cp)
+	if ni.removePod(cp) && ni.Node != nil {
+		c.affinity.update(cp, ni.Node.Labels, -1)
+	}
 	if ni.Node == nil && len(ni.pods) == 0 {
 		delete(c.nodes, cp.node)
 	}
@@ -116,9 +143,7 @@ func (c *schedCache) assumeLocked(p *corev1.Pod, node string, req *podResources)
 	if old := c.pods[p.UID]; old != nil {
 		c.removeLocked(old)
 	}
-	cp := &cachedPod{pod: p, node: node, req: req, affinity: parsePodAffinity(p), assumed: true}
-	c.pods[p.UID] = cp
-	c.nodeInfoLocked(node).addPod(cp)
+	c.addLocked(&cachedPod{pod: p, node: node, req: req, affinity: parsePodAffinity(p), assumed: true})
 }
 
 // forget undoes an assume whose binding failed; a pod the informer has

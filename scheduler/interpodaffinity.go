@@ -1,6 +1,10 @@
 package scheduler
 
 import (
+	"sort"
+	"strconv"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,6 +35,9 @@ type affinityTerm struct {
 	allNamespaces bool
 	topologyKey   string
 	weight        int64
+	// key is the same for terms that match the same pods, counted under
+	// the same topology key with the same weight.
+	key string
 }
 
 func (t *affinityTerm) matches(p *corev1.Pod) bool {
@@ -142,115 +149,111 @@ func parseTerms(p *corev1.Pod, terms []corev1.PodAffinityTerm, weight int64) []a
 				at.namespaces[ns] = true
 			}
 		}
+		at.key = termKey(&at)
 		out = append(out, at)
 	}
 	return out
 }
 
-type topologyPair struct{ key, value string }
+func termKey(t *affinityTerm) string {
+	var b strings.Builder
+	b.WriteString(t.topologyKey)
+	// Nothing and Everything both print as "".
+	if t.selector.Empty() {
+		b.WriteString("|all|")
+	} else {
+		b.WriteString("|sel|")
+	}
+	b.WriteString(t.selector.String())
+	switch {
+	case t.allNamespaces:
+		b.WriteString("|*")
+	case t.namespaces != nil:
+		ns := make([]string, 0, len(t.namespaces))
+		for n := range t.namespaces {
+			ns = append(ns, n)
+		}
+		sort.Strings(ns)
+		b.WriteString("|" + strings.Join(ns, ","))
+	default:
+		b.WriteString("|" + t.namespace)
+	}
+	b.WriteString("|" + strconv.FormatInt(t.weight, 10))
+	return b.String()
+}
 
 type labelPair struct{ key, value string }
 
-// interPodAffinityState is what PreFilter counted over every pod in the
-// cluster, so each node is then a few map lookups.
+// interPodAffinityState is what PreFilter took from the affinity index for
+// one pod, so each node is then a few map lookups.
 type interPodAffinityState struct {
 	aff *podAffinity
-	// existingAnti: topologies where an existing pod's required
-	// anti-affinity matches the incoming pod; existingAntiKeys their keys,
-	// so a node is checked with a lookup per key, not a walk of the map.
-	existingAnti     map[topologyPair]int
-	existingAntiKeys []string
-	// affinity and anti: topologies of existing pods matching the
-	// incoming pod's required terms.
-	affinity, anti map[topologyPair]int
-	// scores: preferred terms both ways, summed per topology.
-	scores map[topologyPair]int64
+	// existingAnti: existing pods' required anti-affinity terms that match
+	// the incoming pod, counted per topology.
+	existingAnti []*topoCounts
+	// affinity: per required term of the incoming pod, the existing pods
+	// matching all of them; anti: per required anti term, those matching it.
+	affinity, anti []*topoCounts
+	// scores: preferred terms both ways and existing pods' required
+	// affinity, each with its weight.
+	scores []weightedCounts
 }
 
-type interPodAffinityPlugin struct{}
+type weightedCounts struct {
+	*topoCounts
+	weight int64
+}
+
+// interPodAffinityPlugin reads the cache's affinity index, under the
+// cache lock as every plugin reads NodeInfos.
+type interPodAffinityPlugin struct{ index *affinityIndex }
 
 func (interPodAffinityPlugin) Name() string { return InterPodAffinityName }
 
-func (interPodAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo) *Status {
+func (p interPodAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo) *Status {
 	s := &interPodAffinityState{aff: parsePodAffinity(pod)}
 	state.write(InterPodAffinityName, s)
-	for _, ni := range nodes {
-		if len(ni.podsWithAffinity) == 0 && s.aff == nil {
+	x := p.index
+	if x == nil {
+		return nil
+	}
+	// Existing pods' terms against the incoming pod.
+	for _, g := range x.groups {
+		if len(g.counts) == 0 || !g.term.matches(pod) {
 			continue
 		}
-		nl := ni.Node.Labels
-		// Existing pods' terms against the incoming pod.
-		for _, cp := range ni.podsWithAffinity {
-			for i := range cp.affinity.requiredAnti {
-				t := &cp.affinity.requiredAnti[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(pod) {
-					s.existingAnti = inc(s.existingAnti, topologyPair{t.topologyKey, v}, 1)
-					if !contains(s.existingAntiKeys, t.topologyKey) {
-						s.existingAntiKeys = append(s.existingAntiKeys, t.topologyKey)
-					}
-				}
-			}
-			for i := range cp.affinity.required {
-				t := &cp.affinity.required[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(pod) {
-					s.scores = add(s.scores, topologyPair{t.topologyKey, v}, hardPodAffinityWeight)
-				}
-			}
-			for i := range cp.affinity.preferred {
-				t := &cp.affinity.preferred[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(pod) {
-					s.scores = add(s.scores, topologyPair{t.topologyKey, v}, t.weight)
-				}
-			}
-			for i := range cp.affinity.preferredAnti {
-				t := &cp.affinity.preferredAnti[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(pod) {
-					s.scores = add(s.scores, topologyPair{t.topologyKey, v}, -t.weight)
-				}
-			}
+		switch g.kind {
+		case kindRequiredAnti:
+			s.existingAnti = append(s.existingAnti, &g.topoCounts)
+		case kindRequired:
+			s.scores = append(s.scores, weightedCounts{&g.topoCounts, hardPodAffinityWeight})
+		case kindPreferred:
+			s.scores = append(s.scores, weightedCounts{&g.topoCounts, g.term.weight})
+		case kindPreferredAnti:
+			s.scores = append(s.scores, weightedCounts{&g.topoCounts, -g.term.weight})
 		}
-		if s.aff == nil {
-			continue
+	}
+	a := s.aff
+	if a == nil {
+		return nil
+	}
+	// The incoming pod's terms against existing pods.
+	if len(a.required) > 0 {
+		m := x.matching(a.required, nodes)
+		for i := range m.per {
+			s.affinity = append(s.affinity, &m.per[i])
 		}
-		// The incoming pod's terms against existing pods.
-		for _, cp := range ni.pods {
-			if len(s.aff.required) > 0 && matchesAll(s.aff.required, cp.pod) {
-				for i := range s.aff.required {
-					if v, ok := nl[s.aff.required[i].topologyKey]; ok {
-						s.affinity = inc(s.affinity, topologyPair{s.aff.required[i].topologyKey, v}, 1)
-					}
-				}
-			}
-			for i := range s.aff.requiredAnti {
-				t := &s.aff.requiredAnti[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(cp.pod) {
-					s.anti = inc(s.anti, topologyPair{t.topologyKey, v}, 1)
-				}
-			}
-			for i := range s.aff.preferred {
-				t := &s.aff.preferred[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(cp.pod) {
-					s.scores = add(s.scores, topologyPair{t.topologyKey, v}, t.weight)
-				}
-			}
-			for i := range s.aff.preferredAnti {
-				t := &s.aff.preferredAnti[i]
-				if v, ok := nl[t.topologyKey]; ok && t.matches(cp.pod) {
-					s.scores = add(s.scores, topologyPair{t.topologyKey, v}, -t.weight)
-				}
-			}
-		}
+	}
+	for i := range a.requiredAnti {
+		s.anti = append(s.anti, &x.matching(a.requiredAnti[i:i+1], nodes).per[0])
+	}
+	for i := range a.preferred {
+		s.scores = append(s.scores, weightedCounts{&x.matching(a.preferred[i:i+1], nodes).per[0], a.preferred[i].weight})
+	}
+	for i := range a.preferredAnti {
+		s.scores = append(s.scores, weightedCounts{&x.matching(a.preferredAnti[i:i+1], nodes).per[0], -a.preferredAnti[i].weight})
 	}
 	return nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func matchesAll(terms []affinityTerm, p *corev1.Pod) bool {
@@ -260,22 +263,6 @@ func matchesAll(terms []affinityTerm, p *corev1.Pod) bool {
 		}
 	}
 	return true
-}
-
-func inc(m map[topologyPair]int, k topologyPair, n int) map[topologyPair]int {
-	if m == nil {
-		m = map[topologyPair]int{}
-	}
-	m[k] += n
-	return m
-}
-
-func add(m map[topologyPair]int64, k topologyPair, n int64) map[topologyPair]int64 {
-	if m == nil {
-		m = map[topologyPair]int64{}
-	}
-	m[k] += n
-	return m
 }
 
 // Filter checks in Kubernetes' order, so a node failing several rules
@@ -288,15 +275,14 @@ func (interPodAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *Nod
 		if !satisfiesAffinity(s, pod, nl) {
 			return unresolvable(errPodAffinity)
 		}
-		for i := range s.aff.requiredAnti {
-			t := &s.aff.requiredAnti[i]
-			if v, ok := nl[t.topologyKey]; ok && s.anti[topologyPair{t.topologyKey, v}] > 0 {
+		for _, tc := range s.anti {
+			if tc.on(nl) > 0 {
 				return unschedulable(errPodAntiAffinity)
 			}
 		}
 	}
-	for _, k := range s.existingAntiKeys {
-		if v, ok := nl[k]; ok && s.existingAnti[topologyPair{k, v}] > 0 {
+	for _, tc := range s.existingAnti {
+		if tc.on(nl) > 0 {
 			return unschedulable(errExistingAntiAffinity)
 		}
 	}
@@ -314,12 +300,15 @@ func satisfiesAffinity(s *interPodAffinityState, pod *corev1.Pod, nl map[string]
 	}
 	// The first pod of a group that wants to be with its own kind may go
 	// anywhere its topology keys exist.
-	if len(s.affinity) == 0 && matchesAll(s.aff.required, pod) {
+	matched := false
+	for _, tc := range s.affinity {
+		matched = matched || len(tc.counts) > 0
+	}
+	if !matched && matchesAll(s.aff.required, pod) {
 		return true
 	}
-	for i := range s.aff.required {
-		t := &s.aff.required[i]
-		if s.affinity[topologyPair{t.topologyKey, nl[t.topologyKey]}] == 0 {
+	for _, tc := range s.affinity {
+		if tc.on(nl) == 0 {
 			return false
 		}
 	}
@@ -329,10 +318,8 @@ func satisfiesAffinity(s *interPodAffinityState, pod *corev1.Pod, nl map[string]
 func (interPodAffinityPlugin) Score(state *CycleState, _ *corev1.Pod, ni *NodeInfo) int64 {
 	s := state.read(InterPodAffinityName).(*interPodAffinityState)
 	var total int64
-	for pair, w := range s.scores {
-		if v, ok := ni.Node.Labels[pair.key]; ok && v == pair.value {
-			total += w
-		}
+	for _, w := range s.scores {
+		total += w.weight * w.on(ni.Node.Labels)
 	}
 	return total
 }

@@ -1,11 +1,14 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestInterPodAffinity(t *testing.T) {
@@ -39,12 +42,13 @@ func TestInterPodAffinity(t *testing.T) {
 	}
 	// a and b in zone z1, c in z2; a db on a, and on c a pod that keeps
 	// caches out of its zone.
-	nis := []*NodeInfo{
+	c := cacheOf(
 		nodeInfoOf(node("a", nil, inZone("z1")), pod("db", nil, labelled("db"))),
 		nodeInfoOf(node("b", nil, inZone("z1"))),
 		nodeInfoOf(node("c", nil, inZone("z2")), pod("guard", nil, labelled("guard"), avoids(term("cache", zone)))),
-	}
-	plugin := interPodAffinityPlugin{}
+	)
+	nis := c.list
+	plugin := interPodAffinityPlugin{index: c.affinity}
 	for _, tc := range []struct {
 		name   string
 		pod    *corev1.Pod
@@ -91,4 +95,196 @@ func TestInterPodAffinity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cacheOf is a cache holding the nodes of nis and their pods, bound.
+func cacheOf(nis ...*NodeInfo) *schedCache {
+	c := newSchedCache()
+	for _, ni := range nis {
+		c.setNode(ni.Node)
+		for _, cp := range ni.pods {
+			p := cp.pod.DeepCopy()
+			p.UID = types.UID(ni.Node.Name + "/" + p.Name)
+			p.Spec.NodeName = ni.Node.Name
+			c.setPod(p)
+		}
+	}
+	return c
+}
+
+// TestAffinityIndexMatchesAWalk drives a cache through random pod, node
+// and label changes and checks, after each, that InterPodAffinity on the
+// index decides every node as a walk over every pod decides it.
+func TestAffinityIndexMatchesAWalk(t *testing.T) {
+	const zone = "topology.kubernetes.io/zone"
+	keys := []string{"kubernetes.io/hostname", zone}
+	apps := []string{"a", "b", "c"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(ss []string) string { return ss[rng.IntN(len(ss))] }
+	randomTerm := func() corev1.PodAffinityTerm {
+		t := corev1.PodAffinityTerm{TopologyKey: pick(keys), LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": pick(apps)}}}
+		switch rng.IntN(4) {
+		case 0:
+			t.LabelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{pick(apps), pick(apps)}}}}
+		case 1:
+			t.NamespaceSelector = &metav1.LabelSelector{}
+		}
+		return t
+	}
+	randomPod := func(name string) *corev1.Pod {
+		p := pod(name, nil, func(p *corev1.Pod) {
+			p.UID = types.UID(name)
+			p.Labels = map[string]string{"app": pick(apps)}
+			if rng.IntN(4) == 0 {
+				p.Namespace = "other"
+			}
+		})
+		if rng.IntN(2) == 0 {
+			return p
+		}
+		a := &corev1.Affinity{PodAffinity: &corev1.PodAffinity{}, PodAntiAffinity: &corev1.PodAntiAffinity{}}
+		for range rng.IntN(3) {
+			switch rng.IntN(4) {
+			case 0:
+				a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, randomTerm())
+			case 1:
+				a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, randomTerm())
+			case 2:
+				a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution, corev1.WeightedPodAffinityTerm{Weight: int32(1 + rng.IntN(100)), PodAffinityTerm: randomTerm()})
+			default:
+				a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, corev1.WeightedPodAffinityTerm{Weight: int32(1 + rng.IntN(100)), PodAffinityTerm: randomTerm()})
+			}
+		}
+		p.Spec.Affinity = a
+		return p
+	}
+	randomNode := func(name string) *corev1.Node {
+		return node(name, nil, func(n *corev1.Node) {
+			if rng.IntN(5) > 0 {
+				n.Labels[zone] = pick([]string{"z1", "z2", "z3"})
+			}
+		})
+	}
+	nodeNames := []string{"n0", "n1", "n2", "n3", "n4", "n5"}
+	c := newSchedCache()
+	plugin := interPodAffinityPlugin{index: c.affinity}
+	var bound []*corev1.Pod
+	for step := range 600 {
+		switch r := rng.IntN(10); {
+		case r < 5:
+			p := randomPod(fmt.Sprintf("p%d", step))
+			p.Spec.NodeName = pick(nodeNames)
+			c.setPod(p)
+			bound = append(bound, p)
+		case r < 7 && len(bound) > 0:
+			i := rng.IntN(len(bound))
+			c.removePod(bound[i].UID)
+			bound = append(bound[:i], bound[i+1:]...)
+		case r < 9:
+			c.setNode(randomNode(pick(nodeNames)))
+		default:
+			c.removeNode(pick(nodeNames))
+		}
+		incoming := randomPod("incoming")
+		state := newCycleState()
+		plugin.PreFilter(state, incoming, c.list)
+		want := walkAffinity(incoming, c.list)
+		for i, ni := range c.list {
+			got := nodeVerdict{score: plugin.Score(state, incoming, ni)}
+			if st := plugin.Filter(state, incoming, ni); st != nil {
+				got.reason = st.reasons[0]
+			}
+			if got != want[i] {
+				t.Fatalf("step %d, node %s, pod %v: index says %+v, a walk %+v", step, ni.Node.Name, incoming.Spec.Affinity, got, want[i])
+			}
+		}
+	}
+}
+
+type nodeVerdict struct {
+	reason string
+	score  int64
+}
+
+// walkAffinity decides every node by matching the pod's terms against
+// every pod on the nodes, and every pod's terms against the pod.
+func walkAffinity(pod *corev1.Pod, nodes []*NodeInfo) []nodeVerdict {
+	type pair struct{ key, value string }
+	aff := parsePodAffinity(pod)
+	existingAnti, affinity, anti, scores := map[pair]int{}, map[pair]int{}, map[pair]int{}, map[pair]int64{}
+	count := func(terms []affinityTerm, p *corev1.Pod, nl map[string]string, f func(pair, *affinityTerm)) {
+		for i := range terms {
+			if v, ok := nl[terms[i].topologyKey]; ok && terms[i].matches(p) {
+				f(pair{terms[i].topologyKey, v}, &terms[i])
+			}
+		}
+	}
+	for _, ni := range nodes {
+		nl := ni.Node.Labels
+		for _, cp := range ni.pods {
+			if a := cp.affinity; a != nil {
+				count(a.requiredAnti, pod, nl, func(k pair, _ *affinityTerm) { existingAnti[k]++ })
+				count(a.required, pod, nl, func(k pair, _ *affinityTerm) { scores[k] += hardPodAffinityWeight })
+				count(a.preferred, pod, nl, func(k pair, t *affinityTerm) { scores[k] += t.weight })
+				count(a.preferredAnti, pod, nl, func(k pair, t *affinityTerm) { scores[k] -= t.weight })
+			}
+			if aff == nil {
+				continue
+			}
+			if len(aff.required) > 0 && matchesAll(aff.required, cp.pod) {
+				for _, t := range aff.required {
+					if v, ok := nl[t.topologyKey]; ok {
+						affinity[pair{t.topologyKey, v}]++
+					}
+				}
+			}
+			count(aff.requiredAnti, cp.pod, nl, func(k pair, _ *affinityTerm) { anti[k]++ })
+			count(aff.preferred, cp.pod, nl, func(k pair, t *affinityTerm) { scores[k] += t.weight })
+			count(aff.preferredAnti, cp.pod, nl, func(k pair, t *affinityTerm) { scores[k] -= t.weight })
+		}
+	}
+	out := make([]nodeVerdict, len(nodes))
+	for i, ni := range nodes {
+		nl := ni.Node.Labels
+		for k, w := range scores {
+			if nl[k.key] == k.value {
+				if _, ok := nl[k.key]; ok {
+					out[i].score += w
+				}
+			}
+		}
+		if aff != nil {
+			ok := true
+			for _, t := range aff.required {
+				if _, has := nl[t.topologyKey]; !has {
+					ok = false
+				}
+			}
+			if ok && len(aff.required) > 0 && !(len(affinity) == 0 && matchesAll(aff.required, pod)) {
+				for _, t := range aff.required {
+					if affinity[pair{t.topologyKey, nl[t.topologyKey]}] == 0 {
+						ok = false
+					}
+				}
+			}
+			if !ok {
+				out[i].reason = errPodAffinity
+				continue
+			}
+			for _, t := range aff.requiredAnti {
+				if v, has := nl[t.topologyKey]; has && anti[pair{t.topologyKey, v}] > 0 {
+					out[i].reason = errPodAntiAffinity
+				}
+			}
+			if out[i].reason != "" {
+				continue
+			}
+		}
+		for k, n := range existingAnti {
+			if v, has := nl[k.key]; has && v == k.value && n > 0 {
+				out[i].reason = errExistingAntiAffinity
+			}
+		}
+	}
+	return out
 }

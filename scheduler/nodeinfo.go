@@ -129,13 +129,10 @@ type NodeInfo struct {
 	alloc allocatable
 	// requested sums the pods' requests; scalar entries are created as
 	// pods bring them.
-	requested podResources
-	pods      []*cachedPod
-	// podsWithAffinity are the pods with inter-pod (anti-)affinity terms,
-	// the only ones whose terms InterPodAffinity must check.
-	podsWithAffinity []*cachedPod
-	usedPorts        map[portKey]map[string]int
-	imageSizes       map[string]int64
+	requested  podResources
+	pods       []*cachedPod
+	usedPorts  map[portKey]map[string]int
+	imageSizes map[string]int64
 }
 
 func newNodeInfo() *NodeInfo { return &NodeInfo{} }
@@ -159,9 +156,6 @@ func (ni *NodeInfo) Pods() []*cachedPod { return ni.pods }
 
 func (ni *NodeInfo) addPod(p *cachedPod) {
 	ni.pods = append(ni.pods, p)
-	if p.affinity != nil {
-		ni.podsWithAffinity = append(ni.podsWithAffinity, p)
-	}
 	ni.account(p.req, 1)
 }
 
@@ -173,9 +167,6 @@ func (ni *NodeInfo) removePod(p *cachedPod) bool {
 			ni.pods[last] = nil
 			ni.pods = ni.pods[:last]
 			ni.account(p.req, -1)
-			if p.affinity != nil {
-				ni.podsWithAffinity = removeFrom(ni.podsWithAffinity, p)
-			}
 			return true
 		}
 	}
@@ -218,18 +209,6 @@ func (ni *NodeInfo) account(r *podResources, sign int64) {
 			}
 		}
 	}
-}
-
-func removeFrom(ps []*cachedPod, p *cachedPod) []*cachedPod {
-	for i, q := range ps {
-		if q == p {
-			last := len(ps) - 1
-			ps[i] = ps[last]
-			ps[last] = nil
-			return ps[:last]
-		}
-	}
-	return ps
 }
 
 // portConflict is Kubernetes' rule: the same protocol and port conflict

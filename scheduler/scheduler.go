@@ -148,7 +148,7 @@ func (s *Scheduler) buildPlugins() {
 	fit := nodeResourcesFitPlugin{strategy: o.FitStrategy, resources: o.FitResources}
 	taints := taintTolerationPlugin{}
 	// Kubernetes' default order: cheap, node-only checks first.
-	podAffinity := interPodAffinityPlugin{}
+	podAffinity := interPodAffinityPlugin{index: s.cache.affinity}
 	spread := topologySpreadPlugin{}
 	s.preFilters = []PreFilterPlugin{affinity, s.volumes, spread, podAffinity}
 	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, s.volumes, spread, podAffinity}
