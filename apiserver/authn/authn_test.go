@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -156,6 +157,44 @@ func TestX509(t *testing.T) {
 				t.Errorf("user (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestX509RemembersOnlyWhileValid: a chain verified once is not verified
+// again on the next request, but it is refused once any certificate in it
+// has expired or before it is valid, cached or not.
+func TestX509RemembersOnlyWhileValid(t *testing.T) {
+	ca := newCA(t)
+	certPEM, keyPEM, err := ca.IssueClient("alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := peerRequest(t, certPEM, keyPEM)
+	leaf := state.PeerCertificates[0]
+	a := authn.NewX509(ca.Pool())
+	at := func(now time.Time) error {
+		a.Now = func() time.Time { return now }
+		r := httptest.NewRequest("GET", "/api", nil)
+		r.TLS = state
+		_, ok, err := a.AuthenticateRequest(r)
+		if err == nil && !ok {
+			t.Fatal("no error and no user")
+		}
+		return err
+	}
+	for i := range 2 {
+		if err := at(leaf.NotBefore.Add(time.Minute)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if err := at(leaf.NotAfter.Add(time.Second)); err == nil {
+		t.Error("an expired certificate was accepted from the cache")
+	}
+	if err := at(leaf.NotBefore.Add(-time.Hour)); err == nil {
+		t.Error("a certificate not yet valid was accepted from the cache")
+	}
+	if err := at(leaf.NotBefore.Add(time.Minute)); err != nil {
+		t.Errorf("valid again: %v", err)
 	}
 }
 
