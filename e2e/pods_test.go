@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -456,6 +457,45 @@ func TestPods(t *testing.T) {
 		if client.Status.PodIP == srv.Status.PodIP || client.Status.PodIP == "" {
 			t.Fatalf("pod IPs %s and %s", client.Status.PodIP, srv.Status.PodIP)
 		}
+	})
+
+	t.Run("routes to another node's pod CIDR", func(t *testing.T) {
+		self, err := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		own := netip.MustParsePrefix(self.Spec.PodCIDR)
+		// A peer whose pod CIDR is the last /24 of the cluster CIDR, reached
+		// via an address on the pod bridge: connected, so the kernel takes
+		// the route, and no packet leaves the host.
+		b := own.Addr().As4()
+		peerCIDR := netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], 255, 0}), 24)
+		gw := netip.AddrFrom4([4]byte{b[0], b[1], b[2], 254})
+		peer, err := e.cs.CoreV1().Nodes().Create(t.Context(), &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: e.node + "-peer"},
+			Spec:       corev1.NodeSpec{PodCIDR: peerCIDR.String(), PodCIDRs: []string{peerCIDR.String()}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.cs.CoreV1().Nodes().Delete(context.Background(), peer.Name, metav1.DeleteOptions{})
+		peer.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: gw.String()}}
+		if _, err := e.cs.CoreV1().Nodes().UpdateStatus(t.Context(), peer, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s via %s dev %s", peerCIDR, gw, e.bridge)
+		routes := func() string {
+			out, err := exec.Command("ip", "-4", "route", "show", "proto", "181").CombinedOutput()
+			if err != nil {
+				t.Fatalf("ip route: %v %s", err, out)
+			}
+			return string(out)
+		}
+		waitFor(t, 10*time.Second, "the route "+want, func() bool { return strings.Contains(routes(), want) })
+		if err := e.cs.CoreV1().Nodes().Delete(t.Context(), peer.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the route to go with its node", func() bool { return !strings.Contains(routes(), peerCIDR.String()) })
 	})
 
 	t.Run("liveness probe failure restarts the container", func(t *testing.T) {

@@ -112,3 +112,9 @@ func (c *Client) listServices(ctx context.Context, ns string) (*corev1.ServiceLi
 func (c *Client) podListWatch(node string) *cache.ListWatch {
 	return cache.NewListWatchFromClient(c.core, "pods", metav1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
 }
+
+// nodeListWatch lists and watches every Node (for routes to their pod
+// CIDRs).
+func (c *Client) nodeListWatch() *cache.ListWatch {
+	return cache.NewListWatchFromClient(c.core, "nodes", metav1.NamespaceAll, fields.Everything())
+}

@@ -43,6 +43,7 @@ func (a *Agent) runPods(ctx context.Context) error {
 		}
 		network = builtin
 		cfg.Logger.Info("pod network up", "bridge", nc.Bridge, "podCIDR", cidr.String())
+		go a.syncRoutes(ctx, builtin)
 	}
 	if network != nil {
 		defer network.Close()
