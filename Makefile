@@ -25,9 +25,10 @@ CGO_ENABLED ?= 0
 # Debian packages. RUN_DEPS are what `bonsai server` needs on the box
 # (containerd, runc, nftables, iproute2 as those parts land); DEPS are what
 # the tests and benchmarks need: everything bonsai needs plus its real
-# peers and test fixtures (etcd-server, busybox-static, ...).
+# peers and test fixtures (etcd-server, busybox-static, dbus-daemon and
+# systemd-logind for graceful node shutdown, ...).
 RUN_DEPS := containerd runc
-DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables)
+DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd)
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s

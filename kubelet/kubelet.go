@@ -81,6 +81,14 @@ type Config struct {
 	// watched by image garbage collection ("" = no collection).
 	ImageFS string
 
+	// ShutdownGroups turns on graceful node shutdown (ShutdownGroups
+	// makes them; nil = off): the node holds a logind delay lock and stops
+	// its pods in these phases when the host shuts down.
+	ShutdownGroups []ShutdownGroup
+	// LogindConfDir is where InhibitDelayMaxSec is raised when logind's is
+	// shorter than the shutdown ("" = /etc/systemd/logind.conf.d).
+	LogindConfDir string
+
 	nodeMemory      int64
 	nodeAllocatable corev1.ResourceList
 
@@ -104,6 +112,8 @@ type Agent struct {
 	lastAt  time.Time
 	// net is the pod network once it is up.
 	net netplugin.PodNetwork
+	// shutdown is graceful node shutdown; nil when off.
+	shutdown *shutdownManager
 }
 
 func (a *Agent) setNetwork(n netplugin.PodNetwork) {
@@ -151,6 +161,15 @@ func Run(ctx context.Context, cfg Config) error {
 	l := &leaseRenewer{client: cfg.Client, nodeName: cfg.NodeName, nodeUID: a.nodeUID, clock: cfg.Clock, log: cfg.Logger}
 	go l.run(ctx)
 	go a.watchDevices(ctx)
+	if len(cfg.ShutdownGroups) > 0 {
+		dir := cfg.LogindConfDir
+		if dir == "" {
+			dir = logindDropInDir
+		}
+		a.shutdown = &shutdownManager{groups: cfg.ShutdownGroups, dropInDir: dir, agent: a,
+			log: cfg.Logger.Info, warn: cfg.Logger.Warn}
+		go a.shutdown.run(ctx)
+	}
 	if cfg.Runtime != nil {
 		go func() {
 			if err := a.runPods(ctx); err != nil && ctx.Err() == nil {
@@ -375,6 +394,10 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 // the container runtime's network is not ready.
 func (a *Agent) readyCondition(hb metav1.Time) corev1.NodeCondition {
 	c := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb}
+	if a.shutdown.isShuttingDown() {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, "KubeletNotReady", shutdownNodeMessage
+		return c
+	}
 	if err := a.networkNotReady(); err != nil {
 		c.Status, c.Reason = corev1.ConditionFalse, "KubeletNotReady"
 		c.Message = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: " + err.Error()

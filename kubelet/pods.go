@@ -51,6 +51,9 @@ type podManager struct {
 	sandboxBackoff *flowcontrol.Backoff
 	// tokens are the service-account tokens of projected volumes.
 	tokens *tokenManager
+	// shutdown is graceful node shutdown (nil when off): while the node
+	// shuts down, new pods are refused.
+	shutdown *shutdownManager
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -181,6 +184,17 @@ func (m *podManager) workerDone(uid types.UID) {
 	delete(m.workers, uid)
 	m.mu.Unlock()
 	m.tokens.forgetPod(uid)
+}
+
+// liveWorkers are the workers of the pods the node runs now.
+func (m *podManager) liveWorkers() []*podWorker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*podWorker, 0, len(m.workers))
+	for _, w := range m.workers {
+		out = append(out, w)
+	}
+	return out
 }
 
 func (m *podManager) known(uid string) bool {

@@ -48,8 +48,38 @@ func (w *podWorker) status(pod *corev1.Pod, inst map[string][]cri.ContainerStatu
 	if w.deadline {
 		st.Phase, st.Reason, st.Message = corev1.PodFailed, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
 	}
+	if w.shutdownStopped {
+		if st.Phase != corev1.PodSucceeded {
+			st.Phase = corev1.PodFailed
+		}
+		st.Reason, st.Message = shutdownReason, shutdownMessage
+	}
 	st.Conditions = w.conditions(pod, st)
+	if w.shutdownStopped {
+		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions)
+	}
 	return st
+}
+
+// setDisruptionTarget adds (or turns True) the DisruptionTarget condition
+// of a pod the node's shutdown terminated, keeping its transition time
+// once set.
+func setDisruptionTarget(conds, old []corev1.PodCondition) []corev1.PodCondition {
+	c := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: corev1.PodReasonTerminationByKubelet, Message: shutdownMessage,
+		LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
+	for _, o := range old {
+		if o.Type == c.Type && o.Status == c.Status {
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+	}
+	for i := range conds {
+		if conds[i].Type == c.Type {
+			conds[i] = c
+			return conds
+		}
+	}
+	return append(conds, c)
 }
 
 func (w *podWorker) containerStatus(pod *corev1.Pod, c *corev1.Container, cs []cri.ContainerStatus) corev1.ContainerStatus {

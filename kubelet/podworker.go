@@ -53,6 +53,80 @@ type podWorker struct {
 	// devicesAdmitted: the pod got its devices; devicesWaiting: for
 	// devices deleted pods still hold (kubelet/devices.go).
 	devicesAdmitted, devicesWaiting bool
+	// shutdownPeriod and shutdownDone (under mu) are a graceful node
+	// shutdown's order to stop the pod within the period; shutdownDone
+	// closes once it has stopped. shutdownStopped: it was stopped so,
+	// and stays Failed.
+	shutdownPeriod  time.Duration
+	shutdownDone    chan struct{}
+	shutdownClosed  bool
+	shutdownStopped bool
+}
+
+// shutdown orders the pod stopped within period for a node shutdown; the
+// channel closes when it has stopped (or had nothing to stop).
+func (w *podWorker) shutdown(period time.Duration) <-chan struct{} {
+	w.mu.Lock()
+	if w.shutdownDone == nil {
+		w.shutdownDone, w.shutdownPeriod = make(chan struct{}), period
+	}
+	done := w.shutdownDone
+	w.mu.Unlock()
+	w.wake()
+	return done
+}
+
+func (w *podWorker) shutdownOrder() (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shutdownPeriod, w.shutdownDone != nil
+}
+
+func (w *podWorker) shutdownFinished() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.shutdownDone != nil && !w.shutdownClosed {
+		close(w.shutdownDone)
+		w.shutdownClosed = true
+	}
+}
+
+// syncShutdown stops the pod for a node shutdown, as the kubelet's
+// shutdown manager kills it: within the lesser of the phase's period and
+// the pod's own grace, then Failed with reason Terminated and a
+// DisruptionTarget condition. handled means the sync ends here.
+func (w *podWorker) syncShutdown(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) (time.Duration, bool) {
+	period, ordered := w.shutdownOrder()
+	if !ordered && !w.shutdownStopped {
+		return 0, false
+	}
+	if !w.shutdownStopped && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		w.stopAll(ctx, pod, inst, min(containerGrace(pod), period))
+		w.shutdownStopped = true
+		inst, _ = w.instances(ctx)
+	}
+	if !w.shutdownStopped {
+		w.shutdownFinished()
+		return 0, false
+	}
+	w.postStatus(ctx, pod, w.status(pod, inst))
+	w.shutdownFinished()
+	w.releaseNetwork(ctx)
+	w.releaseDevices()
+	return time.Minute, true
+}
+
+// rejectForShutdown fails a pod that arrives while the node shuts down,
+// before anything of it runs, as the kubelet's admission does.
+func (w *podWorker) rejectForShutdown(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) bool {
+	if !w.m.shutdown.isShuttingDown() || len(inst) > 0 || w.sandbox != nil {
+		return false
+	}
+	w.event(ctx, pod, "", corev1.EventTypeWarning, shutdownRejectReason, shutdownRejectMessage)
+	st := pod.Status.DeepCopy()
+	st.Phase, st.Reason, st.Message = corev1.PodFailed, shutdownRejectReason, "Pod was rejected: "+shutdownRejectMessage
+	w.postStatus(ctx, pod, *st)
+	return true
 }
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
@@ -136,7 +210,11 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		return time.Second, false
 	}
 	if deleted || pod.DeletionTimestamp != nil {
+		w.shutdownFinished()
 		return w.terminate(ctx, pod, deleted, inst)
+	}
+	if next, handled := w.syncShutdown(ctx, pod, inst); handled {
+		return next, false
 	}
 	if w.startTime == nil {
 		if pod.Status.StartTime != nil {
@@ -162,6 +240,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.stopAll(ctx, pod, inst, gracePeriod(pod))
 		inst, _ = w.instances(ctx)
 		w.postStatus(ctx, pod, w.status(pod, inst))
+		return time.Minute, false
+	}
+	if w.rejectForShutdown(ctx, pod, inst) {
 		return time.Minute, false
 	}
 	if !w.admitDevices(ctx, pod, inst) {

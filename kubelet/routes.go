@@ -66,7 +66,7 @@ func (a *Agent) syncRoutes(ctx context.Context, net routeSetter) {
 		ListerWatcher: a.cfg.Client.nodeListWatch(),
 		ObjectType:    &corev1.Node{},
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { wake() },
+			AddFunc: func(any) { wake() },
 			UpdateFunc: func(old, cur any) {
 				if routesDiffer(old.(*corev1.Node), cur.(*corev1.Node)) {
 					wake()

@@ -58,6 +58,10 @@ func (a *Agent) runPods(ctx context.Context) error {
 	cfg.nodeAllocatable = st.Allocatable
 	m := newPodManager(cfg)
 	m.net, m.ctx = network, ctx
+	if a.shutdown != nil {
+		m.shutdown = a.shutdown
+		a.shutdown.setPods(m)
+	}
 	if cfg.Devices != nil {
 		cfg.Devices.SetActivePods(m.activePods)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -22,6 +23,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/deviceplugin/generic"
+	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
@@ -76,6 +78,9 @@ type serverOptions struct {
 	auditPolicyFile   string
 	kubeletRootDir    string
 	deviceConfig      string
+	shutdownGrace     time.Duration
+	shutdownCritical  time.Duration
+	shutdownByPrio    []string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -123,6 +128,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
 	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 0, "graceful node shutdown: how long this host's node delays a system shutdown (a logind delay lock) to stop its pods; 0 = off (the kubelet's shutdownGracePeriod)")
+	fs.DurationVar(&o.shutdownCritical, "shutdown-grace-period-critical-pods", 0, "of --shutdown-grace-period, the last part, kept for pods of system-critical priority; less than it (the kubelet's shutdownGracePeriodCriticalPods)")
+	fs.StringSliceVar(&o.shutdownByPrio, "shutdown-grace-period-by-pod-priority", nil, "graceful node shutdown in phases by pod priority, instead of the two flags above: priority=period, repeatable; pods stop lowest priority first, each phase within its period (the kubelet's shutdownGracePeriodByPodPriority) (default none)")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
@@ -183,6 +191,8 @@ type serverConfig struct {
 	KubeletRootDir string
 	// Devices is the generic device plugin's configuration; nil = none.
 	Devices *generic.Config
+	// ShutdownGroups are graceful node shutdown's phases; nil = off.
+	ShutdownGroups []kubelet.ShutdownGroup
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -499,6 +509,11 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
 	}
 	c.MaxPods = o.maxPods
+	groups, err := o.shutdownGroups()
+	if err != nil {
+		return err
+	}
+	c.ShutdownGroups = groups
 	if o.kubeletPort < 1 || o.kubeletPort > 65535 {
 		return fmt.Errorf("--kubelet-port %d: must be between 1 and 65535", o.kubeletPort)
 	}
@@ -620,4 +635,23 @@ func (o *serverOptions) validateDevices(c *serverConfig) error {
 	}
 	c.Devices = cfg
 	return nil
+}
+
+// shutdownGroups checks the graceful node shutdown flags.
+func (o *serverOptions) shutdownGroups() ([]kubelet.ShutdownGroup, error) {
+	var byPrio []kubelet.ShutdownGroup
+	for _, e := range o.shutdownByPrio {
+		p, d, ok := strings.Cut(e, "=")
+		prio, perr := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+		period, derr := time.ParseDuration(strings.TrimSpace(d))
+		if !ok || perr != nil || derr != nil {
+			return nil, fmt.Errorf("--shutdown-grace-period-by-pod-priority %q: want priority=period, such as 100000=10s", e)
+		}
+		byPrio = append(byPrio, kubelet.ShutdownGroup{Priority: int32(prio), Period: period})
+	}
+	groups, err := kubelet.ShutdownGroups(o.shutdownGrace, o.shutdownCritical, byPrio)
+	if err != nil {
+		return nil, fmt.Errorf("graceful node shutdown: %v", err)
+	}
+	return groups, nil
 }

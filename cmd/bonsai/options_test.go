@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/kubelet"
 )
 
 // parseServer runs `bonsai server args...` up to the point where the server
@@ -109,7 +110,7 @@ func TestServerFlags(t *testing.T) {
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow", "--profiling=false",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +153,7 @@ func TestServerFlags(t *testing.T) {
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
+		ShutdownGroups:       []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
 		AuthorizationMode:    "AlwaysAllow",
 		KubeletRootDir:       "/var/lib/kubelet",
 		NodeLifecycle:        defaultNodeLifecycle,
@@ -173,6 +175,13 @@ func TestServerBadFlags(t *testing.T) {
 		want []string // all must appear in the error
 	}{
 		{[]string{"--service-cidr", "10.43.0.0/33"}, []string{"--service-cidr", "not a CIDR"}},
+		{[]string{"--shutdown-grace-period", "10s", "--shutdown-grace-period-critical-pods", "10s"}, []string{"graceful node shutdown", "must be less than shutdownGracePeriod 10s"}},
+		{[]string{"--shutdown-grace-period-critical-pods", "10s"}, []string{"graceful node shutdown", "needs a shutdownGracePeriod"}},
+		{[]string{"--shutdown-grace-period", "-1s"}, []string{"graceful node shutdown", "negative"}},
+		{[]string{"--shutdown-grace-period", "soon"}, []string{"--shutdown-grace-period"}},
+		{[]string{"--shutdown-grace-period-by-pod-priority", "100000:10s"}, []string{"--shutdown-grace-period-by-pod-priority", "priority=period"}},
+		{[]string{"--shutdown-grace-period-by-pod-priority", "high=10s"}, []string{"--shutdown-grace-period-by-pod-priority", "priority=period"}},
+		{[]string{"--shutdown-grace-period-by-pod-priority", "100000=10s", "--shutdown-grace-period", "30s"}, []string{"graceful node shutdown", "cannot be set together"}},
 		{[]string{"--kubelet-root-dir", "var/lib/kubelet"}, []string{"--kubelet-root-dir", "absolute"}},
 		{[]string{"--device-config", filepath.Join(dir, "absent.yaml")}, []string{"--device-config", "absent.yaml", "no such file"}},
 		{[]string{"--device-config", writeFile(t, "devices.yaml", "resources:\n- name: serial\n  devices: [/dev/ttyUSB*]\n")}, []string{"--device-config", "resources[0]", "vendor-domain/resourcetype"}},

@@ -357,7 +357,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
 		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
 		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
-		Simulated: cfg.Runtime == "simulated", Logger: log,
+		Simulated: cfg.Runtime == "simulated", Logger: log, ShutdownGroups: cfg.ShutdownGroups,
 	}
 	if cfg.Runtime != "containerd" && cfg.Devices != nil {
 		log.Warn("devices.yaml is ignored: device plugins need --runtime=containerd", "runtime", cfg.Runtime)
