@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+
+	"bonsai.dev/bonsai/netplugin/proxy"
 )
 
 // serviceParams size the services suite; -quick shrinks it.
@@ -290,7 +292,7 @@ func readyToRule(ctx context.Context, n *realNode, pods int) ([]time.Duration, e
 	}
 	table := &nftables.Table{Name: n.bridge + "-svc", Family: nftables.TableFamilyIPv4}
 	inMap := func(ip string) bool {
-		set, err := nft.GetSetByName(table, "endpoints-service-default/ready/tcp/http")
+		set, err := nft.GetSetByName(table, proxy.EndpointsMapName("default/ready/tcp/http"))
 		if err != nil {
 			return false
 		}

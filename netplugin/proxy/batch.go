@@ -19,7 +19,8 @@ import (
 // and reading them took longer than the kernel took to apply the whole
 // transaction. The kernel applies a batch synchronously inside sendmsg
 // and reports every failing message whether or not it asked for an ack,
-// so one ack, on the last message, says the whole batch is in.
+// so one ack, on the last message, says the whole batch is in. Nor is
+// anything echoed.
 //
 // The library's connection is dialled through its test hook: its Flush
 // hands the finished batch to capture, which keeps it and answers each
@@ -30,6 +31,9 @@ type nftConn struct {
 	netnsFD int // < 0: the caller's namespace
 	nl      *mnl.Conn
 	batch   []mnl.Message
+	// replies is how many messages the kernel answered the last
+	// transaction with: one ack when nothing is echoed.
+	replies int
 }
 
 // socketBuffer is the send and receive buffer the connection asks for: a
@@ -115,6 +119,10 @@ func (c *nftConn) flush() error {
 	last := len(msgs) - 2 // the last message before batch end
 	for i := range msgs {
 		msgs[i].Header.Sequence, msgs[i].Header.PID = 0, 0 // the real socket numbers them
+		// The library asks for every new rule to be echoed back (for its
+		// handle, which the proxy never uses): the kernel would build a
+		// full dump of each rule and queue it on this socket.
+		msgs[i].Header.Flags &^= unix.NLM_F_ECHO
 		if i == last {
 			msgs[i].Header.Flags |= mnl.Acknowledge
 		} else {
@@ -134,6 +142,7 @@ func (c *nftConn) flush() error {
 		c.Close()
 		return err
 	}
+	c.replies = 0
 	for {
 		replies, err := nl.Receive()
 		if err != nil {
@@ -143,6 +152,7 @@ func (c *nftConn) flush() error {
 			c.Close()
 			return err
 		}
+		c.replies += len(replies)
 		for _, m := range replies {
 			if m.Header.Sequence == want {
 				return nil

@@ -22,9 +22,11 @@
 //	services        ip daddr . meta l4proto . th dport vmap @service-ips
 //	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
 //	service-<port>  masquerade mark for off-cluster sources; then
-//	                dnat to numgen random mod 2^30 map @endpoints-service-<port>
+//	                dnat to numgen random mod 2^30 map @ep-<hash>
 //	                (an interval map giving each endpoint address . port an
-//	                equal range of the random number)
+//	                equal range of the random number; its comment is
+//	                "endpoints-service-<port>", its name a hash of that:
+//	                see setName)
 //	                or, with ClientIP affinity, affinity lookups and
 //	                numgen random mod N vmap to endpoint chains
 //	local-<port>    the same over this node's endpoints (Local policies)

@@ -47,16 +47,17 @@ func (k *kernelTable) addChain(c chainDef) {
 
 func (k *kernelTable) addSet(s setDef) error {
 	set := &nftables.Set{Table: k.table, Name: s.name, KeyType: nftables.TypeIPAddr,
-		HasTimeout: true, Timeout: s.timeout, Dynamic: true}
+		HasTimeout: true, Timeout: s.timeout, Dynamic: true, Comment: s.comment}
 	var elems []nftables.SetElement
 	switch {
 	case s.targets != nil:
 		set = k.targetsMap(s.name)
+		set.Comment = s.comment
 		for i, a := range s.targets {
 			elems = append(elems, targetElems(i, len(s.targets), a)...)
 		}
 	case s.endpoints != nil:
-		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict, Comment: s.comment}
 		for i, c := range s.endpoints {
 			// numgen writes its number in host byte order.
 			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),

@@ -284,7 +284,7 @@ func TestKernelReadBack(t *testing.T) {
 		t.Errorf("numgen modulus in service chain = %d, want %d", mod, targetSpace)
 	}
 	// The endpoints map splits that range in two, in network byte order.
-	checkTargets(t, p.ns, "endpoints-service-default/web/tcp/http", 2)
+	checkTargets(t, p.ns, endpointsMap("service-default/web/tcp/http"), 2)
 
 	// Incremental changes of every kind: an endpoint goes, a policy
 	// changes, an affinity timeout changes (its sets are replaced), a
@@ -756,12 +756,12 @@ func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	if got := hits(t, n.client, "10.96.0.10:80", 40); got["ep0"] == 0 || got["ep1"] == 0 {
 		t.Errorf("with both: answers %v", got)
 	}
-	checkTargets(t, n.node, "endpoints-service-default/web/tcp/http", 2)
+	checkTargets(t, n.node, endpointsMap("service-default/web/tcp/http"), 2)
 	p.set(t, only(0))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Errorf("back to ep0 only: answers %v", got)
 	}
-	checkTargets(t, n.node, "endpoints-service-default/web/tcp/http", 1)
+	checkTargets(t, n.node, endpointsMap("service-default/web/tcp/http"), 1)
 	if after := handles(); !slices.Equal(before, after) {
 		t.Errorf("rule handles %v became %v: the chain was rewritten for a change of count", before, after)
 	}
