@@ -309,12 +309,16 @@ func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
 		return sw.writeFrame(typ, pb)
 	}
 	if sw.format == outJSON {
+		js, err := e.jsonBytes()
+		if err != nil {
+			return false
+		}
 		var b bytes.Buffer
-		b.Grow(len(e.json) + 32)
+		b.Grow(len(js) + 32)
 		b.WriteString(`{"type":"`)
 		b.WriteString(string(typ))
 		b.WriteString(`","object":`)
-		b.Write(e.json)
+		b.Write(js)
 		b.WriteString("}\n")
 		if _, err := sw.w.Write(b.Bytes()); err != nil {
 			return false

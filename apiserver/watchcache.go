@@ -16,8 +16,10 @@ import (
 type sharedEvent struct {
 	once     sync.Once
 	obj      runtime.Object
-	json     []byte // obj as JSON
 	err      error
+	jsonOnce sync.Once
+	json     []byte // obj as JSON
+	jsonErr  error
 	pbOnce   sync.Once
 	pb       []byte // obj in Kubernetes protobuf
 	pbErr    error
@@ -62,11 +64,18 @@ func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
 	c.mu.Unlock()
 	e.once.Do(func() {
 		e.obj, e.err = decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
-		if e.err == nil {
-			e.json, e.err = json.Marshal(e.obj)
-		}
 	})
 	return e
+}
+
+// jsonBytes encodes the object once for JSON watchers; protobuf and
+// metadata watchers, and events every watcher filters out, never pay
+// for it.
+func (e *sharedEvent) jsonBytes() ([]byte, error) {
+	e.jsonOnce.Do(func() {
+		e.json, e.jsonErr = json.Marshal(e.obj)
+	})
+	return e.json, e.jsonErr
 }
 
 // previous decodes the object before the change, for selector filtering.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,23 +28,38 @@ type Informers struct {
 
 	mu       sync.Mutex
 	clients  map[schema.GroupVersion]rest.Interface
-	m        map[reflect.Type]cache.SharedIndexInformer
+	m        map[informerKey]cache.SharedIndexInformer
 	startCtx context.Context // set once Start ran: later informers start at once
+}
+
+// informerKey is a kind and the field selector its informer watches
+// with ("" for every object).
+type informerKey struct {
+	t        reflect.Type
+	selector string
 }
 
 // NewInformers builds an empty set; For adds informers, Start runs them.
 func NewInformers(cfg *rest.Config) *Informers {
-	return &Informers{cfg: cfg, clients: map[schema.GroupVersion]rest.Interface{}, m: map[reflect.Type]cache.SharedIndexInformer{}}
+	return &Informers{cfg: cfg, clients: map[schema.GroupVersion]rest.Interface{}, m: map[informerKey]cache.SharedIndexInformer{}}
 }
 
 // For is the shared informer of obj's kind (a pointer to a built-in type,
 // such as &corev1.Pod{}). Add handlers and indexers before Start; an
 // informer first asked for after Start starts at once.
 func (f *Informers) For(obj runtime.Object) cache.SharedIndexInformer {
-	t := reflect.TypeOf(obj)
+	return f.ForFields(obj, fields.Everything())
+}
+
+// ForFields is the shared informer of the objects of obj's kind that
+// match a field selector, filtered by the API server: a controller that
+// needs a few objects of a numerous kind (one ConfigMap name in every
+// namespace) neither caches nor decodes the rest.
+func (f *Informers) ForFields(obj runtime.Object, selector fields.Selector) cache.SharedIndexInformer {
+	key := informerKey{t: reflect.TypeOf(obj), selector: selector.String()}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if inf, ok := f.m[t]; ok {
+	if inf, ok := f.m[key]; ok {
 		return inf
 	}
 	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
@@ -65,13 +81,30 @@ func (f *Informers) For(obj runtime.Object) cache.SharedIndexInformer {
 		f.clients[gvk.GroupVersion()] = rc
 	}
 	inf := cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, fields.Everything()),
+		cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, selector),
 		obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	f.m[t] = inf
+	f.m[key] = inf
 	if f.startCtx != nil {
 		go inf.RunWithContext(f.startCtx)
 	}
 	return inf
+}
+
+// Watching lists the informers made so far, as "<Kind>" or
+// "<Kind> <field selector>", sorted.
+func (f *Informers) Watching() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.m))
+	for k := range f.m {
+		s := k.t.Elem().Name()
+		if k.selector != "" {
+			s += " " + k.selector
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // resourceOf is the plural resource name of a built-in kind.

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -58,18 +60,25 @@ type Controller struct {
 	// indexer holds the kinds counted from the shared informers' caches.
 	indexer map[schema.GroupResource]cache.Indexer
 	synced  []cache.InformerSynced
-	queue   workqueue.TypedRateLimitingInterface[string]
+	// metaInformers are the countedByMetadata kinds' informers, which
+	// Run runs (they are the controller's own).
+	metaInformers []cache.SharedIndexInformer
+	queue         workqueue.TypedRateLimitingInterface[string]
 }
 
-// informed are the kinds counted from caches; the others are listed.
+// informed are the kinds counted from caches of whole objects, whose
+// usage depends on their spec; the others are listed.
 var informed = map[schema.GroupResource]runtime.Object{
 	{Resource: "pods"}:                   &corev1.Pod{},
 	{Resource: "services"}:               &corev1.Service{},
-	{Resource: "configmaps"}:             &corev1.ConfigMap{},
-	{Resource: "secrets"}:                &corev1.Secret{},
 	{Resource: "persistentvolumeclaims"}: &corev1.PersistentVolumeClaim{},
 	{Resource: "resourcequotas"}:         &corev1.ResourceQuota{},
 }
+
+// countedByMetadata are numerous kinds that only count: cached as
+// metadata, so their data (1 MB each at most) is neither kept nor decoded
+// here.
+var countedByMetadata = []schema.GroupResource{{Resource: "configmaps"}, {Resource: "secrets"}}
 
 // New builds the controller and registers its handlers.
 func New(cfg Config) (*Controller, error) {
@@ -108,8 +117,16 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
+	infs := map[schema.GroupResource]cache.SharedIndexInformer{}
 	for gr, obj := range informed {
-		inf := cfg.Informers.For(obj)
+		infs[gr] = cfg.Informers.For(obj)
+	}
+	for _, gr := range countedByMetadata {
+		inf := metadataInformer(meta, gr.WithVersion("v1"))
+		c.metaInformers = append(c.metaInformers, inf)
+		infs[gr] = inf
+	}
+	for gr, inf := range infs {
 		c.indexer[gr] = inf.GetIndexer()
 		c.synced = append(c.synced, inf.HasSynced)
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -172,6 +189,9 @@ func keyOf(obj any) string {
 // Run works until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
+	for _, inf := range c.metaInformers {
+		go inf.RunWithContext(ctx)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return nil
 	}
@@ -197,4 +217,30 @@ func (c *Controller) resync(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// metadataInformer caches the metadata of every object of gvr, indexed
+// by namespace, keeping only what counting needs.
+func metadataInformer(meta metadata.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	res := meta.Resource(gvr)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// Before Run, so it cannot fail.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
+		}
+		return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		}}, nil
+	})
+	return inf
 }

@@ -2,6 +2,7 @@ package resourcequota_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,6 +34,12 @@ func newEnv(t *testing.T) *env {
 	c, err := resourcequota.New(resourcequota.Config{Client: e.Client, Informers: inf, RESTConfig: e.Config, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// ConfigMaps and Secrets only count: they are cached as metadata by
+	// the controller itself, not as whole objects in the shared
+	// informers.
+	if got, want := inf.Watching(), []string{"PersistentVolumeClaim", "Pod", "ResourceQuota", "Service"}; !slices.Equal(got, want) {
+		t.Fatalf("shared informers %q, want %q", got, want)
 	}
 	inf.Start(e.Ctx)
 	go c.Run(e.Ctx)

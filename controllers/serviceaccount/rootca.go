@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -46,7 +47,9 @@ func NewRootCAPublisher(cfg Config) (*RootCAPublisher, error) {
 	p := &RootCAPublisher{
 		cfg:   cfg,
 		nsInf: cfg.Informers.For(&corev1.Namespace{}),
-		cmInf: cfg.Informers.For(&corev1.ConfigMap{}),
+		// Only the CA ConfigMaps: the API server filters, so ConfigMaps
+		// at large are neither cached nor decoded here.
+		cmInf: cfg.Informers.ForFields(&corev1.ConfigMap{}, fields.OneTermEqualSelector("metadata.name", RootCACertConfigMapName)),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "root_ca_cert_publisher"}),
 		log: cfg.Logger,

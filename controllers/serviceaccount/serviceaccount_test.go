@@ -3,6 +3,7 @@ package serviceaccount_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/client"
@@ -199,4 +201,44 @@ func TestRootCAPublisherNeedsCA(t *testing.T) {
 	if _, err := serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: e.Client, Informers: client.NewInformers(e.Config)}); err == nil {
 		t.Fatal("publisher built without a CA")
 	}
+}
+
+// TestRootCAPublisherWatchesOnlyCAConfigMaps: the publisher's ConfigMap
+// informer is filtered by the API server, so the process neither caches
+// nor decodes other ConfigMaps, and a For informer of the kind is a
+// different one.
+func TestRootCAPublisherWatchesOnlyCAConfigMaps(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{WithoutServiceAccounts: true})
+	if _, err := e.Client.Core.ConfigMaps("default").Create(e.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-settings"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inf := client.NewInformers(e.Config)
+	p, err := serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log, RootCA: []byte(testCA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.Ctx)
+	defer cancel()
+	inf.Start(ctx)
+	go p.Run(ctx)
+	if got, want := inf.Watching(), []string{"ConfigMap metadata.name=" + serviceaccount.RootCACertConfigMapName, "Namespace"}; !slices.Equal(got, want) {
+		t.Fatalf("the publisher watches %q, want %q", got, want)
+	}
+	cmInf := inf.ForFields(&corev1.ConfigMap{}, fields.OneTermEqualSelector("metadata.name", serviceaccount.RootCACertConfigMapName))
+	if cmInf == inf.For(&corev1.ConfigMap{}) {
+		t.Fatal("For and ForFields gave the same informer")
+	}
+	controllertest.Eventually(t, waitFor, func() error {
+		names := map[string]bool{}
+		for _, o := range cmInf.GetStore().List() {
+			names[o.(*corev1.ConfigMap).Name] = true
+		}
+		if len(names) != 1 || !names[serviceaccount.RootCACertConfigMapName] {
+			return fmt.Errorf("the publisher's informer holds ConfigMaps named %v", names)
+		}
+		if _, ok, _ := cmInf.GetStore().GetByKey("default/" + serviceaccount.RootCACertConfigMapName); !ok {
+			return fmt.Errorf("no default/%s in the publisher's informer yet", serviceaccount.RootCACertConfigMapName)
+		}
+		return nil
+	})
 }
