@@ -10,10 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -155,4 +158,18 @@ func NewRecorder(ctx context.Context, core rest.Interface, component string) rec
 		b.Shutdown()
 	}()
 	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
+}
+
+// MetadataListWatch lists and watches the metadata of a resource in
+// every namespace, for informers of metav1.PartialObjectMetadata.
+func MetadataListWatch(meta metadata.Interface, gvr schema.GroupVersionResource) *cache.ListWatch {
+	res := meta.Resource(gvr)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return res.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return res.Watch(ctx, opts)
+		},
+	}
 }

@@ -8,12 +8,12 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/client"
 )
 
 // Index names of every monitor's cache.
@@ -117,16 +117,7 @@ func hasVerbs(have metav1.Verbs, want ...string) bool {
 // startMonitor runs an informer of info's metadata under runCtx.
 // Callers hold gc.mu.
 func (gc *Controller) startMonitor(info resourceInfo) *monitor {
-	res := gc.meta.Resource(info.gvr)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return res.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return res.Watch(ctx, opts)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
+	inf := cache.NewSharedIndexInformer(client.MetadataListWatch(gc.meta, info.gvr), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
 		uidIndex:   func(obj any) ([]string, error) { return []string{string(obj.(metav1.Object).GetUID())}, nil },
 		ownerIndex: ownerUIDs,
 	})
