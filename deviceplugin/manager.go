@@ -90,6 +90,9 @@ type Manager struct {
 	doneGen     uint64
 	persisted   chan struct{} // closed and replaced at each write
 	persistKick chan struct{}
+	// stopped is closed when persistLoop has returned, its last write
+	// done, after Start's context ended.
+	stopped chan struct{}
 }
 
 // resourceState is one extended resource and the plugin serving it.
@@ -130,7 +133,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{
 		cfg: cfg, dir: filepath.Join(cfg.RootDir, PluginsDir), log: cfg.Logger.With("component", "deviceplugin"),
 		resources: map[string]*resourceState{}, allocs: map[types.UID]*podAllocation{},
-		changed: make(chan struct{}, 1), persisted: make(chan struct{}), persistKick: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), persisted: make(chan struct{}), persistKick: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 	m.metrics = newMetrics(m)
 	return m
@@ -187,7 +190,10 @@ func (m *Manager) Start(ctx context.Context) error {
 		reg.Close()
 		return fmt.Errorf("pod resources: %w", err)
 	}
-	go m.persistLoop(ctx)
+	go func() {
+		defer close(m.stopped)
+		m.persistLoop(ctx)
+	}()
 	regSrv := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(regSrv, &registrationServer{m: m})
 	prSrv := grpc.NewServer()
@@ -213,6 +219,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.log.Info("device plugin registration serving", "socket", filepath.Join(m.dir, KubeletSocket))
 	return nil
 }
+
+// Stopped is closed once the manager has stopped after the context of
+// Start ended, with its checkpoint written: nothing of it writes under the
+// root dir any more.
+func (m *Manager) Stopped() <-chan struct{} { return m.stopped }
 
 func listenUnix(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

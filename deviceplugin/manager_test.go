@@ -105,7 +105,16 @@ func startManager(t *testing.T, root string, grace time.Duration) (*Manager, con
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(cancel)
+	// Stopped, not only told to stop, before the test's dirs go: its
+	// last checkpoint write would race their removal.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-m.Stopped():
+		case <-time.After(10 * time.Second):
+			t.Error("device manager still running 10 s after its context ended")
+		}
+	})
 	return m, cancel
 }
 
@@ -324,6 +333,7 @@ func TestDevicePluginLifecycle(t *testing.T) {
 	// twice.
 	before := len(p.calls(t))
 	stop()
+	<-m.Stopped()
 	time.Sleep(100 * time.Millisecond)
 	m, _ = startManager(t, root, 3*time.Second)
 	if _, err := os.Stat(filepath.Join(root, PluginsDir, "testplugin.sock")); err == nil {
