@@ -182,15 +182,12 @@ func (w *podWorker) run() {
 // instances groups the pod's containers in the runtime by container name,
 // newest attempt first.
 func (w *podWorker) instances(ctx context.Context) (map[string][]cri.ContainerStatus, error) {
-	all, err := w.m.rt.ListContainers(ctx)
+	all, err := w.m.rt.PodContainers(ctx, string(w.uid))
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]cri.ContainerStatus{}
 	for _, c := range all {
-		if c.Labels[cri.LabelPodUID] != string(w.uid) {
-			continue
-		}
 		name := c.Labels[cri.LabelContainerName]
 		out[name] = append(out[name], c)
 	}

@@ -789,8 +789,19 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 
 // ListContainers implements cri.Runtime.
 func (r *Runtime) ListContainers(ctx context.Context) ([]cri.ContainerStatus, error) {
+	return r.listContainers(ctx, fmt.Sprintf("labels.%q==container", labelKind))
+}
+
+// PodContainers implements cri.Runtime. containerd filters by label on its
+// side, so a pod's sync decodes its own containers only (each one carries
+// its whole OCI spec), not every container of the node.
+func (r *Runtime) PodContainers(ctx context.Context, podUID string) ([]cri.ContainerStatus, error) {
+	return r.listContainers(ctx, fmt.Sprintf("labels.%q==container,labels.%q==%q", labelKind, cri.LabelPodUID, podUID))
+}
+
+func (r *Runtime) listContainers(ctx context.Context, filter string) ([]cri.ContainerStatus, error) {
 	ctx = r.nsctx(ctx)
-	cs, err := r.listKind(ctx, "container")
+	cs, err := r.client.ContainerService().List(ctx, filter)
 	if err != nil {
 		return nil, err
 	}

@@ -137,7 +137,7 @@ func TestContainerLifecycle(t *testing.T) {
 	logPath := filepath.Join(dir, "logs", "c", "0.log")
 	id := runContainer(t, r, sb, cri.ContainerConfig{
 		Name: "c", Command: []string{"sh", "-c"}, Args: []string{"echo out $GREETING; echo err >&2; exit 3"},
-		Env: []string{"GREETING=hello"}, LogPath: logPath, Labels: map[string]string{"pod": "uid-1"},
+		Env: []string{"GREETING=hello"}, LogPath: logPath, Labels: map[string]string{"pod": "uid-1", cri.LabelPodUID: "uid-1"},
 	})
 	st := waitExited(t, r, id)
 	if st.ExitCode != 3 || st.Reason != "Error" || st.StartedAt.IsZero() || st.FinishedAt.Before(st.StartedAt) {
@@ -171,6 +171,36 @@ func TestContainerLifecycle(t *testing.T) {
 	if st := waitExited(t, r, id2); st.ExitCode != 0 || st.Reason != "Completed" {
 		t.Fatalf("status = %+v", st)
 	}
+
+	// A pod's own containers, filtered by containerd: not the other
+	// pod's, and a uid that is a prefix of another matches nothing.
+	sb2, err := r.RunPodSandbox(ctx, cri.SandboxConfig{PodUID: "uid-12", Namespace: "default", Name: "q", Hostname: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := runContainer(t, r, sb2, cri.ContainerConfig{Name: "o", Command: []string{"true"}, LogPath: filepath.Join(dir, "logs", "o.log"),
+		Labels: map[string]string{cri.LabelPodUID: "uid-12"}})
+	for _, c := range []struct {
+		uid  string
+		want []string
+	}{{"uid-12", []string{other}}, {"uid-1", []string{id}}, {"uid", nil}} {
+		cs, err := r.PodContainers(ctx, c.uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range cs {
+			got = append(got, st.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("PodContainers(%q) = %v, want %v", c.uid, got, c.want)
+		}
+	}
+	all, err := r.ListContainers(ctx)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("ListContainers = %d containers, %v; want 3", len(all), err)
+	}
+
 	if err := r.RemoveContainer(ctx, id); err != nil {
 		t.Fatal(err)
 	}

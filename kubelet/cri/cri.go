@@ -32,6 +32,9 @@ type Runtime interface {
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
 	RemoveContainer(ctx context.Context, id string) error
 	ListContainers(ctx context.Context) ([]ContainerStatus, error)
+	// PodContainers lists the containers of one pod (by LabelPodUID):
+	// what a pod worker asks on every sync, without reading the rest.
+	PodContainers(ctx context.Context, podUID string) ([]ContainerStatus, error)
 	ContainerStatus(ctx context.Context, id string) (ContainerStatus, error)
 	// ExecSync runs cmd in the container and collects its output, for
 	// exec probes and lifecycle hooks.
