@@ -245,7 +245,21 @@ func buildBonsai(ctx context.Context, b *bench) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/bonsai: %w", err)
 	}
+	// An installed binary is on disk, not 70 MB of dirty page cache
+	// whose writeback lands in the middle of a measurement.
+	if err := syncFile(bin); err != nil {
+		return "", err
+	}
 	return bin, nil
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // bonsaiProc is one running `bonsai server`.
@@ -407,6 +421,7 @@ func (p *bonsaiProc) stop() {
 }
 
 func (p *bonsaiProc) rssMB() (*float64, error) {
+	defer p.saveProfiles()
 	rss, err := rssBytes(strconv.Itoa(p.cmd.Process.Pid))
 	if err != nil {
 		return nil, err

@@ -116,9 +116,11 @@ func run() int {
 		asJSON  = flag.Bool("json", false, "print the rows as JSON instead of a table")
 		churn   = flag.Duration("churn", 0, "instead of the table: update 1,000 keys for this long and track the data dir's size")
 		churnW  = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
+		profs   = flag.String("profiles", "", "save bonsai's heap and goroutine profiles and /proc smaps into this dir wherever its RSS is read")
 		simN    = flag.String("sim-nodes", "1000,10000", "comma-separated simulated node counts of the simnodes suite (-quick: the first only)")
 	)
 	flag.Parse()
+	profilesDir = *profs
 	if err := parseSimCounts(*simN); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -sim-nodes:", err)
 		return 2

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// profilesDir, when set (-profiles), is where every RSS reading of a
+// bonsai server also leaves that server's heap and goroutine profiles and
+// its /proc smaps_rollup, so a memory figure can be explained.
+var (
+	profilesDir string
+	profileSeq  atomic.Int32
+)
+
+// saveProfiles writes the profiles of p under profilesDir, named by a
+// sequence number; errors are reported, not fatal: the figure stands.
+func (p *bonsaiProc) saveProfiles() {
+	if profilesDir == "" {
+		return
+	}
+	n := profileSeq.Add(1)
+	prefix := filepath.Join(profilesDir, fmt.Sprintf("%02d-pid%d", n, p.cmd.Process.Pid))
+	fail := func(err error) { fmt.Fprintf(os.Stderr, "bench: profiles %s: %v\n", prefix, err) }
+	if err := os.MkdirAll(profilesDir, 0o755); err != nil {
+		fail(err)
+		return
+	}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/smaps"); err == nil {
+		os.WriteFile(prefix+"-smaps.txt", b, 0o644)
+	}
+	// A hook for what the profiles cannot show (page maps, say): run
+	// with the server's pid and the files' prefix, before the profiles
+	// below touch the binary's symbol tables.
+	if hook := os.Getenv("BONSAI_BENCH_PROFILE_HOOK"); hook != "" {
+		cmd := exec.Command(hook, strconv.Itoa(p.cmd.Process.Pid), prefix)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fail(err)
+		}
+	}
+	cfg, err := p.restConfig("bench-profiles")
+	if err != nil {
+		fail(err)
+		return
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, q := range []struct{ path, file string }{
+		{"/debug/pprof/heap", "heap.pb.gz"},
+		{"/debug/pprof/goroutine", "goroutine.pb.gz"},
+		{"/debug/pprof/goroutine?debug=1", "goroutine.txt"},
+		// The text form ends with the runtime's MemStats.
+		{"/debug/pprof/heap?debug=1", "heap.txt"},
+		{"/metrics", "metrics.txt"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+q.path, nil)
+		if err != nil {
+			fail(err)
+			return
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", q.path, resp.Status)
+		}
+		if err != nil {
+			fail(err)
+			continue
+		}
+		os.WriteFile(prefix+"-"+q.file, b, 0o644)
+	}
+	fmt.Fprintf(os.Stderr, "bench: profiles saved as %s-*\n", prefix)
+}
