@@ -202,6 +202,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		time.Sleep(2 * time.Second)
 		debug.FreeOSMemory()
 		pageOutBinary()
+		newHeapTrimmer().run(ctx)
 	}()
 
 	var serveErr error
