@@ -66,7 +66,7 @@ func apiParamsFor(quick bool) apiParams {
 	}
 	if quick {
 		p.starts = 3
-		p.idle = 2 * time.Second
+		p.idle = 4 * time.Second // the start-up page-out runs at 2 s
 		p.latOps = 100
 		p.tputFor = 2 * time.Second
 		p.listRuns = 3
