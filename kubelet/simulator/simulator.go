@@ -97,6 +97,11 @@ type Simulator struct {
 	leases leaseStore
 	ips    *podIPs
 
+	// simSeen is closed when the first simulated node is seen: Run
+	// starts the pod informer and the workers then.
+	simSeen     chan struct{}
+	simSeenOnce sync.Once
+
 	badMu sync.Mutex
 	// bad remembers which invalid annotation values were reported, so an
 	// object gets one event per mistake rather than one per sync.
@@ -138,6 +143,7 @@ func New(cfg Config) (*Simulator, error) {
 		bad:   map[objectName]map[string]string{},
 	}
 	s.leases.m = map[string]leaseState{}
+	s.simSeen = make(chan struct{})
 	queue := func(name string, first, max time.Duration) workqueue.TypedRateLimitingInterface[string] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](first, max),
@@ -199,8 +205,21 @@ func (s *Simulator) Run(ctx context.Context) error {
 	sink := s.events.StartRecordingToSink(&apiclient.EventSink{Core: s.api.core, Ctx: ctx})
 	defer func() { sink.Stop(); s.events.Shutdown() }()
 	go s.nodes.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.nodes.HasSynced) {
+		s.shutDownQueues()
+		return ctx.Err()
+	}
+	// Most servers never have a simulated node: until one appears the
+	// simulator keeps no copy of the pods and no workers, only its watch
+	// on nodes.
+	select {
+	case <-s.simSeen:
+	case <-ctx.Done():
+		s.shutDownQueues()
+		return nil
+	}
 	go s.pods.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), s.nodes.HasSynced, s.pods.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), s.pods.HasSynced) {
 		s.shutDownQueues()
 		return ctx.Err()
 	}
@@ -266,6 +285,9 @@ func (s *Simulator) processNext(ctx context.Context, q workqueue.TypedRateLimiti
 // next, and an extra one on every status write would double the rate.
 func (s *Simulator) nodeChanged(old, n *nodeView) {
 	sim, beat := s.simulated(n), s.heartbeat(n)
+	if sim {
+		s.simSeenOnce.Do(func() { close(s.simSeen) })
+	}
 	if !sim {
 		if old != nil && s.simulated(old) {
 			s.nodeQ.Add(n.Name) // forget it

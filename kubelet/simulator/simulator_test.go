@@ -547,3 +547,34 @@ func TestStatusHeartbeatAndRepair(t *testing.T) {
 		t.Errorf("Ready after repair: %+v", fixed)
 	}
 }
+
+// A server with no simulated node keeps no copy of the pods: the pod
+// informer starts with the first simulated node, and pods bound to it
+// before then are served.
+func TestNoPodCacheUntilASimulatedNode(t *testing.T) {
+	e := newEnv(t)
+	e.createNode(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real"}})
+	s, err := New(Config{RESTConfig: e.cfg, Version: "test", KubeletVersion: "v1.37.2",
+		LeaseInterval: testInterval, LeaseDuration: time.Second, StatusInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && err != context.Canceled {
+			t.Errorf("simulator: %v", err)
+		}
+	}()
+	waitFor(t, "node informer synced", func() (bool, bool) { return s.nodes.HasSynced(), s.nodes.HasSynced() })
+	// A pod bound to a node that is not simulated yet.
+	e.createPod(t, "early", "late", nil)
+	time.Sleep(5 * testInterval)
+	if s.pods.HasSynced() {
+		t.Fatal("the pod informer runs with no simulated node")
+	}
+	e.createNode(t, simNode("late", "10.42.9.0/24"))
+	checkRunning(t, e.waitPodReady(t, "early"), netip.MustParsePrefix("10.42.9.0/24"))
+}
