@@ -42,9 +42,17 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two addresses kept's random cluster IP is not.
+	var leaked []string
+	for a := netip.MustParseAddr("10.96.0.50"); len(leaked) < 2; a = a.Next() {
+		if a.String() != kept.Spec.ClusterIP {
+			leaked = append(leaked, a.String())
+		}
+	}
+	ipGone, ipStale := leaked[0], leaked[1]
 	// Records whose Service is not there: leaks, or creates in flight.
 	gone := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: types.UID("u1")}}
-	if err := e.s.recordIP(e.ctx, netip.MustParseAddr("10.96.0.50"), gone); err != nil {
+	if err := e.s.recordIP(e.ctx, netip.MustParseAddr(ipGone), gone); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.s.recordNodePort(e.ctx, 30002, gone, false); err != nil {
@@ -52,10 +60,10 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	}
 	// A record naming a Service that holds another IP (an update in flight,
 	// or a stale one) gets the same grace.
-	if err := e.s.recordIP(e.ctx, netip.MustParseAddr("10.96.0.51"), kept); err != nil {
+	if err := e.s.recordIP(e.ctx, netip.MustParseAddr(ipStale), kept); err != nil {
 		t.Fatal(err)
 	}
-	wantIPs := map[string]string{kept.Spec.ClusterIP: "default/kept", "10.96.0.50": "default/gone", "10.96.0.51": "default/kept"}
+	wantIPs := map[string]string{kept.Spec.ClusterIP: "default/kept", ipGone: "default/gone", ipStale: "default/kept"}
 	wantPorts := map[int32]string{30001: "default/kept", 30002: "default/gone"}
 	// Within the grace period they stay: the Service may be on its way.
 	if err := e.s.repairServiceAllocations(e.ctx, time.Now()); err != nil {
@@ -70,8 +78,8 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	if err := e.s.repairServiceAllocations(e.ctx, time.Now().Add(allocationGracePeriod+time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	delete(wantIPs, "10.96.0.50")
-	delete(wantIPs, "10.96.0.51")
+	delete(wantIPs, ipGone)
+	delete(wantIPs, ipStale)
 	delete(wantPorts, 30002)
 	if diff := cmp.Diff(wantIPs, e.ipRecords(t)); diff != "" {
 		t.Errorf("IP records after the grace period (-want +got):\n%s", diff)
@@ -79,12 +87,12 @@ func TestRepairFreesLeaksAfterTheGracePeriod(t *testing.T) {
 	if diff := cmp.Diff(wantPorts, e.portRecords(t)); diff != "" {
 		t.Errorf("port records after the grace period (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"IPAddress 10.96.0.50 IPAddressNotAllocated", "IPAddress 10.96.0.51 IPAddressWrongReference"}, e.repairEvents(t)); diff != "" {
+	if diff := cmp.Diff([]string{"IPAddress " + ipGone + " IPAddressNotAllocated", "IPAddress " + ipStale + " IPAddressWrongReference"}, e.repairEvents(t)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	// The freed IP and port can be taken again.
 	svc := nodePortService("again", 30002)
-	svc.Spec.ClusterIP = "10.96.0.50"
+	svc.Spec.ClusterIP = ipGone
 	if _, err := e.cs.CoreV1().Services("default").Create(e.ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
