@@ -702,16 +702,22 @@ func (w *podWorker) event(ctx context.Context, pod *corev1.Pod, container, typ, 
 			}
 		}
 	}
-	now := metav1.NewTime(time.Now())
-	e := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pod.Name, now.UnixNano()), Namespace: pod.Namespace},
-		InvolvedObject: ref, Reason: reason, Message: msg, Type: typ,
-		Source:         corev1.EventSource{Component: "kubelet", Host: w.m.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "kubelet", ReportingInstance: w.m.cfg.NodeName,
-	}
+	e := kubeletEvent(w.m.cfg.NodeName, pod.Namespace, ref, typ, reason, msg)
 	if err := w.m.client.createEvent(ctx, e); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		w.m.log.Debug("recording event", "pod", podKey(pod), "reason", reason, "err", err)
+	}
+}
+
+// kubeletEvent is an Event the kubelet of node reports about ref, in
+// namespace ns, named as client-go's recorder names them.
+func kubeletEvent(node, ns string, ref corev1.ObjectReference, typ, reason, msg string) *corev1.Event {
+	now := metav1.NewTime(time.Now())
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns},
+		InvolvedObject: ref, Reason: reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: "kubelet", Host: node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "kubelet", ReportingInstance: node,
 	}
 }
 

@@ -293,15 +293,8 @@ func (s *shutdownManager) stopPods(ctx context.Context) {
 // nodeEvent records an event on this node's Node.
 func (a *Agent) nodeEvent(ctx context.Context, typ, reason, msg string) {
 	uid, _ := a.nodeUID()
-	now := metav1.NewTime(time.Now())
-	e := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", a.cfg.NodeName, now.UnixNano()), Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: typesUID(uid)},
-		Reason:         reason, Message: msg, Type: typ,
-		Source:         corev1.EventSource{Component: "kubelet", Host: a.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "kubelet", ReportingInstance: a.cfg.NodeName,
-	}
+	ref := corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: typesUID(uid)}
+	e := kubeletEvent(a.cfg.NodeName, metav1.NamespaceDefault, ref, typ, reason, msg)
 	if err := a.cfg.Client.createEvent(ctx, e); err != nil {
 		a.cfg.Logger.Debug("recording node event", "reason", reason, "err", err)
 	}
