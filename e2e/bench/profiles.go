@@ -17,7 +17,7 @@ import (
 
 // profilesDir, when set (-profiles), is where every RSS reading of a
 // bonsai server also leaves that server's heap and goroutine profiles and
-// its /proc smaps_rollup, so a memory figure can be explained.
+// its /proc smaps, so a memory figure can be explained.
 var (
 	profilesDir string
 	profileSeq  atomic.Int32
@@ -36,8 +36,15 @@ func (p *bonsaiProc) saveProfiles() {
 		fail(err)
 		return
 	}
+	save := func(name string, b []byte) {
+		if err := os.WriteFile(prefix+"-"+name, b, 0o644); err != nil {
+			fail(err)
+		}
+	}
 	if b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/smaps"); err == nil {
-		os.WriteFile(prefix+"-smaps.txt", b, 0o644)
+		save("smaps.txt", b)
+	} else {
+		fail(err)
 	}
 	// A hook for what the profiles cannot show (page maps, say): run
 	// with the server's pid and the files' prefix, before the profiles
@@ -89,7 +96,7 @@ func (p *bonsaiProc) saveProfiles() {
 			fail(err)
 			continue
 		}
-		os.WriteFile(prefix+"-"+q.file, b, 0o644)
+		save(q.file, b)
 	}
 	fmt.Fprintf(os.Stderr, "bench: profiles saved as %s-*\n", prefix)
 }
