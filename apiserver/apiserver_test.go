@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -1242,5 +1243,132 @@ func TestBootstrapFollowsTheServersAddress(t *testing.T) {
 	}
 	if got := fmt.Sprintf("%s:%d", slice.Endpoints[0].Addresses[0], *slice.Ports[0].Port); got != "127.0.0.2:7443" {
 		t.Errorf("kubernetes EndpointSlice %s, want 127.0.0.2:7443", got)
+	}
+}
+
+// TestWatchListAsClientGoAsksIt: client-go's informers open with a
+// watch-list (sendInitialEvents, resourceVersionMatch NotOlderThan and no
+// resourceVersion): the existing objects come as ADDED, then a bookmark
+// marks the end of the initial events, then changes follow.
+func TestWatchListAsClientGoAsksIt(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for _, n := range []string{"a", "b"} {
+		if _, err := cms.Create(e.ctx, cm(n, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yes := true
+	w, err := cms.Watch(e.ctx, metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() watch.Event {
+		t.Helper()
+		select {
+		case ev := <-w.ResultChan():
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event")
+		}
+		return watch.Event{}
+	}
+	var added []string
+	ev := next()
+	for ; ev.Type == watch.Added; ev = next() {
+		added = append(added, ev.Object.(*corev1.ConfigMap).Name)
+	}
+	sort.Strings(added)
+	if diff := cmp.Diff([]string{"a", "b"}, added); diff != "" {
+		t.Fatalf("initial events: %s", diff)
+	}
+	if ev.Type != watch.Bookmark || ev.Object.(*corev1.ConfigMap).Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("after the initial events: %v %+v", ev.Type, ev.Object)
+	}
+	if _, err := cms.Create(e.ctx, cm("c", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Type != watch.Added || ev.Object.(*corev1.ConfigMap).Name != "c" {
+		t.Fatalf("after the bookmark: %v %+v", ev.Type, ev.Object)
+	}
+
+	// An informer of client-go's defaults (watch-list on) gets no error
+	// answer from any of its requests.
+	cfg := rest.CopyConfig(e.cfg)
+	var mu sync.Mutex
+	var refused []string
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.StatusCode >= 400 {
+				mu.Lock()
+				refused = append(refused, fmt.Sprintf("%s %s: %d", r.Method, r.URL, resp.StatusCode))
+				mu.Unlock()
+			}
+			return resp, err
+		})
+	})
+	factory := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(cfg), 0, informers.WithNamespace("default"))
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if _, ok, _ := inf.GetStore().GetByKey("default/" + n); !ok {
+			t.Errorf("informer lacks %s", n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) > 0 {
+		t.Fatalf("refused: %v", refused)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestListOptionRules: resourceVersionMatch and sendInitialEvents follow
+// kube-apiserver's rules, which differ for lists and watches; a breach is
+// a 422 naming the field.
+func TestListOptionRules(t *testing.T) {
+	e := newTestEnv(t)
+	for _, c := range []struct {
+		query string
+		code  int
+		msg   string
+	}{
+		{"resourceVersionMatch=NotOlderThan", 422, "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"},
+		{"resourceVersion=0&resourceVersionMatch=Exact", 422, `resourceVersionMatch "exact" is forbidden for resourceVersion "0"`},
+		{"resourceVersion=1&resourceVersionMatch=Newest", 422, `resourceVersionMatch: Unsupported value: "Newest"`},
+		{"sendInitialEvents=true", 422, "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"},
+		{"resourceVersion=1&resourceVersionMatch=NotOlderThan", 200, ""},
+		{"watch=1&resourceVersion=1&resourceVersionMatch=NotOlderThan", 422, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"},
+		{"watch=1&sendInitialEvents=true&allowWatchBookmarks=true", 422, "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"},
+		{"watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", 422, "sendInitialEvents requires setting allowWatchBookmarks to true"},
+		{"watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=Exact", 422, `Unsupported value: "Exact"`},
+		{"watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan", 200, ""},
+	} {
+		q, _ := url.ParseQuery(c.query + "&timeoutSeconds=1")
+		req := e.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/default/configmaps")
+		for k, v := range q {
+			req = req.Param(k, v[0])
+		}
+		code, msg := 200, ""
+		if body, err := req.SetHeader("Accept", "application/json").DoRaw(e.ctx); err != nil {
+			var st metav1.Status
+			if jerr := json.Unmarshal(body, &st); jerr != nil {
+				t.Fatalf("%s: %v, body %q", c.query, err, body)
+			}
+			code, msg = int(st.Code), st.Message
+		}
+		if code != c.code || !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: %d %s, want %d %q", c.query, code, msg, c.code, c.msg)
+		}
 	}
 }

@@ -235,7 +235,30 @@ const (
 	// outProtobuf is Kubernetes' protobuf, which client-go asks for first:
 	// several times cheaper to encode here and to decode in the client.
 	outProtobuf
+	// outPartialMetadataProtobuf is outPartialMetadata in protobuf, which
+	// client-go's metadata client (the garbage collector's, say) asks for
+	// first.
+	outPartialMetadataProtobuf
 )
+
+// protobuf says whether the format is written in Kubernetes' protobuf.
+func (f outputFormat) protobuf() bool {
+	return f == outProtobuf || f == outPartialMetadataProtobuf
+}
+
+// metadataOnly says whether objects go out as PartialObjectMetadata.
+func (f outputFormat) metadataOnly() bool {
+	return f == outPartialMetadata || f == outPartialMetadataProtobuf
+}
+
+// encoding is how writeObject writes an object of the format once it has
+// its shape (a table, a PartialObjectMetadata): JSON or protobuf.
+func (f outputFormat) encoding() outputFormat {
+	if f.protobuf() {
+		return outProtobuf
+	}
+	return outJSON
+}
 
 const protobufContentType = "application/vnd.kubernetes.protobuf"
 
@@ -270,8 +293,13 @@ func negotiate(r *http.Request) (outputFormat, error) {
 				return outYAML, nil
 			}
 		case protobufContentType:
-			if params["as"] == "" {
+			switch params["as"] {
+			case "":
 				return outProtobuf, nil
+			case "PartialObjectMetadata", "PartialObjectMetadataList":
+				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
+					return outPartialMetadataProtobuf, nil
+				}
 			}
 		}
 	}

@@ -290,7 +290,7 @@ func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, ri req
 	if err != nil {
 		return err
 	}
-	lo, err := parseListOptions(r, res)
+	lo, err := parseListOptions(r, res, false)
 	if err != nil {
 		return err
 	}

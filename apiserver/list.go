@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"bonsai.dev/bonsai/store"
 )
@@ -32,7 +33,10 @@ type listOptions struct {
 	resourceVersion uint64 // rv parsed, 0 when empty or "0"
 }
 
-func parseListOptions(r *http.Request, res *resource) (listOptions, error) {
+// parseListOptions reads a list's (watch false) or a watch's query and
+// checks it as kube-apiserver does: the rules for resourceVersionMatch and
+// sendInitialEvents differ between the two.
+func parseListOptions(r *http.Request, res *resource, watch bool) (listOptions, error) {
 	q := r.URL.Query()
 	var o listOptions
 	var err error
@@ -61,17 +65,6 @@ func parseListOptions(r *http.Request, res *resource) (listOptions, error) {
 			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version: %q", o.rv))
 		}
 	}
-	switch o.rvMatch {
-	case "", metav1.ResourceVersionMatchNotOlderThan, metav1.ResourceVersionMatchExact:
-	default:
-		return o, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch: Unsupported value: %q", o.rvMatch))
-	}
-	if o.rvMatch != "" && o.rv == "" {
-		return o, apierrors.NewBadRequest("resourceVersionMatch is forbidden unless resourceVersion is provided")
-	}
-	if o.rvMatch == metav1.ResourceVersionMatchExact && o.resourceVersion == 0 {
-		return o, apierrors.NewBadRequest("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")
-	}
 	if o.cont != "" && o.rv != "" && o.rv != "0" {
 		return o, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 	}
@@ -90,7 +83,72 @@ func parseListOptions(r *http.Request, res *resource) (listOptions, error) {
 		}
 		o.sendInitial = &b
 	}
+	var errs field.ErrorList
+	if watch {
+		errs = o.watchErrors()
+	} else {
+		errs = o.listErrors()
+	}
+	if len(errs) > 0 {
+		return o, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", errs)
+	}
 	return o, nil
+}
+
+var rvMatchPath = field.NewPath("resourceVersionMatch")
+
+// listErrors are the rules for a list's resourceVersionMatch and
+// sendInitialEvents.
+func (o *listOptions) listErrors() field.ErrorList {
+	var errs field.ErrorList
+	if o.rvMatch != "" {
+		if o.rv == "" {
+			errs = append(errs, field.Forbidden(rvMatchPath, "resourceVersionMatch is forbidden unless resourceVersion is provided"))
+		}
+		if o.cont != "" {
+			errs = append(errs, field.Forbidden(rvMatchPath, "resourceVersionMatch is forbidden when continue is provided"))
+		}
+		switch o.rvMatch {
+		case metav1.ResourceVersionMatchExact:
+			if o.rv == "0" {
+				errs = append(errs, field.Forbidden(rvMatchPath, `resourceVersionMatch "exact" is forbidden for resourceVersion "0"`))
+			}
+		case metav1.ResourceVersionMatchNotOlderThan:
+		default:
+			errs = append(errs, field.NotSupported(rvMatchPath, o.rvMatch, []string{string(metav1.ResourceVersionMatchExact), string(metav1.ResourceVersionMatchNotOlderThan), ""}))
+		}
+	}
+	if o.sendInitial != nil {
+		errs = append(errs, field.Forbidden(field.NewPath("sendInitialEvents"), "sendInitialEvents is forbidden for list"))
+	}
+	return errs
+}
+
+// watchErrors are the rules for a watch's: resourceVersionMatch only
+// with sendInitialEvents (a watch-list), and then NotOlderThan, whatever
+// the resourceVersion; sendInitialEvents also needs bookmarks.
+func (o *listOptions) watchErrors() field.ErrorList {
+	var errs field.ErrorList
+	if o.sendInitial != nil {
+		if o.rvMatch != metav1.ResourceVersionMatchNotOlderThan {
+			errs = append(errs, field.Forbidden(rvMatchPath, "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+		}
+		if *o.sendInitial && !o.bookmarks {
+			errs = append(errs, field.Forbidden(field.NewPath("allowWatchBookmarks"), "sendInitialEvents requires setting allowWatchBookmarks to true"))
+		}
+	}
+	if o.rvMatch != "" {
+		if o.sendInitial == nil {
+			errs = append(errs, field.Forbidden(rvMatchPath, "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+		}
+		if o.rvMatch != metav1.ResourceVersionMatchNotOlderThan {
+			errs = append(errs, field.NotSupported(rvMatchPath, o.rvMatch, []string{string(metav1.ResourceVersionMatchNotOlderThan)}))
+		}
+		if o.cont != "" {
+			errs = append(errs, field.Forbidden(rvMatchPath, "resourceVersionMatch is forbidden when continue is provided"))
+		}
+	}
+	return errs
 }
 
 // matches applies the label and field selectors.
@@ -113,7 +171,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, re
 	if err != nil {
 		return err
 	}
-	o, err := parseListOptions(r, res)
+	o, err := parseListOptions(r, res, false)
 	if err != nil {
 		return err
 	}
@@ -130,12 +188,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, re
 		t.ListMeta.RemainingItemCount = lm.RemainingItemCount
 		writeObject(w, http.StatusOK, t, outJSON)
 		return nil
-	case outPartialMetadata:
+	case outPartialMetadata, outPartialMetadataProtobuf:
 		pl := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}, ListMeta: lm}
+		pl.Items = make([]metav1.PartialObjectMetadata, 0, len(items))
 		for _, it := range items {
 			pl.Items = append(pl.Items, *partialMetadata(it))
 		}
-		writeObject(w, http.StatusOK, pl, outJSON)
+		writeObject(w, http.StatusOK, pl, format.encoding())
 		return nil
 	}
 	list := res.newList()

@@ -1,8 +1,11 @@
 package apiserver
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
-	"strings"
+	"io"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 )
 
 // The garbage collector and the namespace controller work through
@@ -44,12 +48,36 @@ func TestMetadataClient(t *testing.T) {
 	if err != nil || got.Name != "plain" || got.UID == "" || got.Labels["app"] != "gc" {
 		t.Fatalf("get: %+v %v", got, err)
 	}
-	// What the metadata client asks for is what the server sends.
-	raw, err := e.cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Name("plain").
-		SetHeader("Accept", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json").
-		DoRaw(e.ctx)
-	if err != nil || !strings.Contains(string(raw), `"kind":"PartialObjectMetadata"`) || strings.Contains(string(raw), `"data"`) {
-		t.Fatalf("PartialObjectMetadata get: %s %v", raw, err)
+	// What the metadata client asks for is what the server sends:
+	// protobuf first, JSON to a client that takes only JSON.
+	hc, err := rest.HTTPClientFor(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ accept, contentType string }{
+		{"application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json", "application/vnd.kubernetes.protobuf"},
+		{"application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json", "application/json"},
+	} {
+		req, _ := http.NewRequestWithContext(e.ctx, "GET", e.cfg.Host+"/api/v1/namespaces/default/configmaps/plain", nil)
+		req.Header.Set("Accept", c.accept)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != c.contentType {
+			t.Fatalf("PartialObjectMetadata get as %s: %s %s %v", c.accept, resp.Status, resp.Header.Get("Content-Type"), err)
+		}
+		var m metav1.PartialObjectMetadata
+		if c.contentType == "application/json" {
+			err = json.Unmarshal(raw, &m)
+		} else {
+			_, _, err = protobufSerializer.Decode(raw, nil, &m)
+		}
+		if err != nil || !bytes.Contains(raw, []byte("PartialObjectMetadata")) || m.Name != "plain" || bytes.Contains(raw, []byte("value")) {
+			t.Fatalf("PartialObjectMetadata get as %s: %q %v", c.contentType, raw, err)
+		}
 	}
 	list, err := cms.List(e.ctx, metav1.ListOptions{LabelSelector: "app=gc"})
 	if err != nil || len(list.Items) != 4 || list.ResourceVersion == "" {

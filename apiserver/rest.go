@@ -182,8 +182,8 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, res *
 			return err
 		}
 		writeObject(w, code, t, outJSON)
-	case outPartialMetadata:
-		writeObject(w, code, partialMetadata(obj), outJSON)
+	case outPartialMetadata, outPartialMetadataProtobuf:
+		writeObject(w, code, partialMetadata(obj), format.encoding())
 	default:
 		writeObject(w, code, obj, format)
 	}

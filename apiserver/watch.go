@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"bonsai.dev/bonsai/store"
@@ -43,7 +42,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if format == outYAML {
 		format = outJSON
 	}
-	o, err := parseListOptions(r, res)
+	o, err := parseListOptions(r, res, true)
 	if err != nil {
 		return err
 	}
@@ -51,18 +50,6 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		// A watch of one object (the legacy /watch/.../name path).
 		o.fields = fields.AndSelectors(o.fields, fields.OneTermEqualSelector("metadata.name", ri.name))
 		o.filtering = true
-	}
-	if o.sendInitial != nil {
-		var errs field.ErrorList
-		if o.rvMatch != metav1.ResourceVersionMatchNotOlderThan {
-			errs = append(errs, field.Forbidden(field.NewPath("resourceVersionMatch"), "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
-		}
-		if *o.sendInitial && !o.bookmarks {
-			errs = append(errs, field.Forbidden(field.NewPath("allowWatchBookmarks"), "sendInitialEvents requires setting allowWatchBookmarks to true"))
-		}
-		if len(errs) > 0 {
-			return apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", errs)
-		}
 	}
 	ctx := r.Context()
 	ended := s.watchesContext().Done()
@@ -101,14 +88,14 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		return apierrors.NewInternalError(err)
 	}
 
-	if format == outProtobuf {
+	if format.protobuf() {
 		w.Header().Set("Content-Type", protobufContentType+";stream=watch")
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w)}
-	if format == outProtobuf {
+	if format.protobuf() {
 		sw.frames = protobuf.LengthDelimitedFramer.NewFrameWriter(w)
 	}
 	sw.flusher, _ = w.(http.Flusher)
@@ -291,25 +278,25 @@ func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
 			return false
 		}
 		return sw.write(watchEvent{Type: typ, Object: t})
-	case outPartialMetadata:
+	case outPartialMetadata, outPartialMetadataProtobuf:
 		return sw.write(watchEvent{Type: typ, Object: partialMetadata(obj)})
 	}
 	return sw.write(watchEvent{Type: typ, Object: obj})
 }
 
 // sendShared sends an event decoded and encoded once for all watchers:
-// JSON watchers get the shared bytes; tables and metadata are built from
-// a copy, since the shared object must stay untouched.
+// JSON, protobuf and metadata watchers get shared bytes; tables are built
+// from a copy, since the shared object must stay untouched.
 func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
-	if sw.format == outProtobuf {
-		pb, err := e.protobuf()
+	switch sw.format {
+	case outProtobuf, outPartialMetadataProtobuf:
+		pb, err := e.protobuf(sw.format == outPartialMetadataProtobuf)
 		if err != nil {
 			return false
 		}
 		return sw.writeFrame(typ, pb)
-	}
-	if sw.format == outJSON {
-		js, err := e.jsonBytes()
+	case outJSON, outPartialMetadata:
+		js, err := e.jsonBytes(sw.format == outPartialMetadata)
 		if err != nil {
 			return false
 		}
@@ -339,7 +326,7 @@ func (sw *watchStream) bookmark(rev uint64, initialEnd bool) bool {
 	if initialEnd {
 		m.SetAnnotations(map[string]string{initialEventsEndAnnotation: "true"})
 	}
-	if sw.format == outPartialMetadata {
+	if sw.format.metadataOnly() {
 		return sw.write(watchEvent{Type: watch.Bookmark, Object: partialMetadata(obj)})
 	}
 	return sw.write(watchEvent{Type: watch.Bookmark, Object: obj})

@@ -14,15 +14,13 @@ import (
 // decoded once, encoded once. Watchers must treat obj and prev as
 // read-only.
 type sharedEvent struct {
-	once     sync.Once
-	obj      runtime.Object
-	err      error
-	jsonOnce sync.Once
-	json     []byte // obj as JSON
-	jsonErr  error
-	pbOnce   sync.Once
-	pb       []byte // obj in Kubernetes protobuf
-	pbErr    error
+	once sync.Once
+	obj  runtime.Object
+	err  error
+	// The object's encodings, each made once when a watcher first needs
+	// it: [0] the whole object, [1] its PartialObjectMetadata.
+	json     [2]lazyBytes
+	pb       [2]lazyBytes
 	prevOnce sync.Once
 	prev     runtime.Object
 	prevErr  error
@@ -68,14 +66,39 @@ func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
 	return e
 }
 
-// jsonBytes encodes the object once for JSON watchers; protobuf and
-// metadata watchers, and events every watcher filters out, never pay
-// for it.
-func (e *sharedEvent) jsonBytes() ([]byte, error) {
-	e.jsonOnce.Do(func() {
-		e.json, e.jsonErr = json.Marshal(e.obj)
-	})
-	return e.json, e.jsonErr
+// lazyBytes is an encoding made on first use.
+type lazyBytes struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+func (l *lazyBytes) get(encode func() ([]byte, error)) ([]byte, error) {
+	l.once.Do(func() { l.b, l.err = encode() })
+	return l.b, l.err
+}
+
+// shape is what a watcher is sent: the object, or (metadataOnly) its
+// PartialObjectMetadata, built from the shared object without changing it.
+func (e *sharedEvent) shape(metadataOnly bool) runtime.Object {
+	if metadataOnly {
+		return partialMetadata(e.obj)
+	}
+	return e.obj
+}
+
+func shapeIndex(metadataOnly bool) int {
+	if metadataOnly {
+		return 1
+	}
+	return 0
+}
+
+// jsonBytes encodes the event's object once for JSON watchers; watchers
+// of other formats, and events every watcher filters out, never pay for
+// it.
+func (e *sharedEvent) jsonBytes(metadataOnly bool) ([]byte, error) {
+	return e.json[shapeIndex(metadataOnly)].get(func() ([]byte, error) { return json.Marshal(e.shape(metadataOnly)) })
 }
 
 // previous decodes the object before the change, for selector filtering.
@@ -86,12 +109,11 @@ func (e *sharedEvent) previous(res *resource, ev store.Event) (runtime.Object, e
 	return e.prev, e.prevErr
 }
 
-// protobuf encodes the object once for protobuf watchers.
-func (e *sharedEvent) protobuf() ([]byte, error) {
-	e.pbOnce.Do(func() {
+// protobuf encodes the event's object once for protobuf watchers.
+func (e *sharedEvent) protobuf(metadataOnly bool) ([]byte, error) {
+	return e.pb[shapeIndex(metadataOnly)].get(func() ([]byte, error) {
 		var b bytes.Buffer
-		e.pbErr = protobufSerializer.Encode(e.obj, &b)
-		e.pb = b.Bytes()
+		err := protobufSerializer.Encode(e.shape(metadataOnly), &b)
+		return b.Bytes(), err
 	})
-	return e.pb, e.pbErr
 }

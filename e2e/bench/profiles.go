@@ -100,3 +100,53 @@ func (p *bonsaiProc) saveProfiles() {
 	}
 	fmt.Fprintf(os.Stderr, "bench: profiles saved as %s-*\n", prefix)
 }
+
+// cpuProfile, when -profiles is set, starts a CPU profile of p for d and
+// returns a function that waits for it and saves it named after what was
+// measured; without -profiles both are no-ops.
+func (p *bonsaiProc) cpuProfile(what string, d time.Duration) (wait func()) {
+	if profilesDir == "" {
+		return func() {}
+	}
+	n := profileSeq.Add(1)
+	file := filepath.Join(profilesDir, fmt.Sprintf("%02d-pid%d-cpu-%s.pb.gz", n, p.cmd.Process.Pid, what))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fail := func(err error) { fmt.Fprintf(os.Stderr, "bench: cpu profile %s: %v\n", file, err) }
+		cfg, err := p.restConfig("bench-profiles")
+		if err != nil {
+			fail(err)
+			return
+		}
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer hc.CloseIdleConnections()
+		secs := max(1, int(d.Round(time.Second)/time.Second))
+		resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, secs))
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s", resp.Status)
+		}
+		if err == nil {
+			err = os.MkdirAll(profilesDir, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "bench: cpu profile saved as %s\n", file)
+	}()
+	return func() { <-done }
+}
