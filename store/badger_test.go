@@ -283,18 +283,30 @@ func dirSize(t *testing.T, dir string) int64 {
 }
 
 // TestBadgerWatchProgressPassesOtherWrites: a watcher of a quiet prefix
-// still progresses with the store, so its bookmarks stay recent.
+// still progresses with the store, so its bookmarks stay recent; both for
+// prefixes shorter than a resource's and for a resource's, whose watchers
+// sleep through other resources' writes.
 func TestBadgerWatchProgressPassesOtherWrites(t *testing.T) {
+	for _, c := range []struct{ quiet, busy string }{
+		{"/registry/quiet/", "/registry/busy/k%d"},
+		{"/registry/core/quiet/", "/registry/core/busy/ns/k%d"},
+		{"/registry/core/quiet/ns/", "/registry/core/quiet/other/k%d"},
+	} {
+		t.Run(c.quiet, func(t *testing.T) { testProgressPassesOtherWrites(t, c.quiet, c.busy) })
+	}
+}
+
+func testProgressPassesOtherWrites(t *testing.T, quiet, busy string) {
 	s := openBadger(t, store.BadgerOptions{Dir: t.TempDir()})
 	defer s.Close()
-	w, err := s.Watch(ctx, "/registry/quiet/", 0)
+	w, err := s.Watch(ctx, quiet, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	var r uint64
 	for i := 0; i < 50; i++ {
-		r = mustCreate(t, s, fmt.Sprintf("/registry/busy/k%d", i), "x")
+		r = mustCreate(t, s, fmt.Sprintf(busy, i), "x")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for w.Progress() < r {
@@ -307,6 +319,37 @@ func TestBadgerWatchProgressPassesOtherWrites(t *testing.T) {
 	case ev := <-w.Events():
 		t.Fatalf("event from another prefix: %+v", ev)
 	default:
+	}
+}
+
+// TestBadgerQuietWatcherOutlivesTheRing: a watcher of one resource sleeps
+// while other resources' writes push the ring past its cursor; that is no
+// lag: it neither ends as too slow nor misses its resource's next events.
+func TestBadgerQuietWatcherOutlivesTheRing(t *testing.T) {
+	s := openBadger(t, store.BadgerOptions{Dir: t.TempDir(), WatchRing: 4, MaxWatchLag: 5})
+	defer s.Close()
+	w, err := s.Watch(ctx, "/registry/core/configmaps/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	first := mustCreate(t, s, "/registry/core/configmaps/ns/a", "1")
+	for i := 0; i < 40; i++ {
+		mustCreate(t, s, fmt.Sprintf("/registry/core/secrets/ns/s%d", i), "x")
+	}
+	second := mustCreate(t, s, "/registry/core/configmaps/ns/b", "2")
+	for _, want := range []uint64{first, second} {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended: %v", w.Err())
+			}
+			if ev.Revision != want {
+				t.Fatalf("event at %d, want %d: %+v", ev.Revision, want, ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event at %d", want)
+		}
 	}
 }
 
