@@ -210,13 +210,9 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 	var err error
 	if r.custom != nil {
 		objs := customObjects{res: r}
-		fm, err = managedfields.NewDefaultFieldManager(r.custom.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	} else {
-		tc := builtinTypeConverter()
-		if group, ok := groupTypeConverters[r.gvr.Group]; ok {
-			tc = group()
-		}
-		fm, err = managedfields.NewDefaultFieldManager(tc, scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
+		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), scheme.Scheme, defaulter{}, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -231,6 +227,9 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 // trackManagedFields records manager's ownership of what this write set,
 // as every kube-apiserver write does.
 func (s *Server) trackManagedFields(res *resource, subresource string, obj, old runtime.Object, manager string) (runtime.Object, error) {
+	if old == nil && subresource == "" && res.recordCreated(obj, manager) {
+		return obj, nil
+	}
 	fm, err := res.fieldManager(subresource)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)

@@ -55,8 +55,9 @@ type resource struct {
 	// objects are unstructured, checked against the CRD's schema.
 	custom *customVersion
 
-	fmMu sync.Mutex
-	fms  map[string]*managedfields.FieldManager
+	fmMu  sync.Mutex
+	fms   map[string]*managedfields.FieldManager
+	empty emptyFields
 }
 
 func (r *resource) gvk() schema.GroupVersionKind { return r.gvr.GroupVersion().WithKind(r.kind) }
