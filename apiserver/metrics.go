@@ -211,7 +211,11 @@ func (s *Server) withMetrics(next http.Handler) http.Handler {
 			g.Inc()
 			defer g.Dec()
 		}
-		next.ServeHTTP(rec, r)
+		if watch || l[3] == "" || l[4] == "log" || connectSubresources[l[4]] {
+			next.ServeHTTP(rec, r)
+		} else {
+			s.handlers.serve(next, rec, r)
+		}
 		code := rec.code
 		if code == 0 {
 			code = http.StatusOK // net/http's answer to a handler that wrote nothing

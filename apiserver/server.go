@@ -102,6 +102,7 @@ type Server struct {
 	log           *slog.Logger
 	handler       http.Handler
 	metrics       *metrics
+	handlers      *handlerPool // runs short requests on grown stacks
 	ctx           context.Context
 	cancel        context.CancelFunc
 
@@ -172,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.aggregator = newAggregator(s, cfg.FrontProxy)
 	s.metrics = newMetrics(s.reg, cfg.Store)
+	s.handlers = newHandlerPool(64, 30*time.Second, s.log)
 	s.nsCache = newNamespaceCache()
 	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
 	s.cfg.Store = writeNotes{
