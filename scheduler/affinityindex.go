@@ -31,8 +31,10 @@ const (
 )
 
 // maxMatchCounts bounds the incoming terms kept up to date; past it they
-// are dropped and rebuilt when asked for again.
-const maxMatchCounts = 64
+// are dropped and rebuilt when asked for again. Workloads' pods reach
+// the scheduler interleaved (an informer's initial list comes in no
+// particular order), so it holds the term sets of a few hundred of them.
+const maxMatchCounts = 256
 
 // topoCounts counts pods per value of one topology key; a node without
 // the key counts for nothing.
@@ -88,10 +90,19 @@ type matchCounts struct {
 type affinityIndex struct {
 	groups  map[groupKey]*termGroup
 	matches map[string]*matchCounts
+	// byPair files each of matches under one label pair its first term
+	// requires, the one the fewest counted pods carry when it was asked
+	// for, so a pod is checked only against the term sets it could
+	// match; general holds those whose first term is not plain labels.
+	byPair  map[labelPair][]*matchCounts
+	general []*matchCounts
+	// pairs counts the counted pods that carry each label pair.
+	pairs map[labelPair]int
 }
 
 func newAffinityIndex() *affinityIndex {
-	return &affinityIndex{groups: map[groupKey]*termGroup{}, matches: map[string]*matchCounts{}}
+	return &affinityIndex{groups: map[groupKey]*termGroup{}, matches: map[string]*matchCounts{},
+		byPair: map[labelPair][]*matchCounts{}, pairs: map[labelPair]int{}}
 }
 
 // update counts (sign 1) or uncounts (-1) a pod on a node with these
@@ -103,12 +114,26 @@ func (x *affinityIndex) update(cp *cachedPod, nodeLabels map[string]string, sign
 		x.updateGroups(kindPreferred, a.preferred, nodeLabels, sign)
 		x.updateGroups(kindPreferredAnti, a.preferredAnti, nodeLabels, sign)
 	}
-	for _, m := range x.matches {
+	count := func(m *matchCounts) {
 		if matchesAll(m.terms, cp.pod) {
 			for i := range m.per {
 				m.per[i].add(nodeLabels, sign)
 			}
 		}
+	}
+	for k, v := range cp.pod.Labels {
+		pair := labelPair{k, v}
+		if n := x.pairs[pair] + int(sign); n > 0 {
+			x.pairs[pair] = n
+		} else {
+			delete(x.pairs, pair)
+		}
+		for _, m := range x.byPair[pair] {
+			count(m)
+		}
+	}
+	for _, m := range x.general {
+		count(m)
 	}
 }
 
@@ -145,6 +170,8 @@ func (x *affinityIndex) matching(terms []affinityTerm, nodes []*NodeInfo) *match
 	}
 	if len(x.matches) >= maxMatchCounts {
 		clear(x.matches)
+		clear(x.byPair)
+		x.general = nil
 	}
 	m := &matchCounts{terms: terms, per: make([]topoCounts, len(terms))}
 	for i := range terms {
@@ -160,5 +187,16 @@ func (x *affinityIndex) matching(terms []affinityTerm, nodes []*NodeInfo) *match
 		}
 	}
 	x.matches[key] = m
+	if pl := terms[0].matchLabels; len(pl) > 0 {
+		rarest := pl[0]
+		for _, p := range pl[1:] {
+			if x.pairs[p] < x.pairs[rarest] {
+				rarest = p
+			}
+		}
+		x.byPair[rarest] = append(x.byPair[rarest], m)
+	} else {
+		x.general = append(x.general, m)
+	}
 	return m
 }

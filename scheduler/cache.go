@@ -101,10 +101,24 @@ func (c *schedCache) removeNode(name string) {
 func (c *schedCache) setPod(p *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.pods[p.UID]; old != nil {
+	cp := &cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)}
+	old := c.pods[p.UID]
+	if old != nil && old.node == cp.node && old.pod.Namespace == p.Namespace && maps.Equal(old.pod.Labels, p.Labels) {
+		// A confirmation or a status write: the pod counts for
+		// inter-pod affinity as it did (its own terms cannot change),
+		// so the index is left alone; only its resources are counted
+		// again. Re-counting it there cost a check against every
+		// incoming term set kept, twice per status write.
+		if ni := c.nodes[old.node]; ni != nil && ni.removePod(old) {
+			c.pods[p.UID] = cp
+			ni.addPod(cp)
+			return
+		}
+	}
+	if old != nil {
 		c.removeLocked(old)
 	}
-	c.addLocked(&cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)})
+	c.addLocked(cp)
 }
 
 func (c *schedCache) addLocked(cp *cachedPod) {

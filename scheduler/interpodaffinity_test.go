@@ -170,17 +170,31 @@ func TestAffinityIndexMatchesAWalk(t *testing.T) {
 	plugin := interPodAffinityPlugin{index: c.affinity}
 	var bound []*corev1.Pod
 	for step := range 600 {
-		switch r := rng.IntN(10); {
+		switch r := rng.IntN(12); {
 		case r < 5:
 			p := randomPod(fmt.Sprintf("p%d", step))
 			p.Spec.NodeName = pick(nodeNames)
 			c.setPod(p)
 			bound = append(bound, p)
 		case r < 7 && len(bound) > 0:
+			// The informer's next version of a bound pod: mostly a
+			// status write, sometimes new labels, or another node.
+			i := rng.IntN(len(bound))
+			p := bound[i].DeepCopy()
+			p.Status.Phase = corev1.PodRunning
+			switch rng.IntN(4) {
+			case 0:
+				p.Labels = map[string]string{"app": pick(apps)}
+			case 1:
+				p.Spec.NodeName = pick(nodeNames)
+			}
+			c.setPod(p)
+			bound[i] = p
+		case r < 9 && len(bound) > 0:
 			i := rng.IntN(len(bound))
 			c.removePod(bound[i].UID)
 			bound = append(bound[:i], bound[i+1:]...)
-		case r < 9:
+		case r < 11:
 			c.setNode(randomNode(pick(nodeNames)))
 		default:
 			c.removeNode(pick(nodeNames))
@@ -196,6 +210,25 @@ func TestAffinityIndexMatchesAWalk(t *testing.T) {
 			}
 			if got != want[i] {
 				t.Fatalf("step %d, node %s, pod %v: index says %+v, a walk %+v", step, ni.Node.Name, incoming.Spec.Affinity, got, want[i])
+			}
+		}
+		// Every bound pod is counted once, on its node, as its latest
+		// version.
+		counted := map[types.UID]int{}
+		for _, ni := range c.nodes {
+			for _, cp := range ni.pods {
+				counted[cp.pod.UID]++
+				if cp.node != cp.pod.Spec.NodeName || c.pods[cp.pod.UID] != cp {
+					t.Fatalf("step %d: %s counted on %s as a stale version", step, cp.pod.Name, cp.node)
+				}
+			}
+		}
+		if len(counted) != len(bound) || len(c.pods) != len(bound) {
+			t.Fatalf("step %d: %d pods counted, %d cached, %d bound", step, len(counted), len(c.pods), len(bound))
+		}
+		for uid, n := range counted {
+			if n != 1 {
+				t.Fatalf("step %d: %s counted %d times", step, uid, n)
 			}
 		}
 	}
