@@ -82,11 +82,11 @@ type apiResults struct {
 	tput                             map[int]*float64
 	// tputCPU is the server's CPU time per acknowledged create: steadier
 	// than creates/s on a machine whose other tenants take CPU.
-	tputCPU            map[int]*float64
+	tputCPU map[int]*float64
 	// clientCPU is the bench's own (the clients') CPU time per create:
 	// with the server it shares the machine's cores, so together they
 	// bound the creates/s this machine can reach.
-	clientCPU map[int]*float64
+	clientCPU          map[int]*float64
 	bigList            *float64
 	watchP50, watchP99 *float64
 }

@@ -56,12 +56,7 @@ func (p *bonsaiProc) saveProfiles() {
 			fail(err)
 		}
 	}
-	cfg, err := p.restConfig("bench-profiles")
-	if err != nil {
-		fail(err)
-		return
-	}
-	hc, err := rest.HTTPClientFor(cfg)
+	cfg, hc, err := p.profileClient()
 	if err != nil {
 		fail(err)
 		return
@@ -114,12 +109,7 @@ func (p *bonsaiProc) cpuProfile(what string, d time.Duration) (wait func()) {
 	go func() {
 		defer close(done)
 		fail := func(err error) { fmt.Fprintf(os.Stderr, "bench: cpu profile %s: %v\n", file, err) }
-		cfg, err := p.restConfig("bench-profiles")
-		if err != nil {
-			fail(err)
-			return
-		}
-		hc, err := rest.HTTPClientFor(cfg)
+		cfg, hc, err := p.profileClient()
 		if err != nil {
 			fail(err)
 			return
@@ -149,4 +139,15 @@ func (p *bonsaiProc) cpuProfile(what string, d time.Duration) (wait func()) {
 		fmt.Fprintf(os.Stderr, "bench: cpu profile saved as %s\n", file)
 	}()
 	return func() { <-done }
+}
+
+// profileClient is an admin client of the server's /debug/pprof and
+// /metrics.
+func (p *bonsaiProc) profileClient() (*rest.Config, *http.Client, error) {
+	cfg, err := p.restConfig("bench-profiles")
+	if err != nil {
+		return nil, nil, err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	return cfg, hc, err
 }

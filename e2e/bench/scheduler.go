@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,8 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 		return err
 	}
 	defer srv.stop()
+	profiled := srv.cpuProfile(fmt.Sprintf("sched-%d-nodes-%s", n, strings.ReplaceAll(v.name, " ", "-")), 3*time.Second)
+	defer profiled()
 	if cs, err = schedClient(srv); err != nil {
 		return err
 	}
