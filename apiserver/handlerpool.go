@@ -33,6 +33,15 @@ type poolJob struct {
 	panicked any
 }
 
+// pooled says whether a request runs on the pool: a resource request
+// that ends with its answer, not a watch, a log, a proxied request or an
+// exec, attach or port-forward stream, which would hold a worker for as
+// long as they last. (l is the request's metric labels: l[3] the
+// resource, l[4] the subresource.)
+func pooled(l requestLabelValues, watch bool) bool {
+	return !watch && l[3] != "" && l[4] != "log" && l[4] != "proxy" && !connectSubresources[l[4]]
+}
+
 var poolJobs = sync.Pool{New: func() any { return &poolJob{done: make(chan struct{}, 1)} }}
 
 func newHandlerPool(max int32, idle time.Duration, log *slog.Logger) *handlerPool {

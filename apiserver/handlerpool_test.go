@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +82,31 @@ func TestHandlerPool(t *testing.T) {
 			t.Fatalf("%d idle workers still there", p.workers.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPooledRequests: requests that end with their answer go to the pool;
+// streams that can last (watches, logs, proxies, exec) and non-resource
+// paths do not.
+func TestPooledRequests(t *testing.T) {
+	s, _ := newTestServer(t)
+	for path, want := range map[string]bool{
+		"POST /api/v1/namespaces/default/configmaps":             true,
+		"GET /api/v1/namespaces/default/pods/p":                  true,
+		"PUT /api/v1/namespaces/default/pods/p/status":           true,
+		"GET /api/v1/namespaces/default/configmaps?watch=1":      false,
+		"GET /api/v1/watch/namespaces/default/configmaps":        false,
+		"GET /api/v1/namespaces/default/pods/p/log?follow=true":  false,
+		"POST /api/v1/namespaces/default/pods/p/exec?command=sh": false,
+		"POST /api/v1/namespaces/default/pods/p/portforward":     false,
+		"GET /api/v1/namespaces/default/pods/p/proxy/":           false,
+		"GET /healthz":             false,
+		"GET /debug/pprof/profile": false,
+	} {
+		method, target, _ := strings.Cut(path, " ")
+		l, watch := s.labelRequest(httptest.NewRequest(method, target, nil))
+		if got := pooled(l, watch); got != want {
+			t.Errorf("%s: pooled %v, want %v (labels %v)", path, got, want, l)
+		}
 	}
 }

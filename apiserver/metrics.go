@@ -211,10 +211,10 @@ func (s *Server) withMetrics(next http.Handler) http.Handler {
 			g.Inc()
 			defer g.Dec()
 		}
-		if watch || l[3] == "" || l[4] == "log" || connectSubresources[l[4]] {
-			next.ServeHTTP(rec, r)
-		} else {
+		if pooled(l, watch) {
 			s.handlers.serve(next, rec, r)
+		} else {
+			next.ServeHTTP(rec, r)
 		}
 		code := rec.code
 		if code == 0 {
