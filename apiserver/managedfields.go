@@ -53,13 +53,7 @@ func (r *resource) emptyObjectFields() *fieldpath.Set {
 		obj.GetObjectKind().SetGroupVersionKind(r.gvk())
 		if tv, err := r.typeConverter().ObjectToTyped(obj, typed.AllowDuplicates); err == nil {
 			if leaves, err := tv.ToFieldSet(); err == nil {
-				set := fieldpath.NewSet()
-				leaves.Iterate(func(p fieldpath.Path) {
-					for i := 1; i <= len(p); i++ {
-						set.Insert(p[:i])
-					}
-				})
-				r.empty.set = set.Difference(neverManaged)
+				r.empty.set = withAncestors(leaves).Difference(neverManaged)
 			}
 		}
 	})
@@ -96,13 +90,7 @@ func (r *resource) recordCreated(obj runtime.Object, manager string) bool {
 		return false
 	}
 	// The comparison records every node on the way to an added leaf...
-	set := fieldpath.NewSet()
-	leaves.Iterate(func(p fieldpath.Path) {
-		for i := 1; i <= len(p); i++ {
-			set.Insert(p[:i])
-		}
-	})
-	set = set.Difference(neverManaged)
+	set := withAncestors(leaves).Difference(neverManaged)
 	// ...but a node the empty object has too is no addition. That is
 	// plain only for an empty container there (a Lease's spec: {}) that
 	// holds fields here: those are all added, the container is not. A
@@ -136,6 +124,18 @@ func (r *resource) recordCreated(obj runtime.Object, manager string) bool {
 		FieldsV1:   &metav1.FieldsV1{Raw: raw},
 	}})
 	return true
+}
+
+// withAncestors is leaves with every node on the way to each of them:
+// the paths the field manager's comparison records for fields added.
+func withAncestors(leaves *fieldpath.Set) *fieldpath.Set {
+	set := fieldpath.NewSet()
+	leaves.Iterate(func(p fieldpath.Path) {
+		for i := 1; i <= len(p); i++ {
+			set.Insert(p[:i])
+		}
+	})
+	return set
 }
 
 // hasDescendant says whether set holds a path below p.
