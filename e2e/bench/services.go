@@ -145,7 +145,7 @@ func benchEndpoint(i, j int) string {
 }
 
 // movedEndpoint is the address the n-th one-endpoint update moves an
-// endpoint to, apart from every benchEndpoint.
+// endpoint to or adds, apart from every benchEndpoint.
 func movedEndpoint(n int) string { return fmt.Sprintf("10.251.%d.%d", 200+n/250, 1+n%250) }
 
 func benchSlice(i, endpoints int) *discoveryv1.EndpointSlice {
@@ -253,8 +253,10 @@ func waitMetric(ctx context.Context, cs kubernetes.Interface, name string, count
 	}
 }
 
-// oneEndpointUpdate moves one endpoint of a Service and returns the
-// proxy's partial sync time for it, from the metric's sum.
+// oneEndpointUpdate changes one endpoint of Service i and returns the
+// proxy's partial sync time for it, from the metric's sum. The changes
+// take turns: an endpoint moves to another address, one goes, one comes
+// (the last two change the count, which the proxy's rule carries).
 func oneEndpointUpdate(ctx context.Context, cs kubernetes.Interface, i int) (time.Duration, error) {
 	const name = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 	before, err := readHistogram(ctx, cs, name)
@@ -265,7 +267,15 @@ func oneEndpointUpdate(ctx context.Context, cs kubernetes.Interface, i int) (tim
 	if err != nil {
 		return 0, err
 	}
-	s.Endpoints[0].Addresses = []string{movedEndpoint(i)}
+	switch i % 3 {
+	case 0:
+		s.Endpoints[0].Addresses = []string{movedEndpoint(i)}
+	case 1:
+		s.Endpoints = s.Endpoints[:len(s.Endpoints)-1]
+	default:
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{movedEndpoint(i)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}})
+	}
 	if _, err := cs.DiscoveryV1().EndpointSlices("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		return 0, err
 	}
@@ -290,19 +300,14 @@ func readyToRule(ctx context.Context, n *realNode, pods int) ([]time.Duration, e
 	if err != nil {
 		return nil, err
 	}
-	table := &nftables.Table{Name: n.bridge + "-svc", Family: nftables.TableFamilyIPv4}
 	inMap := func(ip string) bool {
-		set, err := nft.GetSetByName(table, proxy.EndpointsMapName("default/ready/tcp/http"))
+		targets, err := proxy.EndpointTargets(nft, n.bridge, "default/ready/tcp/http")
 		if err != nil {
 			return false
 		}
-		elems, err := nft.GetSetElements(set)
-		if err != nil {
-			return false
-		}
-		want := netip.MustParseAddr(ip).AsSlice()
-		for _, e := range elems {
-			if len(e.Val) >= 4 && string(e.Val[:4]) == string(want) {
+		want := netip.MustParseAddr(ip)
+		for _, t := range targets {
+			if t.Addr() == want {
 				return true
 			}
 		}

@@ -21,6 +21,11 @@ type keyOwners map[string]string
 
 func elemKey(e elem) string { return e.set + " " + e.keyText }
 
+// claimable says whether e's key could be asked for by two Services: the
+// endpoint maps' keys hold a chooser's own number, so no other Service
+// has them.
+func claimable(e elem) bool { return !isChoiceMap(e.set) }
+
 // claimer hands out keys in one sync. held is who holds which key in the
 // table (Proxier.owners); what it says of the Services in skip, those
 // being recomputed, no longer counts. taken is what this sync gave out.
@@ -50,6 +55,10 @@ func (c *claimer) claim(svc string, o objects) (objects, []string) {
 	var lost []string
 	kept := o.elems[:0:0]
 	for _, e := range o.elems {
+		if !claimable(e) {
+			kept = append(kept, e)
+			continue
+		}
 		k := elemKey(e)
 		if owner, ok := c.owner(k); ok {
 			if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
@@ -69,6 +78,9 @@ func (c *claimer) claim(svc string, o objects) (objects, []string) {
 func (ow keyOwners) moveKeys(old, new map[string]objects) {
 	for svc, o := range old {
 		for _, e := range o.elems {
+			if !claimable(e) {
+				continue
+			}
 			if k := elemKey(e); ow[k] == svc {
 				delete(ow, k)
 			}
@@ -76,7 +88,9 @@ func (ow keyOwners) moveKeys(old, new map[string]objects) {
 	}
 	for svc, o := range new {
 		for _, e := range o.elems {
-			ow[elemKey(e)] = svc
+			if claimable(e) {
+				ow[elemKey(e)] = svc
+			}
 		}
 	}
 }
@@ -109,7 +123,7 @@ func released(old, new objects) bool {
 		have[elemKey(e)] = true
 	}
 	for _, e := range old.elems {
-		if !have[elemKey(e)] {
+		if claimable(e) && !have[elemKey(e)] {
 			return true
 		}
 	}

@@ -22,13 +22,13 @@
 //	services        ip daddr . meta l4proto . th dport vmap @service-ips
 //	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
 //	service-<port>  masquerade mark for off-cluster sources; then
-//	                dnat to numgen random mod 2^30 map @ep-<hash>
-//	                (an interval map giving each endpoint address . port an
-//	                equal range of the random number; its comment is
-//	                "endpoints-service-<port>", its name a hash of that:
-//	                see setName)
+//	                dnat to <n> . numgen random mod <count> map
+//	                @endpoint-targets-<n % 32>, where n is the chooser's
+//	                own number (see chooserIDs), the map gives each
+//	                "n . i" the address . port of endpoint i;
 //	                or, with ClientIP affinity, affinity lookups and
-//	                numgen random mod N vmap to endpoint chains
+//	                <n> . numgen random mod <count> vmap
+//	                @endpoint-chains-<n % 32> to endpoint chains
 //	local-<port>    the same over this node's endpoints (Local policies)
 //	external-<port> NodePort, externalIPs and load-balancer IPs: mark for
 //	                masquerade and go to service-<port> (Cluster policy),
@@ -63,9 +63,14 @@
 //     DNAT'd packet leaves with source 127.0.0.1 until masqueraded) and
 //     drops packets from pods to 127.0.0.0/8 that were not DNAT'd, closing
 //     the hole route_localnet opens (CVE-2020-8558).
-//   - The numgen maps are named sets, not anonymous ones: the kernel
-//     binds each anonymous set to its rule with a walk of the whole
-//     transaction, which more than doubled a full sync of 1,000 Services.
+//   - The endpoint maps are shared by the Services, in 32 shards, rather
+//     than an anonymous map in each Service's rule: a set per Service
+//     made a full sync of 1,000 Services slow (the kernel finds a set by
+//     walking the table's list of sets, comparing names, for every new
+//     set, rule lookup and element write; it binds an anonymous set to
+//     its rule with a walk of the whole transaction), and one map for
+//     all made it check each element added against each rule using the
+//     map (see choiceShards).
 //   - Two Services asking for the same address, protocol and port (two
 //     LoadBalancer Services on one port both get the node's address;
 //     externalIPs are free-form) would make the kernel refuse every
@@ -75,11 +80,11 @@
 //   - Endpoints have no chains of their own unless ClientIP affinity
 //     needs them to record the client: the DNAT takes its address from
 //     a map, and hairpin traffic is found in postrouting by one set
-//     lookup. The DNAT rule's random number does not depend on the
-//     number of endpoints (kube-proxy writes "mod N" into the rule), so
-//     an endpoint change of any kind writes map elements only: no rule
-//     write, after which the kernel would revalidate every jump of the
-//     table.
+//     lookup. An endpoint replaced by another writes one map element; a
+//     change in the number of endpoints also rewrites the rule with
+//     "mod N", as kube-proxy rewrites the Service's chain on any endpoint
+//     change (the kernel then revalidates the table's jumps, about a
+//     millisecond with 1,000 Services).
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
 //     loadBalancerSourceRanges filtering, no topology hints

@@ -6,9 +6,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 )
 
@@ -45,75 +45,14 @@ func (k *kernelTable) addChain(c chainDef) {
 	k.conn.AddChain(ch)
 }
 
+// addSet adds an affinity set.
 func (k *kernelTable) addSet(s setDef) error {
 	set := &nftables.Set{Table: k.table, Name: s.name, KeyType: nftables.TypeIPAddr,
 		HasTimeout: true, Timeout: s.timeout, Dynamic: true, Comment: s.comment}
-	var elems []nftables.SetElement
-	switch {
-	case s.targets != nil:
-		set = k.targetsMap(s.name)
-		set.Comment = s.comment
-		for i, a := range s.targets {
-			elems = append(elems, targetElems(i, len(s.targets), a)...)
-		}
-	case s.endpoints != nil:
-		set = &nftables.Set{Table: k.table, Name: s.name, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict, Comment: s.comment}
-		for i, c := range s.endpoints {
-			// numgen writes its number in host byte order.
-			elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)),
-				VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}})
-		}
-	}
-	if err := k.conn.AddSet(set, elems); err != nil {
+	if err := k.conn.AddSet(set, nil); err != nil {
 		return fmt.Errorf("add set %s: %w", s.name, err)
 	}
 	k.batchSets[s.name] = set
-	return nil
-}
-
-// targetElems are endpoint i of n's elements of an endpoints map: the
-// start of its range of numgen's number (big-endian, so that the kernel's
-// byte-wise order is the numbers'), with the address . port to DNAT to,
-// and the range's end. The end of one range and the start of the next
-// share a key, told apart by the end flag, as nft writes them.
-func targetElems(i, n int, a netip.AddrPort) []nftables.SetElement {
-	lo, hi := targetRange(i, n)
-	val := make([]byte, 8) // address . port, each in a 4-byte register
-	copy(val, a.Addr().AsSlice())
-	binary.BigEndian.PutUint16(val[4:], a.Port())
-	return []nftables.SetElement{
-		{Key: binaryutil.BigEndian.PutUint32(lo), Val: val},
-		{Key: binaryutil.BigEndian.PutUint32(hi), IntervalEnd: true},
-	}
-}
-
-// targetsMap is an endpoints map: an interval map from numgen's number
-// to address . port.
-func (k *kernelTable) targetsMap(name string) *nftables.Set {
-	return &nftables.Set{Table: k.table, Name: name, IsMap: true, Interval: true, KeyType: nftables.TypeInteger,
-		KeyByteOrder: binaryutil.BigEndian, DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
-}
-
-// retarget writes the elements of endpoints maps that changed in place.
-// Their data are addresses, not verdicts: unlike a rule or a chain, the
-// kernel has nothing to revalidate for them.
-func (k *kernelTable) retarget(edits []targetEdit, add bool) error {
-	bySet := map[string][]nftables.SetElement{}
-	var order []string
-	for _, e := range edits {
-		if e.add != add {
-			continue
-		}
-		if _, ok := bySet[e.set]; !ok {
-			order = append(order, e.set)
-		}
-		bySet[e.set] = append(bySet[e.set], e.elems...)
-	}
-	for _, name := range order {
-		if err := k.writeElems(k.targetsMap(name), bySet[name], add); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -169,7 +108,7 @@ func (k *kernelTable) setElems(elems []elem, add bool) error {
 	for _, e := range elems {
 		se := nftables.SetElement{Key: e.key}
 		if add {
-			se.VerdictData = e.verdict
+			se.VerdictData, se.Val = e.verdict, e.data
 		}
 		bySet[e.set] = append(bySet[e.set], se)
 	}
@@ -195,7 +134,7 @@ func (k *kernelTable) replace(all []objects) error {
 	c.AddTable(k.table) // so that the delete cannot fail on a first start
 	c.DelTable(k.table)
 	c.AddTable(k.table)
-	for _, name := range []string{mapServiceIPs, mapServiceNodePorts, mapNoEndpointServices, mapNoEndpointNodePorts, setClusterIPs, setHairpin} {
+	for _, name := range slices.Sorted(maps.Keys(k.maps)) {
 		if err := c.AddSet(k.maps[name], nil); err != nil {
 			return fmt.Errorf("add map %s: %w", name, err)
 		}
@@ -259,12 +198,6 @@ func (k *kernelTable) update(changes []change) error {
 		d.add(ch.old, ch.new)
 	}
 	if err := k.setElems(d.delElems, false); err != nil {
-		return err
-	}
-	if err := k.retarget(d.retarget, false); err != nil {
-		return err
-	}
-	if err := k.retarget(d.retarget, true); err != nil {
 		return err
 	}
 	for _, name := range d.flushChains {
@@ -358,39 +291,6 @@ type objectDiff struct {
 	writeChains        []chainDef // new or changed: their rules
 	delSets            []string
 	addSets            []setDef
-	// retarget changes endpoints maps' elements in place: deletions
-	// first, then additions.
-	retarget []targetEdit
-}
-
-// targetEdit adds or deletes elements of an endpoints map.
-type targetEdit struct {
-	set   string
-	elems []nftables.SetElement
-	add   bool
-}
-
-// retargetMap edits an endpoints map from old's targets to new's. With
-// the same count the ranges stay and only the changed ones' start
-// elements (which carry the target) are written again; a different count
-// moves every range.
-func (d *objectDiff) retargetMap(name string, old, new []netip.AddrPort) {
-	if len(old) == len(new) {
-		for i := range old {
-			if old[i] != new[i] {
-				d.retarget = append(d.retarget,
-					targetEdit{set: name, elems: targetElems(i, len(old), old[i])[:1]},
-					targetEdit{set: name, elems: targetElems(i, len(new), new[i])[:1], add: true})
-			}
-		}
-		return
-	}
-	for i, a := range old {
-		d.retarget = append(d.retarget, targetEdit{set: name, elems: targetElems(i, len(old), a)})
-	}
-	for i, a := range new {
-		d.retarget = append(d.retarget, targetEdit{set: name, elems: targetElems(i, len(new), a), add: true})
-	}
 }
 
 func (d *objectDiff) add(old, new objects) {
@@ -424,12 +324,7 @@ func (d *objectDiff) add(old, new objects) {
 	newSets := map[string]bool{}
 	for _, s := range new.sets {
 		newSets[s.name] = true
-		if o, ok := oldSets[s.name]; ok && o.equal(s) {
-			continue
-		} else if ok && o.targets != nil && s.targets != nil && o.timeout == s.timeout {
-			// An endpoints map keeps its name and its rule: only
-			// elements change.
-			d.retargetMap(s.name, o.targets, s.targets)
+		if o, ok := oldSets[s.name]; ok && o == s {
 			continue
 		} else if ok {
 			d.delSets = append(d.delSets, s.name)
@@ -467,4 +362,59 @@ func (d *objectDiff) add(old, new objects) {
 			d.delChains = append(d.delChains, c.name)
 		}
 	}
+}
+
+// EndpointTargets reads back from the kernel, through c, the addresses
+// and ports that the proxy's table for bridge DNATs a Service port to
+// under the Cluster policy; port is namespace/name/protocol/port-name, as
+// in chain names. It finds the port's chooser number and map in its
+// chain's rule. A port with no chain (no endpoints) has none.
+func EndpointTargets(c *nftables.Conn, bridge, port string) ([]netip.AddrPort, error) {
+	return readTargets(c, TableName(bridge), "service-"+port)
+}
+
+func readTargets(c *nftables.Conn, table, chain string) ([]netip.AddrPort, error) {
+	t := &nftables.Table{Name: table, Family: nftables.TableFamilyIPv4}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: chain, Table: t})
+	if err != nil {
+		return nil, fmt.Errorf("rules of chain %s: %w", chain, err)
+	}
+	var id []byte
+	var set string
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			switch e := e.(type) {
+			// (The kernel reports register 8 as 1, of which it is the
+			// first 32 bits.)
+			case *expr.Immediate:
+				if len(e.Data) == 4 {
+					id = e.Data
+				}
+			case *expr.Lookup:
+				if strings.HasPrefix(e.SetName, mapEndpointTargets+"-") {
+					set = e.SetName
+				}
+			}
+		}
+	}
+	if set == "" || len(id) != 4 {
+		return nil, fmt.Errorf("chain %s has no endpoint choice", chain)
+	}
+	s, err := c.GetSetByName(t, set)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", set, err)
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, fmt.Errorf("elements of %s: %w", set, err)
+	}
+	out := make([]netip.AddrPort, 0, len(elems))
+	for _, e := range elems {
+		if len(e.Key) != 8 || string(e.Key[:4]) != string(id) || len(e.Val) != 8 {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(e.Val[:4])
+		out = append(out, netip.AddrPortFrom(a, binary.BigEndian.Uint16(e.Val[4:6])))
+	}
+	return out, nil
 }

@@ -99,7 +99,9 @@ func checkOwners(t *testing.T, p *Proxier) {
 	want := keyOwners{}
 	for svc, o := range p.programmed {
 		for _, e := range o.elems {
-			want[elemKey(e)] = svc
+			if claimable(e) {
+				want[elemKey(e)] = svc
+			}
 		}
 	}
 	if diff := cmp.Diff(want, p.owners); diff != "" {
@@ -152,7 +154,9 @@ func kernelView(ns netns.NsHandle, name string) (chains map[string]int, elems []
 		}
 		for _, e := range got {
 			s := fmt.Sprintf("%s %x", setName, e.Key)
-			if set.IsMap {
+			if strings.HasPrefix(setName, mapEndpointTargets) {
+				s += fmt.Sprintf(" : %x", e.Val)
+			} else if set.IsMap {
 				v, err := decodeVerdict(e.Val)
 				if err != nil {
 					return nil, nil, err
@@ -262,29 +266,9 @@ func TestKernelReadBack(t *testing.T) {
 	p.set(t, objs...) // the first sync is a full one
 	checkKernelView(t, p)
 
-	// The numgen rule made it with its modulus.
-	c, err := nftables.New(nftables.WithNetNSFd(int(p.ns)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules, err := c.GetRules(&nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4},
-		&nftables.Chain{Name: "service-default/web/tcp/http", Table: &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mod uint32
-	for _, r := range rules {
-		for _, e := range r.Exprs {
-			if ng, ok := e.(*expr.Numgen); ok {
-				mod = ng.Modulus
-			}
-		}
-	}
-	if mod != targetSpace {
-		t.Errorf("numgen modulus in service chain = %d, want %d", mod, targetSpace)
-	}
-	// The endpoints map splits that range in two, in network byte order.
-	checkTargets(t, p.ns, endpointsMap("service-default/web/tcp/http"), 2)
+	// The numgen rule made it with its modulus, and the endpoint map
+	// has its two endpoints.
+	checkChooser(t, p, "service-default/web/tcp/http", 2)
 
 	// Incremental changes of every kind: an endpoint goes, a policy
 	// changes, an affinity timeout changes (its sets are replaced), a
@@ -300,6 +284,9 @@ func TestKernelReadBack(t *testing.T) {
 	checkKernelView(t, p)
 	if _, ok := p.programmed["default/web"]; ok {
 		t.Error("a deleted Service is still in programmed")
+	}
+	if id, ok := p.choosers.ids["service-default/web/tcp/http"]; ok {
+		t.Errorf("a deleted Service's chooser still holds number %d", id)
 	}
 
 	// A full sync over an existing table gives the same table.
@@ -710,29 +697,32 @@ func TestLoopbackConnectionOpenedBeforeTheTable(t *testing.T) {
 	}
 }
 
-// TestEndpointChangeKeepsTheRules checks that endpoint changes, an
-// endpoint replaced by another or the count changing, are edits of the
-// Service's endpoints map: traffic follows, and the Service's chain keeps
-// its rules (a rule write would make the kernel revalidate the whole
-// table).
+// TestEndpointChangeKeepsTheRules checks that an endpoint replaced by
+// another is an edit of the endpoint map's elements alone, and that a
+// change of count rewrites only the Service's chooser chain: traffic
+// follows both.
 func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	n := newTestNetwork(t, 2)
 	n.serve(t, 0, 8080, "ep0")
 	n.serve(t, 1, 8080, "ep1")
 	p := newTestProxier(t, n.node)
-	svc := newService("web", "10.96.0.10", 80)
+	svc := newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster))
 	only := func(i int) any {
 		return newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[i].String(), testNode))
 	}
-	handles := func() []uint64 {
+	const chooser, external = "service-default/web/tcp/http", "external-default/web/tcp/http"
+	handles := func(chain string) []uint64 {
 		c, err := nftables.New(nftables.WithNetNSFd(int(n.node)))
 		must(t, "netlink", err)
 		table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
-		rules, err := c.GetRules(table, &nftables.Chain{Name: "service-default/web/tcp/http", Table: table})
-		must(t, "rules of the Service's chain", err)
+		rules, err := c.GetRules(table, &nftables.Chain{Name: chain, Table: table})
+		must(t, "rules of "+chain, err)
 		var out []uint64
 		for _, r := range rules {
 			out = append(out, r.Handle)
+		}
+		if len(out) == 0 {
+			t.Fatalf("chain %s has no rules", chain)
 		}
 		return out
 	}
@@ -741,64 +731,66 @@ func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Fatalf("with ep0 only: answers %v", got)
 	}
-	before := handles()
-	if len(before) == 0 {
-		t.Fatal("the Service's chain has no rules")
-	}
+	before, externalBefore := handles(chooser), handles(external)
 	p.set(t, only(1))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep1"] != tries {
 		t.Errorf("after ep0 was replaced by ep1: answers %v", got)
 	}
-	if after := handles(); !slices.Equal(before, after) {
+	if after := handles(chooser); !slices.Equal(before, after) {
 		t.Errorf("rule handles %v became %v: the chain was rewritten for a same-count change", before, after)
 	}
+	checkChooser(t, p, chooser, 1)
 	p.set(t, newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), testNode), readyEP(n.endpointIPs[1].String(), testNode)))
 	if got := hits(t, n.client, "10.96.0.10:80", 40); got["ep0"] == 0 || got["ep1"] == 0 {
 		t.Errorf("with both: answers %v", got)
 	}
-	checkTargets(t, n.node, endpointsMap("service-default/web/tcp/http"), 2)
+	checkChooser(t, p, chooser, 2)
 	p.set(t, only(0))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Errorf("back to ep0 only: answers %v", got)
 	}
-	checkTargets(t, n.node, endpointsMap("service-default/web/tcp/http"), 1)
-	if after := handles(); !slices.Equal(before, after) {
-		t.Errorf("rule handles %v became %v: the chain was rewritten for a change of count", before, after)
+	checkChooser(t, p, chooser, 1)
+	if after := handles(external); !slices.Equal(externalBefore, after) {
+		t.Errorf("rule handles of %s %v became %v: a change of endpoint count rewrote more than the chooser", external, externalBefore, after)
 	}
 	checkKernelView(t, p)
 }
 
-// checkTargets reads an endpoints map back and checks that its n ranges
-// cover numgen's whole range, each endpoint's start carrying an address.
-func checkTargets(t *testing.T, ns netns.NsHandle, name string, n int) {
+// checkChooser reads a chooser chain's numgen rule back and checks that
+// it draws below n and that its endpoint map holds n endpoints under the
+// chooser's number, as EndpointTargets finds them.
+func checkChooser(t *testing.T, p *testProxier, chain string, n int) {
 	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	c, err := nftables.New(nftables.WithNetNSFd(int(p.ns)))
 	must(t, "netlink", err)
 	table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
-	set, err := c.GetSetByName(table, name)
-	must(t, "map "+name, err)
-	if !set.Interval || !set.IsMap {
-		t.Errorf("%s: interval %v, map %v; want an interval map", name, set.Interval, set.IsMap)
-	}
-	elems, err := c.GetSetElements(set)
-	must(t, "elements of "+name, err)
-	var got []string
-	for _, e := range elems {
-		k := binary.BigEndian.Uint32(e.Key)
-		if e.IntervalEnd {
-			got = append(got, fmt.Sprintf("end %d", k))
-		} else {
-			got = append(got, fmt.Sprintf("%d : %d bytes", k, len(e.Val)))
+	rules, err := c.GetRules(table, &nftables.Chain{Name: chain, Table: table})
+	must(t, "rules of "+chain, err)
+	var mods []uint32
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if e, ok := e.(*expr.Numgen); ok {
+				mods = append(mods, e.Modulus)
+			}
 		}
 	}
-	var want []string
-	for i := range n {
-		lo, hi := targetRange(i, n)
-		want = append(want, fmt.Sprintf("%d : 8 bytes", lo), fmt.Sprintf("end %d", hi))
+	if !slices.Equal(mods, []uint32{uint32(n)}) {
+		t.Errorf("%s: numgen moduli %v, want [%d]", chain, mods, n)
 	}
-	slices.Sort(got)
-	slices.Sort(want)
+	got, err := readTargets(c, testTable, chain)
+	must(t, "endpoints of "+chain, err)
+	var want []netip.AddrPort
+	for _, e := range p.programmed[serviceKey("default", strings.Split(chain, "/")[1])].elems {
+		if id := p.choosers.ids[chain]; e.set == targetsMap(id) && string(e.key[:4]) == string(choiceKey(id, 0)[:4]) {
+			want = append(want, netip.AddrPortFrom(netip.AddrFrom4([4]byte(e.data[:4])), binary.BigEndian.Uint16(e.data[4:6])))
+		}
+	}
+	if len(want) != n {
+		t.Errorf("%s: programmed %d endpoints, want %d", chain, len(want), n)
+	}
+	slices.SortFunc(got, netip.AddrPort.Compare)
+	slices.SortFunc(want, netip.AddrPort.Compare)
 	if !slices.Equal(got, want) {
-		t.Errorf("%s holds %v, want %v", name, got, want)
+		t.Errorf("%s: the kernel DNATs to %v, want %v", chain, got, want)
 	}
 }

@@ -95,16 +95,6 @@ func (r *rule) ctStatusDNAT() *rule {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: regScratch, Data: make([]byte, 4)})
 }
 
-// targetSpace is the range of numgenDnat's random number: with up to
-// 1,000 endpoints a Service's, each endpoint's share differs from 1/n by
-// less than one part in a million.
-const targetSpace = 1 << 30
-
-// targetRange is endpoint i of n's share of targetSpace: [lo, hi).
-func targetRange(i, n int) (lo, hi uint32) {
-	return uint32(uint64(i) * targetSpace / uint64(n)), uint32(uint64(i+1) * targetSpace / uint64(n))
-}
-
 // ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h.
 const ipsDstNAT = 1 << 5
 
@@ -133,27 +123,31 @@ func (r *rule) vmapProtoPort(set string) *rule {
 		&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: set})
 }
 
-// numgenVmap picks one of n endpoints with equal probability: a random
-// number below n, looked up in the named verdict map of the endpoints.
-func (r *rule) numgenVmap(n int, set string) *rule {
-	return r.add(fmt.Sprintf("numgen random mod %d vmap @%s", n, set),
-		&expr.Numgen{Register: regScratch, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
-		&expr.Lookup{SourceRegister: regScratch, DestRegister: 0, IsDestRegSet: true, SetName: set})
+// choiceKeyExprs load the key of an endpoint map: the chooser's number
+// and a random number below n.
+func choiceKeyExprs(id uint32, n int) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: regConcat0, Data: binaryutil.NativeEndian.PutUint32(id)},
+		&expr.Numgen{Register: regConcat1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
+	}
 }
 
-// numgenDnat picks an endpoint with equal probability: a random number
-// below targetSpace, in network byte order, looked up in the named
-// interval map that gives each endpoint an equal range of it. The lookup
-// leaves the endpoint's address and port in registers 8 and 9 for the
-// DNAT. The rule does not depend on the number of endpoints, so a change
-// of endpoints writes map elements only: no rule, and nothing for the
-// kernel to revalidate.
-func (r *rule) numgenDnat(set string) *rule {
-	return r.add(fmt.Sprintf("dnat to numgen random mod %d map @%s", targetSpace, set),
-		&expr.Numgen{Register: regScratch, Type: unix.NFT_NG_RANDOM, Modulus: targetSpace},
-		&expr.Byteorder{SourceRegister: regScratch, DestRegister: regScratch, Op: expr.ByteorderHton, Len: 4, Size: 4},
-		&expr.Lookup{SourceRegister: regScratch, DestRegister: regConcat0, IsDestRegSet: true, SetName: set},
-		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})
+// numgenVmap picks one of chooser id's n endpoints with equal
+// probability, from the endpoint-chains verdict map.
+func (r *rule) numgenVmap(id uint32, n int) *rule {
+	return r.add(fmt.Sprintf("%d . numgen random mod %d vmap @%s", id, n, chainsMap(id)),
+		append(choiceKeyExprs(id, n),
+			&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: chainsMap(id)})...)
+}
+
+// numgenDnat DNATs to one of chooser id's n endpoints, picked with equal
+// probability: the endpoint-targets map leaves its address and port in
+// registers 8 and 9.
+func (r *rule) numgenDnat(id uint32, n int) *rule {
+	return r.add(fmt.Sprintf("dnat to %d . numgen random mod %d map @%s", id, n, targetsMap(id)),
+		append(choiceKeyExprs(id, n),
+			&expr.Lookup{SourceRegister: regConcat0, DestRegister: regConcat0, IsDestRegSet: true, SetName: targetsMap(id)},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})...)
 }
 
 // saddrDaddrInSet matches packets whose source and destination address,

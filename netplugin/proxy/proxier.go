@@ -101,6 +101,9 @@ type Proxier struct {
 	programmed map[string]objects
 	conflicted map[string]bool
 	owners     keyOwners
+	// choosers numbers the chains that choose endpoints; only sync
+	// touches it.
+	choosers *chooserIDs
 }
 
 // New builds the proxy and registers its informer handlers; it changes
@@ -220,6 +223,7 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 		programmed: map[string]objects{},
 		owners:     keyOwners{},
 		conflicted: map[string]bool{},
+		choosers:   newChooserIDs(),
 	}
 }
 

@@ -21,22 +21,7 @@ func chainText(c chainDef) string {
 }
 
 func setText(s setDef) string {
-	if s.targets != nil {
-		elems := make([]string, len(s.targets))
-		for i, a := range s.targets {
-			lo, hi := targetRange(i, len(s.targets))
-			elems[i] = fmt.Sprintf("%d-%d : %s . %d", lo, hi-1, a.Addr(), a.Port())
-		}
-		return fmt.Sprintf("map %s { type integer : ipv4_addr . inet_service; flags interval; comment %q; elements = { %s } }\n", s.name, s.comment, strings.Join(elems, ", "))
-	}
-	if s.endpoints == nil {
-		return fmt.Sprintf("set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; comment %q; }\n", s.name, int(s.timeout.Seconds()), s.comment)
-	}
-	elems := make([]string, len(s.endpoints))
-	for i, c := range s.endpoints {
-		elems[i] = fmt.Sprintf("%d : goto %s", i, c)
-	}
-	return fmt.Sprintf("map %s { type integer : verdict; comment %q; elements = { %s } }\n", s.name, s.comment, strings.Join(elems, ", "))
+	return fmt.Sprintf("set %s { type ipv4_addr; flags dynamic,timeout; timeout %ds; comment %q; }\n", s.name, int(s.timeout.Seconds()), s.comment)
 }
 
 // renderTable is the table that all programs, in a stable text form

@@ -6,9 +6,11 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 )
 
@@ -36,6 +38,26 @@ const (
 	setHairpin             = "hairpin"
 )
 
+// The endpoint maps: a chooser's (see serviceObjects) keys are in shard
+// id % choiceShards of each. Every rule that looks a map up is one of its
+// bindings, and the kernel checks each element it adds to a map against
+// every binding, and each new binding against every element: with one
+// map for 1,000 Services of 10 endpoints that was 10 million checks, a
+// tenth of a full sync.
+const (
+	mapEndpointTargets = "endpoint-targets"
+	mapEndpointChains  = "endpoint-chains"
+	choiceShards       = 32
+)
+
+func targetsMap(id uint32) string { return fmt.Sprintf("%s-%d", mapEndpointTargets, id%choiceShards) }
+func chainsMap(id uint32) string  { return fmt.Sprintf("%s-%d", mapEndpointChains, id%choiceShards) }
+
+// isChoiceMap says whether set is a shard of an endpoint map.
+func isChoiceMap(set string) bool {
+	return strings.HasPrefix(set, mapEndpointTargets+"-") || strings.HasPrefix(set, mapEndpointChains+"-")
+}
+
 // hook makes a chain a base chain.
 type hook struct {
 	typ      nftables.ChainType
@@ -51,39 +73,32 @@ type chainDef struct {
 	rules []*rule
 }
 
-// setDef is a set a service port owns: a session-affinity set (client
-// addresses that expire after timeout unless refreshed); with endpoints,
-// the verdict map from numgen's random number to endpoint chains (ClientIP
-// affinity); or, with targets, the map from numgen's random number to the
-// endpoint address and port to DNAT to. The maps are named rather than
-// anonymous (nft's "vmap { 0 : goto ... }"): the kernel binds each
-// anonymous set to its rule with a walk of the whole transaction, which
-// made a full sync of 1,000 Services more than twice as slow.
+// setDef is a set a service port owns: a session-affinity set, client
+// addresses that expire after timeout unless refreshed.
 type setDef struct {
 	name string
 	// comment is the set's long name (see setName), for people reading
 	// `nft list table`.
-	comment   string
-	timeout   time.Duration
-	endpoints []string
-	targets   []netip.AddrPort
+	comment string
+	timeout time.Duration
 }
 
-func (s setDef) equal(o setDef) bool {
-	return s.name == o.name && s.comment == o.comment && s.timeout == o.timeout && slices.Equal(s.endpoints, o.endpoints) && slices.Equal(s.targets, o.targets)
-}
-
-// elem is an element of one of the four verdict maps or, with no
-// verdict, of the cluster-ips set.
+// elem is an element of one of the table's shared sets and maps: with a
+// verdict, of a verdict map; with data, of an endpoint-targets map; with
+// neither, of a set.
 type elem struct {
-	set     string
-	key     []byte
-	keyText string
-	verdict *expr.Verdict
+	set      string
+	key      []byte
+	keyText  string
+	verdict  *expr.Verdict
+	data     []byte
+	dataText string
 }
 
 func (e elem) String() string {
 	switch {
+	case e.data != nil:
+		return e.set + " " + e.keyText + " : " + e.dataText
 	case e.verdict == nil:
 		return e.set + " " + e.keyText
 	case e.verdict.Kind == expr.VerdictGoto:
@@ -106,6 +121,9 @@ type objects struct {
 	// "a . a" of the hairpin set, which several Services may share (see
 	// kernelTable.hairpinRefs), so kept apart from elems.
 	hairpin []netip.Addr
+	// choosers are the chains that pick an endpoint, each of which has
+	// a number of its own in the endpoint maps' keys (see chooserIDs).
+	choosers []string
 }
 
 // ruleConfig is what rules depend on besides Services.
@@ -115,8 +133,9 @@ type ruleConfig struct {
 	nodePortCIDRs []netip.Prefix // empty: every local address, 127.0.0.1 included
 }
 
-// namedSets are the definitions of the four maps and the cluster-ips set,
-// elements aside.
+// namedSets are the definitions of the table's shared sets and maps,
+// elements aside: the four address maps, the endpoint maps' shards, and
+// the cluster-ips and hairpin sets.
 func namedSets(t *nftables.Table) map[string]*nftables.Set {
 	addrProtoPort := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
 	protoPort := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
@@ -126,6 +145,13 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 		mapServiceNodePorts: protoPort, mapNoEndpointNodePorts: protoPort,
 	} {
 		m[name] = &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
+	}
+	choice := nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
+	for i := range uint32(choiceShards) {
+		m[targetsMap(i)] = &nftables.Set{Table: t, Name: targetsMap(i), IsMap: true, Concatenation: true, KeyType: choice,
+			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
+		m[chainsMap(i)] = &nftables.Set{Table: t, Name: chainsMap(i), IsMap: true, Concatenation: true, KeyType: choice,
+			DataType: nftables.TypeVerdict}
 	}
 	m[setClusterIPs] = &nftables.Set{Table: t, Name: setClusterIPs, KeyType: nftables.TypeIPAddr}
 	m[setHairpin] = &nftables.Set{Table: t, Name: setHairpin, Concatenation: true,
@@ -217,13 +243,6 @@ func externalChain(sp *servicePort) string { return "external-" + sp.id() }
 func endpointChain(sp *servicePort, e endpoint) string {
 	return "endpoint-" + sp.id() + "__" + e.addr.String()
 }
-func endpointsMap(chooser string) string     { return setName("ep-", endpointsMapLong(chooser)) }
-func endpointsMapLong(chooser string) string { return "endpoints-" + chooser }
-
-// EndpointsMapName is the kernel name of the map that picks the endpoint
-// of a Service port under the Cluster policy; port is
-// namespace/name/protocol/port-name, as in chain names.
-func EndpointsMapName(port string) string { return endpointsMap("service-" + port) }
 func affinitySet(sp *servicePort, e endpoint) string {
 	return setName("af-", affinitySetLong(sp, e))
 }
@@ -231,13 +250,12 @@ func affinitySetLong(sp *servicePort, e endpoint) string {
 	return "affinity-" + sp.id() + "__" + e.addr.String()
 }
 
-// setName is the kernel name of a Service's set: a prefix and a 64-bit
+// setName is the kernel name of an affinity set: a prefix and a 64-bit
 // FNV-1a hash of its long name, which goes in the set's comment. The
 // kernel finds a set by walking the table's list of sets and comparing
 // names, a strlen and a memcmp each, for every new set, every rule that
-// looks one up and every element write: with a set per Service and names
-// of 40-odd bytes, those walks were a third of the kernel's time in a
-// full sync of 1,000 Services.
+// looks one up and every element write: short names keep those walks
+// short.
 func setName(prefix, long string) string {
 	h := fnv.New64a()
 	h.Write([]byte(long))
@@ -253,11 +271,16 @@ func setName(prefix, long string) string {
 //   - "service-" chooses among all usable endpoints, "local-" among this
 //     node's (for the Local traffic policies), "external-" handles what
 //     arrives at an external address or node port;
-//   - one "endpoint-" chain per endpoint does the DNAT;
+//   - they choose by a random number looked up in an endpoint-targets
+//     map, which gives the endpoint's address and port for the DNAT, or,
+//     with ClientIP affinity, in an endpoint-chains map, whose verdict
+//     goes to the endpoint's "endpoint-" chain that records the client
+//     and does the DNAT (kube-proxy has an endpoint chain for every
+//     endpoint and an anonymous map in every Service's chain);
 //   - with no usable endpoint, the addresses go into the no-endpoint maps
 //     instead: reject when the Service has no endpoint at all, drop when
 //     a Local policy leaves none on this node.
-func serviceObjects(sp *servicePort, c ruleConfig) objects {
+func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
 	var o objects
 	cluster := usable(sp.endpoints, false)
 	var local []endpoint
@@ -300,41 +323,42 @@ func serviceObjects(sp *servicePort, c ruleConfig) objects {
 			}})
 		}
 	}
-	chooser := func(name string, eps []endpoint, masqOffCluster bool) (chainDef, setDef) {
+	// A chooser picks one of eps with equal probability: numgen's
+	// random number below len(eps), with the chooser's own number, is
+	// the key of the endpoint in a map the Services share. A change of
+	// endpoints that keeps their count writes map elements only.
+	chooser := func(name string, eps []endpoint, masqOffCluster bool) {
 		var r []*rule
 		if masqOffCluster && c.clusterCIDR.IsValid() {
 			// A ClusterIP reached from outside the pod network (the host,
 			// another node) would get replies the pod routes elsewhere.
 			r = append(r, newRule().daddr(host(sp.clusterIP), true).saddr(c.clusterCIDR, false).jump(chainMarkForMasq))
 		}
+		id := ids.get(name)
+		o.choosers = append(o.choosers, name)
 		if sp.affinity == 0 {
-			// No per-endpoint chains: the random number picks the
-			// address and port to DNAT to straight from a map, and
-			// a change of endpoints only edits the map's elements.
-			targets := make([]netip.AddrPort, len(eps))
+			// No per-endpoint chains: the map gives the address and
+			// port to DNAT to.
+			r = append(r, newRule().l4proto(sp.proto).numgenDnat(id, len(eps)))
 			for i, e := range eps {
-				targets[i] = e.addr
+				o.elems = append(o.elems, targetElem(id, i, e.addr))
 			}
-			r = append(r, newRule().l4proto(sp.proto).numgenDnat(endpointsMap(name)))
-			return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), comment: endpointsMapLong(name), targets: targets}
+		} else {
+			for _, e := range eps {
+				r = append(r, newRule().saddrInSet(affinitySet(sp, e)).gotoChain(endpointChain(sp, e)))
+			}
+			r = append(r, newRule().numgenVmap(id, len(eps)))
+			for i, e := range eps {
+				o.elems = append(o.elems, chainElem(id, i, endpointChain(sp, e)))
+			}
 		}
-		for _, e := range eps {
-			r = append(r, newRule().saddrInSet(affinitySet(sp, e)).gotoChain(endpointChain(sp, e)))
-		}
-		chains := make([]string, len(eps))
-		for i, e := range eps {
-			chains[i] = endpointChain(sp, e)
-		}
-		r = append(r, newRule().numgenVmap(len(eps), endpointsMap(name)))
-		return chainDef{name: name, rules: r}, setDef{name: endpointsMap(name), comment: endpointsMapLong(name), endpoints: chains}
+		o.chains = append(o.chains, chainDef{name: name, rules: r})
 	}
 	if needCluster {
-		c, s := chooser(serviceChain(sp), cluster, true)
-		o.chains, o.sets = append(o.chains, c), append(o.sets, s)
+		chooser(serviceChain(sp), cluster, true)
 	}
 	if len(local) > 0 {
-		c, s := chooser(localChain(sp), local, false)
-		o.chains, o.sets = append(o.chains, c), append(o.sets, s)
+		chooser(localChain(sp), local, false)
 	}
 
 	internal, internalEPs := serviceChain(sp), cluster
@@ -411,6 +435,28 @@ func addrElem(set string, a netip.Addr, sp *servicePort, v *expr.Verdict) elem {
 	key[4] = byte(sp.proto)
 	binary.BigEndian.PutUint16(key[8:], sp.port)
 	return elem{set: set, key: key, keyText: fmt.Sprintf("%s . %s . %d", a, sp.proto, sp.port), verdict: v}
+}
+
+// choiceKey is an endpoint map's key: a chooser's number and an
+// endpoint's index, each in a 4-byte register in host byte order, as
+// numgen writes the index.
+func choiceKey(id uint32, i int) []byte {
+	return append(binaryutil.NativeEndian.PutUint32(id), binaryutil.NativeEndian.PutUint32(uint32(i))...)
+}
+
+// targetElem maps endpoint i of chooser id to the address and port to
+// DNAT to.
+func targetElem(id uint32, i int, a netip.AddrPort) elem {
+	data := make([]byte, 8) // address . port, each in a 4-byte register
+	copy(data, a.Addr().AsSlice())
+	binary.BigEndian.PutUint16(data[4:], a.Port())
+	return elem{set: targetsMap(id), key: choiceKey(id, i), keyText: fmt.Sprintf("%d . %d", id, i),
+		data: data, dataText: fmt.Sprintf("%s . %d", a.Addr(), a.Port())}
+}
+
+// chainElem maps endpoint i of chooser id to the endpoint's chain.
+func chainElem(id uint32, i int, chain string) elem {
+	return elem{set: chainsMap(id), key: choiceKey(id, i), keyText: fmt.Sprintf("%d . %d", id, i), verdict: gotoVerdict(chain)}
 }
 
 func portElem(set string, sp *servicePort, v *expr.Verdict) elem {

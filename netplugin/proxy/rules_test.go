@@ -209,7 +209,7 @@ func TestRuleTextMatchesExpressions(t *testing.T) {
 	if got := len(r.exprs); got != 4 { // payload, bitwise, cmp, verdict
 		t.Errorf("%d expressions, want 4: %v", got, r.exprs)
 	}
-	if got, want := newRule().numgenVmap(2, "m").String(), "numgen random mod 2 vmap @m"; got != want {
+	if got, want := newRule().numgenVmap(7, 2).String(), "7 . numgen random mod 2 vmap @endpoint-chains-7"; got != want {
 		t.Errorf("text = %q, want %q", got, want)
 	}
 }

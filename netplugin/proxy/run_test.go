@@ -242,6 +242,9 @@ func TestRun(t *testing.T) {
 // kernelText is an element as kernelView renders it.
 func (e elem) kernelText() string {
 	s := fmt.Sprintf("%s %x", e.set, e.key)
+	if e.data != nil {
+		s += fmt.Sprintf(" : %x", e.data)
+	}
 	if e.verdict != nil {
 		s += " : " + verdictText(e.verdict)
 	}

@@ -67,6 +67,7 @@ func (p *Proxier) syncFull() error {
 		stale = append(stale, staleUDP(old, want[k])...)
 	}
 	p.programmed, p.conflicted, p.owners = want, conflicted, owners.taken
+	p.choosers.keepOnly(want)
 	p.clearUDPFlows(stale)
 	return nil
 }
@@ -105,6 +106,7 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 	var stale []netip.Addr
 	for _, ch := range changes {
 		stale = append(stale, staleUDP(ch.old, ch.new)...)
+		p.choosers.release(ch.old, ch.new)
 	}
 	p.clearUDPFlows(stale)
 	was := make(map[string]objects, len(next))
@@ -159,11 +161,12 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 	}
 	out := objects{elems: []elem{clusterIPElem(ports[0].clusterIP)}}
 	for i := range ports {
-		o := serviceObjects(&ports[i], p.rc)
+		o := serviceObjects(&ports[i], p.rc, p.choosers)
 		out.chains = append(out.chains, o.chains...)
 		out.sets = append(out.sets, o.sets...)
 		out.elems = append(out.elems, o.elems...)
 		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
+		out.choosers = append(out.choosers, o.choosers...)
 		for _, a := range o.hairpin {
 			if !slices.Contains(out.hairpin, a) {
 				out.hairpin = append(out.hairpin, a)

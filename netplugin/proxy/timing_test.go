@@ -14,16 +14,13 @@ import (
 // one-endpoint update within 5 ms). It asserts only that the table is
 // right, since timings on a shared machine vary.
 //
-// Where the time goes, measured with `nft -f` of the same shapes and by
-// timing each step: a full sync is ~8,000 netlink messages (two chains,
-// four rules and one endpoint map per Service) in one transaction, of
-// which the kernel takes ~70 ms of CPU; building the objects and the
-// messages takes about as long again. The library's one ack per message
-// used to double that (see nftConn). An update of one Service's
-// endpoints edits elements of its endpoints map only: a rule write would
-// make the kernel revalidate every jump of the table (nft_chain_validate),
-// which is also why the Services keep no
-// per-endpoint chains unless ClientIP affinity needs them.
+// Where the time goes, measured with perf: about half in the kernel
+// (new rules, each expression's type found by name; map elements; the
+// commit), half building the objects and the netlink messages. The
+// library's one ack per message used to double that (see nftConn). An
+// endpoint replaced by another edits one element of its Service's
+// endpoint map; a change of count also rewrites the Service's numgen
+// rule, after which the kernel revalidates the table's jumps.
 func TestSyncTiming(t *testing.T) {
 	requireRoot(t)
 	const services, endpoints = 1000, 10
@@ -57,7 +54,7 @@ func TestSyncTiming(t *testing.T) {
 		t.Errorf("%d chains in the kernel, want %d", len(chains), want)
 	}
 
-	// One endpoint goes from one Service.
+	// One endpoint goes from one Service: its numgen rule changes.
 	mustUpdate(t, p.slices, slice(500, endpoints-1))
 	p.markDirty("default/svc-500")
 	start = time.Now()
