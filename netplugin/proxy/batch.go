@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -31,6 +32,10 @@ type nftConn struct {
 	netnsFD int // < 0: the caller's namespace
 	nl      *mnl.Conn
 	batch   []mnl.Message
+	// pre and post are messages built here (see elemsMessage) that go
+	// first and last in the next transaction.
+	pre, post []mnl.Message
+	seq       uint32 // the number of the last message sent
 	// replies is how many messages the kernel answered the last
 	// transaction with: one ack when nothing is echoed.
 	replies int
@@ -107,37 +112,33 @@ func (c *nftConn) dial() (*mnl.Conn, error) {
 // flush sends what the library built as one transaction and waits for
 // the kernel's verdict on it.
 func (c *nftConn) flush() error {
+	pre, post := c.pre, c.post
+	c.pre, c.post = nil, nil
 	if err := c.Conn.Flush(); err != nil { // into c.batch
 		c.batch = nil
 		return err
 	}
-	msgs := c.batch
+	lib := c.batch
 	c.batch = nil
-	if len(msgs) < 3 { // batch begin and end only
+	if len(lib) >= 2 { // the library's own batch begin and end go
+		lib = lib[1 : len(lib)-1]
+	}
+	if len(pre)+len(lib)+len(post) == 0 {
 		return nil
 	}
-	last := len(msgs) - 2 // the last message before batch end
-	for i := range msgs {
-		msgs[i].Header.Sequence, msgs[i].Header.PID = 0, 0 // the real socket numbers them
-		// The library asks for every new rule to be echoed back (for its
-		// handle, which the proxy never uses): the kernel would build a
-		// full dump of each rule and queue it on this socket.
-		msgs[i].Header.Flags &^= unix.NLM_F_ECHO
-		if i == last {
-			msgs[i].Header.Flags |= mnl.Acknowledge
-		} else {
-			msgs[i].Header.Flags &^= mnl.Acknowledge
-		}
-	}
+	msgs := make([]mnl.Message, 0, len(pre)+len(lib)+len(post)+2)
+	msgs = append(msgs, batchMessage(unix.NFNL_MSG_BATCH_BEGIN))
+	msgs = append(append(append(msgs, pre...), lib...), post...)
+	msgs = append(msgs, batchMessage(unix.NFNL_MSG_BATCH_END))
 	nl, err := c.dial()
 	if err != nil {
 		return err
 	}
-	if _, err := nl.SendMessages(msgs); err != nil {
+	want, err := c.send(nl, msgs)
+	if err != nil {
 		c.Close()
 		return err
 	}
-	want := msgs[last].Header.Sequence
 	if err := nl.SetReadDeadline(time.Now().Add(commitTimeout)); err != nil {
 		c.Close()
 		return err
@@ -160,6 +161,55 @@ func (c *nftConn) flush() error {
 		}
 	}
 }
+
+// send writes msgs to the kernel in one write, numbering them, and
+// returns the number of the last before batch end, the one the kernel
+// acknowledges. The library would marshal each message on its own and
+// then copy them all into a buffer grown as it goes.
+//
+// The library asks for every new rule to be echoed back (for its
+// handle, which the proxy never uses): the kernel would build a full dump
+// of each rule and queue it on this socket. Only the last message before
+// batch end asks for an ack.
+func (c *nftConn) send(nl *mnl.Conn, msgs []mnl.Message) (uint32, error) {
+	const headerLen = 16
+	size := 0
+	for _, m := range msgs {
+		size += nlmsgAlign(headerLen + len(m.Data))
+	}
+	buf := make([]byte, size)
+	last := len(msgs) - 2
+	var want uint32
+	off := 0
+	for i, m := range msgs {
+		c.seq++
+		flags := m.Header.Flags &^ (unix.NLM_F_ECHO | mnl.Acknowledge)
+		if i == last {
+			flags |= mnl.Acknowledge
+			want = c.seq
+		}
+		n := headerLen + len(m.Data)
+		binary.NativeEndian.PutUint32(buf[off:], uint32(n))
+		binary.NativeEndian.PutUint16(buf[off+4:], uint16(m.Header.Type))
+		binary.NativeEndian.PutUint16(buf[off+6:], uint16(flags))
+		binary.NativeEndian.PutUint32(buf[off+8:], c.seq)
+		// The port id stays 0: the kernel knows the sender.
+		copy(buf[off+headerLen:], m.Data)
+		off += nlmsgAlign(n)
+	}
+	raw, err := nl.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var werr error
+	err = raw.Write(func(fd uintptr) bool {
+		_, werr = unix.Write(int(fd), buf)
+		return werr != unix.EAGAIN
+	})
+	return want, errors.Join(err, werr)
+}
+
+func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
 // Close closes the netlink socket; the next flush opens another.
 func (c *nftConn) Close() error {

@@ -53,23 +53,30 @@ func (c *claimer) owner(k string) (string, bool) {
 // and drops the others from o; it reports the keys it could not take.
 func (c *claimer) claim(svc string, o objects) (objects, []string) {
 	var lost []string
-	kept := o.elems[:0:0]
-	for _, e := range o.elems {
-		if !claimable(e) {
-			kept = append(kept, e)
-			continue
-		}
-		k := elemKey(e)
-		if owner, ok := c.owner(k); ok {
-			if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
-				lost = append(lost, k+" (held by "+owner+")")
+	var kept []elem // nil until an element is dropped
+	for i, e := range o.elems {
+		if claimable(e) {
+			k := elemKey(e)
+			owner, ok := c.owner(k)
+			if !ok {
+				c.taken[k] = svc
+			} else {
+				if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
+					lost = append(lost, k+" (held by "+owner+")")
+				}
+				if kept == nil {
+					kept = append(make([]elem, 0, len(o.elems)), o.elems[:i]...)
+				}
+				continue
 			}
-			continue
 		}
-		c.taken[k] = svc
-		kept = append(kept, e)
+		if kept != nil {
+			kept = append(kept, e)
+		}
 	}
-	o.elems = kept
+	if kept != nil {
+		o.elems = kept
+	}
 	return o, lost
 }
 

@@ -56,23 +56,6 @@ func (k *kernelTable) addSet(s setDef) error {
 	return nil
 }
 
-// writeElems adds or deletes elements of set, elemsPerMessage to a
-// message.
-func (k *kernelTable) writeElems(set *nftables.Set, elems []nftables.SetElement, add bool) error {
-	for chunk := range slices.Chunk(elems, elemsPerMessage) {
-		var err error
-		if add {
-			err = k.conn.SetAddElements(set, chunk)
-		} else {
-			err = k.conn.SetDeleteElements(set, chunk)
-		}
-		if err != nil {
-			return fmt.Errorf("map %s: %w", set.Name, err)
-		}
-	}
-	return nil
-}
-
 func (k *kernelTable) delSet(name string) {
 	k.conn.DelSet(&nftables.Set{Table: k.table, Name: name})
 }
@@ -103,21 +86,31 @@ func (k *kernelTable) addRules(chain string, rules []*rule) {
 	}
 }
 
-func (k *kernelTable) setElems(elems []elem, add bool) error {
-	bySet := map[string][]nftables.SetElement{}
+// setElems adds (or deletes) elements of the table's shared sets and
+// maps, in messages of their own (see elemsMessage): deletions first in
+// the transaction, additions last, after the chains they go to.
+func (k *kernelTable) setElems(elems []elem, add bool) {
+	count := map[string]int{}
 	for _, e := range elems {
-		se := nftables.SetElement{Key: e.key}
-		if add {
-			se.VerdictData, se.Val = e.verdict, e.data
-		}
-		bySet[e.set] = append(bySet[e.set], se)
+		count[e.set]++
 	}
-	for name, se := range bySet {
-		if err := k.writeElems(k.maps[name], se, add); err != nil {
-			return err
+	bySet := make(map[string][]elem, len(count))
+	for name, n := range count {
+		bySet[name] = make([]elem, 0, n)
+	}
+	for _, e := range elems {
+		bySet[e.set] = append(bySet[e.set], e)
+	}
+	for _, name := range slices.Sorted(maps.Keys(bySet)) {
+		for chunk := range slices.Chunk(bySet[name], elemsPerMessage) {
+			m := elemsMessage(k.table.Name, name, chunk, add)
+			if add {
+				k.conn.post = append(k.conn.post, m)
+			} else {
+				k.conn.pre = append(k.conn.pre, m)
+			}
 		}
 	}
-	return nil
 }
 
 // elemsPerMessage keeps a message's element list, one netlink attribute,
@@ -140,7 +133,11 @@ func (k *kernelTable) replace(all []objects) error {
 		}
 	}
 	// Chains first: the endpoint maps' elements go to them.
-	var elems []elem
+	n := 0
+	for _, o := range all {
+		n += len(o.elems)
+	}
+	elems := make([]elem, 0, n)
 	for _, o := range all {
 		for _, ch := range o.chains {
 			k.addChain(ch)
@@ -159,18 +156,14 @@ func (k *kernelTable) replace(all []objects) error {
 			k.addRules(ch.name, ch.rules)
 		}
 	}
-	if err := k.setElems(elems, true); err != nil {
-		return err
-	}
+	k.setElems(elems, true)
 	refs := map[netip.Addr]int{}
 	for _, o := range all {
 		for _, a := range o.hairpin {
 			refs[a]++
 		}
 	}
-	if err := k.hairpinElems(slices.Collect(maps.Keys(refs)), true); err != nil {
-		return err
-	}
+	k.hairpinElems(slices.Collect(maps.Keys(refs)), true)
 	if err := k.flush(); err != nil {
 		return err
 	}
@@ -179,12 +172,12 @@ func (k *kernelTable) replace(all []objects) error {
 }
 
 // hairpinElems adds or deletes addresses' elements of the hairpin set.
-func (k *kernelTable) hairpinElems(addrs []netip.Addr, add bool) error {
+func (k *kernelTable) hairpinElems(addrs []netip.Addr, add bool) {
 	var elems []elem
 	for _, a := range addrs {
 		elems = append(elems, elem{set: setHairpin, key: hairpinKey(a)})
 	}
-	return k.setElems(elems, add)
+	k.setElems(elems, add)
 }
 
 // update changes the table from what old describes to what new does, per
@@ -197,9 +190,7 @@ func (k *kernelTable) update(changes []change) error {
 	for _, ch := range changes {
 		d.add(ch.old, ch.new)
 	}
-	if err := k.setElems(d.delElems, false); err != nil {
-		return err
-	}
+	k.setElems(d.delElems, false)
 	for _, name := range d.flushChains {
 		k.conn.FlushChain(k.chain(name))
 	}
@@ -220,9 +211,7 @@ func (k *kernelTable) update(changes []change) error {
 	for _, ch := range d.writeChains {
 		k.addRules(ch.name, ch.rules)
 	}
-	if err := k.setElems(d.addElems, true); err != nil {
-		return err
-	}
+	k.setElems(d.addElems, true)
 	refs := map[netip.Addr]int{}
 	for _, ch := range changes {
 		for _, a := range ch.old.hairpin {
@@ -243,12 +232,8 @@ func (k *kernelTable) update(changes []change) error {
 			come = append(come, a)
 		}
 	}
-	if err := k.hairpinElems(gone, false); err != nil {
-		return err
-	}
-	if err := k.hairpinElems(come, true); err != nil {
-		return err
-	}
+	k.hairpinElems(gone, false)
+	k.hairpinElems(come, true)
 	if err := k.flush(); err != nil {
 		return err
 	}

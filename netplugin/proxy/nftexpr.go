@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables/binaryutil"
@@ -61,7 +62,7 @@ func (r *rule) ipAddr(offset uint32, what string, p netip.Prefix, eq bool) *rule
 		text = p.Masked().String()
 	}
 	exprs = append(exprs, &expr.Cmp{Op: op, Register: regScratch, Data: p.Masked().Addr().AsSlice()})
-	return r.add(fmt.Sprintf("ip %s %s%s", what, sym, text), exprs...)
+	return r.add("ip "+what+" "+sym+text, exprs...)
 }
 
 func (r *rule) saddr(p netip.Prefix, eq bool) *rule { return r.ipAddr(12, "saddr", p, eq) }
@@ -135,7 +136,7 @@ func choiceKeyExprs(id uint32, n int) []expr.Any {
 // numgenVmap picks one of chooser id's n endpoints with equal
 // probability, from the endpoint-chains verdict map.
 func (r *rule) numgenVmap(id uint32, n int) *rule {
-	return r.add(fmt.Sprintf("%d . numgen random mod %d vmap @%s", id, n, chainsMap(id)),
+	return r.add(strconv.FormatUint(uint64(id), 10)+" . numgen random mod "+strconv.Itoa(n)+" vmap @"+chainsMap(id),
 		append(choiceKeyExprs(id, n),
 			&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: chainsMap(id)})...)
 }
@@ -144,7 +145,7 @@ func (r *rule) numgenVmap(id uint32, n int) *rule {
 // probability: the endpoint-targets map leaves its address and port in
 // registers 8 and 9.
 func (r *rule) numgenDnat(id uint32, n int) *rule {
-	return r.add(fmt.Sprintf("dnat to %d . numgen random mod %d map @%s", id, n, targetsMap(id)),
+	return r.add("dnat to "+strconv.FormatUint(uint64(id), 10)+" . numgen random mod "+strconv.Itoa(n)+" map @"+targetsMap(id),
 		append(choiceKeyExprs(id, n),
 			&expr.Lookup{SourceRegister: regConcat0, DestRegister: regConcat0, IsDestRegSet: true, SetName: targetsMap(id)},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})...)

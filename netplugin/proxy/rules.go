@@ -6,11 +6,11 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 )
 
@@ -50,8 +50,19 @@ const (
 	choiceShards       = 32
 )
 
-func targetsMap(id uint32) string { return fmt.Sprintf("%s-%d", mapEndpointTargets, id%choiceShards) }
-func chainsMap(id uint32) string  { return fmt.Sprintf("%s-%d", mapEndpointChains, id%choiceShards) }
+// The shards' names, made once.
+var targetsMaps, chainsMaps = shardNames(mapEndpointTargets), shardNames(mapEndpointChains)
+
+func shardNames(base string) []string {
+	out := make([]string, choiceShards)
+	for i := range out {
+		out[i] = base + "-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+func targetsMap(id uint32) string { return targetsMaps[id%choiceShards] }
+func chainsMap(id uint32) string  { return chainsMaps[id%choiceShards] }
 
 // isChoiceMap says whether set is a shard of an endpoint map.
 func isChoiceMap(set string) bool {
@@ -280,8 +291,9 @@ func setName(prefix, long string) string {
 //   - with no usable endpoint, the addresses go into the no-endpoint maps
 //     instead: reject when the Service has no endpoint at all, drop when
 //     a Local policy leaves none on this node.
-func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
-	var o objects
+//
+// It appends to o, which may hold the Service's other ports.
+func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) {
 	cluster := usable(sp.endpoints, false)
 	var local []endpoint
 	if sp.internalLocal || sp.externalLocal {
@@ -312,7 +324,7 @@ func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
 		if sp.proto == protoUDP {
 			o.udpEndpoints = append(o.udpEndpoints, e.addr.Addr())
 		}
-		if !slices.Contains(o.hairpin, e.addr.Addr()) {
+		if !slices.Contains(o.hairpin, e.addr.Addr()) { // (another port's)
 			o.hairpin = append(o.hairpin, e.addr.Addr())
 		}
 		if sp.affinity > 0 {
@@ -336,6 +348,7 @@ func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
 		}
 		id := ids.get(name)
 		o.choosers = append(o.choosers, name)
+		o.elems = slices.Grow(o.elems, len(eps))
 		if sp.affinity == 0 {
 			// No per-endpoint chains: the map gives the address and
 			// port to DNAT to.
@@ -372,7 +385,7 @@ func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
 	}
 
 	if !sp.hasExternal() {
-		return o
+		return
 	}
 	externalEPs := cluster
 	if sp.externalLocal {
@@ -413,7 +426,6 @@ func serviceObjects(sp *servicePort, c ruleConfig, ids *chooserIDs) objects {
 			o.elems = append(o.elems, portElem(mapNoEndpointNodePorts, sp, noEndpoint))
 		}
 	}
-	return o
 }
 
 func gotoVerdict(chain string) *expr.Verdict {
@@ -434,34 +446,43 @@ func addrElem(set string, a netip.Addr, sp *servicePort, v *expr.Verdict) elem {
 	copy(key, a.AsSlice())
 	key[4] = byte(sp.proto)
 	binary.BigEndian.PutUint16(key[8:], sp.port)
-	return elem{set: set, key: key, keyText: fmt.Sprintf("%s . %s . %d", a, sp.proto, sp.port), verdict: v}
+	return elem{set: set, key: key, keyText: a.String() + " . " + sp.proto.String() + " . " + strconv.Itoa(int(sp.port)), verdict: v}
 }
 
 // choiceKey is an endpoint map's key: a chooser's number and an
 // endpoint's index, each in a 4-byte register in host byte order, as
 // numgen writes the index.
 func choiceKey(id uint32, i int) []byte {
-	return append(binaryutil.NativeEndian.PutUint32(id), binaryutil.NativeEndian.PutUint32(uint32(i))...)
+	b := make([]byte, 8)
+	binary.NativeEndian.PutUint32(b, id)
+	binary.NativeEndian.PutUint32(b[4:], uint32(i))
+	return b
 }
 
 // targetElem maps endpoint i of chooser id to the address and port to
 // DNAT to.
 func targetElem(id uint32, i int, a netip.AddrPort) elem {
-	data := make([]byte, 8) // address . port, each in a 4-byte register
-	copy(data, a.Addr().AsSlice())
-	binary.BigEndian.PutUint16(data[4:], a.Port())
-	return elem{set: targetsMap(id), key: choiceKey(id, i), keyText: fmt.Sprintf("%d . %d", id, i),
-		data: data, dataText: fmt.Sprintf("%s . %d", a.Addr(), a.Port())}
+	b := make([]byte, 16) // key, then data: address . port, each in a 4-byte register
+	copy(b, choiceKey(id, i))
+	addr := a.Addr().As4()
+	copy(b[8:], addr[:])
+	binary.BigEndian.PutUint16(b[12:], a.Port())
+	return elem{set: targetsMap(id), key: b[:8:8], keyText: choiceText(id, i),
+		data: b[8:], dataText: a.Addr().String() + " . " + strconv.Itoa(int(a.Port()))}
 }
 
 // chainElem maps endpoint i of chooser id to the endpoint's chain.
 func chainElem(id uint32, i int, chain string) elem {
-	return elem{set: chainsMap(id), key: choiceKey(id, i), keyText: fmt.Sprintf("%d . %d", id, i), verdict: gotoVerdict(chain)}
+	return elem{set: chainsMap(id), key: choiceKey(id, i), keyText: choiceText(id, i), verdict: gotoVerdict(chain)}
+}
+
+func choiceText(id uint32, i int) string {
+	return strconv.FormatUint(uint64(id), 10) + " . " + strconv.Itoa(i)
 }
 
 func portElem(set string, sp *servicePort, v *expr.Verdict) elem {
 	key := make([]byte, 8)
 	key[0] = byte(sp.proto)
 	binary.BigEndian.PutUint16(key[4:], sp.nodePort)
-	return elem{set: set, key: key, keyText: fmt.Sprintf("%s . %d", sp.proto, sp.nodePort), verdict: v}
+	return elem{set: set, key: key, keyText: sp.proto.String() + " . " + strconv.Itoa(int(sp.nodePort)), verdict: v}
 }

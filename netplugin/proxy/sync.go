@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/netip"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -161,17 +160,7 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 	}
 	out := objects{elems: []elem{clusterIPElem(ports[0].clusterIP)}}
 	for i := range ports {
-		o := serviceObjects(&ports[i], p.rc, p.choosers)
-		out.chains = append(out.chains, o.chains...)
-		out.sets = append(out.sets, o.sets...)
-		out.elems = append(out.elems, o.elems...)
-		out.udpEndpoints = append(out.udpEndpoints, o.udpEndpoints...)
-		out.choosers = append(out.choosers, o.choosers...)
-		for _, a := range o.hairpin {
-			if !slices.Contains(out.hairpin, a) {
-				out.hairpin = append(out.hairpin, a)
-			}
-		}
+		serviceObjects(&out, &ports[i], p.rc, p.choosers)
 	}
 	return out, true
 }
