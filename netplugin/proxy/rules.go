@@ -315,12 +315,12 @@ func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) 
 	// Each endpoint either chooser uses, once: its hairpin element and,
 	// with ClientIP affinity, the chain that records the client and
 	// does the DNAT.
-	used := map[netip.AddrPort]bool{}
-	for _, e := range append(slices.Clone(chosen), local...) {
-		if used[e.addr] {
+	// (A port's endpoints are distinct: only local ones can repeat
+	// chosen ones.)
+	for i, e := range append(slices.Clone(chosen), local...) {
+		if i >= len(chosen) && slices.ContainsFunc(chosen, func(c endpoint) bool { return c.addr == e.addr }) {
 			continue
 		}
-		used[e.addr] = true
 		if sp.proto == protoUDP {
 			o.udpEndpoints = append(o.udpEndpoints, e.addr.Addr())
 		}
