@@ -162,6 +162,13 @@ func (c *nftConn) flush() error {
 	}
 }
 
+// discard drops what was queued for the next transaction, when building
+// it failed: a later transaction must not carry half of this one.
+func (c *nftConn) discard() {
+	_ = c.Conn.Flush() // into c.batch, not to the kernel
+	c.batch, c.pre, c.post = nil, nil, nil
+}
+
 // send writes msgs to the kernel in one write, numbering them, and
 // returns the number of the last before batch end, the one the kernel
 // acknowledges. The library would marshal each message on its own and

@@ -129,6 +129,7 @@ func (k *kernelTable) replace(all []objects) error {
 	c.AddTable(k.table)
 	for _, name := range slices.Sorted(maps.Keys(k.maps)) {
 		if err := c.AddSet(k.maps[name], nil); err != nil {
+			c.discard()
 			return fmt.Errorf("add map %s: %w", name, err)
 		}
 	}
@@ -147,6 +148,7 @@ func (k *kernelTable) replace(all []objects) error {
 	for _, o := range all {
 		for _, s := range o.sets {
 			if err := k.addSet(s); err != nil {
+				c.discard()
 				return err
 			}
 		}
@@ -205,6 +207,7 @@ func (k *kernelTable) update(changes []change) error {
 	}
 	for _, s := range d.addSets {
 		if err := k.addSet(s); err != nil {
+			k.conn.discard()
 			return err
 		}
 	}

@@ -794,3 +794,19 @@ func checkChooser(t *testing.T, p *testProxier, chain string, n int) {
 		t.Errorf("%s: the kernel DNATs to %v, want %v", chain, got, want)
 	}
 }
+
+// TestDiscardedTransaction checks that what a failed build queued
+// (library messages and element messages alike) never reaches the kernel
+// with the next transaction.
+func TestDiscardedTransaction(t *testing.T) {
+	requireRoot(t)
+	p := newTestProxier(t, newNetns(t))
+	p.set(t, newService("web", "10.96.0.10", 80), newSlice("web", "web-1", 8080, readyEP("10.200.0.10", testNode)))
+	// Half a transaction that the kernel would refuse: a rule in a
+	// chain that does not exist, and an element of a map that does not.
+	p.table.addRules("no-such-chain", []*rule{newRule().drop()})
+	p.table.setElems([]elem{{set: "no-such-map", key: []byte{1, 2, 3, 4}}}, true)
+	p.table.conn.discard()
+	p.set(t, newService("other", "10.96.0.11", 80), newSlice("other", "other-1", 8080, readyEP("10.200.0.11", testNode)))
+	checkKernelView(t, p)
+}

@@ -452,22 +452,23 @@ func addrElem(set string, a netip.Addr, sp *servicePort, v *expr.Verdict) elem {
 // choiceKey is an endpoint map's key: a chooser's number and an
 // endpoint's index, each in a 4-byte register in host byte order, as
 // numgen writes the index.
-func choiceKey(id uint32, i int) []byte {
-	b := make([]byte, 8)
+func choiceKey(id uint32, i int) []byte { return putChoiceKey(make([]byte, 8), id, i) }
+
+func putChoiceKey(b []byte, id uint32, i int) []byte {
 	binary.NativeEndian.PutUint32(b, id)
 	binary.NativeEndian.PutUint32(b[4:], uint32(i))
-	return b
+	return b[:8:8]
 }
 
 // targetElem maps endpoint i of chooser id to the address and port to
 // DNAT to.
 func targetElem(id uint32, i int, a netip.AddrPort) elem {
 	b := make([]byte, 16) // key, then data: address . port, each in a 4-byte register
-	copy(b, choiceKey(id, i))
+	key := putChoiceKey(b, id, i)
 	addr := a.Addr().As4()
 	copy(b[8:], addr[:])
 	binary.BigEndian.PutUint16(b[12:], a.Port())
-	return elem{set: targetsMap(id), key: b[:8:8], keyText: choiceText(id, i),
+	return elem{set: targetsMap(id), key: key, keyText: choiceText(id, i),
 		data: b[8:], dataText: a.Addr().String() + " . " + strconv.Itoa(int(a.Port()))}
 }
 
