@@ -12,9 +12,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 // BenchmarkCreateConfigMap measures the whole handler chain for a ConfigMap
@@ -78,4 +81,60 @@ func BenchmarkCreateClientGo64(b *testing.B) {
 		}(cs)
 	}
 	wg.Wait()
+}
+
+// BenchmarkPodStatusUpdate is a kubelet's status write for a running pod
+// (a PUT of pods/status in protobuf, as client-go sends it), through the
+// whole handler chain: the write the simulated nodes make for every pod
+// the scheduler binds.
+func BenchmarkPodStatusUpdate(b *testing.B) {
+	s, _ := newTestServer(b)
+	h := s.Handler()
+	const pods = 64
+	send := func(method, path string, obj runtime.Object, want int) runtime.Object {
+		var body bytes.Buffer
+		if err := protobufSerializer.Encode(obj, &body); err != nil {
+			b.Fatal(err)
+		}
+		r := httptest.NewRequest(method, path, &body)
+		r.Header.Set("Content-Type", "application/vnd.kubernetes.protobuf")
+		r.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			b.Fatalf("%s %s: %d %s", method, path, w.Code, w.Body.String())
+		}
+		out, _, err := protobufSerializer.Decode(w.Body.Bytes(), nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	live := make([]*corev1.Pod, pods)
+	for i := range live {
+		p := &corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", i), Labels: map[string]string{"app": "bench"}},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{
+				Name: "c", Image: "busybox",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: apiresource.MustParse("10m"), corev1.ResourceMemory: apiresource.MustParse("16Mi"),
+				}},
+			}}},
+		}
+		live[i] = send(http.MethodPost, "/api/v1/namespaces/default/pods", p, http.StatusCreated).(*corev1.Pod)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := live[i%pods]
+		ready := corev1.ConditionTrue
+		if i/pods%2 == 1 {
+			ready = corev1.ConditionFalse
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.42.0.9", HostIP: "10.0.0.1",
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}, {Type: corev1.ContainersReady, Status: ready}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "busybox", Ready: ready == corev1.ConditionTrue, Started: ptr.To(true)}}}
+		live[i%pods] = send(http.MethodPut, "/api/v1/namespaces/default/pods/"+p.Name+"/status", p, http.StatusOK).(*corev1.Pod)
+	}
 }

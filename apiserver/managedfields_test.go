@@ -8,6 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/randfill"
 )
 
@@ -87,6 +90,97 @@ func managedFieldsOf(t *testing.T, obj runtime.Object) []metav1.ManagedFieldsEnt
 	out := append([]metav1.ManagedFieldsEntry(nil), m.GetManagedFields()...)
 	for i := range out {
 		out[i].Time = nil
+	}
+	return out
+}
+
+// TestUpdateShortcutsAgree: for random updates of every built-in kind, on
+// the main resource and on status, the managedFields bonsai records (from
+// the objects without the top-level fields the update left equal, through
+// fastTypeConverter) are those kube-apiserver's field manager records from
+// the whole objects through client-go's type converter.
+func TestUpdateShortcutsAgree(t *testing.T) {
+	s, _ := newTestServer(t)
+	plain := applyconfigurations.NewTypeConverter(scheme.Scheme)
+	pruned := map[string]int{}
+	for gvr, res := range s.reg.byGVR {
+		if res.custom != nil || res.typeConverter() != builtinTypeConverter() {
+			continue
+		}
+		for _, sub := range []string{"", "status"} {
+			fm, err := res.fieldManager(sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seed := int64(0); seed < 20; seed++ {
+				fill := func(seed int64) runtime.Object {
+					f := randfill.NewWithSeed(seed).NilChance(0.5).NumElements(0, 2).MaxDepth(5).Funcs(
+						func(r *runtime.RawExtension, c randfill.Continue) {
+							if c.Bool() {
+								r.Raw = []byte(`{"k":"v"}`)
+							}
+						})
+					obj := res.newObject()
+					f.Fill(obj)
+					m, _ := metaOf(obj)
+					m.SetManagedFields(nil)
+					m.SetName("x")
+					obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+					return obj
+				}
+				empty := res.newObject()
+				empty.GetObjectKind().SetGroupVersionKind(res.gvk())
+				live := upstream.UpdateNoErrors(empty, fill(seed), "creator")
+				// The update: each top-level field but the metadata kept
+				// or taken from another random object.
+				other := reflect.ValueOf(fill(seed + 1000)).Elem()
+				obj := live.DeepCopyObject()
+				ov := reflect.ValueOf(obj).Elem()
+				for i := 0; i < ov.NumField(); i++ {
+					if tf := ov.Type().Field(i); tf.Type != typeMetaType && tf.Type != objectMetaType && (seed+int64(i))%3 == 0 {
+						ov.Field(i).Set(other.Field(i))
+					}
+				}
+				if seed%4 == 0 {
+					m, _ := metaOf(obj)
+					m.SetLabels(map[string]string{"changed": "yes"})
+				}
+				slow := upstream.UpdateNoErrors(live.DeepCopyObject(), obj.DeepCopyObject(), "updater")
+				fast := obj.DeepCopyObject()
+				if pl, pn, ok := withoutEqualFields(live.DeepCopyObject(), obj.DeepCopyObject()); ok {
+					pruned[gvr.Resource+"/"+sub]++
+					if err := copyManagedFields(fm.UpdateNoErrors(pl, pn, "updater"), fast); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					fast = fm.UpdateNoErrors(live.DeepCopyObject(), fast, "updater")
+				}
+				if diff := cmp.Diff(entriesWithoutTimes(t, slow), entriesWithoutTimes(t, fast)); diff != "" {
+					t.Fatalf("%s %q seed %d: whole objects vs without equal fields:\n%s", gvr, sub, seed, diff)
+				}
+			}
+		}
+	}
+	for _, must := range []string{"pods/status", "pods/", "nodes/status", "deployments/", "configmaps/"} {
+		if pruned[must] == 0 {
+			t.Errorf("%s: no update ran without equal fields", must)
+		}
+	}
+}
+
+// entriesWithoutTimes is obj's managedFields with each time replaced by
+// whether there was one.
+func entriesWithoutTimes(t *testing.T, obj runtime.Object) []metav1.ManagedFieldsEntry {
+	out := managedFieldsOf(t, obj)
+	m, _ := metaOf(obj)
+	for i, e := range m.GetManagedFields() {
+		if e.Time != nil {
+			out[i].Manager += " (timed)"
+		}
 	}
 	return out
 }

@@ -196,7 +196,9 @@ var groupTypeConverters = map[string]func() managedfields.TypeConverter{
 }
 
 func builtinTypeConverter() managedfields.TypeConverter {
-	typeConverterOnce.Do(func() { typeConverter = applyconfigurations.NewTypeConverter(scheme.Scheme) })
+	typeConverterOnce.Do(func() {
+		typeConverter = &fastTypeConverter{TypeConverter: applyconfigurations.NewTypeConverter(scheme.Scheme)}
+	})
 	return typeConverter
 }
 
@@ -238,6 +240,10 @@ func (s *Server) trackManagedFields(res *resource, subresource string, obj, old 
 	if live == nil {
 		live = res.newObject()
 		live.GetObjectKind().SetGroupVersionKind(res.gvk())
+	} else if res.custom == nil {
+		if pl, pn, ok := withoutEqualFields(live, obj); ok {
+			return obj, copyManagedFields(fm.UpdateNoErrors(pl, pn, manager), obj)
+		}
 	}
 	return fm.UpdateNoErrors(live, obj, manager), nil
 }
