@@ -104,8 +104,10 @@ func (s *Server) feed(ctx context.Context, res *resource, set func(runtime.Objec
 					if ev.Type == store.Deleted {
 						del(split(ev.Key))
 						delete(known, ev.Key)
-					} else if obj, err := decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}); err == nil {
-						set(obj)
+					} else if e := s.events.get(res, ev); e.err == nil {
+						// Decoded once with the watchers of the same
+						// event, and as unchanged by set as by them.
+						set(e.obj)
 						known[ev.Key] = true
 					}
 					rev = ev.Revision

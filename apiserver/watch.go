@@ -3,10 +3,10 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"bonsai.dev/bonsai/store"
@@ -94,10 +93,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		w.Header().Set("Content-Type", "application/json")
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w)}
-	if format.protobuf() {
-		sw.frames = protobuf.LengthDelimitedFramer.NewFrameWriter(w)
-	}
+	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w), frames: format.protobuf()}
 	sw.flusher, _ = w.(http.Flusher)
 
 	sw2, err := s.cfg.Store.Watch(ctx, res.prefix(ri.namespace), start)
@@ -227,7 +223,7 @@ type watchStream struct {
 	enc     *json.Encoder
 	flusher http.Flusher
 	tableN  int
-	frames  io.Writer // protobuf streams: length-delimited frames
+	frames  bool // a protobuf stream: length-delimited frames
 }
 
 func (sw *watchStream) flush() {
@@ -237,7 +233,7 @@ func (sw *watchStream) flush() {
 }
 
 func (sw *watchStream) write(ev watchEvent) bool {
-	if sw.frames != nil {
+	if sw.frames {
 		obj, ok := ev.Object.(runtime.Object)
 		if !ok {
 			return false
@@ -246,7 +242,7 @@ func (sw *watchStream) write(ev watchEvent) bool {
 		if err := protobufSerializer.Encode(obj, &b); err != nil {
 			return false
 		}
-		return sw.writeFrame(ev.Type, b.Bytes())
+		return sw.writeFrame(protobufFrame(ev.Type, b.Bytes()))
 	}
 	if err := sw.enc.Encode(ev); err != nil {
 		return false
@@ -255,18 +251,27 @@ func (sw *watchStream) write(ev watchEvent) bool {
 	return true
 }
 
-// writeFrame writes one protobuf watch frame around an encoded object.
-func (sw *watchStream) writeFrame(typ watch.EventType, obj []byte) bool {
-	var b bytes.Buffer
-	we := &metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
-	if err := protobufRaw.Encode(we, &b); err != nil {
-		return false
-	}
-	if _, err := sw.frames.Write(b.Bytes()); err != nil {
+// writeFrame writes one whole protobuf watch frame.
+func (sw *watchStream) writeFrame(frame []byte) bool {
+	if _, err := sw.w.Write(frame); err != nil {
 		return false
 	}
 	sw.flush()
 	return true
+}
+
+// protobufFrame is a protobuf watch stream's frame for an event: the
+// length of the WatchEvent, big-endian in four bytes, then the WatchEvent
+// around the encoded object.
+func protobufFrame(typ watch.EventType, obj []byte) []byte {
+	we := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
+	n := we.Size()
+	b := make([]byte, 4+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	if _, err := we.MarshalToSizedBuffer(b[4:]); err != nil {
+		panic(err) // the buffer has the size the message asked for
+	}
+	return b
 }
 
 func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
@@ -290,11 +295,11 @@ func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
 func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
 	switch sw.format {
 	case outProtobuf, outPartialMetadataProtobuf:
-		pb, err := e.protobuf(sw.format == outPartialMetadataProtobuf)
+		frame, err := e.frame(typ, sw.format == outPartialMetadataProtobuf)
 		if err != nil {
 			return false
 		}
-		return sw.writeFrame(typ, pb)
+		return sw.writeFrame(frame)
 	case outJSON, outPartialMetadata:
 		js, err := e.jsonBytes(sw.format == outPartialMetadata)
 		if err != nil {

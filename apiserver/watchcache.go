@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"bonsai.dev/bonsai/store"
 )
@@ -19,8 +20,11 @@ type sharedEvent struct {
 	err  error
 	// The object's encodings, each made once when a watcher first needs
 	// it: [0] the whole object, [1] its PartialObjectMetadata.
-	json     [2]lazyBytes
-	pb       [2]lazyBytes
+	json [2]lazyBytes
+	pb   [2]lazyBytes
+	// Whole protobuf watch frames, by shape and by event type (added,
+	// modified, deleted): every protobuf watcher writes the same bytes.
+	frames   [2][3]lazyBytes
 	prevOnce sync.Once
 	prev     runtime.Object
 	prevErr  error
@@ -116,4 +120,27 @@ func (e *sharedEvent) protobuf(metadataOnly bool) ([]byte, error) {
 		err := protobufSerializer.Encode(e.shape(metadataOnly), &b)
 		return b.Bytes(), err
 	})
+}
+
+// frame is the protobuf watch frame of the event as typ, made once for
+// every protobuf watcher that sees it so.
+func (e *sharedEvent) frame(typ watch.EventType, metadataOnly bool) ([]byte, error) {
+	encode := func() ([]byte, error) {
+		pb, err := e.protobuf(metadataOnly)
+		if err != nil {
+			return nil, err
+		}
+		return protobufFrame(typ, pb), nil
+	}
+	t := 0
+	switch typ {
+	case watch.Added:
+	case watch.Modified:
+		t = 1
+	case watch.Deleted:
+		t = 2
+	default:
+		return encode()
+	}
+	return e.frames[shapeIndex(metadataOnly)][t].get(encode)
 }
