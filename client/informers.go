@@ -86,6 +86,7 @@ func (f *Informers) ForFields(obj runtime.Object, selector fields.Selector) cach
 	inf := cache.NewSharedIndexInformer(
 		cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, selector),
 		obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = inf.SetTransform(StripManagedFields) // fails only once started
 	f.m[key] = inf
 	if f.startCtx != nil {
 		go inf.RunWithContext(f.startCtx)
@@ -172,4 +173,16 @@ func MetadataListWatch(meta metadata.Interface, gvr schema.GroupVersionResource)
 			return res.Watch(ctx, opts)
 		},
 	}
+}
+
+// StripManagedFields is an informer transform that drops what no
+// controller reads and a cache of thousands of objects would otherwise
+// hold (and the garbage collector scan). Updates sent from a cached copy
+// keep the stored managedFields: the API server takes them from the live
+// object when a request brings none.
+func StripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }

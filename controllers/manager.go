@@ -143,6 +143,9 @@ type Options struct {
 	RootCA               []byte
 	DataDir              string
 	MaxEndpointsPerSlice int
+	// Informers, when set, are shared with other components of the
+	// process (made with RESTConfig's identity); Start starts them.
+	Informers *client.Informers
 }
 
 // Start builds every controller and runs them until ctx ends. An error
@@ -153,7 +156,11 @@ func Start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	d := Deps{Client: cs, Informers: client.NewInformers(rc), RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice}
+	inf := o.Informers
+	if inf == nil {
+		inf = client.NewInformers(rc)
+	}
+	d := Deps{Client: cs, Informers: inf, RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
 		dc := d

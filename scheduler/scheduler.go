@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -41,6 +42,10 @@ type Config struct {
 	// scheduling loop never waits for the API.
 	BindWorkers int
 	Logger      *slog.Logger
+	// Informers, when set, are the process' shared informers (those of
+	// the controllers beside it): the scheduler then keeps no cache of
+	// pods, nodes and volumes of its own. The caller starts them.
+	Informers *client.Informers
 }
 
 // Scheduler is the default scheduler.
@@ -55,7 +60,11 @@ type Scheduler struct {
 	pods     cache.SharedIndexInformer
 	// storage are the claim, volume and class informers VolumeBinding
 	// reads.
-	storage  []cache.SharedIndexInformer
+	storage []cache.SharedIndexInformer
+	// own are the informers the scheduler made and runs itself; synced
+	// says when each event handler has seen its informer's whole cache.
+	own      []cache.SharedIndexInformer
+	synced   []cache.InformerSynced
 	volumes  volumeBindingPlugin
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
@@ -119,24 +128,28 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, err
 	}
 	s.buildPlugins()
-	s.nodes = cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()),
-		&corev1.Node{}, 0, cache.Indexers{})
-	s.nodes.SetTransform(stripManagedFields)
-	s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.nodes = s.informer(core, "nodes", &corev1.Node{})
+	nodesReg, err := s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onNodeAdd,
 		UpdateFunc: s.onNodeUpdate,
 		DeleteFunc: s.onNodeDelete,
 	})
-	s.pods = cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(core, "pods", "", fields.Everything()),
-		&corev1.Pod{}, 0, cache.Indexers{})
-	s.pods.SetTransform(stripManagedFields)
-	s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err != nil {
+		return nil, err
+	}
+	s.pods = s.informer(core, "pods", &corev1.Pod{})
+	podsReg, err := s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.onPodSet,
 		UpdateFunc: func(old, obj any) { s.onPodUpdate(old.(*corev1.Pod), obj.(*corev1.Pod)) },
 		DeleteFunc: s.onPodDelete,
 	})
+	if err != nil {
+		return nil, err
+	}
+	// A handler added to a shared informer that already runs is told of
+	// the objects in its cache in the background: the scheduler must not
+	// place a pod before it has heard of every node and bound pod.
+	s.synced = append(s.synced, nodesReg.HasSynced, podsReg.HasSynced)
 	s.events = record.NewBroadcaster()
 	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: DefaultSchedulerName})
 	return s, nil
@@ -167,27 +180,28 @@ func restClientFor(cfg *rest.Config, qps float32, burst int) (*rest.RESTClient, 
 	return client.Core(c)
 }
 
-// stripManagedFields drops what the scheduler never reads and a cache of
-// 10,000 pods would otherwise hold.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
+// informer is the shared informer of obj's kind (Config.Informers), or
+// one of the scheduler's own, indexed by namespace like the shared ones
+// and without the managedFields it never reads.
+func (s *Scheduler) informer(rc rest.Interface, resource string, obj runtime.Object) cache.SharedIndexInformer {
+	if s.cfg.Informers != nil {
+		return s.cfg.Informers.For(obj)
 	}
-	return obj, nil
+	inf := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(rc, resource, "", fields.Everything()),
+		obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = inf.SetTransform(client.StripManagedFields) // fails only once started
+	s.own = append(s.own, inf)
+	return inf
 }
 
 // Run schedules until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) error {
 	sink := s.events.StartRecordingToSink(&client.EventSink{Core: s.evClient, Ctx: ctx})
 	defer func() { sink.Stop(); s.events.Shutdown() }()
-	go s.nodes.RunWithContext(ctx)
-	go s.pods.RunWithContext(ctx)
-	synced := []cache.InformerSynced{s.nodes.HasSynced, s.pods.HasSynced}
-	for _, inf := range s.storage {
+	for _, inf := range s.own {
 		go inf.RunWithContext(ctx)
-		synced = append(synced, inf.HasSynced)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return ctx.Err()
 	}
 	var wg sync.WaitGroup

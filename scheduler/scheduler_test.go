@@ -18,6 +18,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -49,7 +50,12 @@ func newTestAPI(t testing.TB) *testAPI {
 // startScheduler runs a scheduler until the test ends.
 func (a *testAPI) startScheduler(t testing.TB, opts Options) {
 	t.Helper()
-	s, err := New(Config{RESTConfig: a.cfg, Options: opts})
+	a.run(t, Config{RESTConfig: a.cfg, Options: opts})
+}
+
+func (a *testAPI) run(t testing.TB, cfg Config) {
+	t.Helper()
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,5 +475,52 @@ func TestAntiAffinityBurst(t *testing.T) {
 			t.Errorf("two pods on %s", p.Spec.NodeName)
 		}
 		seen[p.Spec.NodeName] = true
+	}
+}
+
+// TestSharedInformersAlreadyRunning: a scheduler given the process'
+// shared informers, already running and holding every node and pod, hears
+// of them all: every device is taken by pods bound before it started, so
+// the pods waiting then get none, with the usual message.
+func TestSharedInformersAlreadyRunning(t *testing.T) {
+	a := newTestAPI(t)
+	for i := range 5 {
+		a.createNode(t, node(fmt.Sprintf("n%d", i), corev1.ResourceList{gpu: resource.MustParse("4")}))
+	}
+	for i := range 20 {
+		a.createPod(t, pod(fmt.Sprintf("bound-%02d", i), corev1.ResourceList{gpu: resource.MustParse("1")},
+			func(p *corev1.Pod) { p.Spec.NodeName = fmt.Sprintf("n%d", i%5) }))
+	}
+	for i := range 10 {
+		a.createPod(t, pod(fmt.Sprintf("waiting-%02d", i), corev1.ResourceList{gpu: resource.MustParse("1")}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf := client.NewInformers(a.cfg)
+	inf.For(&corev1.Pod{})
+	inf.For(&corev1.Node{})
+	inf.Start(ctx)
+	if !inf.WaitForCacheSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	a.run(t, Config{RESTConfig: a.cfg, Informers: inf})
+	const msg = "0/5 nodes are available: 5 Insufficient vendor.example/gpu."
+	a.waitPods(t, "10 unschedulable", func(ps []corev1.Pod) bool {
+		n := 0
+		for i := range ps {
+			if unschedulableWith(&ps[i], msg) {
+				n++
+			}
+		}
+		return n == 10
+	})
+	list, err := a.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if strings.HasPrefix(p.Name, "waiting-") && p.Spec.NodeName != "" {
+			t.Errorf("%s bound to %s: the scheduler placed it before it knew the node was full", p.Name, p.Spec.NodeName)
+		}
 	}
 }

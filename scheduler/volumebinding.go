@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -284,12 +283,12 @@ func (s *Scheduler) watchStorage() error {
 		{s.core, "persistentvolumes", &corev1.PersistentVolume{}},
 		{storageClient, "storageclasses", &storagev1.StorageClass{}},
 	} {
-		inf := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(w.rc, w.resource, "", fields.Everything()),
-			w.obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		inf.SetTransform(stripManagedFields)
-		if _, err := inf.AddEventHandler(wake); err != nil {
+		inf := s.informer(w.rc, w.resource, w.obj)
+		reg, err := inf.AddEventHandler(wake)
+		if err != nil {
 			return err
 		}
+		s.synced = append(s.synced, reg.HasSynced)
 		s.storage = append(s.storage, inf)
 	}
 	s.volumes = volumeBindingPlugin{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bonsai.dev/bonsai/client"
 	"context"
 	"fmt"
 	"log/slog"
@@ -66,7 +67,7 @@ func (o *nodeLifecycleOptions) validate() (nodeLifecycleConfig, error) {
 }
 
 // startNodeLifecycle runs the node lifecycle controller and pod GC.
-func startNodeLifecycle(ctx context.Context, cfg *serverConfig, rc *rest.Config, log *slog.Logger) error {
+func startNodeLifecycle(ctx context.Context, cfg *serverConfig, rc *rest.Config, inf *client.Informers, log *slog.Logger) error {
 	nl := cfg.NodeLifecycle
 	secondary := nl.SecondaryRate
 	if secondary == 0 {
@@ -76,7 +77,7 @@ func startNodeLifecycle(ctx context.Context, cfg *serverConfig, rc *rest.Config,
 		RESTConfig: rc, NodeMonitorPeriod: nl.MonitorPeriod, NodeMonitorGracePeriod: nl.GracePeriod,
 		NodeEvictionRate: nl.EvictionRate, SecondaryNodeEvictionRate: secondary,
 		UnhealthyZoneThreshold: nl.UnhealthyZoneThreshold, LargeClusterSizeThreshold: nl.LargeClusterSize,
-		TerminatedPodGCThreshold: nl.TerminatedPodGC, Logger: log,
+		TerminatedPodGCThreshold: nl.TerminatedPodGC, Logger: log, Informers: inf,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/scheduler"
 )
 
@@ -28,7 +29,7 @@ func (o *serverOptions) validateScheduler(c *serverConfig) error {
 // startScheduler runs default-scheduler in-process, through the whole
 // handler chain like any client. It runs with --disable-agent too: it
 // places pods on every node, not on this host's.
-func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Server, inf *client.Informers, log *slog.Logger) error {
 	if cfg.DisableScheduler {
 		return nil
 	}
@@ -37,6 +38,7 @@ func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Serve
 		RESTConfig: api.ClientConfig(user),
 		Options:    cfg.Scheduler,
 		Logger:     log,
+		Informers:  inf,
 	})
 	if err != nil {
 		return err

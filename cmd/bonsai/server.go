@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/netplugin/proxy"
 	"context"
 	"crypto/tls"
@@ -180,10 +181,11 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
 	stopAgent := func() {}
-	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, log); err != nil {
+	inf := client.NewInformers(api.ClientConfig(controllerManagerUser))
+	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, inf, log); err != nil {
 		return err
 	}
-	if err := startScheduler(ctx, cfg, api, log); err != nil {
+	if err := startScheduler(ctx, cfg, api, inf, log); err != nil {
 		return err
 	}
 	if err := startSimulator(ctx, cfg, api, log); err != nil {

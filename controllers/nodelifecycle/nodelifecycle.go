@@ -19,6 +19,7 @@ package nodelifecycle
 
 import (
 	"bonsai.dev/bonsai/client"
+	"fmt"
 
 	"context"
 	"log/slog"
@@ -99,6 +100,10 @@ type Config struct {
 	Workers int
 	Clock   clock.WithTicker
 	Logger  *slog.Logger
+	// Informers, when set, are the process' shared informers: the
+	// controller then keeps no cache of pods and nodes of its own. The
+	// caller starts them.
+	Informers *client.Informers
 }
 
 func (c *Config) defaults() {
@@ -149,12 +154,14 @@ type nodeHealth struct {
 
 // Controller is the node lifecycle controller.
 type Controller struct {
-	cfg      Config
-	clock    clock.WithTicker
-	core     rest.Interface
-	nodes    cache.SharedIndexInformer
-	leases   cache.SharedIndexInformer
-	pods     cache.SharedIndexInformer
+	cfg    Config
+	clock  clock.WithTicker
+	core   rest.Interface
+	nodes  cache.SharedIndexInformer
+	leases cache.SharedIndexInformer
+	pods   cache.SharedIndexInformer
+	// own are the informers the controller made and runs itself.
+	own      []cache.SharedIndexInformer
 	podQueue workqueue.TypedRateLimitingInterface[string]
 	recorder record.EventRecorder
 	events   record.EventBroadcaster
@@ -201,15 +208,25 @@ func New(cfg Config) (*Controller, error) {
 		orphans:  map[string]time.Time{},
 		tainted:  map[string]time.Time{},
 	}
-	c.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{}, 0, cache.Indexers{})
+	byNode := cache.Indexers{podIndexByNode: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}
 	c.leases = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(coord, "leases", corev1.NamespaceNodeLease, fields.Everything()), &coordinationv1.Lease{}, 0, cache.Indexers{})
-	c.pods = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{}, 0,
-		cache.Indexers{podIndexByNode: func(obj any) ([]string, error) {
-			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				return []string{p.Spec.NodeName}, nil
-			}
-			return nil, nil
-		}})
+	c.own = []cache.SharedIndexInformer{c.leases}
+	if cfg.Informers != nil {
+		c.nodes = cfg.Informers.For(&corev1.Node{})
+		c.pods = cfg.Informers.For(&corev1.Pod{})
+		if err := c.pods.AddIndexers(byNode); err != nil {
+			return nil, fmt.Errorf("pods by node: %w", err)
+		}
+	} else {
+		c.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{}, 0, cache.Indexers{})
+		c.pods = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{}, 0, byNode)
+		c.own = append(c.own, c.nodes, c.pods)
+	}
 	c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueuePod,
 		UpdateFunc: func(_, obj any) { c.enqueuePod(obj) },
@@ -287,9 +304,9 @@ func (c *Controller) Run(ctx context.Context) error {
 // them one by one).
 func (c *Controller) start(ctx context.Context) (stop func(), err error) {
 	sink := c.events.StartRecordingToSink(&client.EventSink{Core: c.core, Ctx: ctx})
-	go c.nodes.RunWithContext(ctx)
-	go c.leases.RunWithContext(ctx)
-	go c.pods.RunWithContext(ctx)
+	for _, inf := range c.own {
+		go inf.RunWithContext(ctx)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.leases.HasSynced, c.pods.HasSynced) {
 		c.podQueue.ShutDown()
 		sink.Stop()
