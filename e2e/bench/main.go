@@ -118,11 +118,17 @@ func run() int {
 		churnW  = flag.Int("churn-writers", 8, "concurrent writers in -churn mode")
 		profs   = flag.String("profiles", "", "save bonsai's heap and goroutine profiles and /proc smaps into this dir wherever its RSS is read")
 		simN    = flag.String("sim-nodes", "1000,10000", "comma-separated simulated node counts of the simnodes suite (-quick: the first only)")
+		schedN  = flag.String("sched-nodes", "100,1000", "comma-separated simulated node counts of the scheduler suite (-quick: 100)")
 	)
 	flag.Parse()
 	profilesDir = *profs
-	if err := parseSimCounts(*simN); err != nil {
+	var err error
+	if simCounts, err = parseNodeCounts(*simN); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -sim-nodes:", err)
+		return 2
+	}
+	if schedCounts, err = parseNodeCounts(*schedN); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -sched-nodes:", err)
 		return 2
 	}
 	// badger's warnings are worth seeing; its routine chatter is not.

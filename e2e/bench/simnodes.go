@@ -290,15 +290,14 @@ func simRows(p simParams, idleRSS *float64, res map[int]*simResult) []Row {
 	return rows
 }
 
-func parseSimCounts(s string) error {
+func parseNodeCounts(s string) ([]int, error) {
 	var counts []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 100000 {
-			return fmt.Errorf("%q: want node counts between 1 and 100000, like 1000,10000", s)
+			return nil, fmt.Errorf("%q: want node counts between 1 and 100000, like 1000,10000", s)
 		}
 		counts = append(counts, n)
 	}
-	simCounts = counts
-	return nil
+	return counts, nil
 }
