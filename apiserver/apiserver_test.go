@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -1369,6 +1370,73 @@ func TestListOptionRules(t *testing.T) {
 		}
 		if code != c.code || !strings.Contains(msg, c.msg) {
 			t.Errorf("%s: %d %s, want %d %q", c.query, code, msg, c.code, c.msg)
+		}
+	}
+}
+
+// TestSharedFramesKeepEachWatchersType: watchers share each event's
+// encoded frame, yet one store event is MODIFIED to a plain watcher and
+// ADDED to a selector watcher it starts to match, in both encodings.
+func TestSharedFramesKeepEachWatchersType(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	c, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("typed", nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []io.Closer
+	defer func() { // before srv.Close, which waits for open watches
+		for _, b := range bodies {
+			b.Close()
+		}
+	}()
+	open := func(query, accept string) *http.Response {
+		req, _ := http.NewRequestWithContext(e.ctx, "GET", srv.URL+"/api/v1/namespaces/default/configmaps?watch=1&resourceVersion="+c.ResourceVersion+query, nil)
+		req.Header.Set("Accept", accept)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, resp.Body)
+		return resp
+	}
+	const pb = "application/vnd.kubernetes.protobuf;stream=watch"
+	streams := []struct {
+		name, want string
+		resp       *http.Response
+	}{
+		{"json plain", "MODIFIED", open("", "application/json")},
+		{"json selector", "ADDED", open("&labelSelector=on%3Dyes", "application/json")},
+		{"protobuf plain", "MODIFIED", open("", pb)},
+		{"protobuf selector", "ADDED", open("&labelSelector=on%3Dyes", pb)},
+	}
+	c.Labels = map[string]string{"on": "yes"}
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Update(e.ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range streams {
+		var typ string
+		if strings.HasPrefix(s.name, "json") {
+			var ev struct{ Type string }
+			if err := json.NewDecoder(s.resp.Body).Decode(&ev); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			typ = ev.Type
+		} else {
+			buf := make([]byte, 64<<10)
+			n, err := protobuf.LengthDelimitedFramer.NewFrameReader(s.resp.Body).Read(buf)
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			var we metav1.WatchEvent
+			if _, _, err := protobufRaw.Decode(buf[:n], nil, &we); err != nil {
+				t.Fatalf("%s: frame: %v", s.name, err)
+			}
+			typ = we.Type
+		}
+		if typ != s.want {
+			t.Errorf("%s watcher got %s, want %s", s.name, typ, s.want)
 		}
 	}
 }

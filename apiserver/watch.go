@@ -251,13 +251,25 @@ func (sw *watchStream) write(ev watchEvent) bool {
 	return true
 }
 
-// writeFrame writes one whole protobuf watch frame.
+// writeFrame writes one whole watch frame: a protobuf frame, or a line of
+// JSON.
 func (sw *watchStream) writeFrame(frame []byte) bool {
 	if _, err := sw.w.Write(frame); err != nil {
 		return false
 	}
 	sw.flush()
 	return true
+}
+
+// jsonFrame is a JSON watch stream's line for an event around the
+// object's JSON.
+func jsonFrame(typ watch.EventType, js []byte) []byte {
+	b := make([]byte, 0, len(js)+len(typ)+24)
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","object":`...)
+	b = append(b, js...)
+	return append(b, "}\n"...)
 }
 
 // protobufFrame is a protobuf watch stream's frame for an event: the
@@ -294,29 +306,12 @@ func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
 // from a copy, since the shared object must stay untouched.
 func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
 	switch sw.format {
-	case outProtobuf, outPartialMetadataProtobuf:
-		frame, err := e.frame(typ, sw.format == outPartialMetadataProtobuf)
+	case outProtobuf, outPartialMetadataProtobuf, outJSON, outPartialMetadata:
+		frame, err := e.frame(typ, sw.format == outPartialMetadataProtobuf || sw.format == outPartialMetadata, sw.format == outJSON || sw.format == outPartialMetadata)
 		if err != nil {
 			return false
 		}
 		return sw.writeFrame(frame)
-	case outJSON, outPartialMetadata:
-		js, err := e.jsonBytes(sw.format == outPartialMetadata)
-		if err != nil {
-			return false
-		}
-		var b bytes.Buffer
-		b.Grow(len(js) + 32)
-		b.WriteString(`{"type":"`)
-		b.WriteString(string(typ))
-		b.WriteString(`","object":`)
-		b.Write(js)
-		b.WriteString("}\n")
-		if _, err := sw.w.Write(b.Bytes()); err != nil {
-			return false
-		}
-		sw.flush()
-		return true
 	}
 	return sw.send(typ, e.obj.DeepCopyObject())
 }

@@ -22,9 +22,10 @@ type sharedEvent struct {
 	// it: [0] the whole object, [1] its PartialObjectMetadata.
 	json [2]lazyBytes
 	pb   [2]lazyBytes
-	// Whole protobuf watch frames, by shape and by event type (added,
-	// modified, deleted): every protobuf watcher writes the same bytes.
-	frames   [2][3]lazyBytes
+	// Whole watch frames, by encoding (protobuf, JSON), shape and event
+	// type (added, modified, deleted): every watcher of the same kind of
+	// stream writes the same bytes.
+	frames   [2][2][3]lazyBytes
 	prevOnce sync.Once
 	prev     runtime.Object
 	prevErr  error
@@ -122,10 +123,17 @@ func (e *sharedEvent) protobuf(metadataOnly bool) ([]byte, error) {
 	})
 }
 
-// frame is the protobuf watch frame of the event as typ, made once for
-// every protobuf watcher that sees it so.
-func (e *sharedEvent) frame(typ watch.EventType, metadataOnly bool) ([]byte, error) {
+// frame is the watch frame of the event as typ (a JSON line when
+// asJSON), made once for every watcher that sees it so.
+func (e *sharedEvent) frame(typ watch.EventType, metadataOnly, asJSON bool) ([]byte, error) {
 	encode := func() ([]byte, error) {
+		if asJSON {
+			js, err := e.jsonBytes(metadataOnly)
+			if err != nil {
+				return nil, err
+			}
+			return jsonFrame(typ, js), nil
+		}
 		pb, err := e.protobuf(metadataOnly)
 		if err != nil {
 			return nil, err
@@ -142,5 +150,9 @@ func (e *sharedEvent) frame(typ watch.EventType, metadataOnly bool) ([]byte, err
 	default:
 		return encode()
 	}
-	return e.frames[shapeIndex(metadataOnly)][t].get(encode)
+	f := 0
+	if asJSON {
+		f = 1
+	}
+	return e.frames[f][shapeIndex(metadataOnly)][t].get(encode)
 }
