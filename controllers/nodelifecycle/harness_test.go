@@ -282,6 +282,33 @@ func (e *env) waitPod(name, want string) {
 	}
 }
 
+// waitPodDue waits for a state that a delayed work item brings once the
+// fake clock has reached its time. The workqueue's delaying loop reads
+// the clock, then sets a timer for what is left: when a step falls in
+// between, the timer lands that much past the due time, where no later
+// step takes the clock. So while waiting, the clock moves on by a
+// millisecond every 100 ms, at most 50 ms in all: well short of any
+// period the tests count on.
+func (e *env) waitPodDue(name, want string) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	nudged := time.Duration(0)
+	for i := 1; ; i++ {
+		got := e.podState(name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("pod %s: %s after 10s, want %s", name, got, want)
+		}
+		if i%20 == 0 && nudged < 50*time.Millisecond {
+			e.clock.Step(time.Millisecond)
+			nudged += time.Millisecond
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // stillPod checks the pod stays in state want for a moment: the workers
 // had their chance to act and did not.
 func (e *env) stillPod(name, want string) {

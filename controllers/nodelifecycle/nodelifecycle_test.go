@@ -122,7 +122,7 @@ func TestTolerationSeconds(t *testing.T) {
 	e.clock.Step(29 * time.Second)
 	e.stillPod("for30", "True")
 	e.clock.Step(time.Second)
-	e.waitPod("for30", "terminating")
+	e.waitPodDue("for30", "terminating")
 	e.clock.Step(10 * time.Minute)
 	e.stillPod("forever", "True")
 	evs, err := e.cs.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{})
@@ -160,7 +160,7 @@ func TestDefaultTolerations(t *testing.T) {
 	e.clock.Step(299 * time.Second)
 	e.stillPod("web", "False")
 	e.clock.Step(time.Second)
-	e.waitPod("web", "terminating")
+	e.waitPodDue("web", "terminating")
 }
 
 // Deleting a Node force-deletes its pods after pod GC's 40 s quarantine; the out-of-service taint
@@ -182,7 +182,7 @@ func TestNodeDeletionAndOutOfService(t *testing.T) {
 	e.clock.Step(39 * time.Second)
 	e.stillPod("on-a", "True")
 	e.clock.Step(time.Second)
-	e.waitPod("on-a", "gone")
+	e.waitPodDue("on-a", "gone")
 	// A graceful delete a dead node would never finish.
 	if err := e.cs.CoreV1().Pods("default").Delete(e.ctx, "on-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestPodGC(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	e.clock.Step(40 * time.Second)
-	e.waitPod("ghost", "gone")
+	e.waitPodDue("ghost", "gone")
 	waitPhases := func() {
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			n := 0

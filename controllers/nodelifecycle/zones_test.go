@@ -273,5 +273,5 @@ func TestAllZonesFullDisruption(t *testing.T) {
 		t.Errorf("NoExecute-tainted: %v", got)
 	}
 	e.clock.Step(300 * time.Second)
-	e.waitPod("app", "terminating")
+	e.waitPodDue("app", "terminating")
 }
