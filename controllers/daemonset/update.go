@@ -83,7 +83,12 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 		case !available(newPod):
 			surged++
 		default:
+			// The old pod goes now, but until its deletion is seen the
+			// node still runs two: it counts against maxSurge, or the
+			// new pod started below (syncNodes creates before it
+			// deletes) would briefly make one node too many.
 			del = append(del, oldPod.Name)
+			surged++
 		}
 	}
 	if spare := availableNow - desired; spare > 0 {
