@@ -23,6 +23,9 @@ type rolloutWatch struct {
 	armed          bool
 	maxUnavailable int
 	maxDoubled     int
+	// count is what the informer's cache shows now: nodes without a
+	// Ready pod, and nodes with two live pods.
+	count func() (unavailable, doubled int)
 }
 
 func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, app string, nodes []string) *rolloutWatch {
@@ -30,12 +33,7 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 	w := &rolloutWatch{}
 	podInf := inf.For(&corev1.Pod{})
 	sel := labels.SelectorFromSet(labels.Set{"app": app})
-	observe := func(any) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !w.armed {
-			return
-		}
+	w.count = func() (unavailable, doubled int) {
 		ready, live := map[string]int{}, map[string]int{}
 		for _, obj := range podInf.GetStore().List() {
 			p := obj.(*corev1.Pod)
@@ -48,7 +46,6 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 				ready[node]++
 			}
 		}
-		unavailable, doubled := 0, 0
 		for _, n := range nodes {
 			if ready[n] == 0 {
 				unavailable++
@@ -57,6 +54,15 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 				doubled++
 			}
 		}
+		return unavailable, doubled
+	}
+	observe := func(any) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.armed {
+			return
+		}
+		unavailable, doubled := w.count()
 		w.maxUnavailable = max(w.maxUnavailable, unavailable)
 		w.maxDoubled = max(w.maxDoubled, doubled)
 	}
@@ -66,10 +72,21 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 	return w
 }
 
-func (w *rolloutWatch) arm() {
-	w.mu.Lock()
-	w.armed = true
-	w.mu.Unlock()
+// arm starts the count once the informer's cache has caught up with the
+// API (a pod Ready on every node, as the caller saw through a list): a
+// cache still behind would count a node without a Ready pod that never
+// was one.
+func (w *rolloutWatch) arm(t *testing.T) {
+	t.Helper()
+	controllertest.Eventually(t, timeout, func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if u, d := w.count(); u != 0 || d != 0 {
+			return fmt.Errorf("the informer's cache shows %d nodes without a Ready pod and %d with two", u, d)
+		}
+		w.armed = true
+		return nil
+	})
 }
 
 func (w *rolloutWatch) worst() (unavailable, doubled int) {
@@ -116,7 +133,7 @@ func TestRollingUpdate(t *testing.T) {
 				rolling(tc.maxUnavailable, tc.maxSurge)(ds)
 			}))
 			waitPlaced(t, e, "agent", nodes...)
-			w.arm()
+			w.arm(t)
 			modify(t, e, "agent", func(ds *appsv1.DaemonSet) { image(ds, "busybox:2") })
 			waitImage(t, e, "agent", "busybox:2", nodes...)
 			waitStatus(t, e, "agent", appsv1.DaemonSetStatus{DesiredNumberScheduled: 3, CurrentNumberScheduled: 3, NumberReady: 3, NumberAvailable: 3, UpdatedNumberScheduled: 3})
