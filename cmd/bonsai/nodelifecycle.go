@@ -80,6 +80,11 @@ func startNodeLifecycle(ctx context.Context, cfg *serverConfig, rc *rest.Config,
 		TerminatedPodGCThreshold: nl.TerminatedPodGC, Logger: log, Informers: inf,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting: the shared informers it
+			// joins are gone already. Not an error.
+			return nil
+		}
 		return err
 	}
 	go func() {

@@ -41,6 +41,11 @@ func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Serve
 		Informers:  inf,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting: the shared informers it
+			// joins are gone already. Not an error.
+			return nil
+		}
 		return err
 	}
 	go func() {
