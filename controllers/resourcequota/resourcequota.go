@@ -144,12 +144,16 @@ func New(cfg Config) (*Controller, error) {
 
 // mayFree: an update after which the object may use less (the
 // admission charged the increase already): a pod that finished or is
-// being deleted, a claim or service whose spec changed.
+// being deleted, a claim or service whose spec changed. As upstream's
+// replenishment, only those: a recount reads caches that may not have
+// the objects admitted a moment ago, so one run for a pod going Pending
+// to Running could write a usage below what admission had charged, and
+// let the next create past the quota.
 func mayFree(old, obj any) bool {
 	switch n := obj.(type) {
 	case *corev1.Pod:
 		o := old.(*corev1.Pod)
-		return n.Status.Phase != o.Status.Phase || (n.DeletionTimestamp != nil) != (o.DeletionTimestamp != nil)
+		return podTerminal(n) != podTerminal(o) || (n.DeletionTimestamp != nil) != (o.DeletionTimestamp != nil)
 	case *corev1.PersistentVolumeClaim:
 		return n.Generation != old.(*corev1.PersistentVolumeClaim).Generation ||
 			!sameLists(n.Spec.Resources.Requests, old.(*corev1.PersistentVolumeClaim).Spec.Resources.Requests)
@@ -158,6 +162,10 @@ func mayFree(old, obj any) bool {
 		return n.Spec.Type != o.Spec.Type || len(n.Spec.Ports) != len(o.Spec.Ports)
 	}
 	return false
+}
+
+func podTerminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 func (c *Controller) enqueueQuota(obj any) {
