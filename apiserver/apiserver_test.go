@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"k8s.io/client-go/kubernetes/scheme"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -56,6 +57,10 @@ type testEnv struct {
 
 // newTestServer is a server over a fresh badger store, both closed when
 // the test or benchmark ends.
+// protobufRaw reads the frames of protobuf watch streams: WatchEvents
+// without the envelope (protobufFrame writes them), their objects with it.
+var protobufRaw = protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
+
 func newTestServer(tb testing.TB) (*Server, store.Store) {
 	tb.Helper()
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: tb.TempDir()})

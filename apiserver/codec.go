@@ -57,9 +57,6 @@ func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
 
 var (
 	protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
-	// protobufRaw writes the frames of protobuf watch streams: WatchEvents
-	// without the envelope, their objects with it, as Kubernetes does.
-	protobufRaw = protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
 )
 
 // decodeRequest decodes a create/update body (JSON, YAML or Kubernetes

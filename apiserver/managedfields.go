@@ -181,16 +181,16 @@ func withoutEqualFields(live, obj runtime.Object) (pl, pn runtime.Object, ok boo
 	if len(drop) == 0 {
 		return nil, nil, false
 	}
-	lc, nc := reflect.New(t), reflect.New(t)
-	lc.Elem().Set(lv)
-	nc.Elem().Set(nv)
-	for _, i := range drop {
-		lc.Elem().Field(i).SetZero()
-		nc.Elem().Field(i).SetZero()
+	pl, pn = shallowCopy(live), shallowCopy(obj)
+	if pl == nil || pn == nil {
+		return nil, nil, false
 	}
-	pl, ok1 := lc.Interface().(runtime.Object)
-	pn, ok2 := nc.Interface().(runtime.Object)
-	return pl, pn, ok1 && ok2
+	lc, nc := reflect.ValueOf(pl).Elem(), reflect.ValueOf(pn).Elem()
+	for _, i := range drop {
+		lc.Field(i).SetZero()
+		nc.Field(i).SetZero()
+	}
+	return pl, pn, true
 }
 
 var (
