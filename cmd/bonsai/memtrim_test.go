@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +49,28 @@ func TestHeapTrimmer(t *testing.T) {
 	tr.check()
 	if tr.check() || trims != 1 {
 		t.Fatalf("quiet with %d MB of garbage: trims = %d, want 1", trimSlack/4>>20, trims)
+	}
+}
+
+// TestSelfRSS checks the figure the start-up trim logs against the
+// kernel's VmRSS for the same process.
+func TestSelfRSS(t *testing.T) {
+	got := selfRSS()
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kb uint64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ = strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	if kb == 0 {
+		t.Fatalf("no VmRSS in /proc/self/status:\n%s", raw)
+	}
+	// The two reads are moments apart: allow a few MB either way.
+	if diff := int64(got>>10) - int64(kb); got == 0 || diff > 4<<10 || diff < -4<<10 {
+		t.Errorf("selfRSS = %d KB, VmRSS %d KB", got>>10, kb)
 	}
 }

@@ -204,6 +204,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		time.Sleep(2 * time.Second)
 		debug.FreeOSMemory()
 		pageOutBinary()
+		log.Info(startupTrimmed, "rssMB", selfRSS()>>20)
 		newHeapTrimmer().run(ctx)
 	}()
 

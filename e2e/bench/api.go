@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -405,6 +406,28 @@ func (p *bonsaiProc) logTail() string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
+}
+
+// startupTrimmed is the line bonsai logs once it has handed its start-up
+// memory back to the OS, two seconds after start (cmd/bonsai/memtrim.go).
+const startupTrimmed = "start-up memory handed back to the OS"
+
+// waitStartupTrim waits until the server has logged startupTrimmed: the
+// code it runs after that faults its pages back in on first use, so
+// steady-state timings start after it.
+func (p *bonsaiProc) waitStartupTrim(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(startupTrimmed)) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %q in the server's log 30s after start", startupTrimmed)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // stop asks for a clean shutdown and kills the server if it takes too long.
