@@ -19,13 +19,16 @@
 //	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
-//	services        ip daddr . meta l4proto . th dport vmap @service-ips
+//	services        masquerade mark for off-cluster sources to a cluster
+//	                IP (ip daddr @cluster-ips ip saddr != <cluster CIDR>)
+//	                ip daddr . meta l4proto . th dport vmap @service-ips
 //	                fib daddr type local meta l4proto . th dport vmap @service-nodeports
-//	service-<port>  masquerade mark for off-cluster sources; then
-//	                dnat to <n> . numgen random mod <count> map
+//	service-<port>  dnat to <n> . numgen random mod 2^32-1 map
 //	                @endpoint-targets-<n % 32>, where n is the chooser's
-//	                own number (see chooserIDs), the map gives each
-//	                "n . i" the address . port of endpoint i;
+//	                own number (see chooserIDs), and the interval map
+//	                gives endpoint i of N the i-th of N equal ranges
+//	                "n . lo-hi" of the random number, with its address .
+//	                port (see choiceRange);
 //	                or, with ClientIP affinity, affinity lookups and
 //	                <n> . numgen random mod <count> vmap
 //	                @endpoint-chains-<n % 32> to endpoint chains
@@ -80,11 +83,15 @@
 //   - Endpoints have no chains of their own unless ClientIP affinity
 //     needs them to record the client: the DNAT takes its address from
 //     a map, and hairpin traffic is found in postrouting by one set
-//     lookup. An endpoint replaced by another writes one map element; a
-//     change in the number of endpoints also rewrites the rule with
-//     "mod N", as kube-proxy rewrites the Service's chain on any endpoint
-//     change (the kernel then revalidates the table's jumps, about a
-//     millisecond with 1,000 Services).
+//     lookup. Any change of a Service's endpoints without affinity, of
+//     who or how many, writes map elements only (kube-proxy rewrites the
+//     Service's chain, with "mod N" in its rule): a rule written anew
+//     makes the kernel revalidate every jump of the table, about a
+//     millisecond with 1,000 Services, an element of a map without
+//     verdicts does not.
+//   - The masquerade mark for off-cluster clients of a cluster IP is one
+//     rule in the services chain, not one in each Service's chain: the
+//     mark matters only to a connection a Service's rule then DNATs.
 //   - No health-check node port server for externalTrafficPolicy: Local
 //     (there is no external load balancer to probe it), no
 //     loadBalancerSourceRanges filtering, no topology hints

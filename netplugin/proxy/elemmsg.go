@@ -85,6 +85,16 @@ func elemsMessage(table, set string, elems []elem, add bool) mnl.Message {
 			a.end(data)
 		}
 		a.end(item)
+		if e.keyEnd != nil {
+			// A range's end: a key of its own, flagged, with no data.
+			// A deletion names it the same way.
+			item := a.nest(unix.NFTA_LIST_ELEM)
+			key := a.nest(unix.NFTA_SET_ELEM_KEY)
+			a.bytes(unix.NFTA_DATA_VALUE, e.keyEnd)
+			a.end(key)
+			a.be32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
+			a.end(item)
+		}
 	}
 	a.end(list)
 	typ, flags := unix.NFT_MSG_DELSETELEM, mnl.Request

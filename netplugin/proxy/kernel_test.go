@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -125,7 +126,8 @@ func (p *testProxier) remove(t *testing.T, obj any, key string) {
 }
 
 // kernelView reads the table back from the kernel: each chain's rule
-// count and each map's elements, rendered as elem.kernelText does.
+// count and each map's elements, rendered as elem.kernelText does (a
+// range's end as "<set> <key> end").
 func kernelView(ns netns.NsHandle, name string) (chains map[string]int, elems []string, err error) {
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
 	if err != nil {
@@ -154,7 +156,9 @@ func kernelView(ns netns.NsHandle, name string) (chains map[string]int, elems []
 		}
 		for _, e := range got {
 			s := fmt.Sprintf("%s %x", setName, e.Key)
-			if strings.HasPrefix(setName, mapEndpointTargets) {
+			if e.IntervalEnd {
+				s += " end"
+			} else if strings.HasPrefix(setName, mapEndpointTargets) {
 				s += fmt.Sprintf(" : %x", e.Val)
 			} else if set.IsMap {
 				v, err := decodeVerdict(e.Val)
@@ -222,6 +226,9 @@ func wantView(p *testProxier) (chains map[string]int, elems []string) {
 		}
 		for _, e := range o.elems {
 			elems = append(elems, e.kernelText())
+			if e.keyEnd != nil {
+				elems = append(elems, fmt.Sprintf("%s %x end", e.set, e.keyEnd))
+			}
 		}
 		for _, a := range o.hairpin {
 			elems = append(elems, elem{set: setHairpin, key: hairpinKey(a)}.kernelText())
@@ -266,8 +273,8 @@ func TestKernelReadBack(t *testing.T) {
 	p.set(t, objs...) // the first sync is a full one
 	checkKernelView(t, p)
 
-	// The numgen rule made it with its modulus, and the endpoint map
-	// has its two endpoints.
+	// The numgen rule made it, and the endpoint map has its two
+	// endpoints' ranges.
 	checkChooser(t, p, "service-default/web/tcp/http", 2)
 
 	// Incremental changes of every kind: an endpoint goes, a policy
@@ -697,10 +704,10 @@ func TestLoopbackConnectionOpenedBeforeTheTable(t *testing.T) {
 	}
 }
 
-// TestEndpointChangeKeepsTheRules checks that an endpoint replaced by
-// another is an edit of the endpoint map's elements alone, and that a
-// change of count rewrites only the Service's chooser chain: traffic
-// follows both.
+// TestEndpointChangeKeepsTheRules checks that any change of a Service's
+// endpoints without affinity, of who they are or of how many, edits the
+// endpoint map's elements alone: no rule is written, so the kernel has
+// no jumps to revalidate. Traffic follows each change.
 func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	n := newTestNetwork(t, 2)
 	n.serve(t, 0, 8080, "ep0")
@@ -711,18 +718,20 @@ func TestEndpointChangeKeepsTheRules(t *testing.T) {
 		return newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[i].String(), testNode))
 	}
 	const chooser, external = "service-default/web/tcp/http", "external-default/web/tcp/http"
-	handles := func(chain string) []uint64 {
+	handles := func() []uint64 {
 		c, err := nftables.New(nftables.WithNetNSFd(int(n.node)))
 		must(t, "netlink", err)
 		table := &nftables.Table{Name: testTable, Family: nftables.TableFamilyIPv4}
-		rules, err := c.GetRules(table, &nftables.Chain{Name: chain, Table: table})
-		must(t, "rules of "+chain, err)
 		var out []uint64
-		for _, r := range rules {
-			out = append(out, r.Handle)
-		}
-		if len(out) == 0 {
-			t.Fatalf("chain %s has no rules", chain)
+		for _, chain := range []string{chooser, external} {
+			rules, err := c.GetRules(table, &nftables.Chain{Name: chain, Table: table})
+			must(t, "rules of "+chain, err)
+			if len(rules) == 0 {
+				t.Fatalf("chain %s has no rules", chain)
+			}
+			for _, r := range rules {
+				out = append(out, r.Handle)
+			}
 		}
 		return out
 	}
@@ -731,34 +740,39 @@ func TestEndpointChangeKeepsTheRules(t *testing.T) {
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Fatalf("with ep0 only: answers %v", got)
 	}
-	before, externalBefore := handles(chooser), handles(external)
+	before := handles()
+	unchanged := func(what string) {
+		t.Helper()
+		if after := handles(); !slices.Equal(before, after) {
+			t.Errorf("%s: rule handles %v became %v: rules were written", what, before, after)
+		}
+	}
 	p.set(t, only(1))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep1"] != tries {
 		t.Errorf("after ep0 was replaced by ep1: answers %v", got)
 	}
-	if after := handles(chooser); !slices.Equal(before, after) {
-		t.Errorf("rule handles %v became %v: the chain was rewritten for a same-count change", before, after)
-	}
+	unchanged("ep0 replaced by ep1")
 	checkChooser(t, p, chooser, 1)
 	p.set(t, newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), testNode), readyEP(n.endpointIPs[1].String(), testNode)))
 	if got := hits(t, n.client, "10.96.0.10:80", 40); got["ep0"] == 0 || got["ep1"] == 0 {
 		t.Errorf("with both: answers %v", got)
 	}
+	unchanged("a second endpoint")
 	checkChooser(t, p, chooser, 2)
 	p.set(t, only(0))
 	if got := hits(t, n.client, "10.96.0.10:80", tries); got["ep0"] != tries {
 		t.Errorf("back to ep0 only: answers %v", got)
 	}
+	unchanged("back to one endpoint")
 	checkChooser(t, p, chooser, 1)
-	if after := handles(external); !slices.Equal(externalBefore, after) {
-		t.Errorf("rule handles of %s %v became %v: a change of endpoint count rewrote more than the chooser", external, externalBefore, after)
-	}
 	checkKernelView(t, p)
 }
 
 // checkChooser reads a chooser chain's numgen rule back and checks that
-// it draws below n and that its endpoint map holds n endpoints under the
-// chooser's number, as EndpointTargets finds them.
+// it draws below choiceRange, and that its endpoint map splits that
+// range among n endpoints under the chooser's number, in shares that
+// differ by one at most, and DNATs to the endpoints programmed, as
+// EndpointTargets finds them.
 func checkChooser(t *testing.T, p *testProxier, chain string, n int) {
 	t.Helper()
 	c, err := nftables.New(nftables.WithNetNSFd(int(p.ns)))
@@ -774,14 +788,49 @@ func checkChooser(t *testing.T, p *testProxier, chain string, n int) {
 			}
 		}
 	}
-	if !slices.Equal(mods, []uint32{uint32(n)}) {
-		t.Errorf("%s: numgen moduli %v, want [%d]", chain, mods, n)
+	if !slices.Equal(mods, []uint32{choiceRange}) {
+		t.Errorf("%s: numgen moduli %v, want [%d]", chain, mods, uint32(choiceRange))
+	}
+	id := p.choosers.ids[chain]
+	set, err := c.GetSetByName(table, targetsMap(id))
+	must(t, "map "+targetsMap(id), err)
+	elems, err := c.GetSetElements(set)
+	must(t, "elements of "+targetsMap(id), err)
+	// The kernel's range starts and (exclusive) ends of this chooser.
+	starts, ends := map[uint32]bool{}, map[uint32]bool{}
+	for _, e := range elems {
+		if binary.NativeEndian.Uint32(e.Key[:4]) != id {
+			continue
+		}
+		if v := binary.BigEndian.Uint32(e.Key[4:]); e.IntervalEnd {
+			ends[v] = true
+		} else {
+			starts[v] = true
+		}
+	}
+	if len(starts) != n || len(ends) != n || !starts[0] || !ends[choiceRange] {
+		t.Fatalf("%s: ranges start at %v and end at %v, want %d starting at 0 and ending at %d", chain,
+			slices.Sorted(maps.Keys(starts)), slices.Sorted(maps.Keys(ends)), n, uint32(choiceRange))
+	}
+	// Contiguous shares, each within one of choiceRange/n.
+	bounds := slices.Sorted(maps.Keys(starts))
+	for i, lo := range bounds {
+		end := uint32(choiceRange)
+		if i+1 < len(bounds) {
+			end = bounds[i+1]
+			if !ends[end] {
+				t.Errorf("%s: the range from %d does not end where the next starts, at %d", chain, lo, end)
+			}
+		}
+		if share := uint64(end - lo); share*uint64(n) < choiceRange-uint64(n) || share*uint64(n) > choiceRange+uint64(n) {
+			t.Errorf("%s: range %d-%d holds %d of %d, want about 1/%d", chain, lo, end-1, share, uint32(choiceRange), n)
+		}
 	}
 	got, err := readTargets(c, testTable, chain)
 	must(t, "endpoints of "+chain, err)
 	var want []netip.AddrPort
 	for _, e := range p.programmed[serviceKey("default", strings.Split(chain, "/")[1])].elems {
-		if id := p.choosers.ids[chain]; e.set == targetsMap(id) && string(e.key[:4]) == string(choiceKey(id, 0)[:4]) {
+		if e.set == targetsMap(id) && binary.NativeEndian.Uint32(e.key[:4]) == id {
 			want = append(want, netip.AddrPortFrom(netip.AddrFrom4([4]byte(e.data[:4])), binary.BigEndian.Uint16(e.data[4:6])))
 		}
 	}

@@ -68,8 +68,6 @@ func (r *rule) ipAddr(offset uint32, what string, p netip.Prefix, eq bool) *rule
 func (r *rule) saddr(p netip.Prefix, eq bool) *rule { return r.ipAddr(12, "saddr", p, eq) }
 func (r *rule) daddr(p netip.Prefix, eq bool) *rule { return r.ipAddr(16, "daddr", p, eq) }
 
-func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, 32) }
-
 // fibLocal matches packets whose source or destination address is one of
 // this host's.
 func (r *rule) fibLocal(what string) *rule {
@@ -124,31 +122,27 @@ func (r *rule) vmapProtoPort(set string) *rule {
 		&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: set})
 }
 
-// choiceKeyExprs load the key of an endpoint map: the chooser's number
-// and a random number below n.
-func choiceKeyExprs(id uint32, n int) []expr.Any {
-	return []expr.Any{
-		&expr.Immediate{Register: regConcat0, Data: binaryutil.NativeEndian.PutUint32(id)},
-		&expr.Numgen{Register: regConcat1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
-	}
-}
-
 // numgenVmap picks one of chooser id's n endpoints with equal
-// probability, from the endpoint-chains verdict map.
+// probability, from the endpoint-chains verdict map, whose key is the
+// chooser's number and a random number below n.
 func (r *rule) numgenVmap(id uint32, n int) *rule {
 	return r.add(strconv.FormatUint(uint64(id), 10)+" . numgen random mod "+strconv.Itoa(n)+" vmap @"+chainsMap(id),
-		append(choiceKeyExprs(id, n),
-			&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: chainsMap(id)})...)
+		&expr.Immediate{Register: regConcat0, Data: binaryutil.NativeEndian.PutUint32(id)},
+		&expr.Numgen{Register: regConcat1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(n)},
+		&expr.Lookup{SourceRegister: regConcat0, DestRegister: 0, IsDestRegSet: true, SetName: chainsMap(id)})
 }
 
-// numgenDnat DNATs to one of chooser id's n endpoints, picked with equal
-// probability: the endpoint-targets map leaves its address and port in
-// registers 8 and 9.
-func (r *rule) numgenDnat(id uint32, n int) *rule {
-	return r.add("dnat to "+strconv.FormatUint(uint64(id), 10)+" . numgen random mod "+strconv.Itoa(n)+" map @"+targetsMap(id),
-		append(choiceKeyExprs(id, n),
-			&expr.Lookup{SourceRegister: regConcat0, DestRegister: regConcat0, IsDestRegSet: true, SetName: targetsMap(id)},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})...)
+// numgenDnat DNATs to one of chooser id's endpoints, picked with equal
+// probability: a random number below choiceRange, after the chooser's
+// number, falls in one endpoint's range of the endpoint-targets map,
+// which leaves its address and port in registers 8 and 9. The rule is
+// the same whatever the number of endpoints.
+func (r *rule) numgenDnat(id uint32) *rule {
+	return r.add("dnat to "+strconv.FormatUint(uint64(id), 10)+" . numgen random mod "+strconv.FormatUint(choiceRange, 10)+" map @"+targetsMap(id),
+		&expr.Immediate{Register: regConcat0, Data: binaryutil.NativeEndian.PutUint32(id)},
+		&expr.Numgen{Register: regConcat1, Type: unix.NFT_NG_RANDOM, Modulus: choiceRange},
+		&expr.Lookup{SourceRegister: regConcat0, DestRegister: regConcat0, IsDestRegSet: true, SetName: targetsMap(id)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: regConcat0, RegProtoMin: regConcat1, Specified: true})
 }
 
 // saddrDaddrInSet matches packets whose source and destination address,

@@ -50,6 +50,24 @@ const (
 	choiceShards       = 32
 )
 
+// choiceRange is what numgen draws below in a chooser without affinity.
+// The endpoint-targets maps are interval maps, and of chooser id's n
+// endpoints, endpoint i has the i-th of n equal shares of the drawn
+// numbers (sizes differ by one at most: a bias under n/2^32, finer than
+// the 2^-31 steps of the statistic match kube-proxy's iptables mode
+// uses). The rule that draws never changes with the number of
+// endpoints, only the map's elements do, so any change of endpoints
+// writes elements alone: a rule written anew makes the kernel
+// revalidate every jump of the table (about a millisecond with 1,000
+// Services), an element of a map without verdicts does not.
+//
+// The kernel compares keys byte by byte, and numgen leaves its number
+// in host byte order: the shares are ranges of the number's bytes read
+// in that order, which are as evenly spread as the number itself, each
+// byte order being a one-to-one map of the 32-bit numbers. Numbers
+// below 2^32-1 read as every 4-byte string but ff ff ff ff.
+const choiceRange = 1<<32 - 1
+
 // The shards' names, made once.
 var targetsMaps, chainsMaps = shardNames(mapEndpointTargets), shardNames(mapEndpointChains)
 
@@ -96,10 +114,13 @@ type setDef struct {
 
 // elem is an element of one of the table's shared sets and maps: with a
 // verdict, of a verdict map; with data, of an endpoint-targets map; with
-// neither, of a set.
+// neither, of a set. An element of an endpoint-targets map is a range of
+// keys, from key to keyEnd (exclusive), which goes to the kernel as two
+// elements: key with the data, keyEnd flagged as an interval's end.
 type elem struct {
 	set      string
 	key      []byte
+	keyEnd   []byte
 	keyText  string
 	verdict  *expr.Verdict
 	data     []byte
@@ -159,7 +180,11 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 	}
 	choice := nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
 	for i := range uint32(choiceShards) {
-		m[targetsMap(i)] = &nftables.Set{Table: t, Name: targetsMap(i), IsMap: true, Concatenation: true, KeyType: choice,
+		// A range over one 8-byte key, not a concatenation of two
+		// fields: the kernel keeps it in an rbtree, two nodes a range,
+		// where a concatenation of ranges (pipapo) would expand each
+		// range of 32-bit numbers into up to 62 prefixes.
+		m[targetsMap(i)] = &nftables.Set{Table: t, Name: targetsMap(i), IsMap: true, Interval: true, KeyType: choice,
 			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
 		m[chainsMap(i)] = &nftables.Set{Table: t, Name: chainsMap(i), IsMap: true, Concatenation: true, KeyType: choice,
 			DataType: nftables.TypeVerdict}
@@ -190,7 +215,16 @@ func baseObjects(c ruleConfig) objects {
 	filter := func(h *nftables.ChainHook, hookName string) *hook {
 		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityFilter, hookName: hookName, prioName: "filter"}
 	}
-	services := []*rule{newRule().vmapDaddrProtoPort(mapServiceIPs)}
+	var services []*rule
+	if c.clusterCIDR.IsValid() {
+		// A cluster IP reached from outside the pod network (the host,
+		// another node) would get replies the pod routes elsewhere: such
+		// connections are masqueraded, whichever Service and policy. One
+		// rule for all, where kube-proxy writes one per Service: the mark
+		// matters only to a connection that a Service's rule DNATs.
+		services = append(services, newRule().daddrInSet(setClusterIPs).saddr(c.clusterCIDR, false).jump(chainMarkForMasq))
+	}
+	services = append(services, newRule().vmapDaddrProtoPort(mapServiceIPs))
 	// A port a cluster IP does not serve refuses connections, and an
 	// address of the service CIDR that no Service has goes nowhere,
 	// rather than out of the default route.
@@ -336,25 +370,22 @@ func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) 
 		}
 	}
 	// A chooser picks one of eps with equal probability: numgen's
-	// random number below len(eps), with the chooser's own number, is
-	// the key of the endpoint in a map the Services share. A change of
-	// endpoints that keeps their count writes map elements only.
-	chooser := func(name string, eps []endpoint, masqOffCluster bool) {
+	// random number, with the chooser's own number, is the key of the
+	// endpoint in a map the Services share. Without affinity the number
+	// is below choiceRange and each endpoint has a range of it, so any
+	// change of endpoints writes map elements only; with affinity it is
+	// below len(eps), and a change of count rewrites the rule.
+	chooser := func(name string, eps []endpoint) {
 		var r []*rule
-		if masqOffCluster && c.clusterCIDR.IsValid() {
-			// A ClusterIP reached from outside the pod network (the host,
-			// another node) would get replies the pod routes elsewhere.
-			r = append(r, newRule().daddr(host(sp.clusterIP), true).saddr(c.clusterCIDR, false).jump(chainMarkForMasq))
-		}
 		id := ids.get(name)
 		o.choosers = append(o.choosers, name)
 		o.elems = slices.Grow(o.elems, len(eps))
 		if sp.affinity == 0 {
 			// No per-endpoint chains: the map gives the address and
 			// port to DNAT to.
-			r = append(r, newRule().l4proto(sp.proto).numgenDnat(id, len(eps)))
+			r = append(r, newRule().l4proto(sp.proto).numgenDnat(id))
 			for i, e := range eps {
-				o.elems = append(o.elems, targetElem(id, i, e.addr))
+				o.elems = append(o.elems, targetElem(id, i, len(eps), e.addr))
 			}
 		} else {
 			for _, e := range eps {
@@ -368,10 +399,10 @@ func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) 
 		o.chains = append(o.chains, chainDef{name: name, rules: r})
 	}
 	if needCluster {
-		chooser(serviceChain(sp), cluster, true)
+		chooser(serviceChain(sp), cluster)
 	}
 	if len(local) > 0 {
-		chooser(localChain(sp), local, false)
+		chooser(localChain(sp), local)
 	}
 
 	internal, internalEPs := serviceChain(sp), cluster
@@ -449,27 +480,36 @@ func addrElem(set string, a netip.Addr, sp *servicePort, v *expr.Verdict) elem {
 	return elem{set: set, key: key, keyText: a.String() + " . " + sp.proto.String() + " . " + strconv.Itoa(int(sp.port)), verdict: v}
 }
 
-// choiceKey is an endpoint map's key: a chooser's number and an
+// choiceKey is an endpoint-chains map's key: a chooser's number and an
 // endpoint's index, each in a 4-byte register in host byte order, as
 // numgen writes the index.
-func choiceKey(id uint32, i int) []byte { return putChoiceKey(make([]byte, 8), id, i) }
-
-func putChoiceKey(b []byte, id uint32, i int) []byte {
+func choiceKey(id uint32, i int) []byte {
+	b := make([]byte, 8)
 	binary.NativeEndian.PutUint32(b, id)
 	binary.NativeEndian.PutUint32(b[4:], uint32(i))
-	return b[:8:8]
+	return b
 }
 
-// targetElem maps endpoint i of chooser id to the address and port to
-// DNAT to.
-func targetElem(id uint32, i int, a netip.AddrPort) elem {
-	b := make([]byte, 16) // key, then data: address . port, each in a 4-byte register
-	key := putChoiceKey(b, id, i)
+// targetElem maps endpoint i of chooser id's n, the i-th of n equal
+// shares of [0, choiceRange), to the address and port to DNAT to. A key
+// is the chooser's number in host byte order, as the rule's immediate
+// loads it, then a share's bound in network byte order, the order in
+// which the kernel compares the bytes the rule's numgen writes (see
+// choiceRange).
+func targetElem(id uint32, i, n int, a netip.AddrPort) elem {
+	lo := uint32(uint64(i) * choiceRange / uint64(n))
+	end := uint32(uint64(i+1) * choiceRange / uint64(n)) // exclusive; choiceRange at most
+	b := make([]byte, 24) // key, end key, then data: address . port, each in a 4-byte register
+	binary.NativeEndian.PutUint32(b, id)
+	binary.BigEndian.PutUint32(b[4:], lo)
+	binary.NativeEndian.PutUint32(b[8:], id)
+	binary.BigEndian.PutUint32(b[12:], end)
 	addr := a.Addr().As4()
-	copy(b[8:], addr[:])
-	binary.BigEndian.PutUint16(b[12:], a.Port())
-	return elem{set: targetsMap(id), key: key, keyText: choiceText(id, i),
-		data: b[8:], dataText: a.Addr().String() + " . " + strconv.Itoa(int(a.Port()))}
+	copy(b[16:], addr[:])
+	binary.BigEndian.PutUint16(b[20:], a.Port())
+	return elem{set: targetsMap(id), key: b[:8:8], keyEnd: b[8:16:16],
+		keyText: strconv.FormatUint(uint64(id), 10) + " . " + strconv.FormatUint(uint64(lo), 10) + "-" + strconv.FormatUint(uint64(end-1), 10),
+		data:    b[16:], dataText: a.Addr().String() + " . " + strconv.Itoa(int(a.Port()))}
 }
 
 // chainElem maps endpoint i of chooser id to the endpoint's chain.

@@ -17,10 +17,9 @@ import (
 // Where the time goes, measured with perf: about half in the kernel
 // (new rules, each expression's type found by name; map elements; the
 // commit), half building the objects and the netlink messages. The
-// library's one ack per message used to double that (see nftConn). An
-// endpoint replaced by another edits one element of its Service's
-// endpoint map; a change of count also rewrites the Service's numgen
-// rule, after which the kernel revalidates the table's jumps.
+// library's one ack per message used to double that (see nftConn). A
+// change of endpoints, of who or how many, edits elements of its
+// Service's endpoint map alone (see choiceRange).
 func TestSyncTiming(t *testing.T) {
 	requireRoot(t)
 	const services, endpoints = 1000, 10
@@ -54,7 +53,7 @@ func TestSyncTiming(t *testing.T) {
 		t.Errorf("%d chains in the kernel, want %d", len(chains), want)
 	}
 
-	// One endpoint goes from one Service: its numgen rule changes.
+	// One endpoint goes from one Service: its ranges change.
 	mustUpdate(t, p.slices, slice(500, endpoints-1))
 	p.markDirty("default/svc-500")
 	start = time.Now()
