@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -858,4 +860,41 @@ func TestDiscardedTransaction(t *testing.T) {
 	p.table.conn.discard()
 	p.set(t, newService("other", "10.96.0.11", 80), newSlice("other", "other-1", 8080, readyEP("10.200.0.11", testNode)))
 	checkKernelView(t, p)
+}
+
+// TestNftListsTheTable runs the nft tool, as someone debugging a Service
+// would, over a table with every kind of chooser: it must list the whole
+// ruleset (older tables made it abort, on maps keyed by integers of no
+// fixed size) and show each map's elements.
+func TestNftListsTheTable(t *testing.T) {
+	requireRoot(t)
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		reason := "missing prerequisite: the nft tool (Debian package nftables; make deps installs it)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(reason + " (CI=true: prerequisites are mandatory)")
+		}
+		t.Skip(reason)
+	}
+	p := newTestProxier(t, newNetns(t))
+	p.set(t,
+		newService("web", "10.96.0.10", 80), newSlice("web", "web-1", 8080, readyEP("10.200.0.10", testNode), readyEP("10.200.0.11", testNode)),
+		newService("sticky", "10.96.0.11", 80, affinity(60)), newSlice("sticky", "sticky-1", 8080, readyEP("10.200.0.12", testNode)))
+	var out []byte
+	must(t, "nft list ruleset", inNS(p.ns, func() (err error) {
+		out, err = exec.Command(nft, "list", "ruleset").CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		return err
+	}))
+	for _, want := range []string{
+		"chain service-default/web/tcp/http {",
+		"10.200.0.10 . 8080", "10.200.0.11 . 8080", // the web Service's ranges
+		"goto endpoint-default/sticky/tcp/http__10.200.0.12:8080", // the sticky one's chooser
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("nft list ruleset shows no %q:\n%s", want, out)
+		}
+	}
 }

@@ -178,13 +178,20 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 	} {
 		m[name] = &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
 	}
-	choice := nftables.MustConcatSetType(nftables.TypeInteger, nftables.TypeInteger)
+	// The key types matter only to the nft tool, which lists the table
+	// with them. "mark" is a 32-bit number; nft cannot list a
+	// concatenation of "integer"s, which have no size of their own (it
+	// aborts, and `nft list ruleset` with it).
+	choice := nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeMark)
+	wideChoice := nftables.TypeInteger
+	wideChoice.Bytes = 8
 	for i := range uint32(choiceShards) {
 		// A range over one 8-byte key, not a concatenation of two
 		// fields: the kernel keeps it in an rbtree, two nodes a range,
 		// where a concatenation of ranges (pipapo) would expand each
-		// range of 32-bit numbers into up to 62 prefixes.
-		m[targetsMap(i)] = &nftables.Set{Table: t, Name: targetsMap(i), IsMap: true, Interval: true, KeyType: choice,
+		// range of 32-bit numbers into up to 62 prefixes. (nft lists
+		// the key as one 64-bit number.)
+		m[targetsMap(i)] = &nftables.Set{Table: t, Name: targetsMap(i), IsMap: true, Interval: true, KeyType: wideChoice,
 			DataType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)}
 		m[chainsMap(i)] = &nftables.Set{Table: t, Name: chainsMap(i), IsMap: true, Concatenation: true, KeyType: choice,
 			DataType: nftables.TypeVerdict}
