@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -185,4 +186,33 @@ func StripManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// SliceServiceIndex indexes EndpointSlices by the Service they belong to,
+// "namespace/name" from their kubernetes.io/service-name label; see
+// IndexSlicesByService.
+const SliceServiceIndex = "endpointslice-service"
+
+// IndexSlicesByService adds SliceServiceIndex to an EndpointSlice
+// informer, once: the components sharing the informer (the service
+// proxy, the cluster DNS) each ask for it.
+func IndexSlicesByService(inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[SliceServiceIndex]; ok {
+		return nil
+	}
+	return inf.AddIndexers(cache.Indexers{SliceServiceIndex: SliceServiceKeys})
+}
+
+// SliceServiceKeys is SliceServiceIndex's index function: the key of
+// the EndpointSlice's Service, none for a slice without one.
+func SliceServiceKeys(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + name}, nil
 }

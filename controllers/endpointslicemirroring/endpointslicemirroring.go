@@ -24,9 +24,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -75,7 +73,6 @@ type Controller struct {
 
 	endpointsLister corelisters.EndpointsLister
 	serviceLister   corelisters.ServiceLister
-	sliceLister     discoverylisters.EndpointSliceLister
 	tracker         *endpointslice.Tracker
 	recorder        record.EventRecorder
 	queue           workqueue.TypedRateLimitingInterface[string]
@@ -114,7 +111,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.endpointsLister = corelisters.NewEndpointsLister(c.endpoints.GetIndexer())
 	c.serviceLister = corelisters.NewServiceLister(c.services.GetIndexer())
-	c.sliceLister = discoverylisters.NewEndpointSliceLister(c.slices.GetIndexer())
+	// A Service's slices by index: a label selector over the namespace
+	// reads every slice in it, for each Service synced.
+	if err := client.IndexSlicesByService(c.slices); err != nil {
+		return nil, fmt.Errorf("endpointslicemirroring: index EndpointSlices by Service: %w", err)
+	}
 	if _, err := c.endpoints.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur any) {
@@ -251,10 +252,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	return c.apply(ctx, ep, key, p)
 }
 
+// mirrored is the slices this controller made for the Service ns/name.
 func (c *Controller) mirrored(ns, name string) ([]*discoveryv1.EndpointSlice, error) {
-	return c.sliceLister.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: ControllerName,
-	}))
+	objs, err := c.slices.GetIndexer().ByIndex(client.SliceServiceIndex, ns+"/"+name)
+	if err != nil {
+		return nil, err
+	}
+	var out []*discoveryv1.EndpointSlice
+	for _, o := range objs {
+		if s := o.(*discoveryv1.EndpointSlice); s.Labels[discoveryv1.LabelManagedBy] == ControllerName {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 func (c *Controller) deleteMirrored(ctx context.Context, key, ns, name string) error {

@@ -34,6 +34,9 @@ func newIndexBuilder(inf *client.Informers, index *zoneIndex, zone string, log *
 	svcInf := inf.For(&corev1.Service{})
 	sliceInf := inf.For(&discoveryv1.EndpointSlice{})
 	nsInf := inf.For(&corev1.Namespace{})
+	if err := client.IndexSlicesByService(sliceInf); err != nil {
+		return nil, fmt.Errorf("dns: index EndpointSlices by Service: %w", err)
+	}
 	b := &indexBuilder{index: index, zone: zone, log: log, services: svcInf.GetIndexer(), slices: sliceInf.GetIndexer()}
 	onService := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -95,16 +98,14 @@ func (b *indexBuilder) sync(key string) {
 		return
 	}
 	svc := obj.(*corev1.Service)
-	objs, err := b.slices.ByIndex(cache.NamespaceIndex, svc.Namespace)
+	objs, err := b.slices.ByIndex(client.SliceServiceIndex, key)
 	if err != nil {
 		b.log.Error("cluster DNS: listing EndpointSlices", "service", key, "err", err)
 		return
 	}
-	var mine []*discoveryv1.EndpointSlice
+	mine := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		if s := o.(*discoveryv1.EndpointSlice); s.Labels[discoveryv1.LabelServiceName] == svc.Name {
-			mine = append(mine, s)
-		}
+		mine = append(mine, o.(*discoveryv1.EndpointSlice))
 	}
 	b.index.setService(key, buildService(svc, mine, b.zone, b.index.ttl))
 }

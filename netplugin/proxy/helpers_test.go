@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/client"
 )
 
 const testNode = "node-a"
@@ -85,7 +87,7 @@ func ptr[T any](v T) *T { return &v }
 // testIndexers are the stores the informers would fill.
 func testIndexers() (services, slices cache.Indexer) {
 	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
-		cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{sliceServiceIndex: sliceService})
+		cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{client.SliceServiceIndex: client.SliceServiceKeys})
 }
 
 func mustAdd(t *testing.T, store cache.Store, objs ...any) {

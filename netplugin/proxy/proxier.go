@@ -27,7 +27,6 @@ const (
 	// while a burst still costs at most ten syncs a second.
 	defaultMinSyncInterval = 100 * time.Millisecond
 	fullSyncInterval       = time.Hour // repairs what someone else changed in the table
-	sliceServiceIndex      = "proxy-service"
 )
 
 // Config is what the proxy needs; Client, Informers and NodeName are
@@ -163,7 +162,7 @@ func validatePrefixes(cfg Config) error {
 
 // watch indexes slices by Service and registers the event handlers.
 func (p *Proxier) watch(services, slices, nodes cache.SharedIndexInformer) error {
-	if err := slices.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+	if err := client.IndexSlicesByService(slices); err != nil {
 		return fmt.Errorf("index EndpointSlices by Service: %w", err)
 	}
 	svcReg, err := services.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -227,19 +226,6 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 	}
 }
 
-// sliceService indexes an EndpointSlice by the key of its Service.
-func sliceService(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	name := s.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil, nil
-	}
-	return []string{serviceKey(s.Namespace, name)}, nil
-}
-
 func (p *Proxier) serviceChanged(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
@@ -255,7 +241,7 @@ func (p *Proxier) sliceChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	keys, _ := sliceService(obj)
+	keys, _ := client.SliceServiceKeys(obj)
 	if s, ok := obj.(*discoveryv1.EndpointSlice); ok && len(keys) > 0 {
 		if t, err := time.Parse(time.RFC3339Nano, s.Annotations[corev1.EndpointsLastChangeTriggerTime]); err == nil {
 			p.mu.Lock()

@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"bonsai.dev/bonsai/client"
 )
 
 // sync writes what changed since the last sync, or the whole table when
@@ -146,7 +148,7 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 		return objects{}, false
 	}
 	svc := obj.(*corev1.Service)
-	sliceObjs, err := p.slices.ByIndex(sliceServiceIndex, key)
+	sliceObjs, err := p.slices.ByIndex(client.SliceServiceIndex, key)
 	if err != nil {
 		p.log.Error("list EndpointSlices of a Service", "service", key, "err", err)
 	}
