@@ -409,22 +409,23 @@ func (p *bonsaiProc) logTail() string {
 }
 
 // startupTrimmed is the line bonsai logs once it has handed its start-up
-// memory back to the OS, two seconds after start (cmd/bonsai/memtrim.go).
+// memory back to the OS, two seconds after start (cmd/bonsai/memtrim.go):
+// the code it runs after that faults its pages back in on first use, so
+// steady-state timings start after it.
 const startupTrimmed = "start-up memory handed back to the OS"
 
-// waitStartupTrim waits until the server has logged startupTrimmed: the
-// code it runs after that faults its pages back in on first use, so
-// steady-state timings start after it.
-func (p *bonsaiProc) waitStartupTrim(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
+// waitLog waits until the server's log has a line with msg (started
+// servers log to a file of their own, truncated at each start).
+func (p *bonsaiProc) waitLog(ctx context.Context, msg string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(startupTrimmed)) {
+		if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(msg)) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %q in the server's log 30s after start", startupTrimmed)
+			return fmt.Errorf("no %q in the server's log %v after start\n%s", msg, timeout, p.logTail())
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -95,6 +95,12 @@ func servicesSuite(ctx context.Context, b *bench) ([]Row, error) {
 	if err := n.start(ctx, b); err != nil {
 		return rows(), err
 	}
+	// The proxy logs each full sync: waiting for that line rather than
+	// polling /metrics keeps the bench's own load off the server while
+	// the sync it times runs.
+	if err := n.srv.waitLog(ctx, proxy.FullSyncLog, 60*time.Second); err != nil {
+		return rows(), err
+	}
 	full, err := waitMetric(ctx, n.cs, "kubeproxy_sync_full_proxy_rules_duration_seconds", 1, 60*time.Second)
 	if err != nil {
 		return rows(), fmt.Errorf("%w\n%s", err, n.srv.logTail())
@@ -114,7 +120,7 @@ func servicesSuite(ctx context.Context, b *bench) ([]Row, error) {
 	// start-up trim), and the first sync after that faults the sync's
 	// code back in from disk. That happens once; the updates time the
 	// steady state, after it and one untimed update.
-	if err := n.srv.waitStartupTrim(ctx); err != nil {
+	if err := n.srv.waitLog(ctx, startupTrimmed, 30*time.Second); err != nil {
 		return rows(), err
 	}
 	first, syncs, err := oneEndpointUpdate(ctx, n, nft, p.updates, syncs)

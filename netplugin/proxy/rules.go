@@ -506,7 +506,9 @@ func choiceKey(id uint32, i int) []byte {
 func targetElem(id uint32, i, n int, a netip.AddrPort) elem {
 	lo := uint32(uint64(i) * choiceRange / uint64(n))
 	end := uint32(uint64(i+1) * choiceRange / uint64(n)) // exclusive; choiceRange at most
-	b := make([]byte, 24) // key, end key, then data: address . port, each in a 4-byte register
+	// The key, the end key, then the data: address . port, each in a
+	// 4-byte register.
+	b := make([]byte, 24)
 	binary.NativeEndian.PutUint32(b, id)
 	binary.BigEndian.PutUint32(b[4:], lo)
 	binary.NativeEndian.PutUint32(b[8:], id)

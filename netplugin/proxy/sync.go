@@ -10,6 +10,9 @@ import (
 	"bonsai.dev/bonsai/client"
 )
 
+// FullSyncLog is the message logged after each full sync.
+const FullSyncLog = "programmed the whole service proxy table"
+
 // sync writes what changed since the last sync, or the whole table when
 // a full sync is due (the first, the hourly one, one after a failure).
 func (p *Proxier) sync() error {
@@ -36,7 +39,12 @@ func (p *Proxier) sync() error {
 	}
 	took := time.Since(start)
 	p.metrics.synced(full, took, triggers)
-	p.log.Debug("synced service rules", "full", full, "services", len(dirty), "took", took)
+	if full {
+		// Rare (a start, the hourly repair, a failed write): worth a line.
+		p.log.Info(FullSyncLog, "table", "ip "+p.table.table.Name, "services", len(p.programmed), "took", took)
+	} else {
+		p.log.Debug("synced service rules", "services", len(dirty), "took", took)
+	}
 	return nil
 }
 
