@@ -188,6 +188,29 @@ func StripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// PodNodeIndex indexes pods by the node they are bound to; unbound pods
+// are in no bucket. See IndexPodsByNode.
+const PodNodeIndex = "pod-node"
+
+// IndexPodsByNode adds PodNodeIndex to a pod informer, once: the
+// components sharing the informer (the node lifecycle controller, the
+// node simulator) each ask for it.
+func IndexPodsByNode(inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[PodNodeIndex]; ok {
+		return nil
+	}
+	return inf.AddIndexers(cache.Indexers{PodNodeIndex: PodNodeKeys})
+}
+
+// PodNodeKeys is PodNodeIndex's index function: the pod's node, none
+// for a pod not bound yet.
+func PodNodeKeys(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
 // SliceServiceIndex indexes EndpointSlices by the Service they belong to,
 // "namespace/name" from their kubernetes.io/service-name label; see
 // IndexSlicesByService.

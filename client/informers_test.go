@@ -1,8 +1,10 @@
 package client
 
 import (
+	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -42,5 +44,36 @@ func TestIndexSlicesByService(t *testing.T) {
 	}
 	if keys, _ := SliceServiceKeys(slice("a", "orphan", "")); len(keys) != 0 {
 		t.Errorf("a slice without a Service indexed under %v", keys)
+	}
+}
+
+// TestIndexPodsByNode checks the index the node lifecycle controller and
+// the node simulator share: asked for twice, it is added once; it finds
+// a node's pods in every namespace, and a pod not bound yet is on none.
+func TestIndexPodsByNode(t *testing.T) {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{})
+	for range 2 {
+		if err := IndexPodsByNode(inf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := func(ns, name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	for _, p := range []*corev1.Pod{pod("a", "p1", "n1"), pod("b", "p2", "n1"), pod("a", "p3", "n2"), pod("a", "pending", "")} {
+		if err := inf.GetIndexer().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := inf.GetIndexer().IndexKeys(PodNodeIndex, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a/p1", "b/p2"}) {
+		t.Errorf("pods of n1: %v, want a/p1 and b/p2", got)
+	}
+	if keys, _ := PodNodeKeys(pod("a", "pending", "")); len(keys) != 0 {
+		t.Errorf("a pod not bound indexed under %v", keys)
 	}
 }

@@ -188,7 +188,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err := startScheduler(ctx, cfg, api, inf, log); err != nil {
 		return err
 	}
-	if err := startSimulator(ctx, cfg, api, log); err != nil {
+	if err := startSimulator(ctx, cfg, api, inf, log); err != nil {
 		return err
 	}
 	if !cfg.DisableAgent {

@@ -8,6 +8,7 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet/simulator"
 )
 
@@ -38,13 +39,13 @@ func (o *serverOptions) validateSimulated(c *serverConfig) error {
 // bonsai.dev/simulated=true (this host's with --runtime=simulated, those
 // of --simulated-nodes, any a user creates), and creates the
 // --simulated-nodes ones.
-func startSimulator(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+func startSimulator(ctx context.Context, cfg *serverConfig, api *apiserver.Server, inf *client.Informers, log *slog.Logger) error {
 	// It acts for every simulated node, as each node's kubelet would;
 	// not a system:node:<name> identity, since it is many nodes at once.
 	user := &authn.User{Name: authz.UserSimulator, Groups: []string{authn.GroupAuthenticated}}
 	restCfg := api.ClientConfig(user)
 	sim, err := simulator.New(simulator.Config{
-		RESTConfig: restCfg, Version: version, KubeletVersion: apiserver.KubernetesVersion(), Logger: log,
+		RESTConfig: restCfg, Version: version, KubeletVersion: apiserver.KubernetesVersion(), Logger: log, Informers: inf,
 	})
 	if err != nil {
 		return err

@@ -60,7 +60,6 @@ const (
 	taintOutOfService                = "node.kubernetes.io/out-of-service"
 	reasonTaintManagerEviction       = "TaintManagerEviction"
 	reasonNodeNotReady               = "NodeNotReady"
-	podIndexByNode                   = "nodeName"
 	componentName                    = "node-controller"
 	maxPodDeleteBackoff              = 30 * time.Second
 	initialPodDeleteBackoff          = 100 * time.Millisecond
@@ -208,23 +207,17 @@ func New(cfg Config) (*Controller, error) {
 		orphans:  map[string]time.Time{},
 		tainted:  map[string]time.Time{},
 	}
-	byNode := cache.Indexers{podIndexByNode: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}
 	c.leases = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(coord, "leases", corev1.NamespaceNodeLease, fields.Everything()), &coordinationv1.Lease{}, 0, cache.Indexers{})
 	c.own = []cache.SharedIndexInformer{c.leases}
 	if cfg.Informers != nil {
 		c.nodes = cfg.Informers.For(&corev1.Node{})
 		c.pods = cfg.Informers.For(&corev1.Pod{})
-		if err := c.pods.AddIndexers(byNode); err != nil {
+		if err := client.IndexPodsByNode(c.pods); err != nil {
 			return nil, fmt.Errorf("pods by node: %w", err)
 		}
 	} else {
 		c.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{}, 0, cache.Indexers{})
-		c.pods = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{}, 0, byNode)
+		c.pods = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{}, 0, cache.Indexers{client.PodNodeIndex: client.PodNodeKeys})
 		c.own = append(c.own, c.nodes, c.pods)
 	}
 	c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -265,7 +258,7 @@ func (c *Controller) enqueueNodePods(obj any) {
 	if name == "" {
 		return
 	}
-	pods, _ := c.pods.GetIndexer().ByIndex(podIndexByNode, name)
+	pods, _ := c.pods.GetIndexer().ByIndex(client.PodNodeIndex, name)
 	for _, p := range pods {
 		c.enqueuePod(p)
 	}

@@ -13,6 +13,7 @@ package simulator
 
 import (
 	apiclient "bonsai.dev/bonsai/client"
+	"fmt"
 
 	"context"
 	"log/slog"
@@ -76,23 +77,29 @@ type Config struct {
 	// replicas). API calls wait for the store's fsync: many in flight
 	// share one.
 	Workers int
-	Clock   clock.WithTicker
-	Logger  *slog.Logger
+	// Informers, when set, are the server's shared informers: the
+	// simulator reads pods from theirs. Without, it watches on its own.
+	Informers *apiclient.Informers
+	Clock     clock.WithTicker
+	Logger    *slog.Logger
 }
 
 // Simulator runs every simulated node.
 type Simulator struct {
-	cfg      Config
-	api      *client
-	clock    clock.WithTicker
-	log      *slog.Logger
-	nodes    cache.SharedIndexInformer
-	pods     cache.SharedIndexInformer
-	nodeQ    workqueue.TypedRateLimitingInterface[string]
-	leaseQ   workqueue.TypedRateLimitingInterface[string]
-	podQ     workqueue.TypedRateLimitingInterface[string]
-	events   record.EventBroadcaster
-	recorder record.EventRecorder
+	cfg   Config
+	api   *client
+	clock clock.WithTicker
+	log   *slog.Logger
+	nodes cache.SharedIndexInformer
+	pods  cache.SharedIndexInformer
+	// ownInformers are the informers the simulator runs itself, when
+	// Config.Informers was nil.
+	ownInformers *apiclient.Informers
+	nodeQ        workqueue.TypedRateLimitingInterface[string]
+	leaseQ       workqueue.TypedRateLimitingInterface[string]
+	podQ         workqueue.TypedRateLimitingInterface[string]
+	events       record.EventBroadcaster
+	recorder     record.EventRecorder
 
 	leases leaseStore
 	ips    *podIPs
@@ -107,8 +114,6 @@ type Simulator struct {
 	// object gets one event per mistake rather than one per sync.
 	bad map[objectName]map[string]string
 }
-
-const podsByNode = "nodeName"
 
 // New builds the simulator; Run starts it.
 func New(cfg Config) (*Simulator, error) {
@@ -170,30 +175,19 @@ func New(cfg Config) (*Simulator, error) {
 		},
 	})
 
-	// Every bound pod: which of them run on simulated nodes changes as
-	// nodes are annotated, and a field selector cannot say "on one of
-	// these nodes".
-	s.pods = cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(api.core, "pods", "", fields.OneTermNotEqualSelector("spec.nodeName", "")),
-		&corev1.Pod{}, 0, cache.Indexers{podsByNode: func(obj any) ([]string, error) {
-			return []string{obj.(*corev1.Pod).Spec.NodeName}, nil
-		}})
-	s.pods.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
-		}
-		return obj, nil
-	})
-	s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.podChanged,
-		UpdateFunc: func(_, obj any) { s.podChanged(obj) },
-		// A pod that is gone gives its IP back, whatever its node.
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				s.podQ.Add(key)
-			}
-		},
-	})
+	// Every pod, from the informer the server's controllers and
+	// scheduler share: which pods run on simulated nodes changes as nodes
+	// are annotated, and a second watch of its own would decode every
+	// pod write once more and keep a second copy of every pod.
+	inf := cfg.Informers
+	if inf == nil {
+		inf = apiclient.NewInformers(cfg.RESTConfig)
+		s.ownInformers = inf
+	}
+	s.pods = inf.For(&corev1.Pod{})
+	if err := apiclient.IndexPodsByNode(s.pods); err != nil {
+		return nil, fmt.Errorf("pods by node: %w", err)
+	}
 
 	s.events = record.NewBroadcaster()
 	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "bonsai-simulator"})
@@ -210,16 +204,28 @@ func (s *Simulator) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	// Most servers never have a simulated node: until one appears the
-	// simulator keeps no copy of the pods and no workers, only its watch
-	// on nodes.
+	// simulator handles no pod events and runs no workers (and, on its
+	// own informers, keeps no copy of the pods), only its watch on nodes.
 	select {
 	case <-s.simSeen:
 	case <-ctx.Done():
 		s.shutDownQueues()
 		return nil
 	}
-	go s.pods.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), s.pods.HasSynced) {
+	podsReg, err := s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.podChanged,
+		UpdateFunc: func(_, obj any) { s.podChanged(obj) },
+		DeleteFunc: s.podDeleted,
+	})
+	if err != nil {
+		s.shutDownQueues()
+		return err
+	}
+	defer func() { _ = s.pods.RemoveEventHandler(podsReg) }()
+	if s.ownInformers != nil {
+		s.ownInformers.Start(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), podsReg.HasSynced) {
 		s.shutDownQueues()
 		return ctx.Err()
 	}
@@ -307,7 +313,7 @@ func (s *Simulator) nodeChanged(old, n *nodeView) {
 }
 
 func (s *Simulator) enqueuePods(node string) {
-	pods, _ := s.pods.GetIndexer().ByIndex(podsByNode, node)
+	pods, _ := s.pods.GetIndexer().ByIndex(apiclient.PodNodeIndex, node)
 	for _, obj := range pods {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			s.podQ.Add(key)
@@ -321,6 +327,17 @@ func (s *Simulator) podChanged(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
 			s.podQ.Add(key)
 		}
+	}
+}
+
+// podDeleted queues a bound pod that is gone: it gives its IP back,
+// whatever its node. A pod never bound never had one.
+func (s *Simulator) podDeleted(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName == "" {
+		return
+	}
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		s.podQ.Add(key)
 	}
 }
 
