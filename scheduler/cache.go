@@ -99,10 +99,19 @@ func (c *schedCache) removeNode(name string) {
 // setPod records a pod the API says is bound to a node. An assumed pod is
 // confirmed; a pod that moved or changed is re-counted.
 func (c *schedCache) setPod(p *corev1.Pod) {
+	// What the pod asks for is worked out outside the lock the scheduling
+	// loop holds, and only when it changed: a pod's binding and each of
+	// its status writes come here, and leave both alone.
+	c.mu.Lock()
+	seen := c.pods[p.UID]
+	c.mu.Unlock()
+	cp := c.newCachedPod(seen, p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cp := &cachedPod{pod: p, node: p.Spec.NodeName, req: computePodResources(p), affinity: parsePodAffinity(p)}
 	old := c.pods[p.UID]
+	if old != seen {
+		cp = c.newCachedPod(old, p) // changed meanwhile: rare
+	}
 	if old != nil && old.node == cp.node && old.pod.Namespace == p.Namespace && maps.Equal(old.pod.Labels, p.Labels) {
 		// A confirmation or a status write: the pod counts for
 		// inter-pod affinity as it did (its own terms cannot change),
@@ -150,6 +159,24 @@ func (c *schedCache) removeLocked(cp *cachedPod) {
 	if ni.Node == nil && len(ni.pods) == 0 {
 		delete(c.nodes, cp.node)
 	}
+}
+
+// newCachedPod is p as the cache counts it, reusing what old (the same
+// pod as counted before, or nil) worked out where p did not change it. A
+// pod's inter-pod affinity cannot change.
+func (c *schedCache) newCachedPod(old *cachedPod, p *corev1.Pod) *cachedPod {
+	cp := &cachedPod{pod: p, node: p.Spec.NodeName}
+	if old != nil && sameRequests(old.pod, p) {
+		cp.req = old.req
+	} else {
+		cp.req = computePodResources(p)
+	}
+	if old != nil {
+		cp.affinity = old.affinity
+	} else {
+		cp.affinity = parsePodAffinity(p)
+	}
+	return cp
 }
 
 // assumeLocked counts pod against node before the binding is written.

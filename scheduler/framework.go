@@ -65,19 +65,20 @@ func unresolvable(reasons ...string) *Status {
 // Reasons are the status' reasons.
 func (s *Status) Reasons() []string { return s.reasons }
 
-// CycleState is one scheduling cycle's scratch space: plugins store what
-// they precomputed for the pod under their own key.
+// CycleState is one scheduling cycle's scratch space: what the PreFilter
+// plugins precomputed for the pod, one field each. (A map keyed by plugin
+// name, read by every filter for every node, was a twentieth of a cycle.)
 type CycleState struct {
-	data map[string]any
 	// podReq is the pod's requests, computed once for every plugin that
 	// needs them.
-	podReq *podResources
+	podReq           *podResources
+	nodeAffinity     *nodeAffinityState
+	interPodAffinity *interPodAffinityState
+	topologySpread   *topologySpreadState
+	volumes          *volumeState
 }
 
-func newCycleState() *CycleState { return &CycleState{data: make(map[string]any, 4)} }
-
-func (c *CycleState) read(key string) any     { return c.data[key] }
-func (c *CycleState) write(key string, v any) { c.data[key] = v }
+func newCycleState() *CycleState { return &CycleState{} }
 
 // fitError is a pod that fits no node: its message is Kubernetes' shape,
 // "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were unschedulable."

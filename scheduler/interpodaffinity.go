@@ -212,7 +212,7 @@ func (interPodAffinityPlugin) Name() string { return InterPodAffinityName }
 
 func (p interPodAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, nodes []*NodeInfo) *Status {
 	s := &interPodAffinityState{aff: parsePodAffinity(pod)}
-	state.write(InterPodAffinityName, s)
+	state.interPodAffinity = s
 	x := p.index
 	if x == nil {
 		return nil
@@ -269,7 +269,7 @@ func matchesAll(terms []affinityTerm, p *corev1.Pod) bool {
 // reports the same reason: the pod's affinity, its anti-affinity, then
 // existing pods' anti-affinity.
 func (interPodAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
-	s := state.read(InterPodAffinityName).(*interPodAffinityState)
+	s := state.interPodAffinity
 	nl := ni.Node.Labels
 	if s.aff != nil {
 		if !satisfiesAffinity(s, pod, nl) {
@@ -316,7 +316,7 @@ func satisfiesAffinity(s *interPodAffinityState, pod *corev1.Pod, nl map[string]
 }
 
 func (interPodAffinityPlugin) Score(state *CycleState, _ *corev1.Pod, ni *NodeInfo) int64 {
-	s := state.read(InterPodAffinityName).(*interPodAffinityState)
+	s := state.interPodAffinity
 	var total int64
 	for _, w := range s.scores {
 		total += w.weight * w.on(ni.Node.Labels)

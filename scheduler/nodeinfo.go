@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"slices"
 )
 
 // podResources is what a pod asks of a node, computed once per pod with
@@ -56,6 +57,30 @@ func computePodResources(pod *corev1.Pod) *podResources {
 	r.nonZeroMem = nz.Memory().Value()
 	r.hostPorts = podHostPorts(pod)
 	return r
+}
+
+// sameRequests says whether computePodResources would find the same for
+// b as for a, for the common pod: app containers only, no overhead and no
+// pod-level resources, with the same requests and ports (an in-place
+// resize changes the requests). For any other pod it says false.
+func sameRequests(a, b *corev1.Pod) bool {
+	as, bs := &a.Spec, &b.Spec
+	if len(as.InitContainers)+len(bs.InitContainers) > 0 || as.Overhead != nil || bs.Overhead != nil ||
+		as.Resources != nil || bs.Resources != nil || len(as.Containers) != len(bs.Containers) {
+		return false
+	}
+	for i := range as.Containers {
+		ca, cb := &as.Containers[i], &bs.Containers[i]
+		if !slices.Equal(ca.Ports, cb.Ports) || len(ca.Resources.Requests) != len(cb.Resources.Requests) {
+			return false
+		}
+		for name, q := range ca.Resources.Requests {
+			if qb, ok := cb.Resources.Requests[name]; !ok || q.Cmp(qb) != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // hostPort is one port a pod takes on its node's addresses.
@@ -127,6 +152,11 @@ type portKey struct {
 type NodeInfo struct {
 	Node  *corev1.Node
 	alloc allocatable
+	// unschedulable and taints are the Node's, kept here: the first
+	// filters read them for every node in every cycle, and reaching into
+	// a thousand Node objects for them was a cache miss per node.
+	unschedulable bool
+	taints        []corev1.Taint
 	// requested sums the pods' requests; scalar entries are created as
 	// pods bring them.
 	requested  podResources
@@ -140,6 +170,7 @@ func newNodeInfo() *NodeInfo { return &NodeInfo{} }
 func (ni *NodeInfo) setNode(n *corev1.Node) {
 	ni.Node = n
 	ni.alloc = nodeAllocatable(n)
+	ni.unschedulable, ni.taints = n.Spec.Unschedulable, n.Spec.Taints
 	ni.imageSizes = nil
 	for _, img := range n.Status.Images {
 		for _, name := range img.Names {

@@ -55,7 +55,7 @@ var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect
 
 func (nodeUnschedulablePlugin) Name() string { return NodeUnschedulableName }
 func (nodeUnschedulablePlugin) Filter(_ *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
-	if !ni.Node.Spec.Unschedulable {
+	if !ni.unschedulable {
 		return nil
 	}
 	if corev1helpers.TolerationsTolerateTaint(nologger, pod.Spec.Tolerations, &unschedulableTaint, false) {
@@ -83,12 +83,12 @@ func (nodeAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, _ []*Nod
 		// here scores no node higher, as Kubernetes does.
 		s.preferred, _ = nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
 	}
-	state.write(NodeAffinityName, s)
+	state.nodeAffinity = s
 	return nil
 }
 
 func (nodeAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
-	s := state.read(NodeAffinityName).(*nodeAffinityState)
+	s := state.nodeAffinity
 	if ok, _ := s.required.Match(ni.Node); !ok {
 		return unresolvable(errNodeAffinity)
 	}
@@ -96,7 +96,7 @@ func (nodeAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *NodeInf
 }
 
 func (nodeAffinityPlugin) Score(state *CycleState, pod *corev1.Pod, ni *NodeInfo) int64 {
-	s := state.read(NodeAffinityName).(*nodeAffinityState)
+	s := state.nodeAffinity
 	if s.preferred == nil {
 		return 0
 	}
@@ -119,7 +119,7 @@ func hardTaint(t *corev1.Taint) bool {
 }
 
 func (taintTolerationPlugin) Filter(_ *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
-	t, bad := corev1helpers.FindMatchingUntoleratedTaint(nologger, ni.Node.Spec.Taints, pod.Spec.Tolerations, hardTaint, false)
+	t, bad := corev1helpers.FindMatchingUntoleratedTaint(nologger, ni.taints, pod.Spec.Tolerations, hardTaint, false)
 	if !bad {
 		return nil
 	}
@@ -128,8 +128,8 @@ func (taintTolerationPlugin) Filter(_ *CycleState, pod *corev1.Pod, ni *NodeInfo
 
 func (taintTolerationPlugin) Score(_ *CycleState, pod *corev1.Pod, ni *NodeInfo) int64 {
 	var n int64
-	for i := range ni.Node.Spec.Taints {
-		t := &ni.Node.Spec.Taints[i]
+	for i := range ni.taints {
+		t := &ni.taints[i]
 		if t.Effect != corev1.TaintEffectPreferNoSchedule {
 			continue
 		}

@@ -79,7 +79,7 @@ func (topologySpreadPlugin) PreFilter(state *CycleState, pod *corev1.Pod, nodes 
 		hard: parseConstraints(pod, corev1.DoNotSchedule),
 		soft: parseConstraints(pod, corev1.ScheduleAnyway),
 	}
-	state.write(PodTopologySpreadName, s)
+	state.topologySpread = s
 	if len(s.hard)+len(s.soft) == 0 {
 		return nil
 	}
@@ -96,7 +96,7 @@ func (topologySpreadPlugin) PreFilter(state *CycleState, pod *corev1.Pod, nodes 
 					}
 				}
 				if c.honorTaints {
-					if _, bad := corev1helpers.FindMatchingUntoleratedTaint(nologger, ni.Node.Spec.Taints, pod.Spec.Tolerations, hardTaint, false); bad {
+					if _, bad := corev1helpers.FindMatchingUntoleratedTaint(nologger, ni.taints, pod.Spec.Tolerations, hardTaint, false); bad {
 						continue
 					}
 				}
@@ -135,7 +135,7 @@ func hasAllKeys(n *corev1.Node, cs []*spreadConstraint) bool {
 }
 
 func (topologySpreadPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInfo) *Status {
-	s := state.read(PodTopologySpreadName).(*topologySpreadState)
+	s := state.topologySpread
 	for _, c := range s.hard {
 		v, ok := ni.Node.Labels[c.key]
 		if !ok {
@@ -150,7 +150,7 @@ func (topologySpreadPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInf
 
 // Score counts the matching pods in the node's domains; fewer is better.
 func (topologySpreadPlugin) Score(state *CycleState, _ *corev1.Pod, ni *NodeInfo) int64 {
-	s := state.read(PodTopologySpreadName).(*topologySpreadState)
+	s := state.topologySpread
 	var total int64
 	for _, c := range s.soft {
 		if v, ok := ni.Node.Labels[c.key]; ok {

@@ -49,8 +49,6 @@ type volumeBindingPlugin struct {
 	classes storagelisters.StorageClassLister
 }
 
-const volumeBindingKey = VolumeBindingName
-
 // volumeState is what PreFilter found of the pod's claims, and what
 // Filter found each node would need.
 type volumeState struct {
@@ -118,7 +116,7 @@ func (p volumeBindingPlugin) PreFilter(state *CycleState, pod *corev1.Pod, _ []*
 		vs.free, _ = p.volumes.List(everything)
 		vs.decisions = map[string][]*corev1.PersistentVolume{}
 	}
-	state.write(volumeBindingKey, vs)
+	state.volumes = vs
 	return nil
 }
 
@@ -132,7 +130,7 @@ func (p volumeBindingPlugin) delayBinding(pvc *corev1.PersistentVolumeClaim) boo
 }
 
 func (p volumeBindingPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInfo) *Status {
-	vs, _ := state.read(volumeBindingKey).(*volumeState)
+	vs := state.volumes
 	if vs == nil {
 		return nil
 	}
@@ -185,7 +183,7 @@ type volumeBindings struct {
 }
 
 func (p volumeBindingPlugin) bindingsFor(state *CycleState, node string) *volumeBindings {
-	vs, _ := state.read(volumeBindingKey).(*volumeState)
+	vs := state.volumes
 	if vs == nil || len(vs.unbound) == 0 {
 		return nil
 	}
