@@ -380,7 +380,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
+	done := s.events.offer(res, data, obj)
 	rev, err := s.cfg.Store.Create(ctx, res.key(m.GetNamespace(), m.GetName()), data)
+	done(rev)
 	if err != nil {
 		return nil, storeError(err, res, m.GetName())
 	}
@@ -708,7 +710,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	if wc.dryRun {
 		return obj, nil
 	}
+	done := s.events.offer(res, data, obj)
 	newRev, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev)
+	done(newRev)
 	if err != nil {
 		return nil, storeError(err, res, ri.name)
 	}

@@ -181,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, append(s.admissionConfigNotes(), s.aggregator.writeNotes(s)...)...),
 	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
-	s.events = newEventCache(512)
+	s.events = newEventCache(eventCacheKeep, eventCacheMax, eventCacheAge)
 	s.kubelet, s.kubeletInsecure = newKubeletTransport(cfg.KubeletTLS, false), newKubeletTransport(cfg.KubeletTLS, true)
 	s.bookmarkEvery = defaultBookmarkInterval
 	s.crs = newCustomResources()

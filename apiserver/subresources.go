@@ -214,7 +214,10 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}
-		if _, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev); err != nil {
+		done := s.events.offer(res, data, pod)
+		newRev, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev)
+		done(newRev)
+		if err != nil {
 			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < maxUnconditionalRetries {
 				if err := waitToRetry(r.Context(), attempt); err != nil {
 					return err

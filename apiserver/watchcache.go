@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -39,16 +41,108 @@ type sharedEventKey struct {
 // eventCache shares decoding and encoding of recent events between the
 // watchers of a resource: with N watchers, a write used to be decoded and
 // encoded N times. Kept small: only events still being fanned out matter.
+// It keeps the newest eventCacheKeep events, and newer ones than
+// eventCacheAge up to eventCacheMax: in a burst of writes a slow watcher
+// (a remote client, the garbage collector's) trails the fast ones by
+// thousands of events, and each it reads after the cache let go of it
+// was decoded and encoded once more for it alone.
 type eventCache struct {
-	mu    sync.Mutex
-	m     map[sharedEventKey]*sharedEvent
-	ring  []sharedEventKey
-	next  int
-	limit int
+	mu sync.Mutex
+	m  map[sharedEventKey]*sharedEvent
+	// ring holds the keys of m oldest first: n of them from head.
+	ring    []cachedKey
+	head, n int
+	keep    int
+	age     time.Duration
+	now     func() time.Time
+	// writing are the objects of writes under way, by the first byte of
+	// their stored encoding (the store's event carries the very slice it
+	// was given): their event's watchers take a copy of the writer's
+	// object instead of decoding what it just encoded.
+	writing map[*byte]runtime.Object
+	// decoded counts the events decoded from the store's bytes.
+	decoded atomic.Int64
 }
 
-func newEventCache(limit int) *eventCache {
-	return &eventCache{m: map[sharedEventKey]*sharedEvent{}, ring: make([]sharedEventKey, limit), limit: limit}
+type cachedKey struct {
+	key sharedEventKey
+	at  time.Time
+}
+
+const (
+	eventCacheKeep = 512
+	eventCacheMax  = 1024
+	eventCacheAge  = 2 * time.Second
+)
+
+func newEventCache(keep, max int, age time.Duration) *eventCache {
+	return &eventCache{m: map[sharedEventKey]*sharedEvent{}, ring: make([]cachedKey, max), keep: keep, age: age, now: time.Now,
+		writing: map[*byte]runtime.Object{}}
+}
+
+// offer hands obj, a built-in object whose protobuf encoding for the
+// store is data, to the watchers of the write of data about to be made,
+// so that they need not decode what the writer just encoded. done must
+// be called as soon as the write returns, with the revision it wrote (0
+// if it failed), before the writer changes obj again (its
+// resourceVersion, say); obj must stay as it was encoded until then.
+// Watchers get a shallow copy at the event's revision: its own metadata
+// struct, so the writer's later changes to obj's own fields never reach
+// them; nothing below those fields may change afterwards.
+//
+// The event can reach a watcher while the write is under way (the
+// store's event carries the very slice it was given: writing is keyed by
+// its first byte) or after it returned (done has then cached the event).
+func (c *eventCache) offer(res *resource, data []byte, obj runtime.Object) (done func(rev uint64)) {
+	if res.storage != nil || res.custom != nil || !bytes.HasPrefix(data, protobufPrefix) {
+		return func(uint64) {}
+	}
+	k := &data[0]
+	c.mu.Lock()
+	c.writing[k] = obj
+	c.mu.Unlock()
+	return func(rev uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.writing, k)
+		if rev == 0 {
+			return
+		}
+		key := sharedEventKey{res, rev}
+		if _, ok := c.m[key]; ok {
+			return // a watcher was first
+		}
+		if cp := c.copyAt(res, obj, rev); cp != nil {
+			e := c.addLocked(key)
+			e.once.Do(func() { e.obj = cp })
+		}
+	}
+}
+
+// copyAt is the watchers' copy of a writer's object at revision rev.
+func (c *eventCache) copyAt(res *resource, obj runtime.Object, rev uint64) runtime.Object {
+	cp := shallowCopy(obj)
+	if cp == nil {
+		return nil
+	}
+	cp.GetObjectKind().SetGroupVersionKind(res.gvk())
+	setResourceVersion(cp, rev)
+	return cp
+}
+
+// taken is the writer's object for an event whose value is being written
+// now, as decodeStored would give it; nil when no writer offered it.
+func (c *eventCache) taken(res *resource, ev store.Event) runtime.Object {
+	if len(ev.Value) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	obj := c.writing[&ev.Value[0]]
+	if obj == nil {
+		return nil
+	}
+	return c.copyAt(res, obj, ev.Revision)
 }
 
 func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
@@ -56,18 +150,35 @@ func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
 	c.mu.Lock()
 	e, ok := c.m[k]
 	if !ok {
-		e = &sharedEvent{}
-		if old := c.ring[c.next]; old.res != nil {
-			delete(c.m, old)
-		}
-		c.ring[c.next] = k
-		c.next = (c.next + 1) % c.limit
-		c.m[k] = e
+		e = c.addLocked(k)
 	}
 	c.mu.Unlock()
 	e.once.Do(func() {
+		if ev.Type != store.Deleted {
+			if e.obj = c.taken(res, ev); e.obj != nil {
+				return
+			}
+		}
+		c.decoded.Add(1)
 		e.obj, e.err = decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
 	})
+	return e
+}
+
+// addLocked adds an empty entry for k, dropping the oldest when the
+// cache is full and those past keep that are older than age.
+func (c *eventCache) addLocked(k sharedEventKey) *sharedEvent {
+	now := c.now()
+	for c.n == len(c.ring) || c.n > c.keep && now.Sub(c.ring[c.head].at) > c.age {
+		delete(c.m, c.ring[c.head].key)
+		c.ring[c.head] = cachedKey{}
+		c.head = (c.head + 1) % len(c.ring)
+		c.n--
+	}
+	c.ring[(c.head+c.n)%len(c.ring)] = cachedKey{key: k, at: now}
+	c.n++
+	e := &sharedEvent{}
+	c.m[k] = e
 	return e
 }
 

@@ -1,0 +1,134 @@
+package apiserver
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// TestWatchersGetTheWrittenObject checks the hand-over of a writer's
+// object to the watchers of its event: what a protobuf and a JSON watcher
+// see after a create, a binding, a status write and an update is what
+// the write answered (or a GET then reads), resourceVersion and
+// managedFields included; and none of those events was decoded from the
+// store's bytes, so the hand-over happened and the writer's later changes
+// (its resourceVersion) did not reach the watchers (with -race, it would
+// also catch them racing).
+func TestWatchersGetTheWrittenObject(t *testing.T) {
+	e := newTestEnv(t)
+	jsonCfg := *e.cfg
+	jsonCfg.ContentType = "application/json"
+	jsonCfg.AcceptContentTypes = "application/json"
+	pbCfg := *e.cfg
+	pbCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	pbCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf"
+	var watches []watch.Interface
+	for _, cfg := range []*kubernetesConfig{{"json", &jsonCfg}, {"protobuf", &pbCfg}} {
+		w, err := kubernetes.NewForConfigOrDie(cfg.rest).CoreV1().Pods("default").Watch(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		watches = append(watches, w)
+	}
+	before := e.s.events.decoded.Load()
+	pods := kubernetes.NewForConfigOrDie(&pbCfg).CoreV1().Pods("default")
+	var want []*corev1.Pod
+	p, err := pods.Create(e.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "a"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, p)
+	if err := pods.Bind(e.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = pods.Get(e.ctx, "p", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, p)
+	p = p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP = "10.42.0.5"
+	if p, err = pods.UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, p)
+	p = p.DeepCopy()
+	p.Labels["tier"] = "web"
+	if p, err = pods.Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, p)
+
+	for i, w := range watches {
+		for j, wp := range want {
+			select {
+			case ev := <-w.ResultChan():
+				got, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					t.Fatalf("watch %d, event %d: %T %v", i, j, ev.Object, ev.Object)
+				}
+				if got.ResourceVersion != wp.ResourceVersion || !apiequality.Semantic.DeepEqual(got, wp) {
+					t.Errorf("watch %d, event %d (%s):\n got %+v\nwant %+v", i, j, ev.Type, got, wp)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("watch %d: event %d not seen", i, j)
+			}
+		}
+	}
+	if n := e.s.events.decoded.Load() - before; n != 0 {
+		t.Errorf("%d of %d events were decoded again, not handed over by their writer", n, len(want))
+	}
+}
+
+type kubernetesConfig struct {
+	name string
+	rest *rest.Config
+}
+
+// TestEventCacheKeepsRecentEvents checks what the cache lets go of: the
+// oldest when full; past the newest keep, those older than age.
+func TestEventCacheKeepsRecentEvents(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newEventCache(2, 4, time.Second)
+	c.now = func() time.Time { return now }
+	res := &resource{}
+	add := func(rev uint64) {
+		c.mu.Lock()
+		c.addLocked(sharedEventKey{res, rev})
+		c.mu.Unlock()
+	}
+	has := func(revs ...uint64) {
+		t.Helper()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.m) != len(revs) {
+			t.Errorf("cache holds %d events, want %v", len(c.m), revs)
+		}
+		for _, r := range revs {
+			if _, ok := c.m[sharedEventKey{res, r}]; !ok {
+				t.Errorf("event %d dropped; want %v kept", r, revs)
+			}
+		}
+	}
+	for rev := uint64(1); rev <= 5; rev++ {
+		add(rev)
+	}
+	has(2, 3, 4, 5) // full: the oldest went
+	now = now.Add(2 * time.Second)
+	add(6)
+	has(4, 5, 6) // the old ones went, down to the newest two, then 6
+	add(7)
+	has(5, 6, 7) // 4 went too; 6 and 7 are young enough to stay past keep
+	add(8)
+	has(6, 7, 8)
+}
