@@ -59,6 +59,38 @@ var (
 	protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 )
 
+// protobufBytes is obj in Kubernetes' protobuf envelope, in the one
+// buffer the serializer sizes for it. Encoding into a bytes.Buffer had
+// the serializer fill its own buffer and copied that into a growing one:
+// twice the allocation, for every stored object, response and watch
+// event.
+func protobufBytes(obj runtime.Object) ([]byte, error) {
+	var w allocWriter
+	if err := protobufSerializer.EncodeWithAllocator(obj, &w, &w); err != nil {
+		return nil, err
+	}
+	return w.out, nil
+}
+
+// allocWriter is the allocator and the writer of one encoding: a write of
+// the buffer it allocated last is kept as it is, not copied, since
+// nothing else holds that buffer; any other write is appended.
+type allocWriter struct{ buf, out []byte }
+
+func (w *allocWriter) Allocate(n uint64) []byte {
+	w.buf = make([]byte, n)
+	return w.buf
+}
+
+func (w *allocWriter) Write(p []byte) (int, error) {
+	if w.out == nil && len(p) > 0 && len(w.buf) > 0 && &p[0] == &w.buf[0] {
+		w.out = p[:len(p):len(p)]
+	} else {
+		w.out = append(w.out, p...)
+	}
+	return len(p), nil
+}
+
 // decodeRequest decodes a create/update body (JSON, YAML or Kubernetes
 // protobuf, which recent client-go sends by default) into obj.
 func decodeRequest(w http.ResponseWriter, r *http.Request, body []byte, obj runtime.Object, fv fieldValidation) error {
@@ -213,9 +245,8 @@ func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
 	// cheaper than JSON to decode, which every read and every watch
 	// event does. A kind without protobuf methods stays JSON.
 	if _, ok := obj.(interface{ Marshal() ([]byte, error) }); ok {
-		var buf bytes.Buffer
-		if err := protobufSerializer.Encode(obj, &buf); err == nil {
-			return buf.Bytes(), nil
+		if b, err := protobufBytes(obj); err == nil {
+			return b, nil
 		}
 	}
 	return json.Marshal(obj)
@@ -316,9 +347,7 @@ func writeObject(w http.ResponseWriter, code int, obj any, format outputFormat) 
 		body, err = yaml.Marshal(obj)
 	case format == outProtobuf && typed:
 		ct = protobufContentType
-		var buf bytes.Buffer
-		err = protobufSerializer.Encode(ro, &buf)
-		body = buf.Bytes()
+		body, err = protobufBytes(ro)
 	default:
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)

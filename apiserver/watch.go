@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -238,11 +237,11 @@ func (sw *watchStream) write(ev watchEvent) bool {
 		if !ok {
 			return false
 		}
-		var b bytes.Buffer
-		if err := protobufSerializer.Encode(obj, &b); err != nil {
+		b, err := protobufBytes(obj)
+		if err != nil {
 			return false
 		}
-		return sw.writeFrame(protobufFrame(ev.Type, b.Bytes()))
+		return sw.writeFrame(protobufFrame(ev.Type, b))
 	}
 	if err := sw.enc.Encode(ev); err != nil {
 		return false

@@ -59,9 +59,15 @@ type eventCache struct {
 	// their stored encoding (the store's event carries the very slice it
 	// was given): their event's watchers take a copy of the writer's
 	// object instead of decoding what it just encoded.
-	writing map[*byte]runtime.Object
+	writing map[*byte]offered
 	// decoded counts the events decoded from the store's bytes.
 	decoded atomic.Int64
+}
+
+// offered is a writer's object, and the resource it was written as.
+type offered struct {
+	res *resource
+	obj runtime.Object
 }
 
 type cachedKey struct {
@@ -77,7 +83,7 @@ const (
 
 func newEventCache(keep, max int, age time.Duration) *eventCache {
 	return &eventCache{m: map[sharedEventKey]*sharedEvent{}, ring: make([]cachedKey, max), keep: keep, age: age, now: time.Now,
-		writing: map[*byte]runtime.Object{}}
+		writing: map[*byte]offered{}}
 }
 
 // offer hands obj, a built-in object whose protobuf encoding for the
@@ -99,7 +105,7 @@ func (c *eventCache) offer(res *resource, data []byte, obj runtime.Object) (done
 	}
 	k := &data[0]
 	c.mu.Lock()
-	c.writing[k] = obj
+	c.writing[k] = offered{res, obj}
 	c.mu.Unlock()
 	return func(rev uint64) {
 		c.mu.Lock()
@@ -138,11 +144,13 @@ func (c *eventCache) taken(res *resource, ev store.Event) runtime.Object {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obj := c.writing[&ev.Value[0]]
-	if obj == nil {
+	// A kind stored as another (events.k8s.io Events as core ones)
+	// shares the store's events: its watchers decode their own shape.
+	o, ok := c.writing[&ev.Value[0]]
+	if !ok || o.res != res {
 		return nil
 	}
-	return c.copyAt(res, obj, ev.Revision)
+	return c.copyAt(res, o.obj, ev.Revision)
 }
 
 func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
@@ -227,11 +235,7 @@ func (e *sharedEvent) previous(res *resource, ev store.Event) (runtime.Object, e
 
 // protobuf encodes the event's object once for protobuf watchers.
 func (e *sharedEvent) protobuf(metadataOnly bool) ([]byte, error) {
-	return e.pb[shapeIndex(metadataOnly)].get(func() ([]byte, error) {
-		var b bytes.Buffer
-		err := protobufSerializer.Encode(e.shape(metadataOnly), &b)
-		return b.Bytes(), err
-	})
+	return e.pb[shapeIndex(metadataOnly)].get(func() ([]byte, error) { return protobufBytes(e.shape(metadataOnly)) })
 }
 
 // frame is the watch frame of the event as typ (a JSON line when

@@ -1,15 +1,19 @@
 package apiserver
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"bonsai.dev/bonsai/store"
 )
 
 // TestWatchersGetTheWrittenObject checks the hand-over of a writer's
@@ -131,4 +135,58 @@ func TestEventCacheKeepsRecentEvents(t *testing.T) {
 	has(5, 6, 7) // 4 went too; 6 and 7 are young enough to stay past keep
 	add(8)
 	has(6, 7, 8)
+}
+
+// TestProtobufBytes checks the one-buffer encoding against the
+// serializer's own: the same bytes, and no spare capacity a later append
+// could write into.
+func TestProtobufBytes(t *testing.T) {
+	for _, obj := range []runtime.Object{
+		&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}},
+		&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "c"}},
+		&metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Code: 404, Message: "gone"},
+	} {
+		var want bytes.Buffer
+		if err := protobufSerializer.Encode(obj, &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := protobufBytes(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%T: %x, want %x", obj, got, want.Bytes())
+		}
+		if cap(got) != len(got) {
+			t.Errorf("%T: cap %d for %d bytes", obj, cap(got), len(got))
+		}
+	}
+}
+
+// TestOfferedObjectStaysWithItsKind checks that a core/v1 Event being
+// written is handed only to watchers of core/v1 Events: watchers of
+// events.k8s.io/v1 Events, stored as core ones, share the store's event
+// but must decode their own shape.
+func TestOfferedObjectStaysWithItsKind(t *testing.T) {
+	s, _ := newTestServer(t)
+	core, newer := s.reg.byGVR[gvr("", "v1", "events")], s.reg.byGVR[gvr("events.k8s.io", "v1", "events")]
+	if core == nil || newer == nil || newer.storage != core {
+		t.Fatalf("events.k8s.io/v1 events are not stored as core/v1 ones: %v %v", core, newer)
+	}
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default"}, Reason: "Tested"}
+	data, err := encodeForStore(core, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := s.events.offer(core, data, ev)
+	defer done(0)
+	stored := store.Event{Type: store.Added, Key: "/registry/events/default/e", Value: data, Revision: 7}
+	if got := s.events.taken(newer, stored); got != nil {
+		t.Errorf("an events.k8s.io watcher got the writer's %T", got)
+	}
+	got, ok := s.events.taken(core, stored).(*corev1.Event)
+	if !ok || got.Reason != "Tested" || got.ResourceVersion != "7" {
+		t.Errorf("a core watcher got %#v, want the writer's Event at revision 7", got)
+	}
 }
