@@ -196,10 +196,7 @@ const PodNodeIndex = "pod-node"
 // components sharing the informer (the node lifecycle controller, the
 // node simulator) each ask for it.
 func IndexPodsByNode(inf cache.SharedIndexInformer) error {
-	if _, ok := inf.GetIndexer().GetIndexers()[PodNodeIndex]; ok {
-		return nil
-	}
-	return inf.AddIndexers(cache.Indexers{PodNodeIndex: PodNodeKeys})
+	return addIndexOnce(inf, PodNodeIndex, PodNodeKeys)
 }
 
 // PodNodeKeys is PodNodeIndex's index function: the pod's node, none
@@ -220,10 +217,16 @@ const SliceServiceIndex = "endpointslice-service"
 // informer, once: the components sharing the informer (the service
 // proxy, the cluster DNS) each ask for it.
 func IndexSlicesByService(inf cache.SharedIndexInformer) error {
-	if _, ok := inf.GetIndexer().GetIndexers()[SliceServiceIndex]; ok {
+	return addIndexOnce(inf, SliceServiceIndex, SliceServiceKeys)
+}
+
+// addIndexOnce adds the index name to a shared informer unless one of
+// the components sharing it already did.
+func addIndexOnce(inf cache.SharedIndexInformer, name string, fn cache.IndexFunc) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[name]; ok {
 		return nil
 	}
-	return inf.AddIndexers(cache.Indexers{SliceServiceIndex: SliceServiceKeys})
+	return inf.AddIndexers(cache.Indexers{name: fn})
 }
 
 // SliceServiceKeys is SliceServiceIndex's index function: the key of
