@@ -40,6 +40,20 @@ type ScorePlugin interface {
 	Score(state *CycleState, pod *corev1.Pod, node *NodeInfo) int64
 }
 
+// FilterSkipper is a FilterPlugin that can tell, once PreFilter ran, that
+// its Filter passes every node for the pod (kube-scheduler's PreFilter
+// Skip): the cycle leaves it out of the walk over the nodes.
+type FilterSkipper interface {
+	SkipFilter(state *CycleState, pod *corev1.Pod) bool
+}
+
+// ScoreSkipper is a ScorePlugin that can tell, once PreFilter ran, that
+// it scores every node alike for the pod (kube-scheduler's PreScore
+// Skip): the ranking is the same without it.
+type ScoreSkipper interface {
+	SkipScore(state *CycleState, pod *corev1.Pod) bool
+}
+
 // ScoreNormalizer is a ScorePlugin whose raw scores need rescaling.
 type ScoreNormalizer interface {
 	NormalizeScore(state *CycleState, pod *corev1.Pod, scores []int64)

@@ -265,6 +265,18 @@ func matchesAll(terms []affinityTerm, p *corev1.Pod) bool {
 	return true
 }
 
+// SkipFilter: a pod with no required terms of its own, which no existing
+// pod's required anti-affinity matches, fits every node.
+func (interPodAffinityPlugin) SkipFilter(state *CycleState, _ *corev1.Pod) bool {
+	s := state.interPodAffinity
+	return len(s.existingAnti) == 0 && (s.aff == nil || len(s.aff.required)+len(s.aff.requiredAnti) == 0)
+}
+
+// SkipScore: with no preferred terms either way every node scores 0.
+func (interPodAffinityPlugin) SkipScore(state *CycleState, _ *corev1.Pod) bool {
+	return len(state.interPodAffinity.scores) == 0
+}
+
 // Filter checks in Kubernetes' order, so a node failing several rules
 // reports the same reason: the pod's affinity, its anti-affinity, then
 // existing pods' anti-affinity.

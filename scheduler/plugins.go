@@ -42,6 +42,9 @@ var nologger = klog.Background()
 type nodeNamePlugin struct{}
 
 func (nodeNamePlugin) Name() string { return NodeNameName }
+
+// SkipFilter: a pod without nodeName fits every node's name.
+func (nodeNamePlugin) SkipFilter(_ *CycleState, pod *corev1.Pod) bool { return pod.Spec.NodeName == "" }
 func (nodeNamePlugin) Filter(_ *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != ni.Node.Name {
 		return unresolvable(errNodeName)
@@ -85,6 +88,19 @@ func (nodeAffinityPlugin) PreFilter(state *CycleState, pod *corev1.Pod, _ []*Nod
 	}
 	state.nodeAffinity = s
 	return nil
+}
+
+// SkipFilter: a pod without nodeSelector or required node affinity
+// fits every node.
+func (nodeAffinityPlugin) SkipFilter(_ *CycleState, pod *corev1.Pod) bool {
+	a := pod.Spec.Affinity
+	return len(pod.Spec.NodeSelector) == 0 &&
+		(a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil)
+}
+
+// SkipScore: without preferred terms every node scores 0.
+func (nodeAffinityPlugin) SkipScore(state *CycleState, _ *corev1.Pod) bool {
+	return state.nodeAffinity.preferred == nil
 }
 
 func (nodeAffinityPlugin) Filter(state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
@@ -186,6 +202,12 @@ func maxInt(a, b int64) int64 {
 type nodePortsPlugin struct{}
 
 func (nodePortsPlugin) Name() string { return NodePortsName }
+
+// SkipFilter: a pod taking no host port conflicts with none.
+func (nodePortsPlugin) SkipFilter(state *CycleState, _ *corev1.Pod) bool {
+	return len(state.podReq.hostPorts) == 0
+}
+
 func (nodePortsPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInfo) *Status {
 	for _, hp := range state.podReq.hostPorts {
 		if ni.portConflict(hp) {

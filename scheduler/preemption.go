@@ -90,7 +90,7 @@ func (s *Scheduler) victimsOn(state *CycleState, pod *corev1.Pod, prio int32, ni
 		}
 		scratch.addPod(cp)
 	}
-	if len(lower) == 0 || s.runFilters(state, pod, scratch) != nil {
+	if len(lower) == 0 || runFilters(s.filters, state, pod, scratch) != nil {
 		return nil, false
 	}
 	sort.Slice(lower, func(i, j int) bool {
@@ -99,7 +99,7 @@ func (s *Scheduler) victimsOn(state *CycleState, pod *corev1.Pod, prio int32, ni
 	var victims []*cachedPod
 	for _, cp := range lower {
 		scratch.addPod(cp)
-		if s.runFilters(state, pod, scratch) != nil {
+		if runFilters(s.filters, state, pod, scratch) != nil {
 			scratch.removePod(cp)
 			victims = append(victims, cp)
 		}

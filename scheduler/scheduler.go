@@ -76,7 +76,9 @@ type Scheduler struct {
 
 	// Owned by the scheduling loop.
 	nextStart int
-	feasible  []*NodeInfo
+	// cycleFilters are the filters the cycle's pod needs.
+	cycleFilters []FilterPlugin
+	feasible     []*NodeInfo
 	// candidates are nodes a preemption might free.
 	candidates []*NodeInfo
 	scores     []int64
@@ -395,6 +397,13 @@ func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError
 			return "", &fitError{numNodes: all, prefilter: st.reasons[0]}, nil
 		}
 	}
+	filters := s.cycleFilters[:0]
+	for _, f := range s.filters {
+		if sk, ok := f.(FilterSkipper); !ok || !sk.SkipFilter(state, pod) {
+			filters = append(filters, f)
+		}
+	}
+	s.cycleFilters = filters
 	want := s.numFeasibleNodesToFind(all)
 	feasible := s.feasible[:0]
 	var reasons map[string]int
@@ -402,7 +411,7 @@ func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError
 	start, i := s.nextStart%all, 0
 	for ; i < all && len(feasible) < want; i++ {
 		ni := nodes[(start+i)%all]
-		st := s.runFilters(state, pod, ni)
+		st := runFilters(filters, state, pod, ni)
 		if st == nil {
 			feasible = append(feasible, ni)
 			continue
@@ -433,8 +442,8 @@ func (s *Scheduler) place(state *CycleState, pod *corev1.Pod) (string, *fitError
 	return best.Node.Name, nil, nil
 }
 
-func (s *Scheduler) runFilters(state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
-	for _, f := range s.filters {
+func runFilters(filters []FilterPlugin, state *CycleState, pod *corev1.Pod, ni *NodeInfo) *Status {
+	for _, f := range filters {
 		if st := f.Filter(state, pod, ni); st != nil {
 			return st
 		}
@@ -452,6 +461,9 @@ func (s *Scheduler) pickBest(state *CycleState, pod *corev1.Pod, feasible []*Nod
 	totals, scores := s.totals[:n], s.scores[:n]
 	clear(totals)
 	for _, sp := range s.scorers {
+		if sk, ok := sp.ScorePlugin.(ScoreSkipper); ok && sk.SkipScore(state, pod) {
+			continue
+		}
 		for i, ni := range feasible {
 			scores[i] = sp.Score(state, pod, ni)
 		}

@@ -134,6 +134,16 @@ func hasAllKeys(n *corev1.Node, cs []*spreadConstraint) bool {
 	return true
 }
 
+// SkipFilter and SkipScore: without constraints of the kind every node
+// passes, or scores 0.
+func (topologySpreadPlugin) SkipFilter(state *CycleState, _ *corev1.Pod) bool {
+	return len(state.topologySpread.hard) == 0
+}
+
+func (topologySpreadPlugin) SkipScore(state *CycleState, _ *corev1.Pod) bool {
+	return len(state.topologySpread.soft) == 0
+}
+
 func (topologySpreadPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInfo) *Status {
 	s := state.topologySpread
 	for _, c := range s.hard {

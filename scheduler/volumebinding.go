@@ -129,6 +129,11 @@ func (p volumeBindingPlugin) delayBinding(pvc *corev1.PersistentVolumeClaim) boo
 	return err == nil && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }
 
+// SkipFilter: a pod without claims fits every node.
+func (volumeBindingPlugin) SkipFilter(state *CycleState, _ *corev1.Pod) bool {
+	return state.volumes == nil
+}
+
 func (p volumeBindingPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeInfo) *Status {
 	vs := state.volumes
 	if vs == nil {
