@@ -619,8 +619,14 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	switch ri.subresource {
 	case "status":
-		// Only status moves: everything else is the stored object's.
-		merged := old.DeepCopyObject()
+		// Only status moves: everything else is the stored object's. A
+		// built-in object's other fields are old's own (old is this
+		// request's, read-only, and gone after it): no copy of the spec
+		// to make, and the field manager finds it equal at a glance.
+		merged := shallowCopy(old)
+		if _, ok := old.(*unstructured.Unstructured); ok || merged == nil {
+			merged = old.DeepCopyObject()
+		}
 		copyField(merged, obj, "Status")
 		mm, _ := metaOf(merged)
 		mm.SetManagedFields(m.GetManagedFields())
