@@ -84,9 +84,11 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		return err
 	}
 	if !apiequality.Semantic.DeepEqual(&pod.Status, status) {
-		updated := pod.DeepCopy()
+		// The cached pod with the new status: the rest is only read (the
+		// client encodes it), so it is shared, not copied.
+		updated := *pod
 		updated.Status = *status
-		if err := s.api.updatePodStatus(ctx, updated); err != nil {
+		if err := s.api.updatePodStatus(ctx, &updated); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
