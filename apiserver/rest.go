@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/store"
 )
 
 // serveResource is the entry of every /api/v1/... and /apis/g/v/... request
@@ -149,15 +152,21 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 
 // getObject reads one object.
 func (s *Server) getObject(ctx context.Context, res *resource, namespace, name string) (runtime.Object, uint64, error) {
+	obj, kv, err := s.getStored(ctx, res, namespace, name)
+	return obj, kv.Revision, err
+}
+
+// getStored is getObject with the stored value it decoded.
+func (s *Server) getStored(ctx context.Context, res *resource, namespace, name string) (runtime.Object, store.KeyValue, error) {
 	kv, err := s.cfg.Store.Get(ctx, res.key(namespace, name))
 	if err != nil {
-		return nil, 0, storeError(err, res, name)
+		return nil, store.KeyValue{}, storeError(err, res, name)
 	}
 	obj, err := decodeStored(res, kv)
 	if err != nil {
-		return nil, 0, apierrors.NewInternalError(err)
+		return nil, store.KeyValue{}, apierrors.NewInternalError(err)
 	}
-	return obj, kv.Revision, nil
+	return obj, kv, nil
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
@@ -506,7 +515,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 	wc := &writeCtx{s: s, res: res, dryRun: dry}
 	manager := fieldManager(r)
 	for attempt := 0; ; attempt++ {
-		old, rev, err := s.getObject(r.Context(), res, ri.namespace, ri.name)
+		old, kv, err := s.getStored(r.Context(), res, ri.namespace, ri.name)
+		rev := kv.Revision
+		wc.stored = kv.Value
 		notFound := apierrors.IsNotFound(err)
 		if err != nil && !notFound {
 			return err
@@ -707,7 +718,12 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	oldData, _ := encodeForStore(res, old)
+	// The stored encoding is the old object's, unless it predates
+	// protobuf storage or is a custom object's.
+	oldData := wc.stored
+	if res.custom != nil || !bytes.HasPrefix(oldData, protobufPrefix) {
+		oldData, _ = encodeForStore(res, old)
+	}
 	if string(data) == string(oldData) {
 		// A no-op write changes nothing, not even the resourceVersion.
 		setResourceVersion(obj, rev)

@@ -35,6 +35,10 @@ type writeCtx struct {
 	// generatedName: the object's name was made from its generateName
 	// by this request.
 	generatedName bool
+	// stored is the stored encoding of the object an update replaces,
+	// when the request read it: the no-op check compares with it rather
+	// than encoding the old object again.
+	stored []byte
 	// undo gives back what the strategy took in the store for this write
 	// (a Service's cluster IP and node ports) if the write fails; release
 	// gives back what the stored object no longer holds once it is stored.
