@@ -38,6 +38,18 @@ func (s *Simulator) adoptPodIPs() {
 	}
 }
 
+// ownEcho says whether an update of a pod is the simulator's own status
+// write coming back through the watch, which needs no sync: the write was
+// conditional on the version the simulator read (old), so the version
+// right after it is that write. (A write that failed is retried anyway.)
+func (s *Simulator) ownEcho(old, p *corev1.Pod) bool {
+	key, err := cache.MetaNamespaceKeyFunc(p)
+	if err != nil {
+		return false
+	}
+	return s.ownWrites.CompareAndDelete(key, old.ResourceVersion)
+}
+
 // syncPod drives one pod of a simulated node: Running and Ready (after the
 // delays its annotations ask for), or gone once its deletion has begun.
 func (s *Simulator) syncPod(ctx context.Context, key string) error {
@@ -46,6 +58,7 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		return err
 	}
 	if !exists {
+		s.ownWrites.Delete(key)
 		s.ips.release(key)
 		ns, name, _ := cache.SplitMetaNamespaceKey(key)
 		s.forgetBad(ns, name)
@@ -88,7 +101,9 @@ func (s *Simulator) syncPod(ctx context.Context, key string) error {
 		// client encodes it), so it is shared, not copied.
 		updated := *pod
 		updated.Status = *status
+		s.ownWrites.Store(key, pod.ResourceVersion)
 		if err := s.api.updatePodStatus(ctx, &updated); err != nil {
+			s.ownWrites.Delete(key)
 			if apierrors.IsNotFound(err) {
 				return nil
 			}

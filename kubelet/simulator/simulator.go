@@ -103,6 +103,9 @@ type Simulator struct {
 
 	leases leaseStore
 	ips    *podIPs
+	// ownWrites are the pods whose status the simulator is writing, by
+	// key, with the resourceVersion each write replaces (see ownEcho).
+	ownWrites sync.Map
 
 	// simSeen is closed when the first simulated node is seen: Run
 	// starts the pod informer and the workers then.
@@ -214,7 +217,11 @@ func (s *Simulator) Run(ctx context.Context) error {
 	}
 	podsReg, err := s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.podChanged,
-		UpdateFunc: func(_, obj any) { s.podChanged(obj) },
+		UpdateFunc: func(old, obj any) {
+			if !s.ownEcho(old.(*corev1.Pod), obj.(*corev1.Pod)) {
+				s.podChanged(obj)
+			}
+		},
 		DeleteFunc: s.podDeleted,
 	})
 	if err != nil {

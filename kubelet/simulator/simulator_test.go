@@ -578,3 +578,43 @@ func TestNoPodCacheUntilASimulatedNode(t *testing.T) {
 	e.createNode(t, simNode("late", "10.42.9.0/24"))
 	checkRunning(t, e.waitPodReady(t, "early"), netip.MustParsePrefix("10.42.9.0/24"))
 }
+
+// TestOwnStatusWriteNotSyncedAgainButOthersAre checks the echo rule: the
+// update that brings back the simulator's own status write (conditional
+// on the version it read) is not synced again; any other update of a
+// running pod is, so a status someone else wrote is put right.
+func TestOwnStatusWriteNotSyncedAgainButOthersAre(t *testing.T) {
+	s := &Simulator{}
+	read := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", ResourceVersion: "10"}}
+	written := read.DeepCopy()
+	written.ResourceVersion = "11"
+	s.ownWrites.Store("default/p", "10")
+	if !s.ownEcho(read, written) {
+		t.Error("the own write's echo (10 -> 11) would be synced again")
+	}
+	other := written.DeepCopy()
+	other.ResourceVersion = "12"
+	if s.ownEcho(written, other) {
+		t.Error("the update after the echo (11 -> 12) would be skipped")
+	}
+	s.ownWrites.Store("default/p", "12")
+	if s.ownEcho(written, other) {
+		t.Error("an update from 11 would be taken for a write made on 12")
+	}
+
+	e := newEnv(t)
+	e.startSimulator(t)
+	e.createNode(t, simNode("n1", "10.42.1.0/24"))
+	e.createPod(t, "p", "n1", nil)
+	p := e.waitPodReady(t, "p")
+	ip := p.Status.PodIP
+	p.Status.Phase = corev1.PodPending
+	p.Status.PodIP, p.Status.PodIPs = "", nil
+	if _, err := e.cs.CoreV1().Pods("default").UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the status someone else wrote put right", func() (string, bool) {
+		q := e.getPod(t, "p")
+		return fmt.Sprintf("%s %s", q.Status.Phase, q.Status.PodIP), q.Status.Phase == corev1.PodRunning && q.Status.PodIP == ip
+	})
+}
