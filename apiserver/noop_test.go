@@ -17,10 +17,7 @@ import (
 func TestNoOpWritesKeepResourceVersion(t *testing.T) {
 	e := newTestEnv(t)
 	pods := e.cs.CoreV1().Pods("default")
-	p, err := pods.Create(e.ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "a"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-	}, metav1.CreateOptions{})
+	p, err := pods.Create(e.ctx, labelledPod("p"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,10 +44,7 @@ func TestWatchersGetTheWrittenObject(t *testing.T) {
 	before := e.s.events.decoded.Load()
 	pods := kubernetes.NewForConfigOrDie(&pbCfg).CoreV1().Pods("default")
 	var want []*corev1.Pod
-	p, err := pods.Create(e.ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "a"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-	}, metav1.CreateOptions{})
+	p, err := pods.Create(e.ctx, labelledPod("p"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +185,13 @@ func TestOfferedObjectStaysWithItsKind(t *testing.T) {
 	got, ok := s.events.taken(core, stored).(*corev1.Event)
 	if !ok || got.Reason != "Tested" || got.ResourceVersion != "7" {
 		t.Errorf("a core watcher got %#v, want the writer's Event at revision 7", got)
+	}
+}
+
+// labelledPod is a one-container pod labelled app=a.
+func labelledPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "a"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 	}
 }
