@@ -216,7 +216,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 		return nil
 	}
 	podsReg, err := s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.podChanged,
+		AddFunc: s.podChanged,
 		UpdateFunc: func(old, obj any) {
 			if !s.ownEcho(old.(*corev1.Pod), obj.(*corev1.Pod)) {
 				s.podChanged(obj)
