@@ -108,20 +108,27 @@ func (c *eventCache) offer(res *resource, data []byte, obj runtime.Object) (done
 	c.writing[k] = offered{res, obj}
 	c.mu.Unlock()
 	return func(rev uint64) {
+		var e *sharedEvent
 		c.mu.Lock()
-		defer c.mu.Unlock()
+		if rev != 0 {
+			key := sharedEventKey{res, rev}
+			if e = c.m[key]; e == nil {
+				e = c.addLocked(key)
+			}
+		}
+		c.mu.Unlock()
+		if e != nil {
+			// A no-op if a watcher filled the entry first; while this
+			// runs, a watcher filling it still finds obj in writing.
+			e.once.Do(func() {
+				if e.obj = c.copyAt(res, obj, rev); e.obj == nil {
+					e.obj, e.err = decodeStored(res, store.KeyValue{Value: data, Revision: rev})
+				}
+			})
+		}
+		c.mu.Lock()
 		delete(c.writing, k)
-		if rev == 0 {
-			return
-		}
-		key := sharedEventKey{res, rev}
-		if _, ok := c.m[key]; ok {
-			return // a watcher was first
-		}
-		if cp := c.copyAt(res, obj, rev); cp != nil {
-			e := c.addLocked(key)
-			e.once.Do(func() { e.obj = cp })
-		}
+		c.mu.Unlock()
 	}
 }
 
