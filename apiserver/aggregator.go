@@ -575,7 +575,7 @@ func (a *aggregator) setAvailable(ctx context.Context, name string, cond apiregi
 			old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
 			return nil
 		}
-		cond.LastTransitionTime = metav1.Now()
+		cond.LastTransitionTime = storedNow()
 		apiservicehelper.SetAPIServiceCondition(as, cond)
 		data, err := encodeForStore(res, as)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,6 +214,31 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 	return obj, nil
 }
 
+// storedNow is the current time as the store gives it back: whole
+// seconds, in the local zone. The writer's object is handed to watchers
+// and later writes as it is (eventCache.offer), so it must hold the
+// times that decoding its stored bytes would give.
+func storedNow() metav1.Time {
+	return storedTime(time.Now())
+}
+
+func storedTime(t time.Time) metav1.Time {
+	return metav1.NewTime(time.Unix(t.Unix(), 0))
+}
+
+// storedManagedFieldTimes gives the managedFields entries' times (the
+// field manager's clock, to the nanosecond, in UTC) as the store gives
+// them back. Entries already so are left alone: the slice may be shared
+// with a reader's object.
+func storedManagedFieldTimes(entries []metav1.ManagedFieldsEntry) {
+	for i, e := range entries {
+		if e.Time != nil && e.Time.Time != storedTime(e.Time.Time).Time {
+			t := storedTime(e.Time.Time)
+			entries[i].Time = &t
+		}
+	}
+}
+
 // protobufPrefix starts Kubernetes' protobuf encoding of an object, as
 // kube-apiserver stores built-in objects in etcd. Values without it are
 // JSON: what bonsai stored before, read as ever.
@@ -241,6 +267,7 @@ func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
 	m.SetResourceVersion("")
 	defer m.SetResourceVersion(rv)
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	storedManagedFieldTimes(m.GetManagedFields())
 	// Protobuf, as kube-apiserver stores built-in kinds: several times
 	// cheaper than JSON to decode, which every read and every watch
 	// event does. A kind without protobuf methods stays JSON.

@@ -274,7 +274,7 @@ func (s *Server) markDisruptionTarget(ctx context.Context, res *resource, pod *c
 func setDisruptionTarget(pod *corev1.Pod) {
 	cond := corev1.PodCondition{
 		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI",
-		Message: "Eviction API: evicting", LastTransitionTime: metav1.Now(),
+		Message: "Eviction API: evicting", LastTransitionTime: storedNow(),
 	}
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == corev1.DisruptionTarget {

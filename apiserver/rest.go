@@ -162,6 +162,9 @@ func (s *Server) getStored(ctx context.Context, res *resource, namespace, name s
 	if err != nil {
 		return nil, store.KeyValue{}, storeError(err, res, name)
 	}
+	if obj := s.events.current(res, kv); obj != nil {
+		return obj, kv, nil
+	}
 	obj, err := decodeStored(res, kv)
 	if err != nil {
 		return nil, store.KeyValue{}, apierrors.NewInternalError(err)

@@ -107,7 +107,7 @@ func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
 		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
 		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
 			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
-			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: metav1.Now(),
+			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: storedNow(),
 		}}},
 	}
 }

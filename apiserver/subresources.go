@@ -206,7 +206,7 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", b.UID, pod.UID))
 		}
 		pod.Spec.NodeName = b.Target.Name
-		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: storedNow()})
 		if dry {
 			break
 		}

@@ -20,6 +20,9 @@ type sharedEvent struct {
 	once sync.Once
 	obj  runtime.Object
 	err  error
+	// filled is set once obj and err are, for readers that must not
+	// wait for them (current).
+	filled atomic.Bool
 	// The object's encodings, each made once when a watcher first needs
 	// it: [0] the whole object, [1] its PartialObjectMetadata.
 	json [2]lazyBytes
@@ -60,8 +63,9 @@ type eventCache struct {
 	// was given): their event's watchers take a copy of the writer's
 	// object instead of decoding what it just encoded.
 	writing map[*byte]offered
-	// decoded counts the events decoded from the store's bytes.
-	decoded atomic.Int64
+	// decoded counts the events decoded from the store's bytes;
+	// reused the objects current copied instead of decoding.
+	decoded, reused atomic.Int64
 }
 
 // offered is a writer's object, and the resource it was written as.
@@ -120,10 +124,11 @@ func (c *eventCache) offer(res *resource, data []byte, obj runtime.Object) (done
 		if e != nil {
 			// A no-op if a watcher filled the entry first; while this
 			// runs, a watcher filling it still finds obj in writing.
-			e.once.Do(func() {
-				if e.obj = c.copyAt(res, obj, rev); e.obj == nil {
-					e.obj, e.err = decodeStored(res, store.KeyValue{Value: data, Revision: rev})
+			e.fill(func() (runtime.Object, error) {
+				if cp := c.copyAt(res, obj, rev); cp != nil {
+					return cp, nil
 				}
+				return decodeStored(res, store.KeyValue{Value: data, Revision: rev})
 			})
 		}
 		c.mu.Lock()
@@ -168,16 +173,41 @@ func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
 		e = c.addLocked(k)
 	}
 	c.mu.Unlock()
-	e.once.Do(func() {
+	e.fill(func() (runtime.Object, error) {
 		if ev.Type != store.Deleted {
-			if e.obj = c.taken(res, ev); e.obj != nil {
-				return
+			if obj := c.taken(res, ev); obj != nil {
+				return obj, nil
 			}
 		}
 		c.decoded.Add(1)
-		e.obj, e.err = decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
+		return decodeStored(res, store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision})
 	})
 	return e
+}
+
+// fill sets the event's object, once.
+func (e *sharedEvent) fill(f func() (runtime.Object, error)) {
+	e.once.Do(func() {
+		e.obj, e.err = f()
+		e.filled.Store(true)
+	})
+}
+
+// current is a private copy of the object that res's write at kv's
+// revision left, as decodeStored would give it, or nil when the cache
+// no longer holds it: a write reads what it is about to change without
+// decoding it, as kube-apiserver's GuaranteedUpdate takes its object
+// from the watch cache. A revision is one write of one key, so the
+// entry is kv's own.
+func (c *eventCache) current(res *resource, kv store.KeyValue) runtime.Object {
+	c.mu.Lock()
+	e := c.m[sharedEventKey{res, kv.Revision}]
+	c.mu.Unlock()
+	if e == nil || !e.filled.Load() || e.obj == nil || e.err != nil {
+		return nil
+	}
+	c.reused.Add(1)
+	return e.obj.DeepCopyObject()
 }
 
 // addLocked adds an empty entry for k, dropping the oldest when the
