@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	kschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -280,4 +281,26 @@ func shallowCopy(obj runtime.Object) runtime.Object {
 	c.Elem().Set(v.Elem())
 	out, _ := c.Interface().(runtime.Object)
 	return out
+}
+
+// sameVersion gives the field manager a typed object already of the
+// version it converts to as it is, where the scheme deep-copies it: a
+// built-in kind has no other version here, and the field manager only
+// reads what it converts (into typed values) or converts what it made
+// itself.
+// Every update copied the old and the new object twice for nothing.
+type sameVersion struct {
+	runtime.ObjectConvertor
+}
+
+func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+	if _, unstructured := in.(runtime.Unstructured); unstructured {
+		return c.ObjectConvertor.ConvertToVersion(in, gv) // to a typed object
+	}
+	if gvk := in.GetObjectKind().GroupVersionKind(); !gvk.Empty() {
+		if target, ok := gv.KindForGroupVersionKinds([]kschema.GroupVersionKind{gvk}); ok && target == gvk {
+			return in, nil
+		}
+	}
+	return c.ObjectConvertor.ConvertToVersion(in, gv)
 }

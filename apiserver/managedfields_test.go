@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/applyconfigurations"
@@ -183,4 +186,28 @@ func entriesWithoutTimes(t *testing.T, obj runtime.Object) []metav1.ManagedField
 		}
 	}
 	return out
+}
+
+// TestSameVersionConvertsOnlyWhatNeedsIt checks the field manager's
+// converter: a typed object of the target version comes back as it is,
+// not copied; an unstructured one of that version becomes a typed one;
+// a typed one of another version is converted by the scheme.
+func TestSameVersionConvertsOnlyWhatNeedsIt(t *testing.T) {
+	c := sameVersion{scheme.Scheme}
+	gv := corev1.SchemeGroupVersion
+	pod := labelledPod("p")
+	pod.SetGroupVersionKind(gv.WithKind("Pod"))
+	if out, err := c.ConvertToVersion(pod, gv); err != nil || out != runtime.Object(pod) {
+		t.Errorf("a v1 Pod to v1: %p %v, want the very object %p", out, err, pod)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}}}
+	out, err := c.ConvertToVersion(u, gv)
+	if p, ok := out.(*corev1.Pod); err != nil || !ok || p.Name != "p" {
+		t.Errorf("an unstructured v1 Pod to v1: %T %v, want a typed Pod", out, err)
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+	dep.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	if _, err := c.ConvertToVersion(dep, gv); err == nil {
+		t.Error("a Deployment converted to core v1")
+	}
 }
