@@ -33,6 +33,10 @@ type inProcessTransport struct {
 	user *authn.User
 }
 
+// HandsOverWatches: the watches of bonsai's informers through this
+// transport get their events as objects (client.WatchSink).
+func (t *inProcessTransport) HandsOverWatches() {}
+
 // RoundTrip runs the handler in a goroutine and returns as soon as it has
 // written its header, streaming the body through a pipe: watches work.
 // Closing the response body cancels the request.

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -92,6 +93,9 @@ type Server struct {
 	cfg     Config
 	reg     *registry
 	events  *eventCache // watch events decoded and encoded once
+	// handingOver counts the watches whose events go to in-process
+	// informers as objects.
+	handingOver atomic.Int64
 
 	// webhooks and policies are the admission configurations, compiled.
 	webhooks *webhookAdmission

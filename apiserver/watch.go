@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -94,6 +96,17 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w), frames: format.protobuf()}
 	sw.flusher, _ = w.(http.Flusher)
+	if sink := client.WatchSinkFrom(r.Context()); sink != nil && format != outTable {
+		if _, inProcess := r.Context().Value(inProcessUserKey{}).(*authn.User); inProcess {
+			sw.sink = sink
+			sink.Accept()
+			s.handingOver.Add(1)
+			defer func() {
+				sink.Finish()
+				s.handingOver.Add(-1)
+			}()
+		}
+	}
 
 	sw2, err := s.cfg.Store.Watch(ctx, res.prefix(ri.namespace), start)
 	if err != nil {
@@ -223,6 +236,9 @@ type watchStream struct {
 	flusher http.Flusher
 	tableN  int
 	frames  bool // a protobuf stream: length-delimited frames
+	// sink takes the events of an in-process watch as objects, which
+	// are then never encoded for it (see client.WatchSink).
+	sink *client.WatchSink
 }
 
 func (sw *watchStream) flush() {
@@ -232,6 +248,10 @@ func (sw *watchStream) flush() {
 }
 
 func (sw *watchStream) write(ev watchEvent) bool {
+	if sw.sink != nil {
+		obj, ok := ev.Object.(runtime.Object)
+		return ok && sw.sink.Send(ev.Type, obj)
+	}
 	if sw.frames {
 		obj, ok := ev.Object.(runtime.Object)
 		if !ok {
@@ -304,6 +324,9 @@ func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
 // JSON, protobuf and metadata watchers get shared bytes; tables are built
 // from a copy, since the shared object must stay untouched.
 func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
+	if sw.sink != nil {
+		return sw.sink.Send(typ, e.shape(sw.format.metadataOnly()))
+	}
 	switch sw.format {
 	case outProtobuf, outPartialMetadataProtobuf, outJSON, outPartialMetadata:
 		frame, err := e.frame(typ, sw.format == outPartialMetadataProtobuf || sw.format == outPartialMetadata, sw.format == outJSON || sw.format == outPartialMetadata)

@@ -84,9 +84,22 @@ func (f *Informers) ForFields(obj runtime.Object, selector fields.Selector) cach
 		}
 		f.clients[gvk.GroupVersion()] = rc
 	}
-	inf := cache.NewSharedIndexInformer(
-		cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, selector),
-		obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	lw := cache.NewListWatchFromClient(rc, resourceOf(gvk), corev1.NamespaceAll, selector)
+	if handsOverWatches(f.cfg) {
+		resource := resourceOf(gvk)
+		lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			opts.FieldSelector = selector.String()
+			req := func() *rest.Request {
+				return rc.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec)
+			}
+			return WatchHandedOver(ctx, req(), cacheCopy, req().Watch)
+		}
+		lw.WatchFunc = func(opts metav1.ListOptions) (watch.Interface, error) {
+			return lw.WatchFuncWithContext(context.Background(), opts)
+		}
+	}
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	_ = inf.SetTransform(StripManagedFields) // fails only once started
 	f.m[key] = inf
 	if f.startCtx != nil {
@@ -163,10 +176,11 @@ func NewRecorder(ctx context.Context, core rest.Interface, component string) rec
 }
 
 // MetadataListWatch lists and watches the metadata of a resource in
-// every namespace, for informers of metav1.PartialObjectMetadata.
-func MetadataListWatch(meta metadata.Interface, gvr schema.GroupVersionResource) *cache.ListWatch {
+// every namespace, for informers of metav1.PartialObjectMetadata; meta
+// is a metadata client of cfg.
+func MetadataListWatch(cfg *rest.Config, meta metadata.Interface, gvr schema.GroupVersionResource) *cache.ListWatch {
 	res := meta.Resource(gvr)
-	return &cache.ListWatch{
+	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return res.List(ctx, opts)
 		},
@@ -174,7 +188,29 @@ func MetadataListWatch(meta metadata.Interface, gvr schema.GroupVersionResource)
 			return res.Watch(ctx, opts)
 		},
 	}
+	if !handsOverWatches(cfg) {
+		return lw
+	}
+	apiPath := "/apis"
+	if gvr.Group == "" {
+		apiPath = "/api"
+	}
+	rc, err := REST(cfg, apiPath, gvr.GroupVersion())
+	if err != nil {
+		return lw
+	}
+	lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		fallback := func(ctx context.Context) (watch.Interface, error) { return res.Watch(ctx, opts) }
+		opts.Watch = true
+		req := rc.Get().Resource(gvr.Resource).VersionedParams(&opts, metav1.ParameterCodec).SetHeader("Accept", partialMetadata)
+		return WatchHandedOver(ctx, req, exactCopy, fallback)
+	}
+	return lw
 }
+
+// partialMetadata asks for the PartialObjectMetadata of objects, as
+// client-go's metadata client does (custom resources have no protobuf).
+const partialMetadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 // StripManagedFields is an informer transform that drops what no
 // controller reads and a cache of thousands of objects would otherwise

@@ -117,7 +117,7 @@ func hasVerbs(have metav1.Verbs, want ...string) bool {
 // startMonitor runs an informer of info's metadata under runCtx.
 // Callers hold gc.mu.
 func (gc *Controller) startMonitor(info resourceInfo) *monitor {
-	inf := cache.NewSharedIndexInformer(client.MetadataListWatch(gc.meta, info.gvr), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
+	inf := cache.NewSharedIndexInformer(client.MetadataListWatch(gc.cfg.RESTConfig, gc.meta, info.gvr), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{
 		uidIndex:   func(obj any) ([]string, error) { return []string{string(obj.(metav1.Object).GetUID())}, nil },
 		ownerIndex: ownerUIDs,
 	})

@@ -121,7 +121,7 @@ func New(cfg Config) (*Controller, error) {
 		infs[gr] = cfg.Informers.For(obj)
 	}
 	for _, gr := range countedByMetadata {
-		inf := metadataInformer(meta, gr.WithVersion("v1"))
+		inf := metadataInformer(cfg.RESTConfig, meta, gr.WithVersion("v1"))
 		c.metaInformers = append(c.metaInformers, inf)
 		infs[gr] = inf
 	}
@@ -228,8 +228,8 @@ func (c *Controller) resync(ctx context.Context) {
 
 // metadataInformer caches the metadata of every object of gvr, indexed
 // by namespace, keeping only what counting needs.
-func metadataInformer(meta metadata.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-	inf := cache.NewSharedIndexInformer(client.MetadataListWatch(meta, gvr), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+func metadataInformer(cfg *rest.Config, meta metadata.Interface, gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(client.MetadataListWatch(cfg, meta, gvr), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	// Before Run, so it cannot fail.
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
