@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -198,15 +197,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
-	// garbage the steady state never needs; hand it back to the OS now
-	// rather than whenever the scavenger gets to it.
-	go func() {
-		time.Sleep(2 * time.Second)
-		debug.FreeOSMemory()
-		pageOutBinary()
-		log.Info(startupTrimmed, "rssMB", selfRSS()>>20)
-		newHeapTrimmer().run(ctx)
-	}()
+	// garbage the steady state never needs; hand it back to the OS once
+	// the server is quiet rather than whenever the scavenger gets to it.
+	go trimAfterStartup(ctx, log)
 
 	var serveErr error
 	select {
