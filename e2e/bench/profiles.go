@@ -96,49 +96,64 @@ func (p *bonsaiProc) saveProfiles() {
 	fmt.Fprintf(os.Stderr, "bench: profiles saved as %s-*\n", prefix)
 }
 
-// cpuProfile, when -profiles is set, starts a CPU profile of p for d and
-// returns a function that waits for it and saves it named after what was
-// measured; without -profiles both are no-ops.
+// cpuProfile, when -profiles is set, starts a CPU profile of p for d and,
+// over the same window, an allocation profile (what the garbage collector's
+// share of that CPU is made of), and returns a function that waits for
+// both and saves them named after what was measured; without -profiles
+// both are no-ops.
 func (p *bonsaiProc) cpuProfile(what string, d time.Duration) (wait func()) {
 	if profilesDir == "" {
 		return func() {}
 	}
 	n := profileSeq.Add(1)
-	file := filepath.Join(profilesDir, fmt.Sprintf("%02d-pid%d-cpu-%s.pb.gz", n, p.cmd.Process.Pid, what))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fail := func(err error) { fmt.Fprintf(os.Stderr, "bench: cpu profile %s: %v\n", file, err) }
-		cfg, hc, err := p.profileClient()
-		if err != nil {
-			fail(err)
-			return
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	var done []chan struct{}
+	for _, q := range []struct{ path, kind string }{
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu"},
+		{fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs), "allocs"},
+	} {
+		file := filepath.Join(profilesDir, fmt.Sprintf("%02d-pid%d-%s-%s.pb.gz", n, p.cmd.Process.Pid, q.kind, what))
+		ch := make(chan struct{})
+		done = append(done, ch)
+		go func() {
+			defer close(ch)
+			if err := p.fetchProfile(q.path, file); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s profile %s: %v\n", q.kind, file, err)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s profile saved as %s\n", q.kind, file)
+		}()
+	}
+	return func() {
+		for _, ch := range done {
+			<-ch
 		}
-		defer hc.CloseIdleConnections()
-		secs := max(1, int(d.Round(time.Second)/time.Second))
-		resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, secs))
-		if err != nil {
-			fail(err)
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s", resp.Status)
-		}
-		if err == nil {
-			err = os.MkdirAll(profilesDir, 0o755)
-		}
-		if err == nil {
-			err = os.WriteFile(file, b, 0o644)
-		}
-		if err != nil {
-			fail(err)
-			return
-		}
-		fmt.Fprintf(os.Stderr, "bench: cpu profile saved as %s\n", file)
-	}()
-	return func() { <-done }
+	}
+}
+
+// fetchProfile saves what path of p's debug handlers answers into file.
+func (p *bonsaiProc) fetchProfile(path, file string) error {
+	cfg, hc, err := p.profileClient()
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(cfg.Host + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s", resp.Status)
+	}
+	if err == nil {
+		err = os.MkdirAll(profilesDir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(file, b, 0o644)
+	}
+	return err
 }
 
 // profileClient is an admin client of the server's /debug/pprof and

@@ -177,6 +177,11 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 	if err != nil {
 		return err
 	}
+	own0, err := cpuTicks("self")
+	if err != nil {
+		return err
+	}
+	burstStart := time.Now()
 	profiled := srv.cpuProfile(fmt.Sprintf("sched-%d-nodes-%s", n, strings.ReplaceAll(v.name, " ", "-")), 4*time.Second)
 	defer profiled()
 	first, last, err := w.waitBound(ctx, p.pending, 5*time.Minute)
@@ -196,8 +201,16 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 	if err != nil {
 		return err
 	}
+	own1, err := cpuTicks("self")
+	if err != nil {
+		return err
+	}
 	r.cpuPerPod = num(float64(cpu1-cpu0) * 10 / float64(p.pending)) // 100 Hz ticks to ms
-	srv.saveProfiles()                                              // its /metrics count the requests the scheduling cost
+	// Where the machine's cores went: the server, and this bench's own
+	// watch of every pod, which shares them.
+	secs := time.Since(burstStart).Seconds()
+	b.logf("sched: until all Running (%.2f s): server %.2f cores, bench %.2f cores", secs, float64(cpu1-cpu0)/100/secs, float64(own1-own0)/100/secs)
+	srv.saveProfiles() // its /metrics count the requests the scheduling cost
 
 	// Latency: pods one at a time at a steady rate.
 	created := make([]time.Time, p.latency)
