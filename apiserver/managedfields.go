@@ -1,7 +1,11 @@
 package apiserver
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +49,31 @@ var neverManaged = fieldpath.NewSet(
 	fieldpath.MakePathOrDie("metadata", "resourceVersion"),
 )
 
+// resetFilter leaves out of a write's managedFields the fields the
+// strategy resets on that subresource, as kube-apiserver's strategies'
+// GetResetFields do: a built-in kind with a status subresource keeps its
+// status on writes of the main resource, so no writer of the main
+// resource owns it. nil when nothing is reset (status writes keep the
+// spec by copying it from the stored object before the field manager
+// runs). Custom resources are left as they were.
+func (r *resource) resetFilter(subresource string) fieldpath.Filter {
+	if subresource != "" || r.custom != nil || !r.hasSubresource("status") {
+		return nil
+	}
+	return statusReset
+}
+
+var statusReset = fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie("status")))
+
+// resetFields is resetFilter as the field manager takes it.
+func (r *resource) resetFields(subresource string) map[fieldpath.APIVersion]fieldpath.Filter {
+	f := r.resetFilter(subresource)
+	if f == nil {
+		return nil
+	}
+	return map[fieldpath.APIVersion]fieldpath.Filter{fieldpath.APIVersion(r.gvk().GroupVersion().String()): f}
+}
+
 // emptyFields are the managed-able fields an empty object of the kind
 // already has (a Pod's spec.containers: null, say), nil when its schema
 // cannot say.
@@ -84,7 +113,7 @@ func (r *resource) recordCreated(obj runtime.Object, manager string) bool {
 		return false
 	}
 	empty := r.emptyObjectFields()
-	if empty == nil {
+	if empty == nil || holdsEmptyList(reflect.ValueOf(obj)) {
 		return false
 	}
 	tv, err := r.typeConverter().ObjectToTyped(obj, typed.AllowDuplicates)
@@ -97,6 +126,9 @@ func (r *resource) recordCreated(obj runtime.Object, manager string) bool {
 	}
 	// The comparison records every node on the way to an added leaf...
 	set := withAncestors(leaves).Difference(neverManaged)
+	if reset := r.resetFilter(""); reset != nil {
+		set = reset.Filter(set)
+	}
 	// ...but a node the empty object has too is no addition. That is
 	// plain only for an empty container there (a Lease's spec: {}) that
 	// holds fields here: those are all added, the container is not. A
@@ -303,4 +335,138 @@ func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersion
 		}
 	}
 	return c.ObjectConvertor.ConvertToVersion(in, gv)
+}
+
+// keepValidManagedFields puts back the managedFields recorded before
+// mutating admission when admission (a webhook's patch) left them
+// invalid, with kube-apiserver's warning; valid ones a webhook wrote
+// stay, as there.
+func keepValidManagedFields(ctx context.Context, m metav1.Object, before []metav1.ManagedFieldsEntry) {
+	after := m.GetManagedFields()
+	if sameEntries(after, before) {
+		return // the field manager's own, untouched
+	}
+	if err := managedfields.ValidateManagedFields(after); err != nil {
+		m.SetManagedFields(before)
+		addWarningTo(ctx, fmt.Sprintf(".metadata.managedFields was in an invalid state after admission; this could be caused by an outdated mutating admission controller; please fix your requests: %v", err))
+	}
+}
+
+// holdsEmptyList says whether v holds an empty, non-nil list in a field
+// that is not omitted when empty (a Role's "rules": [], say). The field
+// manager's comparison records such a list as a field added, but a typed
+// value's field set has no path for it, so recordCreated leaves those
+// objects to the field manager. Types that cannot hold one are known
+// after their first look.
+func holdsEmptyList(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && holdsEmptyList(v.Elem())
+	case reflect.Struct:
+		for _, f := range listFieldsOf(v.Type()) {
+			fv := v.Field(f.index)
+			if f.list && !f.omitEmpty && !fv.IsNil() && fv.Len() == 0 {
+				return true
+			}
+			if holdsEmptyList(fv) {
+				return true
+			}
+		}
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.Uint8 || !mayHoldList(v.Type().Elem()) {
+			return false
+		}
+		for i := 0; i < v.Len(); i++ {
+			if holdsEmptyList(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		if !mayHoldList(v.Type().Elem()) {
+			return false
+		}
+		for it := v.MapRange(); it.Next(); {
+			if holdsEmptyList(it.Value()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// listField is a struct field that is, or may hold, a list.
+type listField struct {
+	index           int
+	list, omitEmpty bool
+}
+
+var listFields sync.Map // reflect.Type -> []listField
+
+// listFieldsOf are the exported fields of struct type t that may hold a
+// list ([]byte is a string to the schema, not a list).
+func listFieldsOf(t reflect.Type) []listField {
+	if fs, ok := listFields.Load(t); ok {
+		return fs.([]listField)
+	}
+	var fs []listField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" || !mayHoldList(f.Type) {
+			continue
+		}
+		fs = append(fs, listField{
+			index:     i,
+			list:      f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() != reflect.Uint8,
+			omitEmpty: strings.Contains(tag, ",omitempty"),
+		})
+	}
+	fs2, _ := listFields.LoadOrStore(t, fs)
+	return fs2.([]listField)
+}
+
+var mayHold sync.Map // reflect.Type -> bool
+
+// mayHoldList says whether a value of type t can be or contain a list.
+func mayHoldList(t reflect.Type) bool {
+	if b, ok := mayHold.Load(t); ok {
+		return b.(bool)
+	}
+	mayHold.Store(t, true) // a recursive type: assume it may, while looking
+	var b bool
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Map:
+		b = mayHoldList(t.Elem())
+	case reflect.Slice:
+		b = t.Elem().Kind() != reflect.Uint8
+	case reflect.Interface:
+		b = true
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if f := t.Field(i); f.IsExported() && mayHoldList(f.Type) {
+				b = true
+				break
+			}
+		}
+	}
+	mayHold.Store(t, b)
+	return b
+}
+
+// sameEntries says whether two lists of managedFields entries are the
+// same, entry for entry.
+func sameEntries(a, b []metav1.ManagedFieldsEntry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Manager != y.Manager || x.Operation != y.Operation || x.APIVersion != y.APIVersion ||
+			x.Subresource != y.Subresource || x.FieldsType != y.FieldsType ||
+			(x.Time == nil) != (y.Time == nil) || (x.Time != nil && !x.Time.Equal(y.Time)) ||
+			(x.FieldsV1 == nil) != (y.FieldsV1 == nil) || (x.FieldsV1 != nil && !bytes.Equal(x.FieldsV1.Raw, y.FieldsV1.Raw)) {
+			return false
+		}
+	}
+	return true
 }

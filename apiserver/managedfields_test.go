@@ -1,11 +1,14 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,7 +118,7 @@ func TestUpdateShortcutsAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, nil)
+			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,5 +212,81 @@ func TestSameVersionConvertsOnlyWhatNeedsIt(t *testing.T) {
 	dep.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
 	if _, err := c.ConvertToVersion(dep, gv); err == nil {
 		t.Error("a Deployment converted to core v1")
+	}
+}
+
+// TestCreatorOwnsWhatItSent: through the whole create path, a Pod's
+// creator owns the fields it sent and their defaults, but not what
+// admission and the strategy added (the service-account volume and
+// mounts, the default tolerations, priority, phase and QoS class), as
+// kube-apiserver's field manager runs before them; and a status it sent
+// on the main resource is not its field either.
+func TestCreatorOwnsWhatItSent(t *testing.T) {
+	e := newTestEnv(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "owned", Labels: map[string]string{"app": "x"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		// Sent on create, reset by the strategy.
+		Status: corev1.PodStatus{Message: "from the client"},
+	}
+	out, err := e.cs.CoreV1().Pods("default").Create(e.ctx, pod, metav1.CreateOptions{FieldManager: "creator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Spec.Volumes) == 0 || len(out.Spec.Tolerations) == 0 || out.Spec.Priority == nil || out.Status.Phase == "" {
+		t.Fatalf("admission and the strategy added nothing to check against: %+v", out.Spec)
+	}
+	if len(out.ManagedFields) != 1 || out.ManagedFields[0].Manager != "creator" {
+		t.Fatalf("managedFields %+v, want one entry of creator", out.ManagedFields)
+	}
+	fields := string(out.ManagedFields[0].FieldsV1.Raw)
+	for _, want := range []string{`"f:labels"`, `k:{\"name\":\"c\"}`, `"f:image"`, `"f:imagePullPolicy"`, `"f:dnsPolicy"`, `"f:restartPolicy"`, `"f:terminationGracePeriodSeconds"`} {
+		if !strings.Contains(fields, want) {
+			t.Errorf("creator does not own %s: %s", want, fields)
+		}
+	}
+	for _, not := range []string{`"f:volumes"`, `"f:volumeMounts"`, `"f:tolerations"`, `"f:priority"`, `"f:status"`} {
+		if strings.Contains(fields, not) {
+			t.Errorf("creator owns %s, which it did not send: %s", not, fields)
+		}
+	}
+}
+
+// TestWebhookBreakingManagedFields: a mutating webhook that leaves a
+// create's managedFields invalid gets the field manager's entries put
+// back, with kube-apiserver's warning; valid entries it writes stay.
+func TestWebhookBreakingManagedFields(t *testing.T) {
+	e := newTestEnv(t)
+	h := newHookServer(t, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		var cm corev1.ConfigMap
+		if err := json.Unmarshal(req.Object.Raw, &cm); err != nil {
+			return &admissionv1.AdmissionResponse{Allowed: false}
+		}
+		switch cm.Name {
+		case "broken":
+			return patchResponse(jsonPatch(map[string]any{"op": "replace", "path": "/metadata/managedFields/0/operation", "value": "Bogus"}))
+		case "rewritten":
+			return patchResponse(jsonPatch(map[string]any{"op": "replace", "path": "/metadata/managedFields/0/manager", "value": "webhook"}))
+		}
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	})
+	e.mutating(t, "managedfields", mutatingHook(urlHook("mf.example.com", h, rule(opsCreate, "", "v1", "configmaps"))))
+	cs, warnings := e.withWarnings()
+	cms := cs.CoreV1().ConfigMaps("default")
+	out, err := cms.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{FieldManager: "creator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.ManagedFields) != 1 || out.ManagedFields[0].Manager != "creator" || out.ManagedFields[0].Operation != metav1.ManagedFieldsOperationUpdate {
+		t.Errorf("after an invalid patch: managedFields %+v, want creator's Update entry", out.ManagedFields)
+	}
+	if w := strings.Join(warnings.all(), "\n"); !strings.Contains(w, ".metadata.managedFields was in an invalid state after admission") {
+		t.Errorf("warnings %q", w)
+	}
+	out, err = cms.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "rewritten"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{FieldManager: "creator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.ManagedFields) != 1 || out.ManagedFields[0].Manager != "webhook" {
+		t.Errorf("after a valid patch: managedFields %+v, want the webhook's", out.ManagedFields)
 	}
 }

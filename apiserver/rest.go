@@ -340,6 +340,18 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetSelfLink("")
 	defaulter{}.Default(obj)
+	// The creator owns what it sent, defaults included, but not what
+	// admission and the strategy add (a Pod's service-account volume,
+	// default tolerations, priority, phase): kube-apiserver's field
+	// manager runs before them.
+	if !applied {
+		var err error
+		if obj, err = s.trackManagedFields(res, "", obj, nil, manager); err != nil {
+			return nil, err
+		}
+		m, _ = metaOf(obj)
+	}
+	tracked := m.GetManagedFields()
 	// Mutating admission runs on the defaulted object, before the
 	// strategy and validation see it, as in kube-apiserver.
 	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
@@ -359,6 +371,7 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err := s.admitMutating(ctx, wc, admissionv1.Create, "", obj, nil); err != nil {
 		return nil, err
 	}
+	keepValidManagedFields(ctx, m, tracked)
 	if res.strategy.tracksGeneration() {
 		m.SetGeneration(1)
 	} else {
@@ -377,13 +390,6 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	}
 	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
 		return nil, err
-	}
-	if !applied {
-		var err error
-		if obj, err = s.trackManagedFields(res, "", obj, nil, manager); err != nil {
-			return nil, err
-		}
-		m, _ = metaOf(obj)
 	}
 	if wc.dryRun {
 		return obj, nil
