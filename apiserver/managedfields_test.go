@@ -2,10 +2,13 @@ package apiserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -215,6 +218,167 @@ func TestSameVersionConvertsOnlyWhatNeedsIt(t *testing.T) {
 	}
 }
 
+// TestUpdateFastPathAgrees: for random updates of every built-in kind, on
+// the main resource and on status, by a new manager and by one that
+// already owns fields, over live objects with several managers (an
+// applier among them), recordUpdated either records exactly what
+// kube-apiserver's field manager records from the whole objects, times
+// included (which entries keep theirs and which take the write's), or
+// declines and leaves the object alone.
+func TestUpdateFastPathAgrees(t *testing.T) {
+	s, _ := newTestServer(t)
+	plain := applyconfigurations.NewTypeConverter(scheme.Scheme)
+	past := metav1.NewTime(time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC))
+	taken, declined := map[string]int{}, map[string]int{}
+	for gvr, res := range s.reg.byGVR {
+		if res.custom != nil || res.typeConverter() != builtinTypeConverter() {
+			continue
+		}
+		for _, sub := range []string{"", "status"} {
+			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
+			if err != nil {
+				t.Fatal(err)
+			}
+			creator, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), "", res.resetFields(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seed := int64(0); seed < 24; seed++ {
+				fill := func(seed int64) runtime.Object {
+					f := randfill.NewWithSeed(seed).NilChance(0.5).NumElements(0, 2).MaxDepth(5).Funcs(
+						func(r *runtime.RawExtension, c randfill.Continue) {
+							if c.Bool() {
+								r.Raw = []byte(`{"k":"v"}`)
+							}
+						})
+					obj := res.newObject()
+					f.Fill(obj)
+					m, _ := metaOf(obj)
+					m.SetManagedFields(nil)
+					m.SetName("x")
+					m.SetUID("uid-x")
+					obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+					return obj
+				}
+				empty := res.newObject()
+				empty.GetObjectKind().SetGroupVersionKind(res.gvk())
+				live := creator.UpdateNoErrors(empty, fill(seed), "creator")
+				// A second manager, on the main resource or status, owns
+				// what it changed; with seed%3 == 1 it is the updater.
+				second := "other"
+				if seed%3 == 1 {
+					second = "updater"
+				}
+				next := fill(seed + 500)
+				copyTopLevel(live, next, seed)
+				if m, _ := metaOf(next); m != nil {
+					m.SetManagedFields(nil)
+				}
+				live = upstream.UpdateNoErrors(live, next, second)
+				lm, _ := metaOf(live)
+				entries := lm.GetManagedFields()
+				// An applier owning what the creator set.
+				if seed%4 == 2 && len(entries) > 0 {
+					a := entries[0]
+					a.Manager, a.Operation = "applier", metav1.ManagedFieldsOperationApply
+					entries = append(entries, a)
+				}
+				// Irregular entries the fast path must leave to the field
+				// manager: another version, a manager twice.
+				switch seed % 12 {
+				case 5:
+					if len(entries) > 0 {
+						e := entries[0]
+						e.APIVersion = "other.example/v9"
+						entries = append(entries, e)
+					}
+				case 11:
+					if len(entries) > 0 {
+						entries = append(entries, entries[0])
+					}
+				}
+				for i := range entries {
+					entries[i].Time = &past
+				}
+				lm.SetManagedFields(entries)
+
+				// The update: some top-level fields from another random
+				// object, sometimes new labels; the request brings the
+				// entries back, or none.
+				obj := live.DeepCopyObject()
+				copyTopLevel(obj, fill(seed+1000), seed+1)
+				m, _ := metaOf(obj)
+				if seed%4 == 0 {
+					m.SetLabels(map[string]string{"changed": "yes"})
+				}
+				if seed%2 == 0 {
+					// As the server bumps it: never anyone's field.
+					m.SetGeneration(m.GetGeneration() + 1)
+				}
+				if seed%5 == 0 {
+					m.SetManagedFields(nil)
+				}
+				manager := "updater"
+				if seed%6 == 3 {
+					manager = "creator"
+				}
+				slow := upstream.UpdateNoErrors(live.DeepCopyObject(), obj.DeepCopyObject(), manager)
+
+				fast := obj.DeepCopyObject()
+				pl, pn, pruned := withoutEqualFields(live.DeepCopyObject(), fast)
+				if !pruned {
+					pl, pn = live.DeepCopyObject(), fast
+				}
+				key := gvr.Resource + "/" + sub
+				if !res.recordUpdated(pl, pn, fast, sub, manager) {
+					declined[key]++
+					if !cmp.Equal(fast, obj, cmp.Exporter(func(reflect.Type) bool { return true })) {
+						t.Fatalf("%s seed %d: declined but changed the object", key, seed)
+					}
+					continue
+				}
+				taken[key]++
+				want, got := managedFieldsOf(t, slow), managedFieldsOf(t, fast)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("%s seed %d, manager %s: field manager vs fast path:\n%s", key, seed, manager, diff)
+				}
+				sm, _ := metaOf(slow)
+				fm, _ := metaOf(fast)
+				for i, e := range sm.GetManagedFields() {
+					wantPast := e.Time != nil && e.Time.Equal(&past)
+					g := fm.GetManagedFields()[i].Time
+					if gotPast := g != nil && g.Equal(&past); wantPast != gotPast || (e.Time == nil) != (g == nil) {
+						t.Fatalf("%s seed %d: entry %d (%s) time %v, field manager's %v", key, seed, i, e.Manager, g, e.Time)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("fast path taken: %v", taken)
+	t.Logf("declined: %v", declined)
+	for _, must := range []string{"pods/status", "pods/", "nodes/status", "leases/", "deployments/", "configmaps/"} {
+		if taken[must] == 0 {
+			t.Errorf("%s: the fast path never served it (declined %d)", must, declined[must])
+		}
+	}
+	for _, must := range []string{"pods/status", "configmaps/"} {
+		if declined[must] == 0 {
+			t.Errorf("%s: the fast path never declined", must)
+		}
+	}
+}
+
+// copyTopLevel sets some of to's top-level fields but its metadata to
+// from's, chosen by seed.
+func copyTopLevel(to, from runtime.Object, seed int64) {
+	tv, fv := reflect.ValueOf(to).Elem(), reflect.ValueOf(from).Elem()
+	for i := 0; i < tv.NumField(); i++ {
+		if tf := tv.Type().Field(i); tf.Type != typeMetaType && tf.Type != objectMetaType && (seed+int64(i))%3 == 0 {
+			tv.Field(i).Set(fv.Field(i))
+		}
+	}
+}
+
 // TestCreatorOwnsWhatItSent: through the whole create path, a Pod's
 // creator owns the fields it sent and their defaults, but not what
 // admission and the strategy added (the service-account volume and
@@ -288,5 +452,60 @@ func TestWebhookBreakingManagedFields(t *testing.T) {
 	}
 	if len(out.ManagedFields) != 1 || out.ManagedFields[0].Manager != "webhook" {
 		t.Errorf("after a valid patch: managedFields %+v, want the webhook's", out.ManagedFields)
+	}
+}
+
+// TestUpdateFastPathShared: replicas share their creator's entry, and so
+// the fast path's decoded sets; status writes to many of them at once
+// must each record their own entries (run with -race to see the sets
+// shared, not written).
+func TestUpdateFastPathShared(t *testing.T) {
+	e := newTestEnv(t)
+	pods := e.cs.CoreV1().Pods("default")
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := pods.Create(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r-%d", i), Labels: map[string]string{"app": "r"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{FieldManager: "creator"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for j := range 10 {
+				p.Status.Phase = corev1.PodRunning
+				p.Status.PodIP = fmt.Sprintf("10.42.%d.%d", i, j)
+				p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionStatus([]string{"True", "False"}[j%2])}}
+				if p, err = pods.UpdateStatus(e.ctx, p, metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p, err := pods.Get(e.ctx, fmt.Sprintf("r-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var managers []string
+		for _, m := range p.ManagedFields {
+			managers = append(managers, m.Manager+"/"+m.Subresource)
+			if m.Manager == "kubelet" && !strings.Contains(string(m.FieldsV1.Raw), fmt.Sprintf(`"k:{\"ip\":\"10.42.%d.9\"}"`, i)) {
+				t.Errorf("pod %d: kubelet's entry %s misses its own IP", i, m.FieldsV1.Raw)
+			}
+		}
+		if diff := cmp.Diff([]string{"creator/", "kubelet/status"}, managers); diff != "" {
+			t.Errorf("pod %d managers (-want +got):\n%s", i, diff)
+		}
 	}
 }

@@ -241,7 +241,14 @@ func (s *Server) trackManagedFields(res *resource, subresource string, obj, old 
 		live = res.newObject()
 		live.GetObjectKind().SetGroupVersionKind(res.gvk())
 	} else if res.custom == nil {
-		if pl, pn, ok := withoutEqualFields(live, obj); ok {
+		pl, pn, pruned := withoutEqualFields(live, obj)
+		if !pruned {
+			pl, pn = live, obj
+		}
+		if res.recordUpdated(pl, pn, obj, subresource, manager) {
+			return obj, nil
+		}
+		if pruned {
 			return obj, copyManagedFields(fm.UpdateNoErrors(pl, pn, manager), obj)
 		}
 	}
