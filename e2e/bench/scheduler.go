@@ -14,10 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -166,7 +164,10 @@ func schedRun(ctx context.Context, b *bench, p schedParams, bin, cfgFile string,
 	if cs, err = schedClient(srv); err != nil {
 		return err
 	}
-	w := newBindWatch(ctx, cs)
+	w, err := newBindWatch(ctx, cs)
+	if err != nil {
+		return err
+	}
 	defer w.stop()
 	// The profile covers the scheduling itself, from the first binding on.
 	if _, _, err := w.waitBound(ctx, 1, 5*time.Minute); err != nil {
@@ -287,43 +288,46 @@ type bindWatch struct {
 	running map[string]bool
 	first   time.Time
 	last    time.Time
-	cancel  context.CancelFunc
+	// failed is the watch's error once it stopped on one.
+	failed error
+	cancel context.CancelFunc
 }
 
-func newBindWatch(ctx context.Context, cs kubernetes.Interface) *bindWatch {
+func newBindWatch(ctx context.Context, cs kubernetes.Interface) (*bindWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &bindWatch{bound: map[string]time.Time{}, running: map[string]bool{}, cancel: cancel}
-	seen := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Spec.NodeName == "" {
+	seen := func(ev podEvent) {
+		if ev.nodeName == "" {
 			return
 		}
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if p.Status.Phase == corev1.PodRunning {
-			w.running[p.Name] = true
+		if ev.phase == string(corev1.PodRunning) {
+			w.running[ev.name] = true
 		}
-		if _, dup := w.bound[p.Name]; dup {
+		if _, dup := w.bound[ev.name]; dup {
 			return
 		}
-		w.bound[p.Name] = now
+		w.bound[ev.name] = now
 		if w.first.IsZero() {
 			w.first = now
 		}
 		w.last = now
 	}
-	inf := cache.NewSharedInformer(cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "default", fields.Everything()), &corev1.Pod{}, 0)
-	inf.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion},
-				Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}, Status: corev1.PodStatus{Phase: p.Status.Phase}}, nil
+	done, err := sinceList(ctx, cs, "default", seen)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() {
+		if err := <-done; err != nil {
+			w.mu.Lock()
+			w.failed = fmt.Errorf("pod watch: %w", err)
+			w.mu.Unlock()
 		}
-		return obj, nil
-	})
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }})
-	go inf.RunWithContext(ctx)
-	return w
+	}()
+	return w, nil
 }
 
 func (w *bindWatch) stop() { w.cancel() }
@@ -333,10 +337,13 @@ func (w *bindWatch) waitRunning(ctx context.Context, count int, timeout time.Dur
 	deadline := time.Now().Add(timeout)
 	for {
 		w.mu.Lock()
-		n := len(w.running)
+		n, failed := len(w.running), w.failed
 		w.mu.Unlock()
 		if n >= count {
 			return nil
+		}
+		if failed != nil {
+			return failed
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d pods Running after %v", n, count, timeout)
@@ -360,10 +367,13 @@ func (w *bindWatch) waitBound(ctx context.Context, count int, timeout time.Durat
 	deadline := time.Now().Add(timeout)
 	for {
 		w.mu.Lock()
-		n, first, last := len(w.bound), w.first, w.last
+		n, first, last, failed := len(w.bound), w.first, w.last, w.failed
 		w.mu.Unlock()
 		if n >= count {
 			return first, last, nil
+		}
+		if failed != nil {
+			return first, last, failed
 		}
 		if time.Now().After(deadline) {
 			return first, last, fmt.Errorf("%d of %d pods bound after %v", n, count, timeout)
