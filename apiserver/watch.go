@@ -121,11 +121,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	defer sw2.Stop()
 	w.WriteHeader(http.StatusOK)
 	sw.flush()
-	for _, obj := range initial {
+	for i, obj := range initial {
+		sw.more = i < len(initial)-1
 		if !sw.send(watch.Added, obj) {
 			return nil
 		}
 	}
+	sw.more = false
 	last := start
 	if o.sendInitial != nil && *o.sendInitial && o.bookmarks {
 		if !sw.bookmark(last, true) {
@@ -151,7 +153,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 			// up to the store's progress, even if its resource was quiet:
 			// the bookmark says so, and a resume from it needs no re-list
 			// after the old revision is compacted.
-			if p := sw2.Progress(); p > last && len(sw2.Events()) == 0 {
+			sw.more = len(sw2.Events()) > 0
+			if p := sw2.Progress(); p > last && !sw.more {
 				last = p
 			}
 			if !sw.bookmark(last, false) {
@@ -159,6 +162,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 			}
 		case ev, ok := <-sw2.Events():
 			if !ok {
+				sw.more = false
 				if err := sw2.Err(); err != nil {
 					if errors.Is(err, store.ErrWatcherTooSlow) || errors.Is(err, store.ErrCompacted) {
 						sw.sendStatus(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%v)", last, err)))
@@ -174,8 +178,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 				sw.sendStatus(apierrors.NewInternalError(err))
 				return nil
 			}
+			sw.more = len(sw2.Events()) > 0
 			if shared != nil && !sw.sendShared(typ, shared) {
 				return nil
+			}
+			if shared == nil && !sw.more {
+				sw.flush() // what an earlier event left buffered
 			}
 		}
 	}
@@ -239,10 +247,15 @@ type watchStream struct {
 	// sink takes the events of an in-process watch as objects, which
 	// are then never encoded for it (see client.WatchSink).
 	sink *client.WatchSink
+	// more says that more events are already waiting to be written: the
+	// frame stays in the response's buffer until the last of them, as
+	// kube-apiserver's watch flushes only with nothing left to send. In
+	// a burst that is one TLS record and write for many frames.
+	more bool
 }
 
 func (sw *watchStream) flush() {
-	if sw.flusher != nil {
+	if sw.flusher != nil && !sw.more {
 		sw.flusher.Flush()
 	}
 }

@@ -2,7 +2,11 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,4 +278,66 @@ func TestWritesReadTheirObjectFromTheEventCache(t *testing.T) {
 	if n := e.s.events.reused.Load() - before; n != 1 {
 		t.Errorf("the patch read %d objects from the cache, want 1", n)
 	}
+}
+
+// TestWatchBurstOverHTTP2: a burst of events reaches a protobuf watch over
+// TLS and HTTP/2 whole, and so does a lone event after it: frames stay
+// buffered only while more are waiting, and the last is always flushed.
+func TestWatchBurstOverHTTP2(t *testing.T) {
+	s, _ := newTestServer(t)
+	srv := httptest.NewUnstartedServer(s.Handler())
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf"
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cms := cs.CoreV1().ConfigMaps("default")
+	w, err := cms.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const burst = 300
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := i; j < burst; j += 16 {
+				if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("b-%03d", j)}}, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	seen := map[string]bool{}
+	wait := func(n int) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for len(seen) < n {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("watch ended after %d events", len(seen))
+				}
+				if ev.Type == watch.Added {
+					seen[ev.Object.(*corev1.ConfigMap).Name] = true
+				}
+			case <-timeout:
+				t.Fatalf("%d of %d events after 5 s", len(seen), n)
+			}
+		}
+	}
+	wait(burst)
+	wg.Wait()
+	// One more, alone: nothing after it would push it out of a buffer.
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lone"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(burst + 1)
 }
