@@ -126,21 +126,7 @@ func TestUpdateShortcutsAgree(t *testing.T) {
 				t.Fatal(err)
 			}
 			for seed := int64(0); seed < 20; seed++ {
-				fill := func(seed int64) runtime.Object {
-					f := randfill.NewWithSeed(seed).NilChance(0.5).NumElements(0, 2).MaxDepth(5).Funcs(
-						func(r *runtime.RawExtension, c randfill.Continue) {
-							if c.Bool() {
-								r.Raw = []byte(`{"k":"v"}`)
-							}
-						})
-					obj := res.newObject()
-					f.Fill(obj)
-					m, _ := metaOf(obj)
-					m.SetManagedFields(nil)
-					m.SetName("x")
-					obj.GetObjectKind().SetGroupVersionKind(res.gvk())
-					return obj
-				}
+				fill := func(seed int64) runtime.Object { return randomObject(res, seed) }
 				empty := res.newObject()
 				empty.GetObjectKind().SetGroupVersionKind(res.gvk())
 				live := upstream.UpdateNoErrors(empty, fill(seed), "creator")
@@ -179,6 +165,24 @@ func TestUpdateShortcutsAgree(t *testing.T) {
 			t.Errorf("%s: no update ran without equal fields", must)
 		}
 	}
+}
+
+// randomObject is a random object of res's kind named x, without
+// managedFields, for the field manager tests.
+func randomObject(res *resource, seed int64) runtime.Object {
+	f := randfill.NewWithSeed(seed).NilChance(0.5).NumElements(0, 2).MaxDepth(5).Funcs(
+		func(r *runtime.RawExtension, c randfill.Continue) {
+			if c.Bool() {
+				r.Raw = []byte(`{"k":"v"}`)
+			}
+		})
+	obj := res.newObject()
+	f.Fill(obj)
+	m, _ := metaOf(obj)
+	m.SetManagedFields(nil)
+	m.SetName("x")
+	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	return obj
 }
 
 // entriesWithoutTimes is obj's managedFields with each time replaced by
@@ -245,19 +249,9 @@ func TestUpdateFastPathAgrees(t *testing.T) {
 			}
 			for seed := int64(0); seed < 24; seed++ {
 				fill := func(seed int64) runtime.Object {
-					f := randfill.NewWithSeed(seed).NilChance(0.5).NumElements(0, 2).MaxDepth(5).Funcs(
-						func(r *runtime.RawExtension, c randfill.Continue) {
-							if c.Bool() {
-								r.Raw = []byte(`{"k":"v"}`)
-							}
-						})
-					obj := res.newObject()
-					f.Fill(obj)
+					obj := randomObject(res, seed)
 					m, _ := metaOf(obj)
-					m.SetManagedFields(nil)
-					m.SetName("x")
 					m.SetUID("uid-x")
-					obj.GetObjectKind().SetGroupVersionKind(res.gvk())
 					return obj
 				}
 				empty := res.newObject()
