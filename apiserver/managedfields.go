@@ -271,35 +271,52 @@ func (c *fastTypeConverter) ObjectToTyped(obj runtime.Object, opts ...typed.Vali
 	if _, ok := obj.(*unstructured.Unstructured); ok {
 		return c.TypeConverter.ObjectToTyped(obj, opts...)
 	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	shape, ok := c.shapes.Load(gvk)
-	if !ok {
-		// The kind's schema, from a checked conversion of an empty object.
-		empty, err := scheme.Scheme.New(gvk)
-		if err != nil {
-			return c.TypeConverter.ObjectToTyped(obj, opts...)
-		}
-		empty.GetObjectKind().SetGroupVersionKind(gvk)
-		tv, err := c.TypeConverter.ObjectToTyped(empty, opts...)
-		if err != nil {
-			return nil, err
-		}
-		shape, _ = c.shapes.LoadOrStore(gvk, typedShape{schema: tv.Schema(), typeRef: tv.TypeRef()})
+	s, ok, err := c.shape(obj.GetObjectKind().GroupVersionKind())
+	if err != nil {
+		return nil, err
 	}
+	if !ok {
+		return c.TypeConverter.ObjectToTyped(obj, opts...)
+	}
+	v, err := smdvalue.NewValueReflect(withoutManagedFields(obj))
+	if err != nil {
+		return nil, err
+	}
+	return typed.AsTypedUnvalidated(v, s.schema, s.typeRef), nil
+}
+
+// shape is the schema of the typed values of kind gvk, false if gvk is
+// not a Go type of the scheme.
+func (c *fastTypeConverter) shape(gvk kschema.GroupVersionKind) (typedShape, bool, error) {
+	if shape, ok := c.shapes.Load(gvk); ok {
+		return shape.(typedShape), true, nil
+	}
+	// The kind's schema, from a checked conversion of an empty object.
+	empty, err := scheme.Scheme.New(gvk)
+	if err != nil {
+		return typedShape{}, false, nil
+	}
+	empty.GetObjectKind().SetGroupVersionKind(gvk)
+	tv, err := c.TypeConverter.ObjectToTyped(empty)
+	if err != nil {
+		return typedShape{}, false, err
+	}
+	shape, _ := c.shapes.LoadOrStore(gvk, typedShape{schema: tv.Schema(), typeRef: tv.TypeRef()})
+	return shape.(typedShape), true, nil
+}
+
+// withoutManagedFields is obj, or a shallow copy of it without
+// metadata.managedFields when it has some.
+func withoutManagedFields(obj runtime.Object) runtime.Object {
 	if m, err := metaOf(obj); err == nil && len(m.GetManagedFields()) > 0 {
 		if cp := shallowCopy(obj); cp != nil {
 			if cm, err := metaOf(cp); err == nil {
 				cm.SetManagedFields(nil)
-				obj = cp
+				return cp
 			}
 		}
 	}
-	v, err := smdvalue.NewValueReflect(obj)
-	if err != nil {
-		return nil, err
-	}
-	s := shape.(typedShape)
-	return typed.AsTypedUnvalidated(v, s.schema, s.typeRef), nil
+	return obj
 }
 
 // shallowCopy is a copy of the struct obj points to, sharing everything

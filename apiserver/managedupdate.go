@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kschema "k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
@@ -75,10 +76,6 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 	if err != nil {
 		return false
 	}
-	nt, err := tc.ObjectToTyped(obj, typed.AllowDuplicates)
-	if err != nil {
-		return false
-	}
 
 	type owner struct {
 		entry metav1.ManagedFieldsEntry
@@ -112,7 +109,7 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 		owners = append(owners, owner{entry: e, set: ms.set, raw: ms.raw})
 	}
 
-	cmp, err := lt.Compare(nt)
+	cmp, err := compareObjects(tc, lt, live, obj)
 	if err != nil {
 		return false
 	}
@@ -189,6 +186,23 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 	}
 	tm.SetManagedFields(out)
 	return true
+}
+
+// compareObjects is the comparison of live (whose typed value is lt) and
+// obj: compareTyped's, or structured-merge-diff's where that declines.
+func compareObjects(tc managedfields.TypeConverter, lt *typed.TypedValue, live, obj runtime.Object) (*typed.Comparison, error) {
+	if ftc, ok := tc.(*fastTypeConverter); ok {
+		if shape, ok, _ := ftc.shape(live.GetObjectKind().GroupVersionKind()); ok {
+			if cmp, ok := compareTyped(shape.schema, shape.typeRef, live, obj); ok {
+				return cmp, nil
+			}
+		}
+	}
+	nt, err := tc.ObjectToTyped(obj, typed.AllowDuplicates)
+	if err != nil {
+		return nil, err
+	}
+	return lt.Compare(nt)
 }
 
 // maxUpdateManagers is the field manager's cap on Update entries
