@@ -72,9 +72,18 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 	gv := gvk.GroupVersion().String()
 
 	tc := r.typeConverter()
-	lt, err := tc.ObjectToTyped(live, typed.AllowDuplicates)
-	if err != nil {
-		return false
+	// The live object's typed value, made only if needed: to reconcile
+	// a set the cache does not hold, or for structured-merge-diff's
+	// comparison.
+	var lt *typed.TypedValue
+	liveTyped := func() (*typed.TypedValue, error) {
+		if lt == nil {
+			var err error
+			if lt, err = tc.ObjectToTyped(live, typed.AllowDuplicates); err != nil {
+				return nil, err
+			}
+		}
+		return lt, nil
 	}
 
 	type owner struct {
@@ -99,7 +108,7 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 		if e.FieldsV1 != nil {
 			raw = e.FieldsV1.Raw
 		}
-		ms, ok := managedSets.get(gvk, raw, lt)
+		ms, ok := managedSets.get(gvk, raw, liveTyped)
 		if !ok {
 			return false
 		}
@@ -109,7 +118,7 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 		owners = append(owners, owner{entry: e, set: ms.set, raw: ms.raw})
 	}
 
-	cmp, err := compareObjects(tc, lt, live, obj)
+	cmp, err := compareObjects(tc, liveTyped, live, obj)
 	if err != nil {
 		return false
 	}
@@ -188,15 +197,20 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 	return true
 }
 
-// compareObjects is the comparison of live (whose typed value is lt) and
-// obj: compareTyped's, or structured-merge-diff's where that declines.
-func compareObjects(tc managedfields.TypeConverter, lt *typed.TypedValue, live, obj runtime.Object) (*typed.Comparison, error) {
+// compareObjects is the comparison of live (whose typed value liveTyped
+// makes) and obj: compareTyped's, or structured-merge-diff's where that
+// declines.
+func compareObjects(tc managedfields.TypeConverter, liveTyped func() (*typed.TypedValue, error), live, obj runtime.Object) (*typed.Comparison, error) {
 	if ftc, ok := tc.(*fastTypeConverter); ok {
 		if shape, ok, _ := ftc.shape(live.GetObjectKind().GroupVersionKind()); ok {
 			if cmp, ok := compareTyped(shape.schema, shape.typeRef, live, obj); ok {
 				return cmp, nil
 			}
 		}
+	}
+	lt, err := liveTyped()
+	if err != nil {
+		return nil, err
 	}
 	nt, err := tc.ObjectToTyped(obj, typed.AllowDuplicates)
 	if err != nil {
@@ -273,9 +287,10 @@ type managedSetCache struct {
 
 var managedSets = &managedSetCache{sets: map[string]managedSet{}, maxBytes: 4 << 20}
 
-// get is the managedSet of raw for objects of kind gvk, whose typed
-// value tv is, false when the field manager would fail on it.
-func (c *managedSetCache) get(gvk kschema.GroupVersionKind, raw []byte, tv *typed.TypedValue) (managedSet, bool) {
+// get is the managedSet of raw for objects of kind gvk, one of whose
+// typed values typedLive makes, false when the field manager would fail
+// on it.
+func (c *managedSetCache) get(gvk kschema.GroupVersionKind, raw []byte, typedLive func() (*typed.TypedValue, error)) (managedSet, bool) {
 	kind := gvk.String()
 	key := make([]byte, 0, len(kind)+1+len(raw))
 	key = append(append(append(key, kind...), 0), raw...)
@@ -287,6 +302,10 @@ func (c *managedSetCache) get(gvk kschema.GroupVersionKind, raw []byte, tv *type
 	}
 	set := &fieldpath.Set{}
 	if err := set.FromJSON(bytes.NewReader(raw)); err != nil {
+		return managedSet{}, false
+	}
+	tv, err := typedLive()
+	if err != nil {
 		return managedSet{}, false
 	}
 	reconciled, err := typed.ReconcileFieldSetWithSchema(set, tv)

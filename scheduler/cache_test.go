@@ -1,6 +1,9 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +79,46 @@ func TestSameRequests(t *testing.T) {
 		tc.mod(other)
 		if got := sameRequests(base, other); got != tc.want {
 			t.Errorf("%s: sameRequests %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestAppContainerResourcesAgrees holds the shortcut for app-container
+// pods to Kubernetes' helper: random requests of cpu (down to
+// microcores, which round up only once summed), memory, storage and
+// extended resources, some left out, some zero.
+func TestAppContainerResourcesAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, "vendor.example/gpu", "hugepages-2Mi"}
+	values := []string{"0", "1", "500u", "250m", "1500m", "2", "100Mi", "1Gi", "3", "0.5"}
+	for i := 0; i < 2000; i++ {
+		pod := &corev1.Pod{}
+		for c := 0; c < 1+rng.IntN(3); c++ {
+			reqs := corev1.ResourceList{}
+			for _, n := range names {
+				if rng.IntN(2) == 0 {
+					reqs[n] = resource.MustParse(values[rng.IntN(len(values))])
+				}
+			}
+			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: fmt.Sprint(c), Resources: corev1.ResourceRequirements{Requests: reqs}})
+		}
+		got, ok := appContainerResources(pod)
+		if !ok {
+			t.Fatalf("pod %d: declined an app-container pod", i)
+		}
+		if want := helperPodResources(pod); !reflect.DeepEqual(got, want) {
+			t.Fatalf("pod %d %v:\ngot  %+v\nwant %+v", i, pod.Spec.Containers, got, want)
+		}
+	}
+	for _, edit := range []func(*corev1.PodSpec){
+		func(s *corev1.PodSpec) { s.InitContainers = []corev1.Container{{Name: "i"}} },
+		func(s *corev1.PodSpec) { s.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")} },
+		func(s *corev1.PodSpec) { s.Resources = &corev1.ResourceRequirements{} },
+	} {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+		edit(&pod.Spec)
+		if _, ok := appContainerResources(pod); ok {
+			t.Errorf("took a pod it does not model: %+v", pod.Spec)
 		}
 	}
 }

@@ -33,6 +33,17 @@ var nonZeroDefaults = corev1.ResourceList{
 }
 
 func computePodResources(pod *corev1.Pod) *podResources {
+	r, ok := appContainerResources(pod)
+	if !ok {
+		r = helperPodResources(pod)
+	}
+	r.hostPorts = podHostPorts(pod)
+	return r
+}
+
+// helperPodResources is computePodResources' figures for any pod, by
+// Kubernetes' own helper.
+func helperPodResources(pod *corev1.Pod) *podResources {
 	r := &podResources{}
 	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
 		switch name {
@@ -55,8 +66,69 @@ func computePodResources(pod *corev1.Pod) *podResources {
 	nz := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{NonMissingContainerRequests: nonZeroDefaults})
 	r.nonZeroCPU = nz.Cpu().MilliValue()
 	r.nonZeroMem = nz.Memory().Value()
-	r.hostPorts = podHostPorts(pod)
 	return r
+}
+
+// appContainerResources is computePodResources' figures for the common
+// pod, app containers only (no init containers, overhead or pod-level
+// resources), whose requests are the sum of its containers': the same
+// arithmetic as Kubernetes' helper (Quantities added, then rounded),
+// without a map per container and per sum on every scheduling attempt.
+// It says false for any other pod.
+func appContainerResources(pod *corev1.Pod) (*podResources, bool) {
+	s := &pod.Spec
+	if len(s.InitContainers) > 0 || s.Overhead != nil || s.Resources != nil {
+		return nil, false
+	}
+	var cpu, mem, eph, nzCPU, nzMem resource.Quantity
+	var scalar map[corev1.ResourceName]*resource.Quantity
+	for i := range s.Containers {
+		reqs := s.Containers[i].Resources.Requests
+		for name, q := range reqs {
+			switch name {
+			case corev1.ResourceCPU:
+				cpu.Add(q)
+			case corev1.ResourceMemory:
+				mem.Add(q)
+			case corev1.ResourceEphemeralStorage:
+				eph.Add(q)
+			default:
+				if scalar == nil {
+					scalar = map[corev1.ResourceName]*resource.Quantity{}
+				}
+				if sum := scalar[name]; sum != nil {
+					sum.Add(q)
+				} else {
+					c := q.DeepCopy()
+					scalar[name] = &c
+				}
+			}
+		}
+		// A request left out counts as the default for scoring; one set
+		// to zero stays zero.
+		if q, ok := reqs[corev1.ResourceCPU]; ok {
+			nzCPU.Add(q)
+		} else {
+			nzCPU.Add(nonZeroDefaults[corev1.ResourceCPU])
+		}
+		if q, ok := reqs[corev1.ResourceMemory]; ok {
+			nzMem.Add(q)
+		} else {
+			nzMem.Add(nonZeroDefaults[corev1.ResourceMemory])
+		}
+	}
+	r := &podResources{milliCPU: cpu.MilliValue(), memory: mem.Value(), ephemeral: eph.Value(),
+		nonZeroCPU: nzCPU.MilliValue(), nonZeroMem: nzMem.Value()}
+	for name, q := range scalar {
+		if q.IsZero() {
+			continue
+		}
+		if r.scalar == nil {
+			r.scalar = map[corev1.ResourceName]int64{}
+		}
+		r.scalar[name] = q.Value()
+	}
+	return r, true
 }
 
 // sameRequests says whether computePodResources would find the same for
