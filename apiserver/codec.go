@@ -8,9 +8,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,9 +30,15 @@ import (
 // maxBodyBytes is kube-apiserver's request body limit (3 MiB).
 const maxBodyBytes = 3 << 20
 
-// readBody reads a request body up to the limit; over it is 413.
+// readBody reads a request body up to the limit; over it is 413. A body
+// of known length is read into a buffer of that size (and a byte more,
+// to see the end), not grown from 512 bytes by doubling.
 func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	size := 512
+	if n := r.ContentLength; n > 0 && n <= maxBodyBytes {
+		size = int(n) + 1
+	}
+	b, err := readAllInto(make([]byte, 0, size), io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading request body: %v", err))
 	}
@@ -38,6 +46,23 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", maxBodyBytes))
 	}
 	return b, nil
+}
+
+// readAllInto is io.ReadAll appending to b.
+func readAllInto(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // bodyToJSON turns a JSON or YAML body into JSON.
@@ -98,7 +123,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, body []byte, obj runt
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct == "application/vnd.kubernetes.protobuf" {
 		gvk := obj.GetObjectKind().GroupVersionKind()
-		if _, _, err := protobufSerializer.Decode(body, nil, obj); err != nil {
+		if err := decodeProtobuf(body, obj); err != nil {
 			return apierrors.NewBadRequest("error decoding protobuf request body: " + err.Error())
 		}
 		if obj.GetObjectKind().GroupVersionKind().Empty() {
@@ -203,7 +228,7 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 	}
 	obj := res.newObject()
 	if bytes.HasPrefix(kv.Value, protobufPrefix) {
-		if _, _, err := protobufSerializer.Decode(kv.Value, nil, obj); err != nil {
+		if err := decodeProtobuf(kv.Value, obj); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
 		obj.GetObjectKind().SetGroupVersionKind(res.gvk())
@@ -212,6 +237,91 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 	}
 	setResourceVersion(obj, kv.Revision)
 	return obj, nil
+}
+
+// decodeProtobuf is protobufSerializer.Decode(data, nil, into), for a
+// built-in object of the envelope's own kind without first copying the
+// object's bytes out of the envelope, as runtime.Unknown's Unmarshal
+// does: every stored object read and every protobuf request body was
+// allocated twice. Anything else (another kind, a malformed envelope)
+// goes to the serializer.
+func decodeProtobuf(data []byte, into runtime.Object) error {
+	gvk, raw, ok := protobufEnvelope(data)
+	if ok && gvk.Kind != "" && gvk.Version != "" {
+		if u, isMessage := into.(interface {
+			Reset()
+			Unmarshal([]byte) error
+		}); isMessage {
+			if kinds, _, err := scheme.Scheme.ObjectKinds(into); err == nil && slices.Contains(kinds, gvk) {
+				u.Reset()
+				if err := u.Unmarshal(raw); err != nil {
+					return err
+				}
+				into.GetObjectKind().SetGroupVersionKind(gvk)
+				return nil
+			}
+		}
+	}
+	_, _, err := protobufSerializer.Decode(data, nil, into)
+	return err
+}
+
+// protobufEnvelope reads a protobuf envelope (the prefix, then a
+// runtime.Unknown): its type and the object's bytes, a slice of data.
+func protobufEnvelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok bool) {
+	b, found := bytes.CutPrefix(data, protobufPrefix)
+	if !found {
+		return gvk, nil, false
+	}
+	var apiVersion string
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return gvk, nil, false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return gvk, nil, false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return gvk, nil, false
+		}
+		b = b[n:]
+		switch num {
+		case 1: // typeMeta
+			for len(v) > 0 {
+				tnum, ttyp, tn := protowire.ConsumeTag(v)
+				if tn < 0 || ttyp != protowire.BytesType {
+					return gvk, nil, false
+				}
+				v = v[tn:]
+				s, sn := protowire.ConsumeBytes(v)
+				if sn < 0 {
+					return gvk, nil, false
+				}
+				v = v[sn:]
+				switch tnum {
+				case 1:
+					apiVersion = string(s)
+				case 2:
+					gvk.Kind = string(s)
+				}
+			}
+		case 2: // raw
+			raw = v
+		}
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return gvk, nil, false
+	}
+	gvk.Group, gvk.Version = gv.Group, gv.Version
+	return gvk, raw, true
 }
 
 // storedNow is the current time as the store gives it back: whole
