@@ -187,30 +187,36 @@ func hasDescendant(set *fieldpath.Set, p fieldpath.Path) bool {
 	return found
 }
 
-// withoutEqualFields are shallow copies of a built-in object before and
-// after an update, without the top-level fields (spec, data, ...) the
-// update left exactly as they were; metadata always stays. The field
-// manager finds nothing added, changed or removed in a field both sides
-// hold equal, and nothing in a field neither holds, so it records the
-// same managedFields for the copies as for the whole objects, without
-// converting and comparing what did not change: a Pod's spec in every
-// status write of its kubelet was most of the API server's CPU for
-// those writes. ok is false when no such field can be dropped.
-func withoutEqualFields(live, obj runtime.Object) (pl, pn runtime.Object, ok bool) {
+// equalFields are the top-level fields (spec, data, ...) a built-in
+// object's update left exactly as they were, by index; metadata always
+// counts as changed. The field manager finds nothing added, changed or
+// removed in a field both sides hold equal, and nothing in a field
+// neither holds, so it records the same managedFields without them,
+// without converting and comparing what did not change: a Pod's spec in
+// every status write of its kubelet was most of the API server's CPU
+// for those writes.
+func equalFields(live, obj runtime.Object) []int {
 	lv, nv := reflect.ValueOf(live), reflect.ValueOf(obj)
 	if lv.Kind() != reflect.Pointer || lv.Type() != nv.Type() || lv.Elem().Kind() != reflect.Struct {
-		return nil, nil, false
+		return nil
 	}
 	lv, nv = lv.Elem(), nv.Elem()
 	t := lv.Type()
-	var drop []int
+	var equal []int
 	for i := 0; i < t.NumField(); i++ {
 		switch f := t.Field(i); {
 		case f.Type == typeMetaType || f.Type == objectMetaType || !f.IsExported():
 		case reflect.DeepEqual(lv.Field(i).Addr().Interface(), nv.Field(i).Addr().Interface()):
-			drop = append(drop, i)
+			equal = append(equal, i)
 		}
 	}
+	return equal
+}
+
+// withoutFields are shallow copies of live and obj without the fields
+// drop (equalFields'), for the field manager; ok is false when there are
+// none.
+func withoutFields(live, obj runtime.Object, drop []int) (pl, pn runtime.Object, ok bool) {
 	if len(drop) == 0 {
 		return nil, nil, false
 	}
@@ -224,6 +230,27 @@ func withoutEqualFields(live, obj runtime.Object) (pl, pn runtime.Object, ok boo
 		nc.Field(i).SetZero()
 	}
 	return pl, pn, true
+}
+
+// withoutEqualFields is withoutFields of the fields an update left as
+// they were.
+func withoutEqualFields(live, obj runtime.Object) (pl, pn runtime.Object, ok bool) {
+	return withoutFields(live, obj, equalFields(live, obj))
+}
+
+// jsonNames are the names the fields of struct type t at indices have
+// in JSON.
+func jsonNames(t reflect.Type, indices []int) []string {
+	names := make([]string, 0, len(indices))
+	for _, i := range indices {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 var (

@@ -39,9 +39,10 @@ import (
 // and well formed, each manager once; the request brings the live entries
 // back or none (a main resource's update may replace them, which the
 // field manager honours); and the result keeps within the cap of ten
-// Update entries. live and obj are what the field manager would compare
-// (withoutEqualFields' copies, say); target gets the entries.
-func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, manager string) bool {
+// Update entries. live and obj are what the field manager would compare,
+// equal the top-level fields both hold equal (equalFields), which the
+// comparison leaves out; target gets the entries.
+func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, manager string, equal []int) bool {
 	if r.custom != nil || r.typeConverter() != builtinTypeConverter() {
 		return false
 	}
@@ -118,7 +119,7 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 		owners = append(owners, owner{entry: e, set: ms.set, raw: ms.raw})
 	}
 
-	cmp, err := compareObjects(tc, liveTyped, live, obj)
+	cmp, err := compareObjects(tc, liveTyped, live, obj, equal)
 	if err != nil {
 		return false
 	}
@@ -198,18 +199,24 @@ func (r *resource) recordUpdated(live, obj, target runtime.Object, subresource, 
 }
 
 // compareObjects is the comparison of live (whose typed value liveTyped
-// makes) and obj: compareTyped's, or structured-merge-diff's where that
-// declines.
-func compareObjects(tc managedfields.TypeConverter, liveTyped func() (*typed.TypedValue, error), live, obj runtime.Object) (*typed.Comparison, error) {
+// makes) and obj, leaving out the top-level fields equal: compareTyped's,
+// or structured-merge-diff's where that declines.
+func compareObjects(tc managedfields.TypeConverter, liveTyped func() (*typed.TypedValue, error), live, obj runtime.Object, equal []int) (*typed.Comparison, error) {
 	if ftc, ok := tc.(*fastTypeConverter); ok {
 		if shape, ok, _ := ftc.shape(live.GetObjectKind().GroupVersionKind()); ok {
-			if cmp, ok := compareTyped(shape.schema, shape.typeRef, live, obj); ok {
+			if cmp, ok := compareTyped(shape.schema, shape.typeRef, live, obj, equal); ok {
 				return cmp, nil
 			}
 		}
 	}
-	lt, err := liveTyped()
-	if err != nil {
+	var lt *typed.TypedValue
+	var err error
+	if pl, pn, pruned := withoutFields(live, obj, equal); pruned {
+		if lt, err = tc.ObjectToTyped(pl, typed.AllowDuplicates); err != nil {
+			return nil, err
+		}
+		obj = pn
+	} else if lt, err = liveTyped(); err != nil {
 		return nil, err
 	}
 	nt, err := tc.ObjectToTyped(obj, typed.AllowDuplicates)

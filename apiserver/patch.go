@@ -241,14 +241,11 @@ func (s *Server) trackManagedFields(res *resource, subresource string, obj, old 
 		live = res.newObject()
 		live.GetObjectKind().SetGroupVersionKind(res.gvk())
 	} else if res.custom == nil {
-		pl, pn, pruned := withoutEqualFields(live, obj)
-		if !pruned {
-			pl, pn = live, obj
-		}
-		if res.recordUpdated(pl, pn, obj, subresource, manager) {
+		equal := equalFields(live, obj)
+		if res.recordUpdated(live, obj, obj, subresource, manager, equal) {
 			return obj, nil
 		}
-		if pruned {
+		if pl, pn, pruned := withoutFields(live, obj, equal); pruned {
 			return obj, copyManagedFields(fm.UpdateNoErrors(pl, pn, manager), obj)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"reflect"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -30,12 +31,15 @@ import (
 // not model (an ambiguous schema type, a non-scalar value of a custom
 // JSON type, a value that does not match its schema) gives false, and the caller asks
 // structured-merge-diff itself.
-func compareTyped(sch *schema.Schema, tr schema.TypeRef, lhs, rhs runtime.Object) (*typed.Comparison, bool) {
+//
+// The top-level fields at indices skip (equalFields') are left out of
+// both sides, as withoutFields' copies would have them.
+func compareTyped(sch *schema.Schema, tr schema.TypeRef, lhs, rhs runtime.Object, skip []int) (*typed.Comparison, bool) {
 	lv, rv := reflect.ValueOf(lhs), reflect.ValueOf(rhs)
 	if lv.Kind() != reflect.Pointer || lv.Type() != rv.Type() || lv.IsNil() || rv.IsNil() || lv.Elem().Kind() != reflect.Struct {
 		return nil, false
 	}
-	c := &typedComparer{sch: sch, cmp: &typed.Comparison{
+	c := &typedComparer{sch: sch, skip: jsonNames(lv.Elem().Type(), skip), cmp: &typed.Comparison{
 		Removed: fieldpath.NewSet(), Modified: fieldpath.NewSet(), Added: fieldpath.NewSet(),
 	}}
 	if !c.compare(tr, cmpNode{kind: nodeStruct, v: lv.Elem()}, cmpNode{kind: nodeStruct, v: rv.Elem()}) {
@@ -46,6 +50,7 @@ func compareTyped(sch *schema.Schema, tr schema.TypeRef, lhs, rhs runtime.Object
 
 type typedComparer struct {
 	sch  *schema.Schema
+	skip []string // top-level fields left out
 	path fieldpath.Path
 	cmp  *typed.Comparison
 }
@@ -203,11 +208,14 @@ func equal(l, r cmpNode) (eq, ok bool) {
 
 // omits says whether structured-merge-diff leaves out field f, of
 // value fv, of the struct at the comparer's path: what its reflection
-// omits, and the object's own managedFields, which the typed values
-// leave out (withoutManagedFields).
+// omits, the top-level fields skipped, and the object's own
+// managedFields, which the typed values leave out (withoutManagedFields).
 func (c *typedComparer) omits(f *smdvalue.FieldCacheEntry, fv reflect.Value) bool {
 	if f.CanOmit(fv) {
 		return true
+	}
+	if len(c.path) == 0 {
+		return slices.Contains(c.skip, f.JsonName)
 	}
 	return len(c.path) == 1 && f.JsonName == "managedFields" && c.path[0].FieldName != nil && *c.path[0].FieldName == "metadata"
 }
