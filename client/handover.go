@@ -7,7 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -129,6 +131,20 @@ func WatchHandedOver(ctx context.Context, req *rest.Request, copy func(runtime.O
 // event would give it and StripManagedFields would leave it: a deep
 // copy without managedFields (not copied at all) and without its kind.
 func cacheCopy(obj runtime.Object) runtime.Object {
+	// The kinds of every pod's events first: no shallow copy of the
+	// whole object on the way.
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		out := &corev1.Pod{}
+		copyMetaWithoutManagedFields(&o.ObjectMeta, &out.ObjectMeta)
+		o.Spec.DeepCopyInto(&out.Spec)
+		o.Status.DeepCopyInto(&out.Status)
+		return out
+	case *metav1.PartialObjectMetadata:
+		out := &metav1.PartialObjectMetadata{}
+		copyMetaWithoutManagedFields(&o.ObjectMeta, &out.ObjectMeta)
+		return out
+	}
 	if v := reflect.ValueOf(obj); v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
 		c := reflect.New(v.Elem().Type())
 		c.Elem().Set(v.Elem())
@@ -142,6 +158,14 @@ func cacheCopy(obj runtime.Object) runtime.Object {
 	out := obj.DeepCopyObject()
 	out.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
 	return out
+}
+
+// copyMetaWithoutManagedFields deep-copies in to out, but for its
+// managedFields.
+func copyMetaWithoutManagedFields(in, out *metav1.ObjectMeta) {
+	m := *in
+	m.ManagedFields = nil
+	m.DeepCopyInto(out)
 }
 
 // exactCopy is the object decoding the event would give: a deep copy
