@@ -48,6 +48,23 @@ func (c *client) getLease(ctx context.Context, name string) (*coordinationv1.Lea
 	return out, c.coordination.Get().Namespace(corev1.NamespaceNodeLease).Resource("leases").Name(name).Do(ctx).Into(out)
 }
 
+// listLeases lists the node Leases, a page at a time.
+func (c *client) listLeases(ctx context.Context) ([]coordinationv1.Lease, error) {
+	var out []coordinationv1.Lease
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		page := &coordinationv1.LeaseList{}
+		if err := c.coordination.Get().Namespace(corev1.NamespaceNodeLease).Resource("leases").
+			VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if opts.Continue = page.Continue; opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
 func (c *client) createLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	out := &coordinationv1.Lease{}
 	return out, c.coordination.Post().Namespace(corev1.NamespaceNodeLease).Resource("leases").Body(l).Do(ctx).Into(out)

@@ -20,6 +20,8 @@ import (
 type leaseState struct {
 	resourceVersion string
 	nodeUID         types.UID
+	// scheduled is set once the node's renewals are under way this run.
+	scheduled bool
 }
 
 type leaseStore struct {
@@ -40,6 +42,11 @@ func (l *leaseStore) set(name string, st leaseState) {
 	l.mu.Unlock()
 }
 
+// wrote records the version of the node's Lease the simulator just wrote.
+func (l *leaseStore) wrote(name, resourceVersion string, nodeUID types.UID) {
+	l.set(name, leaseState{resourceVersion: resourceVersion, nodeUID: nodeUID, scheduled: true})
+}
+
 func (l *leaseStore) forget(name string) {
 	l.mu.Lock()
 	delete(l.m, name)
@@ -57,11 +64,12 @@ func (s *Simulator) syncLease(ctx context.Context, name string) error {
 		s.leases.forget(name)
 		return nil
 	}
-	if _, ok := s.leases.get(name); !ok {
+	if st, ok := s.leases.get(name); !ok || !st.scheduled {
 		// The first renewal this run waits for the node's phase: 10,000
 		// nodes registered at once create their Leases over one interval,
 		// not all at once while their status is being posted.
-		s.leases.set(name, leaseState{})
+		st.scheduled = true
+		s.leases.set(name, st)
 		if wait := s.untilPhase(name, s.clock.Now()); wait > 0 {
 			s.leaseQ.AddAfter(name, wait)
 			return nil
@@ -94,9 +102,46 @@ func (s *Simulator) untilPhase(name string, t time.Time) time.Duration {
 	return time.Duration(((phase-t.UnixNano())%interval + interval) % interval)
 }
 
+// adoptLeases starts the renewals of the simulated nodes' Leases from
+// what a previous run left, read in one list: after a restart each
+// node's first renewal is one blind PUT, as later ones are, where it was a
+// create refused, a read and an update (three requests per node, a
+// thousand nodes renewing in the first seconds of the restart). A Lease
+// another holder took, or of a Node since replaced, is read first, never
+// created. Without the list (an error), every renewal finds its Lease as
+// before.
+func (s *Simulator) adoptLeases(ctx context.Context) {
+	leases, err := s.api.listLeases(ctx)
+	if err != nil {
+		s.log.Warn("listing node leases; each node reads its own", "err", err)
+		return
+	}
+	for _, l := range leases {
+		node, ok := s.simulatedNode(l.Name)
+		if !ok {
+			continue
+		}
+		if _, seen := s.leases.get(l.Name); seen {
+			continue
+		}
+		// Known to exist: a Lease that is not the node's own (no
+		// owner UID to match) is read before it is written, never
+		// created.
+		st := leaseState{resourceVersion: l.ResourceVersion}
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == node.Name {
+			for _, o := range l.OwnerReferences {
+				if o.Kind == "Node" && o.UID == node.UID {
+					st.nodeUID = node.UID
+				}
+			}
+		}
+		s.leases.set(l.Name, st)
+	}
+}
+
 // renewLease writes the node's Lease: one blind PUT over the version the
-// simulator last wrote, else a create (a node new to this run), else a
-// read and an update (after a restart, or someone else wrote it).
+// simulator last wrote (or adopted), else a create (a node new to this
+// run), else a read and an update (someone else wrote it).
 func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 	now := metav1.NewMicroTime(s.clock.Now())
 	st, _ := s.leases.get(node.Name)
@@ -106,7 +151,7 @@ func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 		lease.ResourceVersion = st.resourceVersion
 		out, err := s.api.updateLease(ctx, lease)
 		if err == nil {
-			s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+			s.leases.wrote(node.Name, out.ResourceVersion, node.UID)
 			return nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
@@ -115,7 +160,7 @@ func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 	case st.resourceVersion == "":
 		out, err := s.api.createLease(ctx, s.lease(node, now))
 		if err == nil {
-			s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+			s.leases.wrote(node.Name, out.ResourceVersion, node.UID)
 			return nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -128,7 +173,7 @@ func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 		if err != nil {
 			return err
 		}
-		s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+		s.leases.wrote(node.Name, out.ResourceVersion, node.UID)
 		return nil
 	}
 	if err != nil {
@@ -141,7 +186,7 @@ func (s *Simulator) renewLease(ctx context.Context, node *nodeView) error {
 	if err != nil {
 		return err
 	}
-	s.leases.set(node.Name, leaseState{out.ResourceVersion, node.UID})
+	s.leases.wrote(node.Name, out.ResourceVersion, node.UID)
 	return nil
 }
 

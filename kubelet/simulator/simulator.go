@@ -237,6 +237,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.adoptPodIPs()
+	s.adoptLeases(ctx)
 
 	var wg sync.WaitGroup
 	for _, w := range []struct {

@@ -3,6 +3,8 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -617,4 +619,75 @@ func TestOwnStatusWriteNotSyncedAgainButOthersAre(t *testing.T) {
 		q := e.getPod(t, "p")
 		return fmt.Sprintf("%s %s", q.Status.Phase, q.Status.PodIP), q.Status.Phase == corev1.PodRunning && q.Status.PodIP == ip
 	})
+}
+
+// leaseCalls counts the simulator's requests on Leases, by method and
+// whether they name one Lease.
+type leaseCalls struct {
+	rt http.RoundTripper
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *leaseCalls) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.Contains(r.URL.Path, "/leases") {
+		what := r.Method
+		if !strings.HasSuffix(r.URL.Path, "/leases") {
+			what += " one"
+		}
+		c.mu.Lock()
+		c.n[what]++
+		c.mu.Unlock()
+	}
+	return c.rt.RoundTrip(r)
+}
+
+func (c *leaseCalls) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// TestRestartAdoptsLeases restarts the simulator over the Leases its
+// previous run kept: it lists them once, and each node's first renewal
+// is one blind update, no create refused and no read. A Lease someone
+// else holds is read before it is written.
+func TestRestartAdoptsLeases(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startSimulator(t)
+	names := []string{"r-0", "r-1", "r-2"}
+	for _, n := range names {
+		e.createNode(t, simNode(n, ""))
+	}
+	for _, n := range names {
+		waitFor(t, "lease of "+n, func() (time.Time, bool) { r := e.renewTime(t, n); return r, !r.IsZero() })
+	}
+	stop()
+	// Someone else takes r-2's Lease while the simulator is down.
+	l, err := e.cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(e.ctx, "r-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "someone-else"
+	l.Spec.HolderIdentity = &other
+	if _, err := e.cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(e.ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]time.Time{}
+	for _, n := range names {
+		before[n] = e.renewTime(t, n)
+	}
+
+	calls := &leaseCalls{n: map[string]int{}}
+	e.startSimulator(t, func(c *Config) {
+		c.RESTConfig = rest.CopyConfig(c.RESTConfig)
+		c.RESTConfig.Wrap(func(rt http.RoundTripper) http.RoundTripper { calls.rt = rt; return calls })
+	})
+	for _, n := range names {
+		waitFor(t, "renewal of "+n+" after the restart", func() (time.Time, bool) { r := e.renewTime(t, n); return r, r.After(before[n]) })
+	}
+	got := calls.counts()
+	if got["GET"] != 1 || got["POST"] != 0 || got["GET one"] != 1 || got["PUT one"] < len(names) {
+		t.Fatalf("lease requests after the restart: %v; want one list, one read (the Lease someone else held), no create, an update per node", got)
+	}
 }
