@@ -833,3 +833,17 @@ func TestBootstrapTokens(t *testing.T) {
 		t.Errorf("deleted token: %d, want 401", code)
 	}
 }
+
+// TestSimulatorPolicy: the node simulator, as its in-process user, may
+// list the node Leases (it adopts them after a restart), and has no more
+// than that beyond the node role: it cannot list Secrets.
+func TestSimulatorPolicy(t *testing.T) {
+	e := newRBACEnv(t, "")
+	sim := kubernetes.NewForConfigOrDie(e.s.ClientConfig(&authn.User{Name: "system:bonsai-simulator", Groups: []string{authn.GroupAuthenticated}}))
+	if _, err := sim.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(e.ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("simulator lists node leases: %v", err)
+	}
+	if _, err := sim.CoreV1().Secrets("kube-system").List(e.ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("simulator lists secrets: %v, want forbidden", err)
+	}
+}

@@ -181,6 +181,10 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			// The clusterrole-aggregation controller writes rules it
 			// need not hold.
 			rule([]string{"escalate"}, "rbac.authorization.k8s.io", "clusterroles")),
+		// What the node simulator needs beyond the node role: after a
+		// restart it lists the node Leases once instead of reading each.
+		clusterRole("system:bonsai:simulator", nil,
+			rule([]string{"list"}, "coordination.k8s.io", "leases")),
 	}
 }
 
@@ -220,5 +224,6 @@ func DefaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
 		// Simulated nodes are kubelets for many node names at once: they
 		// get the node role without the Node authorizer's per-node limits.
 		clusterRoleBinding("system:bonsai:simulator", "system:node", user(UserSimulator)),
+		clusterRoleBinding("system:bonsai:simulator-leases", "system:bonsai:simulator", user(UserSimulator)),
 	}
 }
