@@ -27,7 +27,7 @@ import (
 const testInterval = 200 * time.Millisecond
 
 // env is a real API server in-process, a simulator on it with short
-// intervals, and an admin client.
+// intervals (as its own user), and an admin client.
 type env struct {
 	cfg *rest.Config
 	cs  kubernetes.Interface
@@ -45,7 +45,10 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apiserver.New(apiserver.Config{Store: st})
+	// Requests are authenticated (authn.Union{} refuses every
+	// credential: only in-process users get in) and authorized, so the
+	// simulator works with its own user's roles.
+	srv, err := apiserver.New(apiserver.Config{Store: st, Authenticator: authn.Union{}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
@@ -54,7 +57,8 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	cfg := srv.ClientConfig(&authn.User{Name: "system:bonsai-simulator", Groups: []string{authn.GroupAuthenticated}})
-	return &env{cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), ctx: ctx}
+	admin := srv.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters, authn.GroupAuthenticated}})
+	return &env{cfg: cfg, cs: kubernetes.NewForConfigOrDie(admin), ctx: ctx}
 }
 
 // startSimulator runs a simulator until the test ends or stop is called.
