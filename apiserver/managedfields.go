@@ -232,12 +232,6 @@ func withoutFields(live, obj runtime.Object, drop []int) (pl, pn runtime.Object,
 	return pl, pn, true
 }
 
-// withoutEqualFields is withoutFields of the fields an update left as
-// they were.
-func withoutEqualFields(live, obj runtime.Object) (pl, pn runtime.Object, ok bool) {
-	return withoutFields(live, obj, equalFields(live, obj))
-}
-
 // jsonNames are the names the fields of struct type t at indices have
 // in JSON.
 func jsonNames(t reflect.Type, indices []int) []string {
