@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"bonsai.dev/bonsai/apiserver/authn"
 )
 
 // BenchmarkCreateConfigMap measures the whole handler chain for a ConfigMap
@@ -137,4 +141,65 @@ func BenchmarkPodStatusUpdate(b *testing.B) {
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "busybox", Ready: ready == corev1.ConditionTrue, Started: ptr.To(true)}}}
 		live[i%pods] = send(http.MethodPut, "/api/v1/namespaces/default/pods/"+p.Name+"/status", p, http.StatusOK).(*corev1.Pod)
 	}
+}
+
+// processCPU is the CPU time this process has used, user and system:
+// with writes waiting on fsyncs, a benchmark's ns/op is mostly waiting.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkInProcessPodLifecycle is what a pod's start makes the server
+// do, through client-go over the in-process transport as bonsai's
+// components call it: the create, the scheduler's pods/binding, and a
+// simulated kubelet's read and status write of the running pod. Run in
+// parallel, as the scheduler's binders and the simulator's workers are;
+// cpu-ns/op is the whole process's CPU per pod.
+func BenchmarkInProcessPodLifecycle(b *testing.B) {
+	s, _ := newTestServer(b)
+	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	pods := cs.CoreV1().Pods("default")
+	ctx := context.Background()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%d", next.Add(1)), Labels: map[string]string{"app": "bench"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: apiresource.MustParse("10m"), corev1.ResourceMemory: apiresource.MustParse("16Mi"),
+					}}}}},
+			}
+			p, err := pods.Create(ctx, p, metav1.CreateOptions{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			bind := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
+			if err := pods.Bind(ctx, bind, metav1.CreateOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+			if p, err = pods.Get(ctx, p.Name, metav1.GetOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.42.0.9", HostIP: "10.0.0.1",
+				Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "busybox", Ready: true, Started: ptr.To(true)}}}
+			if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

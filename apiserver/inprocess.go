@@ -1,9 +1,12 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 
 	"k8s.io/client-go/rest"
@@ -37,9 +40,12 @@ type inProcessTransport struct {
 // transport get their events as objects (client.WatchSink).
 func (t *inProcessTransport) HandsOverWatches() {}
 
-// RoundTrip runs the handler in a goroutine and returns as soon as it has
-// written its header, streaming the body through a pipe: watches work.
-// Closing the response body cancels the request.
+// RoundTrip runs the handler. A request whose answer may be a stream (a
+// watch, a log, a proxied or upgraded connection) runs in a goroutine and
+// returns as soon as its header is written, the body streaming through a
+// pipe; closing the body cancels the request. Any other request runs
+// here, its answer buffered: no goroutine and no pipe hand-offs for the
+// bindings, status writes and lease renewals of bonsai's components.
 func (t *inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(context.WithValue(req.Context(), inProcessUserKey{}, t.user))
 	req = req.Clone(ctx)
@@ -47,6 +53,10 @@ func (t *inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error
 	req.RemoteAddr = "in-process"
 	if req.Body == nil {
 		req.Body = http.NoBody
+	}
+	if !mayStream(req) {
+		defer cancel()
+		return t.answer(req)
 	}
 	pr, pw := io.Pipe()
 	rw := &pipeResponseWriter{header: http.Header{}, pw: pw, ready: make(chan struct{})}
@@ -81,6 +91,77 @@ func (t *inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error
 		Request:       req,
 	}, nil
 }
+
+// mayStream says whether the answer to req may be a stream that outlives
+// the handler's first write: a watch (a watch parameter, even false, or
+// the old /watch/ paths), a followed or any log, a proxied request, or a
+// connection upgrade (exec, attach, port-forward).
+func mayStream(req *http.Request) bool {
+	if req.Header.Get("Upgrade") != "" || req.Header.Get("Connection") != "" {
+		return true
+	}
+	q, p := req.URL.RawQuery, req.URL.Path
+	return strings.Contains(q, "watch=") || strings.Contains(q, "follow=") ||
+		strings.Contains(p, "/watch/") || strings.HasSuffix(p, "/log") || strings.Contains(p, "/proxy")
+}
+
+// answer runs the handler for req here and returns its whole answer.
+func (t *inProcessTransport) answer(req *http.Request) (resp *http.Response, err error) {
+	rw := &bufferedResponseWriter{}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("in-process request %s %s: handler panicked: %v", req.Method, req.URL.Path, p)
+			}
+		}()
+		t.h.ServeHTTP(rw, req)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	rw.WriteHeader(http.StatusOK) // a no-op if the handler wrote one
+	return &http.Response{
+		StatusCode:    rw.code,
+		Status:        http.StatusText(rw.code),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        rw.sent,
+		Body:          io.NopCloser(bytes.NewReader(rw.body.Bytes())),
+		ContentLength: int64(rw.body.Len()),
+		Request:       req,
+	}, nil
+}
+
+// bufferedResponseWriter keeps a whole answer. Its header map becomes
+// the response's at WriteHeader; later changes go to a new map and are
+// lost, as on the wire.
+type bufferedResponseWriter struct {
+	header, sent http.Header
+	code         int
+	body         bytes.Buffer
+}
+
+func (w *bufferedResponseWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+func (w *bufferedResponseWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code, w.sent, w.header = code, w.Header(), nil
+	}
+}
+
+func (w *bufferedResponseWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}
+
+// Flush is a no-op: the answer is whole when the handler returns.
+func (w *bufferedResponseWriter) Flush() {}
 
 type cancelOnClose struct {
 	io.ReadCloser
