@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -286,36 +287,58 @@ func (sw *watchStream) write(ev watchEvent) bool {
 // writeFrame writes one whole watch frame: a protobuf frame, or a line of
 // JSON.
 func (sw *watchStream) writeFrame(frame []byte) bool {
-	if _, err := sw.w.Write(frame); err != nil {
-		return false
+	return sw.writeParts(frame, nil, nil)
+}
+
+// writeParts writes one watch frame given in parts, one after another:
+// the event's own few bytes around an encoding every watcher shares.
+// The response buffers them; nothing is copied into a frame first.
+func (sw *watchStream) writeParts(head, body, tail []byte) bool {
+	for _, b := range [...][]byte{head, body, tail} {
+		if len(b) == 0 {
+			continue
+		}
+		if _, err := sw.w.Write(b); err != nil {
+			return false
+		}
 	}
 	sw.flush()
 	return true
 }
 
-// jsonFrame is a JSON watch stream's line for an event around the
-// object's JSON.
-func jsonFrame(typ watch.EventType, js []byte) []byte {
-	b := make([]byte, 0, len(js)+len(typ)+24)
-	b = append(b, `{"type":"`...)
-	b = append(b, typ...)
-	b = append(b, `","object":`...)
-	b = append(b, js...)
-	return append(b, "}\n"...)
+// jsonFrameParts are what a JSON watch stream's line for an event has
+// around the object's JSON.
+func jsonFrameParts(typ watch.EventType) (head, tail []byte) {
+	head = make([]byte, 0, len(typ)+22)
+	head = append(head, `{"type":"`...)
+	head = append(head, typ...)
+	head = append(head, `","object":`...)
+	return head, jsonFrameTail
 }
+
+var jsonFrameTail = []byte("}\n")
 
 // protobufFrame is a protobuf watch stream's frame for an event: the
 // length of the WatchEvent, big-endian in four bytes, then the WatchEvent
 // around the encoded object.
 func protobufFrame(typ watch.EventType, obj []byte) []byte {
-	we := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
-	n := we.Size()
-	b := make([]byte, 4+n)
-	binary.BigEndian.PutUint32(b, uint32(n))
-	if _, err := we.MarshalToSizedBuffer(b[4:]); err != nil {
-		panic(err) // the buffer has the size the message asked for
-	}
-	return b
+	return append(protobufFrameHead(typ, len(obj)), obj...)
+}
+
+// protobufFrameHead is the start of protobufFrame, up to the object's
+// n bytes: the length, the WatchEvent's type (field 1) and its object
+// (field 2, a RawExtension whose raw bytes, field 1, are the object).
+func protobufFrameHead(typ watch.EventType, n int) []byte {
+	raw := 1 + protowire.SizeVarint(uint64(n)) + n
+	event := 1 + protowire.SizeBytes(len(typ)) + 1 + protowire.SizeVarint(uint64(raw)) + raw
+	b := make([]byte, 4, 4+event-n)
+	binary.BigEndian.PutUint32(b, uint32(event))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, string(typ))
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(raw))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(n))
 }
 
 func (sw *watchStream) send(typ watch.EventType, obj runtime.Object) bool {
@@ -342,11 +365,11 @@ func (sw *watchStream) sendShared(typ watch.EventType, e *sharedEvent) bool {
 	}
 	switch sw.format {
 	case outProtobuf, outPartialMetadataProtobuf, outJSON, outPartialMetadata:
-		frame, err := e.frame(typ, sw.format == outPartialMetadataProtobuf || sw.format == outPartialMetadata, sw.format == outJSON || sw.format == outPartialMetadata)
+		head, body, tail, err := e.frame(typ, sw.format == outPartialMetadataProtobuf || sw.format == outPartialMetadata, sw.format == outJSON || sw.format == outPartialMetadata)
 		if err != nil {
 			return false
 		}
-		return sw.writeFrame(frame)
+		return sw.writeParts(head, body, tail)
 	}
 	return sw.send(typ, e.obj.DeepCopyObject())
 }

@@ -25,12 +25,8 @@ type sharedEvent struct {
 	filled atomic.Bool
 	// The object's encodings, each made once when a watcher first needs
 	// it: [0] the whole object, [1] its PartialObjectMetadata.
-	json [2]lazyBytes
-	pb   [2]lazyBytes
-	// Whole watch frames, by encoding (protobuf, JSON), shape and event
-	// type (added, modified, deleted): every watcher of the same kind of
-	// stream writes the same bytes.
-	frames   [2][2][3]lazyBytes
+	json     [2]lazyBytes
+	pb       [2]lazyBytes
 	prevOnce sync.Once
 	prev     runtime.Object
 	prevErr  error
@@ -276,35 +272,20 @@ func (e *sharedEvent) protobuf(metadataOnly bool) ([]byte, error) {
 }
 
 // frame is the watch frame of the event as typ (a JSON line when
-// asJSON), made once for every watcher that sees it so.
-func (e *sharedEvent) frame(typ watch.EventType, metadataOnly, asJSON bool) ([]byte, error) {
-	encode := func() ([]byte, error) {
-		if asJSON {
-			js, err := e.jsonBytes(metadataOnly)
-			if err != nil {
-				return nil, err
-			}
-			return jsonFrame(typ, js), nil
-		}
-		pb, err := e.protobuf(metadataOnly)
-		if err != nil {
-			return nil, err
-		}
-		return protobufFrame(typ, pb), nil
-	}
-	t := 0
-	switch typ {
-	case watch.Added:
-	case watch.Modified:
-		t = 1
-	case watch.Deleted:
-		t = 2
-	default:
-		return encode()
-	}
-	f := 0
+// asJSON) in parts: the event's own head (and tail) around the object's
+// encoding, made once for every watcher that sees it.
+func (e *sharedEvent) frame(typ watch.EventType, metadataOnly, asJSON bool) (head, body, tail []byte, err error) {
 	if asJSON {
-		f = 1
+		js, err := e.jsonBytes(metadataOnly)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		head, tail := jsonFrameParts(typ)
+		return head, js, tail, nil
 	}
-	return e.frames[f][shapeIndex(metadataOnly)][t].get(encode)
+	pb, err := e.protobuf(metadataOnly)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return protobufFrameHead(typ, len(pb)), pb, nil, nil
 }

@@ -3,6 +3,8 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"reflect"
@@ -340,4 +342,39 @@ func TestWatchBurstOverHTTP2(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(burst + 1)
+}
+
+// TestWatchFrameParts checks a watch frame written in parts against the
+// WatchEvent marshalled whole, for objects on both sides of each varint
+// length boundary, and the JSON line around an object.
+func TestWatchFrameParts(t *testing.T) {
+	for _, n := range []int{0, 1, 120, 121, 122, 127, 128, 16375, 16376, 16383, 16384, 2097140, 2097152} {
+		obj := bytes.Repeat([]byte{0x6b}, n)
+		for _, typ := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+			we := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: obj}}
+			whole, err := we.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := binary.BigEndian.AppendUint32(nil, uint32(len(whole)))
+			want = append(want, whole...)
+			head := protobufFrameHead(typ, n)
+			if got := append(append([]byte(nil), head...), obj...); !bytes.Equal(got, want) {
+				t.Errorf("%s, %d bytes: head %x, want the frame to start %x", typ, n, head, want[:min(len(want), len(head)+4)])
+			}
+			if got := protobufFrame(typ, obj); !bytes.Equal(got, want) {
+				t.Errorf("%s, %d bytes: protobufFrame differs", typ, n)
+			}
+		}
+	}
+	head, tail := jsonFrameParts(watch.Modified)
+	js := []byte(`{"kind":"Pod"}`)
+	line := string(head) + string(js) + string(tail)
+	var ev struct {
+		Type   string          `json:"type"`
+		Object json.RawMessage `json:"object"`
+	}
+	if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Type != "MODIFIED" || string(ev.Object) != string(js) || line[len(line)-1] != '\n' {
+		t.Errorf("JSON line %q: %+v, %v", line, ev, err)
+	}
 }
