@@ -313,6 +313,13 @@ func (s instrumentedStore) Get(ctx context.Context, key string) (store.KeyValue,
 	return kv, err
 }
 
+func (s instrumentedStore) GetUnless(ctx context.Context, key string, have func(rev uint64) bool) (store.KeyValue, error) {
+	start := time.Now()
+	kv, err := store.GetUnless(ctx, s.Store, key, have)
+	s.observe(opGet, key, start)
+	return kv, err
+}
+
 func (s instrumentedStore) List(ctx context.Context, prefix string, opts store.ListOptions) (store.ListResult, error) {
 	start := time.Now()
 	res, err := s.Store.List(ctx, prefix, opts)

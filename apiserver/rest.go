@@ -157,13 +157,25 @@ func (s *Server) getObject(ctx context.Context, res *resource, namespace, name s
 }
 
 // getStored is getObject with the stored value it decoded.
+// The store reads the value only when the event cache has not got it.
 func (s *Server) getStored(ctx context.Context, res *resource, namespace, name string) (runtime.Object, store.KeyValue, error) {
-	kv, err := s.cfg.Store.Get(ctx, res.key(namespace, name))
+	var cached runtime.Object
+	var stored []byte
+	kv, err := store.GetUnless(ctx, s.cfg.Store, res.key(namespace, name), func(rev uint64) bool {
+		cached, stored = s.events.current(res, rev)
+		return cached != nil
+	})
 	if err != nil {
 		return nil, store.KeyValue{}, storeError(err, res, name)
 	}
-	if obj := s.events.current(res, kv); obj != nil {
-		return obj, kv, nil
+	if cached == nil && kv.Value != nil { // a store that read the value anyway
+		cached, stored = s.events.current(res, kv.Revision)
+	}
+	if cached != nil {
+		if kv.Value == nil {
+			kv.Value = stored
+		}
+		return cached, kv, nil
 	}
 	obj, err := decodeStored(res, kv)
 	if err != nil {

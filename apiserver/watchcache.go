@@ -20,6 +20,9 @@ type sharedEvent struct {
 	once sync.Once
 	obj  runtime.Object
 	err  error
+	// stored is the store's value at the event's revision (nil for a
+	// deletion), set when the entry is made, under the cache's lock.
+	stored []byte
 	// filled is set once obj and err are, for readers that must not
 	// wait for them (current).
 	filled atomic.Bool
@@ -115,6 +118,7 @@ func (c *eventCache) offer(res *resource, data []byte, obj runtime.Object) (done
 			if e = c.m[key]; e == nil {
 				e = c.addLocked(key)
 			}
+			e.stored = data
 		}
 		c.mu.Unlock()
 		if e != nil {
@@ -167,6 +171,9 @@ func (c *eventCache) get(res *resource, ev store.Event) *sharedEvent {
 	e, ok := c.m[k]
 	if !ok {
 		e = c.addLocked(k)
+		if ev.Type != store.Deleted {
+			e.stored = ev.Value
+		}
 	}
 	c.mu.Unlock()
 	e.fill(func() (runtime.Object, error) {
@@ -189,21 +196,25 @@ func (e *sharedEvent) fill(f func() (runtime.Object, error)) {
 	})
 }
 
-// current is a private copy of the object that res's write at kv's
-// revision left, as decodeStored would give it, or nil when the cache
-// no longer holds it: a write reads what it is about to change without
-// decoding it, as kube-apiserver's GuaranteedUpdate takes its object
-// from the watch cache. A revision is one write of one key, so the
-// entry is kv's own.
-func (c *eventCache) current(res *resource, kv store.KeyValue) runtime.Object {
+// current is a private copy of the object that res's write at revision
+// rev left, as decodeStored would give it, and the value the store holds
+// for it; nil when the cache no longer holds them: a write reads what it
+// is about to change without decoding it, or reading it from the store,
+// as kube-apiserver's GuaranteedUpdate takes its object from the watch
+// cache. A revision is one write of one key, so the entry is the key's.
+func (c *eventCache) current(res *resource, rev uint64) (runtime.Object, []byte) {
 	c.mu.Lock()
-	e := c.m[sharedEventKey{res, kv.Revision}]
+	e := c.m[sharedEventKey{res, rev}]
+	var stored []byte
+	if e != nil {
+		stored = e.stored
+	}
 	c.mu.Unlock()
-	if e == nil || !e.filled.Load() || e.obj == nil || e.err != nil {
-		return nil
+	if e == nil || stored == nil || !e.filled.Load() || e.obj == nil || e.err != nil {
+		return nil, nil
 	}
 	c.reused.Add(1)
-	return e.obj.DeepCopyObject()
+	return e.obj.DeepCopyObject(), stored
 }
 
 // addLocked adds an empty entry for k, dropping the oldest when the

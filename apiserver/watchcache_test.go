@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"net/netip"
 	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -225,9 +229,12 @@ func TestWritesReadTheirObjectFromTheEventCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := e.s.events.current(res, kv)
+		got, stored := e.s.events.current(res, kv.Revision)
 		if got == nil {
 			t.Fatalf("%s: the cache has no object at revision %d", step, kv.Revision)
+		}
+		if !bytes.Equal(stored, kv.Value) {
+			t.Fatalf("%s: the cache's stored value differs from the store's", step)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: cached object differs from the decoded one:\n got %+v\nwant %+v", step, got, want)
@@ -236,7 +243,7 @@ func TestWritesReadTheirObjectFromTheEventCache(t *testing.T) {
 		p.Labels["changed"] = "yes"
 		p.Spec.Containers[0].Image = "changed"
 		p.ResourceVersion = "1"
-		if again := e.s.events.current(res, kv); !reflect.DeepEqual(again, want) {
+		if again, _ := e.s.events.current(res, kv.Revision); !reflect.DeepEqual(again, want) {
 			t.Fatalf("%s: a reader's change reached the cache: %+v", step, again)
 		}
 	}
@@ -376,5 +383,88 @@ func TestWatchFrameParts(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Type != "MODIFIED" || string(ev.Object) != string(js) || line[len(line)-1] != '\n' {
 		t.Errorf("JSON line %q: %+v, %v", line, ev, err)
+	}
+}
+
+// skipCounter counts the reads of keys with suffix that left the value
+// out, and the others.
+type skipCounter struct {
+	store.Store
+	suffix        string
+	skipped, read atomic.Int64
+}
+
+func (c *skipCounter) Get(ctx context.Context, key string) (store.KeyValue, error) {
+	if strings.HasSuffix(key, c.suffix) {
+		c.read.Add(1)
+	}
+	return c.Store.Get(ctx, key)
+}
+
+func (c *skipCounter) GetUnless(ctx context.Context, key string, have func(uint64) bool) (store.KeyValue, error) {
+	kv, err := store.GetUnless(ctx, c.Store, key, have)
+	switch {
+	case !strings.HasSuffix(key, c.suffix):
+	case err == nil && kv.Value == nil:
+		c.skipped.Add(1)
+	default:
+		c.read.Add(1)
+	}
+	return kv, err
+}
+
+// TestWritesSkipTheStoredValue checks that a write of an object a recent
+// write left reads only its revision from the store, the event cache
+// giving the object and its stored bytes: a binding after a create, a
+// read and status writes after it, a repeated status write found to
+// change nothing (the stored bytes compared) and left at its
+// resourceVersion.
+func TestWritesSkipTheStoredValue(t *testing.T) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &skipCounter{Store: st, suffix: "/pods/default/p"}
+	s, err := New(Config{Store: counted, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); st.Close() })
+	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, labelledPod("p"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	skipped, read := counted.skipped.Load(), counted.read.Load()
+	if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pods.Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	if p, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	same, err := pods.UpdateStatus(ctx, p.DeepCopy(), metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.ResourceVersion != p.ResourceVersion {
+		t.Errorf("a status write changing nothing moved the resourceVersion from %s to %s", p.ResourceVersion, same.ResourceVersion)
+	}
+	if n := counted.skipped.Load() - skipped; n != 4 {
+		t.Errorf("%d requests read only the revision, want 4 (the binding, the GET, both status writes)", n)
+	}
+	if n := counted.read.Load() - read; n != 0 {
+		t.Errorf("%d reads of the value, want none", n)
+	}
+	got, err := pods.Get(ctx, "p", metav1.GetOptions{})
+	if err != nil || got.Spec.NodeName != "n1" || got.Status.Phase != corev1.PodRunning || got.ResourceVersion != p.ResourceVersion {
+		t.Errorf("after the writes: %v %+v", err, got)
 	}
 }

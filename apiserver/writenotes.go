@@ -34,6 +34,10 @@ func (w writeNotes) note(key string, rev uint64) {
 	}
 }
 
+func (w writeNotes) GetUnless(ctx context.Context, key string, have func(rev uint64) bool) (store.KeyValue, error) {
+	return store.GetUnless(ctx, w.Store, key, have)
+}
+
 func (w writeNotes) Create(ctx context.Context, key string, value []byte) (uint64, error) {
 	rev, err := w.Store.Create(ctx, key, value)
 	w.note(key, rev)

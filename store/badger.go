@@ -822,6 +822,12 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 }
 
 func (s *badgerStore) Get(ctx context.Context, key string) (KeyValue, error) {
+	return s.GetUnless(ctx, key, nil)
+}
+
+// GetUnless reads the value from the value log (a copy, its checksum
+// verified) only when have says it is needed.
+func (s *badgerStore) GetUnless(ctx context.Context, key string, have func(rev uint64) bool) (KeyValue, error) {
 	if err := ValidateKey(key); err != nil {
 		return KeyValue{}, err
 	}
@@ -836,6 +842,9 @@ func (s *badgerStore) Get(ctx context.Context, key string) (KeyValue, error) {
 	}
 	if err != nil {
 		return KeyValue{}, err
+	}
+	if have != nil && have(item.Version()) {
+		return KeyValue{Key: key, Revision: item.Version()}, nil
 	}
 	v, err := valueOf(item)
 	if err != nil {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -512,4 +513,35 @@ func logMappings(t *testing.T, dir string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// TestBadgerGetUnless checks the read that leaves out a value the caller
+// holds: have sees the key's current revision; the value is read, small
+// (in the tree) or large (in the value log), exactly when have says no.
+func TestBadgerGetUnless(t *testing.T) {
+	st := openBadger(t, store.BadgerOptions{Dir: t.TempDir()})
+	ctx := context.Background()
+	if _, err := store.GetUnless(ctx, st, "/registry/x/a", func(uint64) bool { t.Error("have called for a missing key"); return true }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+	for _, size := range []int{10, 5000} {
+		key := fmt.Sprintf("/registry/x/v%d", size)
+		val := bytes.Repeat([]byte{'v'}, size)
+		rev, err := st.Create(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var saw uint64
+		kv, err := store.GetUnless(ctx, st, key, func(r uint64) bool { saw = r; return true })
+		if err != nil || saw != rev || kv.Revision != rev || kv.Value != nil || kv.Key != key {
+			t.Errorf("%d bytes, held: %+v %v, have saw %d, want revision %d and no value", size, kv, err, saw, rev)
+		}
+		kv, err = store.GetUnless(ctx, st, key, func(r uint64) bool { return false })
+		if err != nil || kv.Revision != rev || !bytes.Equal(kv.Value, val) {
+			t.Errorf("%d bytes, not held: revision %d, %d bytes, %v", size, kv.Revision, len(kv.Value), err)
+		}
+		if kv, err = store.GetUnless(ctx, st, key, nil); err != nil || !bytes.Equal(kv.Value, val) {
+			t.Errorf("%d bytes, no have: %d bytes, %v", size, len(kv.Value), err)
+		}
+	}
 }

@@ -51,6 +51,25 @@ type Store interface {
 	Close() error
 }
 
+// ValueSkipper is implemented by stores that can leave a value unread:
+// GetUnless is Get, except that when have, called with the key's
+// current revision, says the caller holds that revision's value
+// already, the KeyValue comes back without it (Value nil). A write that
+// finds what it is about to change in a cache of recent writes needs
+// only the revision.
+type ValueSkipper interface {
+	GetUnless(ctx context.Context, key string, have func(rev uint64) bool) (KeyValue, error)
+}
+
+// GetUnless is st's GetUnless, or its Get (the value read whatever
+// have says) when it has none.
+func GetUnless(ctx context.Context, st Store, key string, have func(rev uint64) bool) (KeyValue, error) {
+	if vs, ok := st.(ValueSkipper); ok {
+		return vs.GetUnless(ctx, key, have)
+	}
+	return st.Get(ctx, key)
+}
+
 // KeyValue is a key at one revision. For a deleted key returned by Delete,
 // Value is its last value and Revision the revision of the deletion.
 type KeyValue struct {
