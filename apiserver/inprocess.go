@@ -79,17 +79,22 @@ func (t *inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error
 		pr.Close()
 		return nil, req.Context().Err()
 	}
+	return response(req, rw.code, rw.sent, &cancelOnClose{ReadCloser: pr, cancel: cancel}, -1), nil
+}
+
+// response is the answer to req.
+func response(req *http.Request, code int, header http.Header, body io.ReadCloser, length int64) *http.Response {
 	return &http.Response{
-		StatusCode:    rw.code,
-		Status:        http.StatusText(rw.code),
+		StatusCode:    code,
+		Status:        http.StatusText(code),
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
-		Header:        rw.sent,
-		Body:          &cancelOnClose{ReadCloser: pr, cancel: cancel},
-		ContentLength: -1,
+		Header:        header,
+		Body:          body,
+		ContentLength: length,
 		Request:       req,
-	}, nil
+	}
 }
 
 // mayStream says whether the answer to req may be a stream that outlives
@@ -120,17 +125,7 @@ func (t *inProcessTransport) answer(req *http.Request) (resp *http.Response, err
 		return nil, err
 	}
 	rw.WriteHeader(http.StatusOK) // a no-op if the handler wrote one
-	return &http.Response{
-		StatusCode:    rw.code,
-		Status:        http.StatusText(rw.code),
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        rw.sent,
-		Body:          io.NopCloser(bytes.NewReader(rw.body.Bytes())),
-		ContentLength: int64(rw.body.Len()),
-		Request:       req,
-	}, nil
+	return response(req, rw.code, rw.sent, io.NopCloser(bytes.NewReader(rw.body.Bytes())), int64(rw.body.Len())), nil
 }
 
 // bufferedResponseWriter keeps a whole answer. Its header map becomes
