@@ -58,7 +58,7 @@ type testEnv struct {
 // newTestServer is a server over a fresh badger store, both closed when
 // the test or benchmark ends.
 // protobufRaw reads the frames of protobuf watch streams: WatchEvents
-// without the envelope (protobufFrame writes them), their objects with it.
+// without the envelope (protobufFrameHead starts them), their objects with it.
 var protobufRaw = protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme)
 
 func newTestServer(tb testing.TB) (*Server, store.Store) {

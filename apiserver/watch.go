@@ -275,19 +275,13 @@ func (sw *watchStream) write(ev watchEvent) bool {
 		if err != nil {
 			return false
 		}
-		return sw.writeFrame(protobufFrame(ev.Type, b))
+		return sw.writeParts(protobufFrameHead(ev.Type, len(b)), b, nil)
 	}
 	if err := sw.enc.Encode(ev); err != nil {
 		return false
 	}
 	sw.flush()
 	return true
-}
-
-// writeFrame writes one whole watch frame: a protobuf frame, or a line of
-// JSON.
-func (sw *watchStream) writeFrame(frame []byte) bool {
-	return sw.writeParts(frame, nil, nil)
 }
 
 // writeParts writes one watch frame given in parts, one after another:
@@ -318,15 +312,9 @@ func jsonFrameParts(typ watch.EventType) (head, tail []byte) {
 
 var jsonFrameTail = []byte("}\n")
 
-// protobufFrame is a protobuf watch stream's frame for an event: the
-// length of the WatchEvent, big-endian in four bytes, then the WatchEvent
-// around the encoded object.
-func protobufFrame(typ watch.EventType, obj []byte) []byte {
-	return append(protobufFrameHead(typ, len(obj)), obj...)
-}
-
-// protobufFrameHead is the start of protobufFrame, up to the object's
-// n bytes: the length, the WatchEvent's type (field 1) and its object
+// protobufFrameHead is what a protobuf watch stream's frame for an event
+// has before the object's n bytes: the length of the WatchEvent,
+// big-endian in four bytes, then its type (field 1) and its object
 // (field 2, a RawExtension whose raw bytes, field 1, are the object).
 func protobufFrameHead(typ watch.EventType, n int) []byte {
 	raw := 1 + protowire.SizeVarint(uint64(n)) + n
