@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -53,6 +54,17 @@ func newKubeletTransport(cfg *tls.Config, insecure bool) *http.Transport {
 	}
 }
 
+// simulatedAnnotation marks a Node the node simulator keeps (see
+// kubelet/simulator).
+const simulatedAnnotation = "bonsai.dev/simulated"
+
+// errNoKubeletAPI is kubeletHost's answer for a simulated node that
+// reports no kubelet endpoint (those of --simulated-nodes, or one a user
+// created): nothing serves a kubelet API for it, and its addresses are
+// made up, so nothing is dialled. The host's own node under
+// --runtime=simulated reports its kubelet's port and is reached as any.
+var errNoKubeletAPI = errors.New("simulated node without a kubelet API")
+
 // kubeletHost is where the kubelet of a node listens: its InternalIP (else
 // ExternalIP, else host name) and its reported port.
 func (s *Server) kubeletHost(ctx context.Context, nodeName string) (string, error) {
@@ -61,6 +73,9 @@ func (s *Server) kubeletHost(ctx context.Context, nodeName string) (string, erro
 		return "", err
 	}
 	node := obj.(*corev1.Node)
+	if node.Annotations[simulatedAnnotation] == "true" && node.Status.DaemonEndpoints.KubeletEndpoint.Port == 0 {
+		return "", errNoKubeletAPI
+	}
 	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	if port <= 0 {
 		port = s.cfg.KubeletPort
@@ -220,15 +235,19 @@ func (s *Server) serveLog(w http.ResponseWriter, r *http.Request, ri requestInfo
 	if err != nil {
 		return err
 	}
-	if pod.Spec.NodeName == "" {
-		// Not scheduled: no log yet, and no error either, as upstream.
+	host := ""
+	if pod.Spec.NodeName != "" {
+		if host, err = s.kubeletHost(r.Context(), pod.Spec.NodeName); err != nil && !errors.Is(err, errNoKubeletAPI) {
+			return err
+		}
+	}
+	if host == "" {
+		// Not scheduled, or on a simulated node, whose containers never
+		// write: no log, and no error either, as upstream before a pod
+		// is scheduled.
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusOK)
 		return nil
-	}
-	host, err := s.kubeletHost(r.Context(), pod.Spec.NodeName)
-	if err != nil {
-		return err
 	}
 	params := url.Values{}
 	setBool := func(name string, v bool) {
@@ -367,6 +386,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, ri request
 		return apierrors.NewBadRequest(fmt.Sprintf("pod %s does not have a host assigned", pod.Name))
 	}
 	host, err := s.kubeletHost(r.Context(), pod.Spec.NodeName)
+	if errors.Is(err, errNoKubeletAPI) {
+		return apierrors.NewBadRequest(fmt.Sprintf("pod %s runs on simulated node %s, which has no containers: %s is not possible", pod.Name, pod.Spec.NodeName, ri.subresource))
+	}
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,22 @@
 package apiserver
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/store"
 )
 
 func int64p(v int64) *int64 { return &v }
@@ -115,4 +124,75 @@ func asStatus(err error, st *apierrors.APIStatus) bool {
 		*st = s
 	}
 	return ok && s.Status().Code != http.StatusOK
+}
+
+// TestPodStreamsOfSimulatedNodes: a simulated node that reports no
+// kubelet endpoint has no kubelet API and made-up addresses, so nothing
+// is dialled for its pods: their log is empty and exec, attach and
+// port-forward are refused with a clear message. A node that is not
+// simulated, at the same address, is dialled (the listener sees it).
+func TestPodStreamsOfSimulatedNodes(t *testing.T) {
+	if simulatedAnnotation != simulator.AnnotationSimulated {
+		t.Fatalf("the API server reads simulated nodes by %q, the simulator marks them %q", simulatedAnnotation, simulator.AnnotationSimulated)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var dials atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			c.Close()
+		}
+	}()
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443, KubeletPort: ln.Addr().(*net.TCPAddr).Port})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); st.Close() })
+	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	ctx := context.Background()
+	for name, annotations := range map[string]map[string]string{"sim": {simulatedAnnotation: "true"}, "real": nil} {
+		n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "on-" + name}, Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := cs.CoreV1().Pods("default")
+	body, err := pods.GetLogs("on-sim", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || len(body) != 0 {
+		t.Errorf("log of a pod on a simulated node: %q, %v", body, err)
+	}
+	for _, sub := range []string{"exec", "attach", "portforward"} {
+		err := cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("on-sim").SubResource(sub).
+			Param("container", "c").Param("stdout", "true").Param("command", "true").Param("ports", "80").Do(ctx).Error()
+		if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "pod on-sim runs on simulated node sim, which has no containers: "+sub+" is not possible") {
+			t.Errorf("%s on a simulated node: %v", sub, err)
+		}
+	}
+	if n := dials.Load(); n != 0 {
+		t.Fatalf("%d connections for a simulated node's pod", n)
+	}
+	if _, err := pods.GetLogs("on-real", &corev1.PodLogOptions{}).DoRaw(ctx); err == nil || dials.Load() == 0 {
+		t.Errorf("log of a pod on a node that is not simulated: %v after %d connections, want a failed dial of the listener", err, dials.Load())
+	}
 }
