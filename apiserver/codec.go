@@ -8,8 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -238,6 +240,69 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 	setResourceVersion(obj, kv.Revision)
 	return obj, nil
 }
+
+// decodeStoredMeta decodes only the metadata of a built-in object stored
+// as protobuf, for a caller that needs nothing else (a metadata-only list
+// or watch, such as the garbage collector's informers): a Pod's spec and
+// status are three quarters of decoding it. ok is false where it cannot
+// (a custom object, a kind stored as another, JSON, an envelope of
+// another kind, metadata not in field 1 or there twice, anything
+// malformed); decodeStored then decodes it all and reports errors.
+func decodeStoredMeta(res *resource, kv store.KeyValue) (*metav1.PartialObjectMetadata, bool) {
+	if res.storage != nil || res.custom != nil || !metadataIsField1(res) {
+		return nil, false
+	}
+	gvk, raw, ok := protobufEnvelope(kv.Value)
+	if !ok || gvk != res.gvk() {
+		return nil, false
+	}
+	var metaBytes []byte
+	found := false
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return nil, false
+		}
+		raw = raw[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
+			return nil, false
+		}
+		if num == 1 {
+			if found || typ != protowire.BytesType {
+				return nil, false // merged occurrences: the full decode's business
+			}
+			metaBytes, _ = protowire.ConsumeBytes(raw[:n])
+			found = true
+		}
+		raw = raw[n:]
+	}
+	p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}}
+	if err := p.ObjectMeta.Unmarshal(metaBytes); err != nil {
+		return nil, false
+	}
+	setResourceVersion(p, kv.Revision)
+	return p, true
+}
+
+// metadataIsField1 says whether res's Go type keeps its ObjectMeta in
+// protobuf field 1, as every built-in kind does; decided once per
+// resource.
+func metadataIsField1(res *resource) bool {
+	if v, ok := metaField1.Load(res); ok {
+		return v.(bool)
+	}
+	t := reflect.TypeOf(res.newObject())
+	yes := false
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		if f, ok := t.Elem().FieldByName("ObjectMeta"); ok && f.Type == reflect.TypeOf(metav1.ObjectMeta{}) {
+			yes = strings.HasPrefix(f.Tag.Get("protobuf"), "bytes,1,")
+		}
+	}
+	metaField1.Store(res, yes)
+	return yes
+}
+
+var metaField1 sync.Map // *resource -> bool
 
 // decodeProtobuf is protobufSerializer.Decode(data, nil, into), for a
 // built-in object of the envelope's own kind without first copying the

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"bonsai.dev/bonsai/store"
@@ -68,6 +70,23 @@ func BenchmarkDecodeStored(b *testing.B) {
 	for b.Loop() {
 		if _, err := decodeStored(res, kv); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeStoredMeta is BenchmarkDecodeStored for a
+// metadata-only list or watch: the pod's metadata alone.
+func BenchmarkDecodeStoredMeta(b *testing.B) {
+	res := podResource(b)
+	raw, err := encodeForStore(res, benchPod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv := store.KeyValue{Key: "/pods/default/web", Value: raw, Revision: 7}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := decodeStoredMeta(res, kv); !ok {
+			b.Fatal("declined")
 		}
 	}
 }
@@ -199,6 +218,102 @@ func TestReadBodySizes(t *testing.T) {
 		}
 		if err != nil || !bytes.Equal(got, body) {
 			t.Errorf("%d bytes (length known: %v): %d bytes, %v", c.size, c.known, len(got), err)
+		}
+	}
+}
+
+// TestDecodeStoredMetaAgrees: the metadata decoded alone from a stored
+// object is the PartialObjectMetadata of the whole decoded object, for
+// random objects of every built-in kind; a cut or foreign value is
+// declined, for the whole decode to judge.
+func TestDecodeStoredMetaAgrees(t *testing.T) {
+	s, _ := newTestServer(t)
+	n := 0
+	for gvr, res := range s.reg.byGVR {
+		if res.custom != nil || res.storage != nil {
+			continue
+		}
+		for seed := int64(0); seed < 8; seed++ {
+			obj := randomObject(res, seed)
+			data, err := encodeForStore(res, obj)
+			if err != nil || !bytes.HasPrefix(data, protobufPrefix) {
+				continue
+			}
+			kv := store.KeyValue{Key: "/k", Value: data, Revision: uint64(100 + seed)}
+			full, err := decodeStored(res, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := decodeStoredMeta(res, kv)
+			if !ok {
+				t.Fatalf("%s seed %d: declined", gvr, seed)
+			}
+			if want := partialMetadata(full); !apiequality.Semantic.DeepEqual(got, want) {
+				t.Fatalf("%s seed %d:\ngot  %#v\nwant %#v", gvr, seed, got, want)
+			}
+			for _, cut := range [][]byte{data[:len(data)-1], data[:len(data)/2], data[:4]} {
+				if _, ok := decodeStoredMeta(res, store.KeyValue{Value: cut}); ok {
+					if _, err := decodeStored(res, store.KeyValue{Value: cut}); err != nil {
+						t.Fatalf("%s seed %d, %d bytes: metadata decoded from a value the whole decode refuses: %v", gvr, seed, len(cut), err)
+					}
+				}
+			}
+			n++
+		}
+	}
+	if n < 350 {
+		t.Fatalf("only %d objects compared", n)
+	}
+	cm := s.reg.byGVR[gvr("", "v1", "configmaps")]
+	pod := s.reg.byGVR[gvr("", "v1", "pods")]
+	data, err := encodeForStore(cm, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := decodeStoredMeta(pod, store.KeyValue{Value: data}); ok {
+		t.Error("a ConfigMap's value decoded as a Pod's metadata")
+	}
+	// Metadata twice (protobuf merges the two): declined.
+	pdata, err := encodeForStore(pod, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, raw, _ := protobufEnvelope(pdata)
+	extra, _ := (&metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}).Marshal()
+	raw = protowire.AppendBytes(protowire.AppendTag(append([]byte{}, raw...), 1, protowire.BytesType), extra)
+	u := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "Pod"}, Raw: raw}
+	ub, _ := u.Marshal()
+	if _, ok := decodeStoredMeta(pod, store.KeyValue{Value: append(append([]byte{}, protobufPrefix...), ub...)}); ok {
+		t.Error("metadata in two occurrences decoded from one")
+	}
+	if _, ok := decodeStoredMeta(pod, store.KeyValue{Value: []byte(`{"metadata":{"name":"x"}}`)}); ok {
+		t.Error("a JSON value decoded as protobuf metadata")
+	}
+}
+
+// TestListMetaOnly: a list decodes metadata alone only when it sends
+// nothing else and no field selector needs the rest.
+func TestListMetaOnly(t *testing.T) {
+	s, _ := newTestServer(t)
+	res := s.reg.byGVR[gvr("", "v1", "pods")]
+	data, err := encodeForStore(res, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"}}, Spec: corev1.PodSpec{NodeName: "n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := store.KeyValue{Key: "/registry/pods/default/p", Value: data, Revision: 7}
+	byNode, _ := fields.ParseSelector("spec.nodeName=n")
+	for _, c := range []struct {
+		o    listOptions
+		want bool
+	}{
+		{listOptions{metadataOnly: true, fields: fields.Everything()}, true},
+		{listOptions{metadataOnly: true}, true},
+		{listOptions{metadataOnly: true, fields: byNode}, false},
+		{listOptions{fields: fields.Everything()}, false},
+	} {
+		pm, ok := metaOnly(res, &c.o, kv)
+		if ok != c.want || ok && (pm.Name != "p" || pm.ResourceVersion != "7" || pm.Labels["a"] != "b") {
+			t.Errorf("%+v: %+v %v, want %v", c.o, pm, ok, c.want)
 		}
 	}
 }

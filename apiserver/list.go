@@ -31,6 +31,10 @@ type listOptions struct {
 	sendInitial     *bool
 	filtering       bool
 	resourceVersion uint64 // rv parsed, 0 when empty or "0"
+	// metadataOnly: the caller sends only each object's metadata (a
+	// PartialObjectMetadata list or watch), so listObjects may give
+	// PartialObjectMetadata decoded from the metadata alone.
+	metadataOnly bool
 }
 
 // parseListOptions reads a list's (watch false) or a watch's query and
@@ -175,6 +179,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, re
 	if err != nil {
 		return err
 	}
+	o.metadataOnly = format.metadataOnly()
 	items, lm, err := s.listObjects(r.Context(), res, ri.namespace, o)
 	if err != nil {
 		return err
@@ -257,6 +262,8 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 			var obj runtime.Object
 			if decoded != nil {
 				obj = decoded[i]
+			} else if pm, ok := metaOnly(res, &o, kv); ok {
+				obj = pm
 			} else if obj, err = decodeStored(res, kv); err != nil {
 				return nil, lm, apierrors.NewInternalError(err)
 			}
@@ -282,6 +289,15 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 		}
 		so = store.ListOptions{Continue: page.Continue, Limit: chunk}
 	}
+}
+
+// metaOnly is kv's object decoded from its metadata alone, when o lets
+// the list give metadata only: no field selector needs the rest.
+func metaOnly(res *resource, o *listOptions, kv store.KeyValue) (*metav1.PartialObjectMetadata, bool) {
+	if !o.metadataOnly || o.fields != nil && !o.fields.Empty() {
+		return nil, false
+	}
+	return decodeStoredMeta(res, kv)
 }
 
 func ptrTo[T any](v T) *T { return &v }

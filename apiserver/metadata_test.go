@@ -83,6 +83,19 @@ func TestMetadataClient(t *testing.T) {
 	if err != nil || len(list.Items) != 4 || list.ResourceVersion == "" {
 		t.Fatalf("list: %d items, %v", len(list.Items), err)
 	}
+	// Decoded from the metadata alone, it is the whole objects' metadata.
+	whole, err := e.cs.CoreV1().ConfigMaps("default").List(e.ctx, metav1.ListOptions{LabelSelector: "app=gc"})
+	if err != nil || len(whole.Items) != len(list.Items) {
+		t.Fatalf("typed list: %v", err)
+	}
+	for i := range whole.Items {
+		if !cmp.Equal(list.Items[i].ObjectMeta, whole.Items[i].ObjectMeta) {
+			t.Errorf("metadata list item %d differs from the object's metadata: %s", i, cmp.Diff(whole.Items[i].ObjectMeta, list.Items[i].ObjectMeta))
+		}
+	}
+	if one, err := cms.List(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=plain"}); err != nil || len(one.Items) != 1 || one.Items[0].Name != "plain" {
+		t.Fatalf("metadata list by field: %+v %v", one, err)
+	}
 	patched, err := cms.Patch(e.ctx, "plain", types.MergePatchType,
 		[]byte(fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"finalizers":["example.com/hold"]}}`, got.UID, got.ResourceVersion)), metav1.PatchOptions{})
 	if err != nil || !cmp.Equal(patched.Finalizers, []string{"example.com/hold"}) {

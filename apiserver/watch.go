@@ -74,6 +74,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if sendInitial {
 		lo := o
 		lo.limit, lo.cont, lo.rvMatch = 0, "", ""
+		lo.metadataOnly = format.metadataOnly()
 		if o.resourceVersion > 0 {
 			lo.rvMatch = metav1.ResourceVersionMatchNotOlderThan
 		}
