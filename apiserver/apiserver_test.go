@@ -67,13 +67,22 @@ func newTestServer(tb testing.TB) (*Server, store.Store) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
+	s, _ := newServerOn(tb, st, Config{})
+	return s, st
+}
+
+// newServerOn starts a server on st (closed with it) with cfg's other
+// settings, and an admin clientset of it.
+func newServerOn(tb testing.TB, st store.Store, cfg Config) (*Server, *kubernetes.Clientset) {
+	tb.Helper()
+	cfg.Store, cfg.AdvertiseAddress, cfg.SecurePort = st, netip.MustParseAddr("127.0.0.1"), 6443
+	s, err := New(cfg)
 	if err != nil {
 		st.Close()
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.Shutdown(); st.Close() })
-	return s, st
+	return s, kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
 }
 
 func newTestEnv(t *testing.T) *testEnv {

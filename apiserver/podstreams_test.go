@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/store"
 )
@@ -155,13 +152,7 @@ func TestPodStreamsOfSimulatedNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Store: st, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443, KubeletPort: ln.Addr().(*net.TCPAddr).Port})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); st.Close() })
-	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	_, cs := newServerOn(t, st, Config{KubeletPort: ln.Addr().(*net.TCPAddr).Port})
 	ctx := context.Background()
 	for name, annotations := range map[string]map[string]string{"sim": {simulatedAnnotation: "true"}, "real": nil} {
 		n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}, metav1.CreateOptions{})

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"net/netip"
 	"reflect"
 	"strings"
 	"sync"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -422,13 +420,7 @@ func TestWritesSkipTheStoredValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	counted := &skipCounter{Store: st, suffix: "/pods/default/p"}
-	s, err := New(Config{Store: counted, AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(); st.Close() })
-	cs := kubernetes.NewForConfigOrDie(s.ClientConfig(&authn.User{Name: "test-admin", Groups: []string{authn.GroupMasters}}))
+	_, cs := newServerOn(t, counted, Config{})
 	ctx := context.Background()
 	pods := cs.CoreV1().Pods("default")
 	if _, err := pods.Create(ctx, labelledPod("p"), metav1.CreateOptions{}); err != nil {
