@@ -155,6 +155,13 @@ type badgerStore struct {
 	failed error
 	closed bool
 
+	// reads lets Close wait for the reads under way: badger's tables must
+	// not go while a transaction still uses them (it dereferences a
+	// closed memtable). readsClosed is set under the write lock just
+	// before badger is closed.
+	reads       sync.RWMutex
+	readsClosed bool
+
 	committed atomic.Uint64 // every write at or below is durable and readable
 	written   atomic.Uint64 // every write at or below is in badger, maybe not yet synced
 	// lastEvent is the revision of the newest event. Compactions take
@@ -831,9 +838,10 @@ func (s *badgerStore) GetUnless(ctx context.Context, key string, have func(rev u
 	if err := ValidateKey(key); err != nil {
 		return KeyValue{}, err
 	}
-	if err := s.usable(); err != nil {
+	if err := s.beginRead(); err != nil {
 		return KeyValue{}, err
 	}
+	defer s.reads.RUnlock()
 	txn := s.db.NewTransactionAt(s.committed.Load(), false)
 	defer txn.Discard()
 	item, err := txn.Get([]byte(key))
@@ -853,6 +861,17 @@ func (s *badgerStore) GetUnless(ctx context.Context, key string, have func(rev u
 	return KeyValue{Key: key, Value: v, Revision: item.Version()}, nil
 }
 
+// beginRead is called before a read of badger; unless it fails (the
+// store is closed), s.reads.RUnlock must follow the read.
+func (s *badgerStore) beginRead() error {
+	s.reads.RLock()
+	if s.readsClosed {
+		s.reads.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
 func (s *badgerStore) usable() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -866,9 +885,10 @@ func (s *badgerStore) List(ctx context.Context, prefix string, opts ListOptions)
 	if err := ValidatePrefix(prefix); err != nil {
 		return ListResult{}, err
 	}
-	if err := s.usable(); err != nil {
+	if err := s.beginRead(); err != nil {
 		return ListResult{}, err
 	}
+	defer s.reads.RUnlock()
 	start, rev := prefix, opts.Revision
 	if opts.Continue != "" {
 		var err error
@@ -933,6 +953,10 @@ func (s *badgerStore) Watch(ctx context.Context, prefix string, rev uint64) (Wat
 
 // readLog serves watchers history from the revision log and MVCC reads.
 func (s *badgerStore) readLog(after, upTo uint64, limit int) ([]Event, error) {
+	if err := s.beginRead(); err != nil {
+		return nil, err
+	}
+	defer s.reads.RUnlock()
 	if after < s.compacted.Load() {
 		return nil, ErrCompacted
 	}
@@ -1007,6 +1031,9 @@ func (s *badgerStore) Compact(ctx context.Context, rev uint64) error {
 	if c := s.compacted.Load(); start <= c && s.logStart == 0 {
 		start = c + 1
 	}
+	if err := s.beginRead(); err != nil {
+		return err
+	}
 	read := s.db.NewTransactionAt(rev, false)
 	it := read.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	var keys [][]byte
@@ -1019,6 +1046,7 @@ func (s *badgerStore) Compact(ctx context.Context, rev uint64) error {
 	}
 	it.Close()
 	read.Discard()
+	s.reads.RUnlock()
 	if err := s.enqueue(&writeOp{kind: opCompact, target: rev, logKeys: keys}, nil); err != nil {
 		return err
 	}
@@ -1134,6 +1162,9 @@ func (s *badgerStore) Close() error {
 	close(s.stop)
 	s.wg.Wait()
 	s.hub.close()
+	s.reads.Lock()
+	s.readsClosed = true
+	s.reads.Unlock()
 	err := s.db.Close()
 	s.advisor.close()
 	return err

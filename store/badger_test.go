@@ -545,3 +545,54 @@ func TestBadgerGetUnless(t *testing.T) {
 		}
 	}
 }
+
+// Reads that race Close end with ErrClosed or succeed; none may reach
+// badger after it closed (it dereferences a closed memtable and the
+// process dies). The API server's background loops can still be reading
+// when a server shuts down.
+func TestBadgerReadsRacingClose(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := st.Create(ctx, "/registry/x/a", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		start := make(chan struct{})
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func(list bool) {
+				defer wg.Done()
+				<-start
+				for {
+					var err error
+					if list {
+						_, err = st.List(ctx, "/registry/x/", store.ListOptions{})
+					} else {
+						_, err = st.Get(ctx, "/registry/x/a")
+					}
+					if err != nil {
+						if !errors.Is(err, store.ErrClosed) {
+							errs <- err
+						}
+						return
+					}
+				}
+			}(i%2 == 0)
+		}
+		close(start)
+		time.Sleep(time.Millisecond)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: a read racing Close: %v", round, err)
+		}
+	}
+}
