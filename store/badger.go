@@ -178,6 +178,8 @@ type badgerStore struct {
 
 	hub     *watchHub
 	advisor *logAdvisor
+	// wal and vlogs sync badger's logs (see logSyncer).
+	wal, vlogs *logSyncer
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -242,12 +244,21 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		opts:    opts,
 		db:      db,
 		advisor: advisor,
+		wal:     newLogSyncer(dir, ".mem", 5),
+		vlogs:   newLogSyncer(dir, ".vlog", 6),
 		log:     opts.Logger,
 		index:   map[string]uint64{},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
 	if err := s.load(); err != nil {
+		db.Close()
+		advisor.close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	if err := errors.Join(s.wal.start(), s.vlogs.start()); err != nil {
+		s.wal.close()
+		s.vlogs.close()
 		db.Close()
 		advisor.close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
@@ -703,14 +714,12 @@ func (s *badgerStore) syncLoop(in <-chan syncBatch) {
 	}
 }
 
-// sync makes every write handed to badger durable. The value log is
-// synced alongside badger's Sync, which syncs the write-ahead log and then
-// the value log: by the time it reaches the value log, little or nothing
-// is left to write.
+// sync makes every write handed to badger durable: its write-ahead logs
+// and value logs, at the same time, outside badger's lock (see logSyncer).
 func (s *badgerStore) sync() error {
 	vlogErr := make(chan error, 1)
-	go func() { vlogErr <- s.advisor.syncVlog() }()
-	err := s.db.Sync()
+	go func() { vlogErr <- s.vlogs.sync() }()
+	err := s.wal.sync()
 	return errors.Join(err, <-vlogErr)
 }
 
@@ -1166,6 +1175,8 @@ func (s *badgerStore) Close() error {
 	s.readsClosed = true
 	s.reads.Unlock()
 	err := s.db.Close()
+	s.wal.close()
+	s.vlogs.close()
 	s.advisor.close()
 	return err
 }

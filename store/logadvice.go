@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,19 +30,11 @@ import (
 // directory with inotify and advises each new log's mapping as soon as it
 // appears in /proc/self/maps. The first appends to a new log may land
 // before the advice; that costs at most one read-ahead window per file.
-//
-// It also keeps the newest value log open, so that the committer can sync
-// it at the same time as badger syncs its write-ahead log (badger's Sync
-// does one after the other, which doubles a lone writer's wait).
 type logAdvisor struct {
 	dir    string
 	inotif *os.File
 	done   chan struct{}
 	mu     sync.Mutex // serializes scans of /proc/self/maps
-
-	vlogMu  sync.RWMutex
-	vlog    *os.File // the newest value log, or nil
-	vlogFid uint64
 }
 
 // startLogAdvisor watches dir for new logs. Call adviseAll once the
@@ -86,7 +77,6 @@ func (a *logAdvisor) run() {
 		}
 		for _, name := range created {
 			a.adviseWhenMapped(a.dir + "/" + name)
-			a.openVlog(name)
 		}
 	}
 }
@@ -101,52 +91,10 @@ func (a *logAdvisor) adviseWhenMapped(path string) {
 	}
 }
 
-// adviseAll advises every log of the directory that is mapped now, and
-// opens the newest value log.
+// adviseAll advises every log of the directory that is mapped now.
 func (a *logAdvisor) adviseAll() {
 	prefix := a.dir + "/"
 	a.advise(func(p string) bool { return strings.HasPrefix(p, prefix) && isLogFile(p) })
-	if names, err := filepath.Glob(prefix + "*.vlog"); err == nil {
-		for _, n := range names {
-			a.openVlog(filepath.Base(n))
-		}
-	}
-}
-
-// openVlog keeps name open if it is a value log newer than the one kept.
-func (a *logAdvisor) openVlog(name string) {
-	num, ok := strings.CutSuffix(name, ".vlog")
-	if !ok {
-		return
-	}
-	fid, err := strconv.ParseUint(num, 10, 32)
-	if err != nil {
-		return
-	}
-	a.vlogMu.Lock()
-	defer a.vlogMu.Unlock()
-	if fid <= a.vlogFid && a.vlog != nil {
-		return
-	}
-	f, err := os.Open(filepath.Join(a.dir, name))
-	if err != nil {
-		return // gone again; the next one will do
-	}
-	if a.vlog != nil {
-		a.vlog.Close()
-	}
-	a.vlog, a.vlogFid = f, fid
-}
-
-// syncVlog writes the newest value log's data to disk. fsync reaches the
-// pages badger wrote through its mapping: they are the file's pages.
-func (a *logAdvisor) syncVlog() error {
-	a.vlogMu.RLock()
-	defer a.vlogMu.RUnlock()
-	if a.vlog == nil {
-		return nil
-	}
-	return unix.Fdatasync(int(a.vlog.Fd()))
 }
 
 // advise applies MADV_RANDOM to the mappings whose file match, and says
@@ -200,10 +148,4 @@ func mappedRanges(match func(path string) bool) ([][2]uintptr, error) {
 func (a *logAdvisor) close() {
 	a.inotif.Close()
 	<-a.done
-	a.vlogMu.Lock()
-	if a.vlog != nil {
-		a.vlog.Close()
-		a.vlog = nil
-	}
-	a.vlogMu.Unlock()
 }
