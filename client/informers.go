@@ -202,15 +202,18 @@ func MetadataListWatch(cfg *rest.Config, meta metadata.Interface, gvr schema.Gro
 	lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		fallback := func(ctx context.Context) (watch.Interface, error) { return res.Watch(ctx, opts) }
 		opts.Watch = true
-		req := rc.Get().Resource(gvr.Resource).VersionedParams(&opts, metav1.ParameterCodec).SetHeader("Accept", partialMetadata)
+		req := rc.Get().Resource(gvr.Resource).VersionedParams(&opts, metav1.ParameterCodec).SetHeader("Accept", AcceptPartialMetadata)
 		return WatchHandedOver(ctx, req, exactCopy, fallback)
 	}
 	return lw
 }
 
-// partialMetadata asks for the PartialObjectMetadata of objects, as
+// AcceptPartialMetadata asks for the PartialObjectMetadata of objects, as
 // client-go's metadata client does (custom resources have no protobuf).
-const partialMetadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+// The API server answers writes in it too: a client that needs nothing
+// of the written object back but its metadata spares the server
+// encoding the rest.
+const AcceptPartialMetadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 // StripManagedFields is an informer transform that drops what no
 // controller reads and a cache of thousands of objects would otherwise

@@ -1,8 +1,10 @@
 package simulator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -693,5 +697,65 @@ func TestRestartAdoptsLeases(t *testing.T) {
 	got := calls.counts()
 	if got["GET"] != 1 || got["POST"] != 0 || got["GET one"] != 1 || got["PUT one"] < len(names) {
 		t.Fatalf("lease requests after the restart: %v; want one list, one read (the Lease someone else held), no create, an update per node", got)
+	}
+}
+
+// statusAnswers records what the server answers the simulator's pod
+// status writes.
+type statusAnswers struct {
+	rt   http.RoundTripper
+	mu   sync.Mutex
+	seen []string // each answer's content type and decoded kind
+}
+
+func (s *statusAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.rt.RoundTrip(r)
+	if err != nil || r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/status") || !strings.Contains(r.URL.Path, "/pods/") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	sch := runtime.NewScheme()
+	metav1.AddMetaToScheme(sch)
+	corev1.AddToScheme(sch)
+	kind := "undecodable"
+	if obj, gvk, err := serializer.NewCodecFactory(sch).UniversalDeserializer().Decode(body, nil, nil); err == nil {
+		kind = gvk.Kind
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Name == "" {
+			kind += " without a name"
+		}
+	}
+	s.mu.Lock()
+	s.seen = append(s.seen, resp.Header.Get("Content-Type")+" "+kind)
+	s.mu.Unlock()
+	return resp, nil
+}
+
+// The simulator uses nothing of a status write's answer, so it asks for
+// the pod's metadata alone and the server does not encode the whole pod.
+func TestPodStatusWriteAnswersOnlyMetadata(t *testing.T) {
+	e := newEnv(t)
+	rec := &statusAnswers{}
+	e.startSimulator(t, func(c *Config) {
+		cfg := rest.CopyConfig(c.RESTConfig)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { rec.rt = rt; return rec })
+		c.RESTConfig = cfg
+	})
+	e.createNode(t, simNode("n1", "10.42.1.0/24"))
+	e.createPod(t, "web", "n1", nil)
+	e.waitPodReady(t, "web")
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.seen) == 0 {
+		t.Fatal("no pod status write seen")
+	}
+	for _, s := range rec.seen {
+		if s != "application/vnd.kubernetes.protobuf PartialObjectMetadata" {
+			t.Errorf("a pod status write was answered with %q, want the pod's metadata in protobuf", s)
+		}
 	}
 }
