@@ -77,6 +77,9 @@ type Config struct {
 	// Its resources appear in node status and pods get their devices
 	// through it.
 	Devices *deviceplugin.Manager
+	// States, when set, is where the kubelet API finds the agent's pods
+	// once it runs (see PodStates).
+	States *PodStates
 	// ImageFS is a path on the file system the runtime keeps images on,
 	// watched by image garbage collection ("" = no collection).
 	ImageFS string

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -251,3 +252,51 @@ func (m *podManager) housekeeping(ctx context.Context) {
 
 func (m *podManager) podsDir() string { return filepath.Join(m.cfg.RootDir, "pods") }
 func (m *podManager) logsDir() string { return filepath.Join(m.cfg.RootDir, "logs") }
+
+// PodStates lets the kubelet API ask what the agent knows of the pods it
+// runs; the agent fills it in when it starts, and until then it knows
+// nothing.
+type PodStates struct {
+	m atomic.Pointer[podManager]
+}
+
+// Waiting is the reason container of the pod waits, as the agent last
+// reported it in the pod's status: false when the agent does not run the
+// pod, or the container does not wait.
+func (p *PodStates) Waiting(namespace, pod, container string) (string, bool) {
+	m := p.m.Load()
+	if m == nil {
+		return "", false
+	}
+	m.mu.Lock()
+	workers := make([]*podWorker, 0, len(m.workers))
+	for _, w := range m.workers {
+		workers = append(workers, w)
+	}
+	m.mu.Unlock()
+	for _, w := range workers {
+		if reason, ok := w.containerWaiting(namespace, pod, container); ok {
+			return reason, true
+		}
+	}
+	return "", false
+}
+
+// containerWaiting is the waiting reason of container in the worker's
+// newest pod status, if it is that pod's.
+func (w *podWorker) containerWaiting(namespace, pod, container string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pod
+	if p == nil || p.Namespace != namespace || p.Name != pod {
+		return "", false
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == container && cs.State.Waiting != nil {
+				return cs.State.Waiting.Reason, true
+			}
+		}
+	}
+	return "", false
+}

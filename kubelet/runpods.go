@@ -58,6 +58,9 @@ func (a *Agent) runPods(ctx context.Context) error {
 	cfg.nodeAllocatable = st.Allocatable
 	m := newPodManager(cfg)
 	m.net, m.ctx = network, ctx
+	if cfg.States != nil {
+		cfg.States.m.Store(m)
+	}
 	if a.shutdown != nil {
 		m.shutdown = a.shutdown
 		a.shutdown.setPods(m)

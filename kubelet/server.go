@@ -47,7 +47,11 @@ type ServerConfig struct {
 	// with no traffic for this long (the kubelet's
 	// streamingConnectionIdleTimeout, 4 h by default).
 	StreamIdleTimeout time.Duration
-	Logger            *slog.Logger
+	// Waiting, when set, says why a container the runtime has no
+	// instance of yet waits (PodStates.Waiting): the logs of such a
+	// container are refused with the kubelet's message for the reason.
+	Waiting func(namespace, pod, container string) (reason string, ok bool)
+	Logger  *slog.Logger
 }
 
 // Server is the kubelet API: /containerLogs, /exec, /attach,
@@ -251,7 +255,13 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 	case previous:
 		c = cs[1]
 	case len(cs) == 0:
-		http.Error(w, fmt.Sprintf("container %q in pod %q is waiting to start: ContainerCreating", container, pod), http.StatusBadRequest)
+		reason := "ContainerCreating"
+		if s.cfg.Waiting != nil {
+			if r, ok := s.cfg.Waiting(ns, pod, container); ok && r != "" {
+				reason = r
+			}
+		}
+		http.Error(w, fmt.Sprintf("container %q in pod %q is waiting to start: %s", container, pod, waitingMessage(reason)), http.StatusBadRequest)
 		return
 	default:
 		c = cs[0]
@@ -282,6 +292,19 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 	if err := readCRILog(r.Context(), c.LogPath, opts, fw, running); err != nil && r.Context().Err() == nil {
 		s.cfg.Logger.Debug("reading container log", "pod", ns+"/"+pod, "container", container, "err", err)
 	}
+}
+
+// waitingMessage is how the kubelet words a waiting reason in the answer
+// to a logs request: the two image pull failures in words, any other
+// reason as it is.
+func waitingMessage(reason string) string {
+	switch reason {
+	case "ErrImagePull":
+		return "image can't be pulled"
+	case "ImagePullBackOff":
+		return "trying and failing to pull image"
+	}
+	return reason
 }
 
 // parseLogQuery reads the containerLogs query: follow, previous,

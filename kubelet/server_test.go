@@ -138,8 +138,13 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	}
 
 	// The kubelet API, as cmd/bonsai serves it.
+	// No agent runs here; as the agent would, Waiting says that brief,
+	// which the test never creates, waits for its image.
+	waiting := func(ns, pod, container string) (string, bool) {
+		return "ImagePullBackOff", ns == "default" && pod == "web" && container == "brief"
+	}
 	ksrv := NewServer(ServerConfig{Runtime: rt, Cert: kcerts.Serving, ClientCAs: certs.CA.Pool(),
-		AuthorizedUsers: []string{pki.KubeletClientUser}, Logger: quiet})
+		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: waiting, Logger: quiet})
 	upgrades := &upgradeLog{}
 	kln, err := tls.Listen("tcp", "127.0.0.1:0", ksrv.TLSConfig())
 	if err != nil {
@@ -325,9 +330,10 @@ func TestStreamingThroughAPIServer(t *testing.T) {
 		if !apierrors.IsBadRequest(err) || err.Error() != "a container name must be specified for pod web, choose one of: [main ticker attach brief]" {
 			t.Errorf("no container: %v", err)
 		}
-		// brief has not started: waiting, as the kubelet says of it.
+		// brief has not started: waiting, in the kubelet's words for
+		// the agent's reason.
 		_, err = e.logs(t, corev1.PodLogOptions{Container: "brief"})
-		if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `container "brief" in pod "web" is waiting to start`) {
+		if !apierrors.IsBadRequest(err) || err.Error() != `container "brief" in pod "web" is waiting to start: trying and failing to pull image` {
 			t.Errorf("not started: %v", err)
 		}
 	})

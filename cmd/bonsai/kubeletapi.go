@@ -30,11 +30,12 @@ func kubeletClientTLS(certs *pki.KubeletCerts, ca *pki.Authority) *tls.Config {
 
 // startKubeletAPI serves this host's kubelet API on ln until ctx ends.
 // Only the API server's kubelet-client identity and system:masters may
-// call it. rt is nil for a node without containers (--runtime=simulated).
-func startKubeletAPI(ctx context.Context, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, log *slog.Logger) {
+// call it. rt is nil for a node without containers (--runtime=simulated);
+// states are the agent's pods.
+func startKubeletAPI(ctx context.Context, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, states *kubelet.PodStates, log *slog.Logger) {
 	srv := kubelet.NewServer(kubelet.ServerConfig{
 		Runtime: rt, Cert: certs.Serving, ClientCAs: ca.Pool(),
-		AuthorizedUsers: []string{pki.KubeletClientUser}, Logger: log,
+		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: states.Waiting, Logger: log,
 	})
 	go func() {
 		if err := srv.Serve(ctx, ln); err != nil {

@@ -193,7 +193,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if !cfg.DisableAgent {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
-		serveKubeletAPI := func(rt cri.Runtime) { startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, rt, log) }
+		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates) {
+			startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, rt, states, log)
+		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
@@ -348,7 +350,7 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 // identity through the whole handler chain.
 // The returned stop ends what the agent started outside the process
 // (its runtime connection, a containerd of its own); pods keep running.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime), log *slog.Logger) func() {
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates), log *slog.Logger) func() {
 	stop := func() {}
 	kcfg := kubelet.Config{
 		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
@@ -391,7 +393,8 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		}
 		kcfg.Devices = startDevices(ctx, cfg, api, log)
 	}
-	serveKubeletAPI(kcfg.Runtime)
+	kcfg.States = &kubelet.PodStates{}
+	serveKubeletAPI(kcfg.Runtime, kcfg.States)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {
