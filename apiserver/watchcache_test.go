@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,47 @@ func TestEventCacheKeepsRecentEvents(t *testing.T) {
 	has(5, 6, 7) // 4 went too; 6 and 7 are young enough to stay past keep
 	add(8)
 	has(6, 7, 8)
+}
+
+// TestEventCacheDropsOldRevisionsFirst: a watcher far behind the others
+// reads old events; they must not push out the newest ones, which writes
+// read their objects from.
+func TestEventCacheDropsOldRevisionsFirst(t *testing.T) {
+	c := newEventCache(2, 4, time.Hour)
+	res := &resource{}
+	add := func(rev uint64) *sharedEvent {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.addLocked(sharedEventKey{res, rev})
+	}
+	kept := func() []uint64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var revs []uint64
+		for k := range c.m {
+			revs = append(revs, k.rev)
+		}
+		slices.Sort(revs)
+		return revs
+	}
+	for _, rev := range []uint64{10, 11, 12} {
+		add(rev)
+	}
+	add(3) // a lagging watcher's event, with room for it
+	if got := kept(); !slices.Equal(got, []uint64{3, 10, 11, 12}) {
+		t.Fatalf("kept %v", got)
+	}
+	add(13) // full: the lowest revision goes, not the one added first
+	if got := kept(); !slices.Equal(got, []uint64{10, 11, 12, 13}) {
+		t.Fatalf("after 13: kept %v, want [10 11 12 13]", got)
+	}
+	// Older than everything a full cache holds: the caller's alone.
+	if e := add(4); e == nil {
+		t.Fatal("no entry for an old event")
+	}
+	if got := kept(); !slices.Equal(got, []uint64{10, 11, 12, 13}) {
+		t.Fatalf("an old event pushed out a newer one: kept %v", got)
+	}
 }
 
 // TestProtobufBytes checks the one-buffer encoding against the
