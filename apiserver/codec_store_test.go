@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"bonsai.dev/bonsai/store"
 )
@@ -147,41 +148,48 @@ func TestDecodeProtobufAgrees(t *testing.T) {
 	s, _ := newTestServer(t)
 	var other runtime.Object = &corev1.ConfigMap{}
 	n := 0
+	randomBuiltins(s, func(gvr schema.GroupVersionResource, res *resource, seed int64, obj runtime.Object) {
+		var buf bytes.Buffer
+		if err := protobufSerializer.Encode(obj, &buf); err != nil {
+			return // kinds without a protobuf encoding
+		}
+		data := buf.Bytes()
+		// The envelope is read in place: the object's bytes are
+		// data's own.
+		gvk, raw, ok := protobufEnvelope(data)
+		if !ok || gvk != res.gvk() || len(raw) == 0 || !aliases(data, raw) {
+			t.Fatalf("%s seed %d: envelope %v %v, %d bytes not data's", gvr, seed, gvk, ok, len(raw))
+		}
+		for _, in := range [][]byte{data, data[:len(data)/2], data[:4], append(append([]byte{}, protobufPrefix...), 0x12, 0)} {
+			for _, target := range []runtime.Object{res.newObject(), other.DeepCopyObject()} {
+				want, got := target.DeepCopyObject(), target.DeepCopyObject()
+				_, _, wantErr := protobufSerializer.Decode(in, nil, want)
+				gotErr := decodeProtobuf(in, got)
+				if (wantErr == nil) != (gotErr == nil) {
+					t.Fatalf("%s seed %d, %d bytes into %T: error %v, want %v", gvr, seed, len(in), target, gotErr, wantErr)
+				}
+				if wantErr == nil && !apiequality.Semantic.DeepEqual(got, want) {
+					t.Fatalf("%s seed %d, %d bytes into %T:\ngot  %#v\nwant %#v", gvr, seed, len(in), target, got, want)
+				}
+				n++
+			}
+		}
+	})
+	if n < 500 {
+		t.Fatalf("only %d decodes compared", n)
+	}
+}
+
+// randomBuiltins calls f with eight random objects of every built-in
+// kind the server stores itself.
+func randomBuiltins(s *Server, f func(gvr schema.GroupVersionResource, res *resource, seed int64, obj runtime.Object)) {
 	for gvr, res := range s.reg.byGVR {
 		if res.custom != nil || res.storage != nil {
 			continue
 		}
 		for seed := int64(0); seed < 8; seed++ {
-			obj := randomObject(res, seed)
-			var buf bytes.Buffer
-			if err := protobufSerializer.Encode(obj, &buf); err != nil {
-				continue // kinds without a protobuf encoding
-			}
-			data := buf.Bytes()
-			// The envelope is read in place: the object's bytes are
-			// data's own.
-			gvk, raw, ok := protobufEnvelope(data)
-			if !ok || gvk != res.gvk() || len(raw) == 0 || !aliases(data, raw) {
-				t.Fatalf("%s seed %d: envelope %v %v, %d bytes not data's", gvr, seed, gvk, ok, len(raw))
-			}
-			for _, in := range [][]byte{data, data[:len(data)/2], data[:4], append(append([]byte{}, protobufPrefix...), 0x12, 0)} {
-				for _, target := range []runtime.Object{res.newObject(), other.DeepCopyObject()} {
-					want, got := target.DeepCopyObject(), target.DeepCopyObject()
-					_, _, wantErr := protobufSerializer.Decode(in, nil, want)
-					gotErr := decodeProtobuf(in, got)
-					if (wantErr == nil) != (gotErr == nil) {
-						t.Fatalf("%s seed %d, %d bytes into %T: error %v, want %v", gvr, seed, len(in), target, gotErr, wantErr)
-					}
-					if wantErr == nil && !apiequality.Semantic.DeepEqual(got, want) {
-						t.Fatalf("%s seed %d, %d bytes into %T:\ngot  %#v\nwant %#v", gvr, seed, len(in), target, got, want)
-					}
-					n++
-				}
-			}
+			f(gvr, res, seed, randomObject(res, seed))
 		}
-	}
-	if n < 500 {
-		t.Fatalf("only %d decodes compared", n)
 	}
 }
 
@@ -229,38 +237,32 @@ func TestReadBodySizes(t *testing.T) {
 func TestDecodeStoredMetaAgrees(t *testing.T) {
 	s, _ := newTestServer(t)
 	n := 0
-	for gvr, res := range s.reg.byGVR {
-		if res.custom != nil || res.storage != nil {
-			continue
+	randomBuiltins(s, func(gvr schema.GroupVersionResource, res *resource, seed int64, obj runtime.Object) {
+		data, err := encodeForStore(res, obj)
+		if err != nil || !bytes.HasPrefix(data, protobufPrefix) {
+			return
 		}
-		for seed := int64(0); seed < 8; seed++ {
-			obj := randomObject(res, seed)
-			data, err := encodeForStore(res, obj)
-			if err != nil || !bytes.HasPrefix(data, protobufPrefix) {
-				continue
-			}
-			kv := store.KeyValue{Key: "/k", Value: data, Revision: uint64(100 + seed)}
-			full, err := decodeStored(res, kv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, ok := decodeStoredMeta(res, kv)
-			if !ok {
-				t.Fatalf("%s seed %d: declined", gvr, seed)
-			}
-			if want := partialMetadata(full); !apiequality.Semantic.DeepEqual(got, want) {
-				t.Fatalf("%s seed %d:\ngot  %#v\nwant %#v", gvr, seed, got, want)
-			}
-			for _, cut := range [][]byte{data[:len(data)-1], data[:len(data)/2], data[:4]} {
-				if _, ok := decodeStoredMeta(res, store.KeyValue{Value: cut}); ok {
-					if _, err := decodeStored(res, store.KeyValue{Value: cut}); err != nil {
-						t.Fatalf("%s seed %d, %d bytes: metadata decoded from a value the whole decode refuses: %v", gvr, seed, len(cut), err)
-					}
+		kv := store.KeyValue{Key: "/k", Value: data, Revision: uint64(100 + seed)}
+		full, err := decodeStored(res, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := decodeStoredMeta(res, kv)
+		if !ok {
+			t.Fatalf("%s seed %d: declined", gvr, seed)
+		}
+		if want := partialMetadata(full); !apiequality.Semantic.DeepEqual(got, want) {
+			t.Fatalf("%s seed %d:\ngot  %#v\nwant %#v", gvr, seed, got, want)
+		}
+		for _, cut := range [][]byte{data[:len(data)-1], data[:len(data)/2], data[:4]} {
+			if _, ok := decodeStoredMeta(res, store.KeyValue{Value: cut}); ok {
+				if _, err := decodeStored(res, store.KeyValue{Value: cut}); err != nil {
+					t.Fatalf("%s seed %d, %d bytes: metadata decoded from a value the whole decode refuses: %v", gvr, seed, len(cut), err)
 				}
 			}
-			n++
 		}
-	}
+		n++
+	})
 	if n < 350 {
 		t.Fatalf("only %d objects compared", n)
 	}
