@@ -341,6 +341,13 @@ func (s instrumentedStore) Update(ctx context.Context, key string, value []byte,
 	return newRev, err
 }
 
+func (s instrumentedStore) Replace(ctx context.Context, key string, value []byte, rev uint64, prev []byte) (uint64, error) {
+	start := time.Now()
+	newRev, err := store.Replace(ctx, s.Store, key, value, rev, prev)
+	s.observe(opUpdate, key, start)
+	return newRev, err
+}
+
 func (s instrumentedStore) Delete(ctx context.Context, key string, rev uint64) (store.KeyValue, error) {
 	start := time.Now()
 	kv, err := s.Store.Delete(ctx, key, rev)

@@ -754,7 +754,7 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 		return obj, nil
 	}
 	done := s.events.offer(res, data, obj)
-	newRev, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev)
+	newRev, err := store.Replace(ctx, s.cfg.Store, res.key(ri.namespace, ri.name), data, rev, wc.stored)
 	done(newRev)
 	if err != nil {
 		return nil, storeError(err, res, ri.name)

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
+
+	"bonsai.dev/bonsai/store"
 )
 
 // scaleOf reads the Scale of a workload or custom object.
@@ -191,10 +193,11 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		obj, rev, err := s.getObject(ctx, res, ri.namespace, ri.name)
+		obj, kv, err := s.getStored(ctx, res, ri.namespace, ri.name)
 		if err != nil {
 			return err
 		}
+		rev := kv.Revision
 		pod := obj.(*corev1.Pod)
 		if pod.DeletionTimestamp != nil {
 			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", ri.name))
@@ -215,7 +218,7 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 			return apierrors.NewInternalError(err)
 		}
 		done := s.events.offer(res, data, pod)
-		newRev, err := s.cfg.Store.Update(ctx, res.key(ri.namespace, ri.name), data, rev)
+		newRev, err := store.Replace(ctx, s.cfg.Store, res.key(ri.namespace, ri.name), data, rev, kv.Value)
 		done(newRev)
 		if err != nil {
 			if apierrors.IsConflict(storeError(err, res, ri.name)) && attempt < maxUnconditionalRetries {

@@ -50,6 +50,12 @@ func (w writeNotes) Update(ctx context.Context, key string, value []byte, rev ui
 	return nrev, err
 }
 
+func (w writeNotes) Replace(ctx context.Context, key string, value []byte, rev uint64, prev []byte) (uint64, error) {
+	nrev, err := store.Replace(ctx, w.Store, key, value, rev, prev)
+	w.note(key, nrev)
+	return nrev, err
+}
+
 func (w writeNotes) Delete(ctx context.Context, key string, rev uint64) (store.KeyValue, error) {
 	kv, err := w.Store.Delete(ctx, key, rev)
 	w.note(key, kv.Revision)

@@ -136,8 +136,11 @@ type writeOp struct {
 	// compaction: discard history at and below target, deleting logKeys.
 	target  uint64
 	logKeys [][]byte
+	// prev is the value the op replaces: the caller's (prevKnown), or
+	// read by the committer.
+	prev      []byte
+	prevKnown bool
 	// results
-	prev []byte
 	err  error
 	done chan struct{}
 }
@@ -600,10 +603,20 @@ func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uin
 }
 
 func (s *badgerStore) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	return s.update(&writeOp{kind: opPut, key: key, value: value, event: Modified}, rev)
+}
+
+// Replace is Update with the value it replaces known: the committer
+// does not read it back from badger for the event.
+func (s *badgerStore) Replace(ctx context.Context, key string, value []byte, rev uint64, prev []byte) (uint64, error) {
+	return s.update(&writeOp{kind: opPut, key: key, value: value, event: Modified, prev: prev, prevKnown: true}, rev)
+}
+
+func (s *badgerStore) update(op *writeOp, rev uint64) (uint64, error) {
+	key := op.key
 	if err := ValidateKey(key); err != nil {
 		return 0, err
 	}
-	op := &writeOp{kind: opPut, key: key, value: value, event: Modified}
 	err := s.enqueue(op, func(cur uint64) error {
 		switch {
 		case cur == 0:
@@ -792,7 +805,7 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 			}
 			continue
 		}
-		if op.event != Added {
+		if op.event != Added && !op.prevKnown {
 			prev, ok := inBatch[op.key]
 			if !ok {
 				item, err := readTxn.Get([]byte(op.key))
@@ -842,10 +855,18 @@ func (s *badgerStore) Get(ctx context.Context, key string) (KeyValue, error) {
 }
 
 // GetUnless reads the value from the value log (a copy, its checksum
-// verified) only when have says it is needed.
+// verified) only when have says it is needed. When the key's last write
+// is committed, the key index gives its revision without a read of
+// badger's tables: a write that finds the object in the API server's
+// cache of recent writes costs no read at all.
 func (s *badgerStore) GetUnless(ctx context.Context, key string, have func(rev uint64) bool) (KeyValue, error) {
 	if err := ValidateKey(key); err != nil {
 		return KeyValue{}, err
+	}
+	if have != nil {
+		if rev, ok := s.committedRevision(key); ok && have(rev) {
+			return KeyValue{Key: key, Revision: rev}, nil
+		}
 	}
 	if err := s.beginRead(); err != nil {
 		return KeyValue{}, err
@@ -868,6 +889,22 @@ func (s *badgerStore) GetUnless(ctx context.Context, key string, have func(rev u
 		return KeyValue{}, err
 	}
 	return KeyValue{Key: key, Value: v, Revision: item.Version()}, nil
+}
+
+// committedRevision is the revision of key's last write when that write
+// is committed: what a read at the committed revision would find, as of
+// the moment the index was consulted. committed is loaded first, so a
+// write the index shows at or below it was durable and readable by then,
+// and no later write of the key had been queued. ok is false for a key
+// deleted or never written, for one whose last write is still on its way
+// to disk, and once the store is closed: the caller reads badger.
+func (s *badgerStore) committedRevision(key string) (uint64, bool) {
+	committed := s.committed.Load()
+	s.mu.Lock()
+	rev, ok := s.index[key]
+	closed := s.closed
+	s.mu.Unlock()
+	return rev, ok && !closed && rev <= committed
 }
 
 // beginRead is called before a read of badger; unless it fails (the

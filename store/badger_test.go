@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -543,6 +545,64 @@ func TestBadgerGetUnless(t *testing.T) {
 		if kv, err = store.GetUnless(ctx, st, key, nil); err != nil || !bytes.Equal(kv.Value, val) {
 			t.Errorf("%d bytes, no have: %d bytes, %v", size, len(kv.Value), err)
 		}
+	}
+}
+
+// TestBadgerGetUnlessFollowsWrites checks the read that takes a key's
+// revision from the index against writes in flight: every read sees at
+// least the revision acknowledged before it began, never one the store
+// has not made durable, and a deleted key is gone at once.
+func TestBadgerGetUnlessFollowsWrites(t *testing.T) {
+	st := openBadger(t, store.BadgerOptions{Dir: t.TempDir()})
+	ctx := context.Background()
+	const key = "/registry/x/busy"
+	rev, err := st.Create(ctx, key, []byte("0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked atomic.Uint64
+	acked.Store(rev)
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			r, err := st.Update(ctx, key, []byte(strconv.Itoa(i)), acked.Load())
+			if err != nil {
+				writerDone <- err
+				return
+			}
+			acked.Store(r)
+		}
+	}()
+	for i := 0; i < 2000; i++ {
+		before := acked.Load()
+		kv, err := store.GetUnless(ctx, st, key, func(uint64) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		current, err := st.CurrentRevision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv.Revision < before || kv.Revision > current || kv.Value != nil {
+			t.Fatalf("read %d: revision %d with %d bytes; acknowledged before it %d, committed after it %d", i, kv.Revision, len(kv.Value), before, current)
+		}
+	}
+	close(stop)
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Delete(ctx, key, acked.Load()); err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := store.GetUnless(ctx, st, key, func(uint64) bool { t.Error("have called for a deleted key"); return true }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted key: %+v, %v", kv, err)
 	}
 }
 

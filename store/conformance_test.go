@@ -108,6 +108,12 @@ func testCRUD(t *testing.T, open func(*testing.T, int) store.Store) {
 	if _, err := s.Update(ctx, "/registry/core/configmaps/default/a", []byte("v3"), r1); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("stale update: %v, want ErrConflict", err)
 	}
+	if _, err := store.Replace(ctx, s, "/registry/core/configmaps/default/a", []byte("v3"), r1, []byte("v1")); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale replace: %v, want ErrConflict", err)
+	}
+	if _, err := store.Replace(ctx, s, "/registry/core/configmaps/default/missing", []byte("v"), 1, []byte("v")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("replace missing: %v, want ErrNotFound", err)
+	}
 	if _, err := s.Update(ctx, "/registry/core/configmaps/default/missing", []byte("v"), 1); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update missing: %v, want ErrNotFound", err)
 	}
@@ -296,7 +302,15 @@ func writeMix(t *testing.T, s store.Store, prefix string, n int) []store.Event {
 			delete(revs, k)
 			delete(vals, k)
 		default:
-			r, err := s.Update(ctx, k, v, revs[k])
+			// Every other update hands the store the value it
+			// replaces: the event must carry it all the same.
+			var r uint64
+			var err error
+			if i%2 == 0 {
+				r, err = store.Replace(ctx, s, k, v, revs[k], vals[k])
+			} else {
+				r, err = s.Update(ctx, k, v, revs[k])
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -70,6 +70,23 @@ func GetUnless(ctx context.Context, st Store, key string, have func(rev uint64) 
 	return st.Get(ctx, key)
 }
 
+// Replacer is implemented by stores that can take the value a
+// conditional update replaces from its caller, who read it at rev,
+// instead of reading it back for the change's event (Event.PrevValue).
+// prev must be the value stored at rev: the store trusts it.
+type Replacer interface {
+	Replace(ctx context.Context, key string, value []byte, rev uint64, prev []byte) (uint64, error)
+}
+
+// Replace is st's Replace, or its Update when it has none or prev is
+// nil.
+func Replace(ctx context.Context, st Store, key string, value []byte, rev uint64, prev []byte) (uint64, error) {
+	if r, ok := st.(Replacer); ok && prev != nil {
+		return r.Replace(ctx, key, value, rev, prev)
+	}
+	return st.Update(ctx, key, value, rev)
+}
+
 // KeyValue is a key at one revision. For a deleted key returned by Delete,
 // Value is its last value and Revision the revision of the deletion.
 type KeyValue struct {
