@@ -331,6 +331,119 @@ func decodeProtobuf(data []byte, into runtime.Object) error {
 	return err
 }
 
+// decodeStatusWrite decodes a protobuf status write of a built-in kind
+// into obj without its spec, which a status write never keeps (the
+// stored object's stays): a Pod's spec is most of its encoding and of
+// the time decoding it takes. spec decodes the request's spec into obj
+// after all, for a reader of the request's whole object (a mutating
+// webhook). ok is false, and obj untouched, where this does not apply:
+// another encoding, a kind whose message does not hold metadata, spec
+// and status as fields 1, 2 and 3, or a body the full decode should
+// judge.
+func decodeStatusWrite(r *http.Request, body []byte, obj runtime.Object) (spec func() error, ok bool) {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/vnd.kubernetes.protobuf" {
+		return nil, false
+	}
+	specField, layout := statusLayout(obj)
+	u, isMessage := obj.(interface {
+		Reset()
+		protoMessage
+	})
+	if !layout || !isMessage {
+		return nil, false
+	}
+	gvk, raw, ok := protobufEnvelope(body)
+	if !ok || gvk.Kind == "" || gvk.Version == "" {
+		return nil, false
+	}
+	if kinds, _, err := scheme.Scheme.ObjectKinds(obj); err != nil || !slices.Contains(kinds, gvk) {
+		return nil, false
+	}
+	kept := make([]byte, 0, len(raw))
+	var specBytes []byte
+	found := false
+	for b := raw; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, false
+		}
+		if num == 2 {
+			if found || typ != protowire.BytesType {
+				return nil, false // merged occurrences: the full decode's business
+			}
+			specBytes, _ = protowire.ConsumeBytes(b[n : n+m])
+			found = true
+		} else {
+			kept = append(kept, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	u.Reset()
+	if err := u.Unmarshal(kept); err != nil {
+		return nil, false
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return func() error {
+		spec := reflect.ValueOf(obj).Elem().Field(specField).Addr().Interface().(protoMessage)
+		if err := spec.Unmarshal(specBytes); err != nil {
+			return apierrors.NewBadRequest("error decoding protobuf request body: " + err.Error())
+		}
+		return nil
+	}, true
+}
+
+// protoMessage is a generated type's protobuf decoder.
+type protoMessage interface{ Unmarshal([]byte) error }
+
+// statusLayouts caches statusLayout's answer by Go type.
+var statusLayouts sync.Map // reflect.Type -> int
+
+// statusLayout is the index of the Spec field of obj's struct when its
+// protobuf message holds metadata, spec and status as fields 1, 2 and 3.
+func statusLayout(obj runtime.Object) (spec int, ok bool) {
+	t := reflect.TypeOf(obj)
+	i, cached := statusLayouts.Load(t)
+	if !cached {
+		i, _ = statusLayouts.LoadOrStore(t, findStatusLayout(t))
+	}
+	return i.(int), i.(int) >= 0
+}
+
+func findStatusLayout(t reflect.Type) int {
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return -1
+	}
+	st := t.Elem()
+	want := map[string]string{"ObjectMeta": "1,metadata", "Spec": "2,spec", "Status": "3,status"}
+	spec, seen := -1, 0
+	for i := 0; i < st.NumField(); i++ {
+		f := st.Field(i)
+		w, ok := want[f.Name]
+		if !ok {
+			continue
+		}
+		parts := strings.Split(f.Tag.Get("protobuf"), ",")
+		if len(parts) < 4 || parts[0] != "bytes" || parts[1]+","+strings.TrimPrefix(parts[3], "name=") != w {
+			return -1
+		}
+		if f.Name == "Spec" {
+			if _, ok := reflect.New(f.Type).Interface().(protoMessage); !ok {
+				return -1
+			}
+			spec = i
+		}
+		seen++
+	}
+	if seen != len(want) {
+		return -1
+	}
+	return spec
+}
+
 // protobufEnvelope reads a protobuf envelope (the prefix, then a
 // runtime.Unknown): its type and the object's bytes, a slice of data.
 func protobufEnvelope(data []byte) (gvk schema.GroupVersionKind, raw []byte, ok bool) {

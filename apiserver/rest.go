@@ -568,8 +568,14 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 			}
 		} else {
 			obj = res.newObject()
-			if err := decodeRequest(w, r, body, obj, fv); err != nil {
-				return err
+			decoded := false
+			if ri.subresource == "status" && res.custom == nil {
+				wc.requestSpec, decoded = decodeStatusWrite(r, body, obj)
+			}
+			if !decoded {
+				if err := decodeRequest(w, r, body, obj, fv); err != nil {
+					return err
+				}
 			}
 			if err := checkKind(obj, res); err != nil {
 				return err

@@ -39,6 +39,10 @@ type writeCtx struct {
 	// when the request read it: the no-op check compares with it rather
 	// than encoding the old object again.
 	stored []byte
+	// requestSpec, set when a status write was decoded without its spec,
+	// decodes the spec into the request's object for admission that
+	// reads the whole of it.
+	requestSpec func() error
 	// undo gives back what the strategy took in the store for this write
 	// (a Service's cluster IP and node ports) if the write fails; release
 	// gives back what the stored object no longer holds once it is stored.

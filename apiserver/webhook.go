@@ -283,6 +283,15 @@ func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1
 	if !ok {
 		return nil
 	}
+	if wc.requestSpec != nil {
+		// Webhooks see the request's object whole.
+		if hooks, err := s.webhooks.mutating.get(ctx); err != nil || len(hooks) > 0 {
+			if err := wc.requestSpec(); err != nil {
+				return err
+			}
+			wc.requestSpec = nil
+		}
+	}
 	// A webhook may not move the object to another namespace.
 	defer func() {
 		if err == nil && m.GetNamespace() != a.namespace {

@@ -849,3 +849,61 @@ func TestMutatingWebhookOnDelete(t *testing.T) {
 		t.Fatalf("allowed delete: %d calls", len(h.calls()))
 	}
 }
+
+// TestStatusWriteSpec checks protobuf status writes, which the server
+// decodes without their spec: the stored spec stays whatever the request
+// sends, and a mutating webhook on pods/status still sees the request's
+// object whole, spec included, as kube-apiserver sends it.
+func TestStatusWriteSpec(t *testing.T) {
+	e := newTestEnv(t)
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	pod, err := cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(image string, phase corev1.PodPhase) *corev1.Pod {
+		t.Helper()
+		p := pod.DeepCopy()
+		p.Spec.Containers[0].Image = image
+		p.Status.Phase = phase
+		got, err := cs.CoreV1().Pods("default").UpdateStatus(e.ctx, p, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Containers[0].Image != "busybox" || got.Status.Phase != phase {
+			t.Fatalf("status write with image %s: answer has image %s, phase %s", image, got.Spec.Containers[0].Image, got.Status.Phase)
+		}
+		stored, err := e.cs.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Spec.Containers[0].Image != "busybox" || stored.Status.Phase != phase || len(stored.Spec.Containers[0].TerminationMessagePath) == 0 {
+			t.Fatalf("status write with image %s: stored image %s, phase %s, terminationMessagePath %q", image, stored.Spec.Containers[0].Image, stored.Status.Phase, stored.Spec.Containers[0].TerminationMessagePath)
+		}
+		return got
+	}
+	pod = write("sent-without-webhook", corev1.PodPending)
+
+	h := newHookServer(t, nil)
+	e.mutating(t, "status-spec", mutatingHook(urlHook("status.example.com", h, rule(opsUpdate, "", "v1", "pods/status"))))
+	pod = write("sent-to-webhook", corev1.PodRunning)
+	calls := h.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d webhook calls, want 1", len(calls))
+	}
+	var seen corev1.Pod
+	if err := json.Unmarshal(calls[0].Object.Raw, &seen); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen.Spec.Containers) != 1 {
+		t.Fatalf("webhook saw containers %+v", seen.Spec.Containers)
+	}
+	if seen.Spec.Containers[0].Image != "sent-to-webhook" || seen.Status.Phase != corev1.PodRunning || calls[0].SubResource != "status" {
+		t.Errorf("webhook saw image %q, phase %q, subresource %q", seen.Spec.Containers[0].Image, seen.Status.Phase, calls[0].SubResource)
+	}
+}
