@@ -253,6 +253,13 @@ func TestWorkloads(t *testing.T) {
 			t.Helper()
 			return runPod(t, k, "default", 60*time.Second, "lookup", "--image="+app1, "--command", "--", "nslookup", name)
 		}
+		// The headless Service's own slice is written apart from web's:
+		// its records follow once it lists both pods ready.
+		waitFor(t, 30*time.Second, "both pods ready in web-headless's EndpointSlice", func() bool {
+			got := k.run("get", "endpointslices", "-l", "kubernetes.io/service-name=web-headless", "-o",
+				`jsonpath={range .items[*].endpoints[*]}{.targetRef.name}={.conditions.ready}{"\n"}{end}`).stdout
+			return strings.Contains(got, pods[0]+"=true") && strings.Contains(got, pods[1]+"=true")
+		})
 		out := lookup("web-headless.default.svc.cluster.local.")
 		wantContains(t, "headless lookup", out, "Address: "+ips[pods[0]]+"\n", "Address: "+ips[pods[1]]+"\n")
 
