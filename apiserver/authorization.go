@@ -159,7 +159,7 @@ func (s *Server) withAuthorization(next http.Handler) http.Handler {
 		if err != nil {
 			s.log.Debug("authorization error", "user", u.Name, "err", err)
 		}
-		if _, inProcess := r.Context().Value(inProcessUserKey{}).(*authn.User); inProcess {
+		if fromInProcess(r) {
 			// bonsai's own components are meant to hold what they use:
 			// a refusal is a gap in their default roles.
 			s.log.Warn("in-process component refused", "user", u.Name, "verb", a.Verb, "resource", a.Resource, "subresource", a.Subresource, "namespace", a.Namespace, "path", a.Path, "reason", reason)

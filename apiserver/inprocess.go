@@ -18,6 +18,13 @@ import (
 // context value, so nothing arriving over the network can claim it.
 type inProcessUserKey struct{}
 
+// fromInProcess says whether r came from one of bonsai's own components
+// through ClientConfig's transport.
+func fromInProcess(r *http.Request) bool {
+	_, ok := r.Context().Value(inProcessUserKey{}).(*authn.User)
+	return ok
+}
+
 // ClientConfig is a client-go configuration that reaches this server
 // without TCP or TLS, acting as user, through the whole handler chain:
 // what bonsai's own scheduler, controllers and kubelet use inside `bonsai

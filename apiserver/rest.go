@@ -569,7 +569,11 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		} else {
 			obj = res.newObject()
 			decoded := false
-			if ri.subresource == "status" && res.custom == nil {
+			// Only the server's own components' bodies (client-go's
+			// encodings, made in this process) skip the spec: any other
+			// client's spec must decode, or the write is refused, as
+			// kube-apiserver refuses a body it cannot decode.
+			if fromInProcess(r) && ri.subresource == "status" && res.custom == nil {
 				wc.requestSpec, decoded = decodeStatusWrite(r, body, obj)
 			}
 			if !decoded {

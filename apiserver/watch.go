@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/store"
 )
@@ -99,7 +98,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	sw := &watchStream{s: s, r: r, w: w, res: res, format: format, enc: json.NewEncoder(w), frames: format.protobuf()}
 	sw.flusher, _ = w.(http.Flusher)
 	if sink := client.WatchSinkFrom(r.Context()); sink != nil && format != outTable {
-		if _, inProcess := r.Context().Value(inProcessUserKey{}).(*authn.User); inProcess {
+		if fromInProcess(r) {
 			sw.sink = sink
 			sink.Accept()
 			s.handingOver.Add(1)

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"net"
@@ -13,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -905,5 +908,53 @@ func TestStatusWriteSpec(t *testing.T) {
 	}
 	if seen.Spec.Containers[0].Image != "sent-to-webhook" || seen.Status.Phase != corev1.PodRunning || calls[0].SubResource != "status" {
 		t.Errorf("webhook saw image %q, phase %q, subresource %q", seen.Spec.Containers[0].Image, seen.Status.Phase, calls[0].SubResource)
+	}
+}
+
+// TestStatusWriteBadSpec checks that a status write from outside the
+// server whose spec does not decode is refused with 400, as
+// kube-apiserver refuses a body it cannot decode, and changes nothing.
+func TestStatusWriteBadSpec(t *testing.T) {
+	e := newTestEnv(t)
+	pod, err := e.cs.CoreV1().Pods("default").Create(e.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning
+	meta, err := pod.ObjectMeta.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := pod.Status.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	raw = protowire.AppendTag(raw, 1, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, meta)
+	raw = protowire.AppendTag(raw, 2, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte{0x0a, 0x7f}) // a field longer than the spec
+	raw = protowire.AppendTag(raw, 3, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, status)
+	env, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "Pod"}, Raw: raw}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPut, "/api/v1/namespaces/default/pods/p/status", bytes.NewReader(append(append([]byte{}, protobufPrefix...), env...)))
+	req.Header.Set("Content-Type", "application/vnd.kubernetes.protobuf")
+	rr := httptest.NewRecorder()
+	e.s.Handler().ServeHTTP(rr, req)
+	if rr.Code != http.StatusBadRequest {
+		t.Fatalf("status write with a spec that does not decode: %d %.300s", rr.Code, rr.Body.String())
+	}
+	got, err := e.cs.CoreV1().Pods("default").Get(e.ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != "" && got.Status.Phase != corev1.PodPending || got.ResourceVersion != pod.ResourceVersion {
+		t.Errorf("a refused status write changed the pod: phase %q, resourceVersion %s -> %s", got.Status.Phase, pod.ResourceVersion, got.ResourceVersion)
 	}
 }
