@@ -27,6 +27,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	// kubelet whose Node reports none (default 10250).
 	KubeletTLS  *tls.Config
 	KubeletPort int
+	// ReservedHostPorts are the node's ports bonsai serves itself; a pod
+	// that asks for one as a hostPort is refused.
+	ReservedHostPorts []core.ReservedPort
 	// ServiceAccountKey signs the service-account tokens of TokenRequest
 	// and verifies them as bearer tokens; it must outlive restarts (see
 	// pki.Certs.ServiceAccountKey). Nil: a key made at start, whose

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry/core"
 )
 
 // ---- namespaces
@@ -177,7 +179,8 @@ func (podStrategy) gracePeriod(obj runtime.Object, requested *int64) int64 {
 }
 
 func (podStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	return validatePodSpec(&obj.(*corev1.Pod).Spec, field.NewPath("spec"))
+	spec, p := &obj.(*corev1.Pod).Spec, field.NewPath("spec")
+	return append(validatePodSpec(spec, p), core.ValidateHostPorts(spec, w.s.cfg.ReservedHostPorts, p)...)
 }
 
 // validateUpdate allows only the fields Kubernetes lets change on a pod.
@@ -281,24 +284,18 @@ func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(path.Child("dnsPolicy"), s.DNSPolicy, []string{"ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"}))
 	}
-	vols := map[string]bool{}
-	for i, v := range s.Volumes {
-		vp := path.Child("volumes").Index(i)
-		for _, msg := range validation.IsDNS1123Label(v.Name) {
-			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, msg))
-		}
-		if vols[v.Name] {
-			errs = append(errs, field.Duplicate(vp.Child("name"), v.Name))
-		}
-		vols[v.Name] = true
+	vols, verrs := core.ValidateVolumes(s.Volumes, path.Child("volumes"))
+	errs = append(errs, verrs...)
+	for i, c := range s.InitContainers {
+		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("initContainers").Index(i).Child("volumeMounts"))...)
 	}
 	for i, c := range s.Containers {
-		for j, m := range c.VolumeMounts {
-			if !vols[m.Name] {
-				errs = append(errs, field.NotFound(path.Child("containers").Index(i).Child("volumeMounts").Index(j).Child("name"), m.Name))
-			}
-		}
+		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("containers").Index(i).Child("volumeMounts"))...)
 	}
+	for i, c := range s.EphemeralContainers {
+		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("ephemeralContainers").Index(i).Child("volumeMounts"))...)
+	}
+	errs = append(errs, core.ValidateSecurityProfiles(s, path)...)
 	return errs
 }
 

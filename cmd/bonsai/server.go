@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/netplugin/proxy"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -21,14 +19,18 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/apiserver/registry/core"
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/netplugin/proxy"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -145,6 +147,14 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		SecurePort:       cfg.Port,
 		KubeletTLS:       kubeletClientTLS(kcerts, certs.CA),
 		KubeletPort:      cfg.KubeletPort,
+		// Ports this process serves on the node: a hostPort DNAT rule
+		// for one would take its traffic.
+		ReservedHostPorts: []core.ReservedPort{
+			{Port: int32(cfg.Port), Protocol: corev1.ProtocolTCP, For: "the API server"},
+			{Port: int32(cfg.KubeletPort), Protocol: corev1.ProtocolTCP, For: "the kubelet API"},
+			{Port: 53, Protocol: corev1.ProtocolUDP, For: "cluster DNS"},
+			{Port: 53, Protocol: corev1.ProtocolTCP, For: "cluster DNS"},
+		},
 		// Kept in <data-dir>/tls: tokens outlive restarts.
 		ServiceAccountKey: certs.ServiceAccountKey,
 		// Aggregated API servers trust the front-proxy CA's client, and
@@ -392,6 +402,8 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
 		kcfg.Devices = startDevices(ctx, cfg, api, log)
+		kcfg.SeccompDir = filepath.Join(cfg.KubeletRootDir, "seccomp")
+		kcfg.PodMaxPids = cfg.PodMaxPids
 	}
 	kcfg.States = &kubelet.PodStates{}
 	serveKubeletAPI(kcfg.Runtime, kcfg.States)
