@@ -62,7 +62,7 @@ func TestClaimVolumeMountsBoundVolume(t *testing.T) {
 			Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "rw", MountPath: "/data"}, {Name: "ro", MountPath: "/ro"}}}},
 		},
 	}
-	w := newPodWorker(&podManager{cfg: Config{RootDir: t.TempDir()}, client: agent}, pod)
+	w := newPodWorker(&podManager{cfg: Config{RootDir: kubeletRootDir(t)}, client: agent}, pod)
 
 	err = w.setupVolumes(ctx, pod)
 	if err == nil || !strings.Contains(err.Error(), "non-bound phase") {
@@ -93,7 +93,7 @@ func TestClaimVolumeMountsBoundVolume(t *testing.T) {
 	if err := w.setupVolumes(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	mounts, err := w.mountsFor(pod, &pod.Spec.Containers[0], 0)
+	mounts, err := w.mountsFor(pod, &pod.Spec.Containers[0], 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

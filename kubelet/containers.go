@@ -146,7 +146,7 @@ func (w *podWorker) containerConfig(ctx context.Context, pod *corev1.Pod, c *cor
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
-	mounts, err := w.mountsFor(pod, c, attempt)
+	mounts, err := w.mountsFor(pod, c, attempt, vars)
 	if err != nil {
 		return cri.ContainerConfig{}, err
 	}
@@ -160,7 +160,7 @@ func (w *podWorker) containerConfig(ctx context.Context, pod *corev1.Pod, c *cor
 		},
 		LogPath: filepath.Join(w.m.logsDir(), fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), c.Name, fmt.Sprintf("%d.log", attempt)),
 		Stdin:   c.Stdin, StdinOnce: c.StdinOnce, TTY: c.TTY,
-		CgroupParent: "/bonsai/pod" + string(pod.UID),
+		CgroupParent: podCgroup(string(pod.UID)),
 	}
 	if err := w.applySecurity(ctx, pod, c, &cfg); err != nil {
 		return cri.ContainerConfig{}, err
@@ -232,7 +232,50 @@ func (w *podWorker) applySecurity(ctx context.Context, pod *corev1.Pod, c *corev
 	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		cfg.NoNewPrivileges = true
 	}
+	prof, err := w.m.seccompProfile(psc.SeccompProfile, sc.SeccompProfile, cfg.Privileged)
+	if err != nil {
+		return err
+	}
+	cfg.Seccomp = prof
+	if !cfg.Privileged {
+		cfg.AppArmor = appArmorProfile(pod, c)
+	}
 	return nil
+}
+
+// seccompProfile resolves a container's seccomp profile, the container's
+// field over the pod's, as the kubelet does: unset is Unconfined (the
+// kubelet's default without --seccomp-default), and a privileged
+// container runs unconfined whatever it asks. A Localhost profile is a
+// file under the kubelet's seccomp dir; a missing one refuses the
+// container.
+func (m *podManager) seccompProfile(pod, ctr *corev1.SeccompProfile, privileged bool) (cri.SeccompProfile, error) {
+	p := pod
+	if ctr != nil {
+		p = ctr
+	}
+	if p == nil || privileged {
+		return cri.SeccompProfile{}, nil
+	}
+	switch p.Type {
+	case corev1.SeccompProfileTypeUnconfined:
+		return cri.SeccompProfile{}, nil
+	case corev1.SeccompProfileTypeRuntimeDefault:
+		return cri.SeccompProfile{Type: cri.SeccompRuntimeDefault}, nil
+	case corev1.SeccompProfileTypeLocalhost:
+		if p.LocalhostProfile == nil {
+			return cri.SeccompProfile{}, errors.New("localhostProfile must be set if seccompProfile type is Localhost")
+		}
+		if err := checkRelativePath(*p.LocalhostProfile); err != nil {
+			return cri.SeccompProfile{}, fmt.Errorf("seccomp profile: %w", err)
+		}
+		path := filepath.Join(m.seccompDir(), *p.LocalhostProfile)
+		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+			return cri.SeccompProfile{}, fmt.Errorf("failed to load localhost seccomp profile %q: not a file under %s", *p.LocalhostProfile, m.seccompDir())
+		}
+		return cri.SeccompProfile{Type: cri.SeccompLocalhost, LocalhostPath: path}, nil
+	}
+	return cri.SeccompProfile{}, fmt.Errorf("unsupported seccomp profile type %q", p.Type)
 }
 
 // applyResources turns requests and limits into cgroup settings and the
@@ -574,22 +617,29 @@ func expandAll(in []string, vars map[string]string) []string {
 
 // mountsFor binds the pod's volumes and the kubelet-managed files
 // (/etc/hosts, /etc/resolv.conf, /etc/hostname, the termination log).
-func (w *podWorker) mountsFor(pod *corev1.Pod, c *corev1.Container, attempt uint32) ([]cri.Mount, error) {
+// vars are the container's environment, for subPathExpr.
+func (w *podWorker) mountsFor(pod *corev1.Pod, c *corev1.Container, attempt uint32, vars map[string]string) ([]cri.Mount, error) {
 	var out []cri.Mount
-	for _, vm := range c.VolumeMounts {
+	for i, vm := range c.VolumeMounts {
 		host, ok := w.volumePath(pod, vm.Name)
 		if !ok {
 			return nil, fmt.Errorf("cannot find volume %q to mount into container %q", vm.Name, c.Name)
 		}
-		if vm.SubPath != "" {
-			host = filepath.Join(host, vm.SubPath)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
-				if err := os.MkdirAll(host, 0o755); err != nil {
-					return nil, err
-				}
+		sub := vm.SubPath
+		if vm.SubPathExpr != "" {
+			var err error
+			if sub, err = expandSubPath(vm.SubPathExpr, vars); err != nil {
+				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)
 			}
 		}
-		out = append(out, cri.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly || w.claimReadOnly(vm.Name)})
+		if sub != "" {
+			target := filepath.Join(w.podDir(), "volume-subpaths", vm.Name, c.Name, strconv.Itoa(i))
+			if err := bindSubPath(host, sub, target); err != nil {
+				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %v", vm.Name, c.Name, err)
+			}
+			host = target
+		}
+		out = append(out, cri.Mount{HostPath: host, ContainerPath: vm.MountPath, ReadOnly: vm.ReadOnly || w.claimReadOnly(vm.Name) || w.kubeletWritten(pod, vm.Name)})
 	}
 	dir := w.podDir()
 	has := func(p string) bool {
@@ -617,6 +667,35 @@ func (w *podWorker) mountsFor(pod *corev1.Pod, c *corev1.Container, attempt uint
 		out = append(out, cri.Mount{HostPath: host, ContainerPath: p})
 	}
 	return out, nil
+}
+
+// expandSubPath expands a subPathExpr with the container's environment;
+// a variable it names that is unset or empty is an error, as in the
+// kubelet, and so is a result that leaves the volume.
+func expandSubPath(expr string, vars map[string]string) (string, error) {
+	var missing []string
+	for i := 0; i+1 < len(expr); i++ {
+		if expr[i] == '$' && expr[i+1] == '$' {
+			i++
+			continue
+		}
+		if expr[i] == '$' && expr[i+1] == '(' {
+			if end := strings.IndexByte(expr[i+2:], ')'); end >= 0 {
+				if name := expr[i+2 : i+2+end]; vars[name] == "" {
+					missing = append(missing, name)
+				}
+			}
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return "", fmt.Errorf("missing value for %s", strings.Join(missing, ", "))
+	}
+	sub := expand(expr, vars)
+	if err := checkRelativePath(sub); err != nil {
+		return "", err
+	}
+	return sub, nil
 }
 
 func (w *podWorker) terminationLogPath(name string, attempt uint32) string {

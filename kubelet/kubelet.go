@@ -80,6 +80,12 @@ type Config struct {
 	// States, when set, is where the kubelet API finds the agent's pods
 	// once it runs (see PodStates).
 	States *PodStates
+	// SeccompDir holds the Localhost seccomp profiles pods name
+	// (<kubelet-root-dir>/seccomp); "" is <RootDir>/seccomp.
+	SeccompDir string
+	// PodMaxPids caps the processes of each pod (its pod cgroup's
+	// pids.max, as --pod-max-pids); 0 or less: no cap.
+	PodMaxPids int64
 	// ImageFS is a path on the file system the runtime keeps images on,
 	// watched by image garbage collection ("" = no collection).
 	ImageFS string

@@ -245,12 +245,21 @@ func (m *podManager) housekeeping(ctx context.Context) {
 	dirs, _ := os.ReadDir(m.podsDir())
 	for _, d := range dirs {
 		if !m.known(d.Name()) {
-			removePodDir(filepath.Join(m.podsDir(), d.Name()))
+			if err := removePodDir(filepath.Join(m.podsDir(), d.Name())); err != nil {
+				m.log.Warn("housekeeping: pod dir", "err", err)
+			}
 		}
 	}
 }
 
 func (m *podManager) podsDir() string { return filepath.Join(m.cfg.RootDir, "pods") }
+
+func (m *podManager) seccompDir() string {
+	if m.cfg.SeccompDir != "" {
+		return m.cfg.SeccompDir
+	}
+	return filepath.Join(m.cfg.RootDir, "seccomp")
+}
 func (m *podManager) logsDir() string { return filepath.Join(m.cfg.RootDir, "logs") }
 
 // PodStates lets the kubelet API ask what the agent knows of the pods it

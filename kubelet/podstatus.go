@@ -87,14 +87,16 @@ func (w *podWorker) containerStatus(pod *corev1.Pod, c *corev1.Container, cs []c
 	f := false
 	out.Started = &f
 	if len(cs) == 0 {
+		// A reason the worker recorded (an image pull, a refused config)
+		// comes after the init containers, so it wins over
+		// PodInitializing.
 		wt := corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
 		if r, ok := w.waiting[c.Name]; ok {
 			wt = r
+		} else if w.initPending(pod, c) {
+			wt = corev1.ContainerStateWaiting{Reason: "PodInitializing"}
 		} else if pod.DeletionTimestamp != nil {
 			wt.Reason = ""
-		}
-		if w.initPending(pod, c) {
-			wt = corev1.ContainerStateWaiting{Reason: "PodInitializing"}
 		}
 		out.State.Waiting = &wt
 		return out

@@ -239,7 +239,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
 	}
-	if w.rejectForShutdown(ctx, pod, inst) {
+	if w.rejectForShutdown(ctx, pod, inst) || w.rejectAppArmor(ctx, pod, inst) {
 		return time.Minute, false
 	}
 	if !w.admitDevices(ctx, pod, inst) {
@@ -440,6 +440,11 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *corev1.Pod) error {
 		}
 		return nil
 	}
+	if max := w.m.cfg.PodMaxPids; max > 0 {
+		if err := setPodPidsLimit(podCgroup(string(pod.UID)), max); err != nil {
+			return err
+		}
+	}
 	cfg := cri.SandboxConfig{PodUID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Hostname: podHostname(pod), Labels: pod.Labels}
 	var ips []string
 	if !pod.Spec.HostNetwork {
@@ -585,7 +590,10 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 			}
 		}
 	}
-	removePodDir(w.podDir())
+	removePodCgroup(podCgroup(string(pod.UID)))
+	if err := removePodDir(w.podDir()); err != nil {
+		w.m.log.Warn("removing pod dir", "pod", podKey(pod), "err", err)
+	}
 	w.releaseDevices()
 	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
 		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

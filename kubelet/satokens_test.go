@@ -81,7 +81,7 @@ func TestProjectedServiceAccountTokenVolume(t *testing.T) {
 	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": ca}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m := newPodManager(Config{Client: e.client, RootDir: t.TempDir()})
+	m := newPodManager(Config{Client: e.client, RootDir: kubeletRootDir(t)})
 	w := newPodWorker(m, e.pod)
 	if err := w.setupVolumes(e.ctx, e.pod); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,19 @@ func (w *podWorker) volumePath(pod *corev1.Pod, name string) (string, bool) {
 	return "", false
 }
 
+// kubeletWritten reports whether the volume holds files the kubelet
+// writes (configMap, secret, downwardAPI, projected): those are mounted
+// read-only whatever the pod asks, as the kubelet does, so no container
+// can plant a symlink the next update would write through.
+func (w *podWorker) kubeletWritten(pod *corev1.Pod, name string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == name {
+			return v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+		}
+	}
+	return false
+}
+
 // setupVolumes prepares every volume; it runs on each sync, so changed
 // configMaps and secrets reach running containers in place.
 func (w *podWorker) setupVolumes(ctx context.Context, pod *corev1.Pod) error {
@@ -93,19 +106,19 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 		if err != nil {
 			return err
 		}
-		return writeAtomic(w.volumeDir("configmap", v.Name), files)
+		return writeVolume(w.volumeDir("configmap", v.Name), files)
 	case v.Secret != nil:
 		files, err := w.secretFiles(ctx, pod, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, v.Secret.DefaultMode)
 		if err != nil {
 			return err
 		}
-		return writeAtomic(w.volumeDir("secret", v.Name), files)
+		return writeVolume(w.volumeDir("secret", v.Name), files)
 	case v.DownwardAPI != nil:
 		files, err := w.downwardFiles(pod, v.DownwardAPI.Items, v.DownwardAPI.DefaultMode)
 		if err != nil {
 			return err
 		}
-		return writeAtomic(w.volumeDir("downward-api", v.Name), files)
+		return writeVolume(w.volumeDir("downward-api", v.Name), files)
 	case v.Projected != nil:
 		files := map[string]volumeFile{}
 		for _, src := range v.Projected.Sources {
@@ -128,7 +141,7 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 				files[k] = f
 			}
 		}
-		return writeAtomic(w.volumeDir("projected", v.Name), files)
+		return writeVolume(w.volumeDir("projected", v.Name), files)
 	}
 	return fmt.Errorf("volume type is not supported on this node")
 }
@@ -274,9 +287,59 @@ func (w *podWorker) downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVol
 	return files, nil
 }
 
+// writeVolume writes a configMap, secret, downwardAPI or projected volume
+// onto a tmpfs of its own, as the kubelet does for secrets and tokens:
+// their contents never touch the disk, and a volume cannot fill it.
+func writeVolume(dir string, files map[string]volumeFile) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Room for two copies (the atomic swap) and their inodes, at least
+	// 1 MiB.
+	size := int64(1 << 20)
+	for _, f := range files {
+		size += 2 * (int64(len(f.data)) + 4096)
+	}
+	const flags = syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC
+	switch {
+	case isMountPoint(dir):
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return err
+		}
+		if int64(st.Blocks)*st.Bsize < size {
+			if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT|flags, fmt.Sprintf("size=%d", size)); err != nil {
+				return fmt.Errorf("grow tmpfs: %w", err)
+			}
+		}
+	case isEmptyDir(dir):
+		// A volume that an older bonsai wrote to disk stays there:
+		// mounting over it would hide it from the containers that
+		// already mount it.
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, fmt.Sprintf("mode=0755,size=%d", size)); err != nil {
+			return fmt.Errorf("mount tmpfs: %w", err)
+		}
+	}
+	return writeAtomic(dir, files)
+}
+
+func isEmptyDir(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return err == nil && len(entries) == 0
+}
+
 // writeAtomic makes dir hold exactly files, swapping them in at once.
-// Unchanged content writes nothing.
+// Unchanged content writes nothing. Every path is checked again here, for
+// pods stored before the API refused paths that leave the volume.
 func writeAtomic(dir string, files map[string]volumeFile) error {
+	for p := range files {
+		if err := checkRelativePath(p); err != nil {
+			return err
+		}
+		if strings.HasPrefix(p, "..") {
+			return fmt.Errorf("invalid path %q: must not start with '..'", p)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -370,15 +433,14 @@ func isMountPoint(dir string) bool {
 	return st.Dev != parent.Dev
 }
 
-// removePodDir unmounts memory-backed volumes and removes the pod's dir.
-func removePodDir(dir string) {
-	mounts, _ := filepath.Glob(filepath.Join(dir, "volumes", "empty-dir", "*"))
-	for _, m := range mounts {
-		if isMountPoint(m) {
-			syscall.Unmount(m, syscall.MNT_DETACH)
-		}
+// removePodDir unmounts what the pod's dir holds (memory-backed volumes,
+// subPath binds) and removes it. A mount that stays is never removed
+// through: a subPath bind of a hostPath shows the host's files.
+func removePodDir(dir string) error {
+	if err := unmountUnder(dir); err != nil {
+		return fmt.Errorf("keep pod dir %s: %w", dir, err)
 	}
-	os.RemoveAll(dir)
+	return os.RemoveAll(dir)
 }
 
 // writeDNSFiles writes the pod's /etc/hosts, /etc/resolv.conf and

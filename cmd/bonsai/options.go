@@ -60,6 +60,7 @@ type serverOptions struct {
 	nodeLabels        []string
 	nodeTaints        []string
 	maxPods           int
+	podMaxPids        int64
 	runtimeEndpoint   string
 	podBridge         string
 	podNetwork        string
@@ -114,6 +115,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.nodeLabels, "node-labels", nil, "extra labels for this host's Node, key=value; repeatable (default none)")
 	fs.StringSliceVar(&o.nodeTaints, "node-taints", nil, "taints for this host's Node at registration, key=value:Effect; repeatable (default none)")
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
+	fs.Int64Var(&o.podMaxPids, "pod-max-pids", -1, "the most processes each pod may run (its pod cgroup's pids.max); -1: no limit, as the kubelet's default")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
 	fs.StringVar(&o.podNetwork, "pod-network", "auto", "pod network of this host's node: builtin (bridge, veths, nftables), cni (the CNI plugins configured in --cni-conf-dir), or auto (cni when --cni-conf-dir holds a configuration at start, else builtin)")
@@ -165,6 +167,7 @@ type serverConfig struct {
 	NodeLabels    map[string]string
 	NodeTaints    []corev1.Taint
 	MaxPods       int
+	PodMaxPids    int64
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -509,6 +512,10 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--max-pods %d: must be at least 1", o.maxPods)
 	}
 	c.MaxPods = o.maxPods
+	if o.podMaxPids == 0 || o.podMaxPids < -1 {
+		return fmt.Errorf("--pod-max-pids %d: must be -1 (no limit) or at least 1", o.podMaxPids)
+	}
+	c.PodMaxPids = o.podMaxPids
 	groups, err := o.shutdownGroups()
 	if err != nil {
 		return err

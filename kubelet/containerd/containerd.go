@@ -27,6 +27,8 @@ import (
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/contrib/apparmor"
+	"github.com/containerd/containerd/contrib/seccomp"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
@@ -321,6 +323,23 @@ func (r *Runtime) CreateContainer(ctx context.Context, sandboxID string, cfg cri
 	}
 	if cfg.NoNewPrivileges {
 		opts = append(opts, oci.WithNoNewPrivileges)
+	}
+	// After the capabilities: the default profile allows the syscalls of
+	// the capabilities the container holds.
+	switch cfg.AppArmor {
+	case "":
+	case cri.AppArmorRuntimeDefault:
+		// containerd's CRI plugin loads and names its default the same
+		// way.
+		opts = append(opts, apparmor.WithDefaultProfile("cri-containerd.apparmor.d"))
+	default:
+		opts = append(opts, apparmor.WithProfile(cfg.AppArmor))
+	}
+	switch cfg.Seccomp.Type {
+	case cri.SeccompRuntimeDefault:
+		opts = append(opts, seccomp.WithDefaultProfile())
+	case cri.SeccompLocalhost:
+		opts = append(opts, seccomp.WithProfile(cfg.Seccomp.LocalhostPath))
 	}
 	if cfg.MemoryLimit > 0 {
 		opts = append(opts, oci.WithMemoryLimit(uint64(cfg.MemoryLimit)))

@@ -134,6 +134,11 @@ type ContainerConfig struct {
 	CapAdd, CapDrop       []string
 	ReadOnlyRootfs        bool
 	NoNewPrivileges       bool
+	// Seccomp is the container's seccomp profile.
+	Seccomp SeccompProfile
+	// AppArmor is the container's AppArmor profile: "" (unconfined),
+	// AppArmorRuntimeDefault, or the name of a profile loaded on the host.
+	AppArmor string `json:",omitempty"`
 	// Resources; zero means unset.
 	CPUShares, CPUQuota, CPUPeriod, MemoryLimit int64
 	OOMScoreAdj                                 int
@@ -188,4 +193,23 @@ const (
 	LabelPodName       = "io.kubernetes.pod.name"
 	LabelPodNamespace  = "io.kubernetes.pod.namespace"
 	LabelContainerName = "io.kubernetes.container.name"
+)
+
+// SeccompProfile is a container's seccomp profile as CRI names it: none
+// (Unconfined), the runtime's default, or an OCI seccomp JSON file.
+type SeccompProfile struct {
+	// Type is SeccompUnconfined (""), SeccompRuntimeDefault or
+	// SeccompLocalhost.
+	Type string `json:",omitempty"`
+	// LocalhostPath is the profile file's absolute path (Localhost).
+	LocalhostPath string `json:",omitempty"`
+}
+
+// AppArmorRuntimeDefault asks for the runtime's default AppArmor profile.
+const AppArmorRuntimeDefault = "runtime/default"
+
+const (
+	SeccompUnconfined     = ""
+	SeccompRuntimeDefault = "RuntimeDefault"
+	SeccompLocalhost      = "Localhost"
 )
