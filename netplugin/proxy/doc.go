@@ -16,6 +16,8 @@
 //	nat-prerouting, nat-output (nat, dstnat)    jump services
 //	nat-postrouting (nat, srcnat)               hairpin mark (ct status dnat
 //	                                            ip saddr . ip daddr @hairpin),
+//	                                            same-bridge mark (ct status dnat
+//	                                            iifname <bridge> oifname <bridge>),
 //	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
@@ -59,6 +61,22 @@
 // service.kubernetes.io/service-proxy-name.
 //
 // Deliberate differences from kube-proxy:
+//   - Services work whatever the host's bridge netfilter state, with no
+//     br_netfilter module at all. kube-proxy relies on
+//     bridge-nf-call-iptables=1 (its iptables mode logs "proxy may not
+//     work as intended" without it): a pod's connection to a Service
+//     whose endpoint is a pod on the same bridge is DNAT'd and routed
+//     back out of the bridge, and the endpoint's answer is bridged
+//     straight to the pod, past the conntrack entry that would undo the
+//     DNAT. Here such a connection (DNAT'd, in and out through
+//     Config.Bridge) is masqueraded to the node's bridge address, so the
+//     answer comes back through the node. The rule sees only packets the
+//     node routes: where br_netfilter is on, it bridges the DNAT'd packet
+//     itself, postrouting sees no input interface, and the endpoint sees
+//     the pod's own address as under kube-proxy. With it off, the
+//     endpoint sees the node's bridge address: the client address of
+//     same-node pod-to-Service-to-pod traffic is lost, as under
+//     kube-proxy's --masquerade-all, and only there.
 //   - NodePorts are served on every local address, 127.0.0.1 included,
 //     unless NodePortAddresses says otherwise (kube-proxy's nftables mode
 //     serves none on loopback). `curl 127.0.0.1:<nodePort>` on the host

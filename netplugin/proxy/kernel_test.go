@@ -54,6 +54,7 @@ func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
 	services, slices := testIndexers()
 	cfg := Config{
 		NodeName:    testNode,
+		Bridge:      nodeBridge,
 		ClusterCIDR: netip.MustParsePrefix("10.200.0.0/16"),
 		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"),
 		Logger:      slog.New(slog.NewTextHandler(testLog{t}, nil)),
@@ -892,6 +893,9 @@ func TestNftListsTheTable(t *testing.T) {
 		"chain service-default/web/tcp/http {",
 		"10.200.0.10 . 8080", "10.200.0.11 . 8080", // the web Service's ranges
 		"goto endpoint-default/sticky/tcp/http__10.200.0.12:8080", // the sticky one's chooser
+		// The masquerade of Service traffic that leaves through the
+		// bridge it came in on reads as its text form does.
+		`ct status dnat iifname "` + nodeBridge + `" oifname "` + nodeBridge + `" jump mark-for-masquerade`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("nft list ruleset shows no %q:\n%s", want, out)

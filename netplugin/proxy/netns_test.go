@@ -136,6 +136,7 @@ type testNetwork struct {
 }
 
 const (
+	nodeBridge   = "br0"
 	nodeBridgeIP = "10.200.0.1"
 	nodeClientIP = "10.201.0.1"
 	clientIP     = "10.201.0.2"
@@ -162,14 +163,14 @@ func newTestNetwork(t *testing.T, endpoints int) *testNetwork {
 		must(t, "default route", h.RouteAdd(&netlink.Route{Gw: net.ParseIP(gw)}))
 	}
 	up(node, "lo")
-	must(t, "add bridge", node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}))
-	addAddr(node, "br0", nodeBridgeIP+"/24")
-	up(node, "br0")
+	must(t, "add bridge", node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: nodeBridge}}))
+	addAddr(node, nodeBridge, nodeBridgeIP+"/24")
+	up(node, nodeBridge)
 	sysctlIn(t, n.node, "net/ipv4/ip_forward", "1")
 	// A NodePort reached at 127.0.0.1 leaves DNAT'd with source
 	// 127.0.0.1 until masqueraded; the kernel routes such a packet out
 	// of the bridge only with route_localnet, as netplugin sets it.
-	sysctlIn(t, n.node, "net/ipv4/conf/br0/route_localnet", "1")
+	sysctlIn(t, n.node, "net/ipv4/conf/"+nodeBridge+"/route_localnet", "1")
 
 	// The node's way out, as a real host has one: traffic to service
 	// addresses that no rule DNATs is routed there, through the
@@ -194,8 +195,8 @@ func newTestNetwork(t *testing.T, endpoints int) *testNetwork {
 	up(client, "eth0")
 	defaultVia(client, nodeClientIP)
 
-	br, err := node.LinkByName("br0")
-	must(t, "find br0", err)
+	br, err := node.LinkByName(nodeBridge)
+	must(t, "find "+nodeBridge, err)
 	for i := range endpoints {
 		ns := newNetns(t)
 		name := fmt.Sprintf("e%d", i)
@@ -320,18 +321,25 @@ func newUDPClient(t *testing.T, ns netns.NsHandle) *udpClient {
 
 // ask sends one datagram to addr and returns the answer.
 func (c *udpClient) ask(addr string) (string, error) {
+	answer, _, err := c.askFrom(addr)
+	return answer, err
+}
+
+// askFrom sends one datagram to addr and returns the answer and the
+// address it came from.
+func (c *udpClient) askFrom(addr string) (answer, from string, err error) {
 	to, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if _, err := c.pc.WriteTo([]byte("?"), to); err != nil {
-		return "", err
+		return "", "", err
 	}
 	c.pc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)
-	n, _, err := c.pc.ReadFrom(buf)
+	n, src, err := c.pc.ReadFrom(buf)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return string(buf[:n]), nil
+	return string(buf[:n]), src.String(), nil
 }

@@ -97,6 +97,21 @@ func (r *rule) ctStatusDNAT() *rule {
 // ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h.
 const ipsDstNAT = 1 << 5
 
+// ifname matches the name of the interface a packet came in on (key
+// MetaKeyIIFNAME, "iifname") or goes out of (MetaKeyOIFNAME, "oifname"),
+// padded with NULs to IFNAMSIZ as nft pads it.
+func (r *rule) ifname(key expr.MetaKey, name string) *rule {
+	text := "iifname"
+	if key == expr.MetaKeyOIFNAME {
+		text = "oifname"
+	}
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return r.add(fmt.Sprintf("%s %q", text, name),
+		&expr.Meta{Key: key, Register: regScratch},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regScratch, Data: b})
+}
+
 func (r *rule) l4proto(p protocol) *rule {
 	return r.add("meta l4proto "+p.String(),
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regScratch},

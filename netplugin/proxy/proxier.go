@@ -51,7 +51,9 @@ type Config struct {
 	// 127.0.0.1 included.
 	NodePortAddresses []netip.Prefix
 	// Bridge is the pod network's bridge; the table is "<Bridge>-svc".
-	// Default "bonsai0".
+	// Service connections that come in through it and go out through
+	// it again, to a pod of this node, are masqueraded. Default
+	// "bonsai0".
 	Bridge string
 	// MinSyncInterval is the least time between two writes of the
 	// table, which batches bursts of changes; default 100ms.
@@ -111,7 +113,7 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.Client == nil || cfg.Informers == nil || cfg.NodeName == "" {
 		return nil, errors.New("proxy: Client, Informers and NodeName are required")
 	}
-	if err := validatePrefixes(cfg); err != nil {
+	if err := validateConfig(cfg); err != nil {
 		return nil, err
 	}
 	conn, err := openConn(-1)
@@ -145,8 +147,12 @@ func New(cfg Config) (*Proxier, error) {
 	return p, nil
 }
 
-// validatePrefixes rejects what the IPv4-only table cannot express.
-func validatePrefixes(cfg Config) error {
+// validateConfig rejects what the IPv4-only table cannot express, and
+// a bridge name no interface can have, which its rules would never match.
+func validateConfig(cfg Config) error {
+	if len(cfg.Bridge) >= unix.IFNAMSIZ {
+		return fmt.Errorf("proxy: bridge name %q is longer than an interface name can be", cfg.Bridge)
+	}
 	for _, p := range cfg.NodePortAddresses {
 		if !p.IsValid() {
 			return errors.New("proxy: a node port address is not a valid prefix")
@@ -203,10 +209,14 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 	if cfg.MinSyncInterval <= 0 {
 		cfg.MinSyncInterval = defaultMinSyncInterval
 	}
+	if cfg.Bridge == "" {
+		cfg.Bridge = defaultBridge
+	}
 	return &Proxier{
 		log:      cfg.Logger.With("component", "proxy"),
 		nodeName: cfg.NodeName,
 		rc: ruleConfig{
+			bridge:        cfg.Bridge,
 			clusterCIDR:   cfg.ClusterCIDR.Masked(),
 			serviceCIDR:   cfg.ServiceCIDR.Masked(),
 			nodePortCIDRs: cfg.NodePortAddresses,

@@ -22,6 +22,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"IPv6 cluster CIDR", func(c *Config) { c.ClusterCIDR = netip.MustParsePrefix("fd00::/48") }},
 		{"IPv6 service CIDR", func(c *Config) { c.ServiceCIDR = netip.MustParsePrefix("fd01::/108") }},
 		{"invalid node port address", func(c *Config) { c.NodePortAddresses = []netip.Prefix{{}} }},
+		{"bridge name too long", func(c *Config) { c.Bridge = "bonsai-bridge-0123" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -160,6 +160,7 @@ type objects struct {
 
 // ruleConfig is what rules depend on besides Services.
 type ruleConfig struct {
+	bridge        string         // the pod bridge: Service traffic that leaves where it came in is masqueraded
 	clusterCIDR   netip.Prefix   // invalid: no masquerade of off-cluster ClusterIP traffic
 	serviceCIDR   netip.Prefix   // invalid: no drop of traffic to unallocated service IPs
 	nodePortCIDRs []netip.Prefix // empty: every local address, 127.0.0.1 included
@@ -257,8 +258,26 @@ func baseObjects(c ruleConfig) objects {
 		// conntrack first sees mid-stream (one opened before any NAT
 		// table existed) would otherwise get a new source port and be
 		// reset.
+		//
+		// A pod that reaches another pod of this node through a
+		// Service sends to the node, which DNATs and routes the packet
+		// back out of the bridge; the answer, addressed to a pod on
+		// the same bridge, is bridged straight to it, and only
+		// br_netfilter (bridge-nf-call-iptables=1) would make it pass
+		// the conntrack entry that undoes the DNAT. Without it the pod
+		// gets an answer from the endpoint's own address and drops
+		// it. Masquerading such a connection to the node's bridge
+		// address makes the answer come back through the node,
+		// whatever the host's bridge netfilter state. The rule sees
+		// only routed packets: a packet that br_netfilter bridges
+		// after its DNAT reaches postrouting with no input interface
+		// and keeps the pod's address, as under kube-proxy.
 		{name: chainNATPostrouting, hook: nat(nftables.ChainHookPostrouting, "postrouting", nftables.ChainPriorityNATSource, "srcnat"),
-			rules: []*rule{newRule().ctStatusDNAT().saddrDaddrInSet(setHairpin).jump(chainMarkForMasq), newRule().jump(chainMasquerading)}},
+			rules: []*rule{
+				newRule().ctStatusDNAT().saddrDaddrInSet(setHairpin).jump(chainMarkForMasq),
+				newRule().ctStatusDNAT().ifname(expr.MetaKeyIIFNAME, c.bridge).ifname(expr.MetaKeyOIFNAME, c.bridge).jump(chainMarkForMasq),
+				newRule().jump(chainMasquerading),
+			}},
 		// The endpoint checks run in filter hooks because reject may
 		// not run in nat ones. They see only packets that were not
 		// DNAT'd: a DNAT'd packet's destination is no longer a
