@@ -94,6 +94,13 @@ func freeClusterCIDR(t *testing.T) netip.Prefix {
 // such a network can leave, whatever state the test stopped in.
 func testConfig(t *testing.T) Config {
 	t.Helper()
+	return testConfigIn(t, "")
+}
+
+// testConfigIn is testConfig for a network in the node namespace at node
+// (from nodeNetns), "" for the host's: its cleanup runs there.
+func testConfigIn(t *testing.T, node string) Config {
+	t.Helper()
 	requireRoot(t)
 	suffix := randomHex(8)
 	cluster := freeClusterCIDR(t)
@@ -107,8 +114,69 @@ func testConfig(t *testing.T) Config {
 		PodCIDR:     pod,
 		Logger:      slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
-	t.Cleanup(func() { removeEverything(t, cfg) })
+	t.Cleanup(func() {
+		if node == "" {
+			removeEverything(t, cfg)
+			return
+		}
+		if err := inNetns(node, func() error { removeEverything(t, cfg); return nil }); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	return cfg
+}
+
+// nodeNetns makes a network namespace to be a test's node, with lo up and
+// the bridge netfilter sysctls (bridge-nf-call-iptables and -ip6tables,
+// which are per namespace) set to brnf, "0" or "1". It is bind-mounted
+// under the test's temp dir, and goes when the test ends, with what the
+// network left in it.
+func nodeNetns(t *testing.T, brnf string) string {
+	t.Helper()
+	requireRoot(t)
+	path := filepath.Join(t.TempDir(), "node")
+	if err := CreateNetns(path); err != nil {
+		t.Fatalf("create node netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := RemoveNetns(path); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if err := inNetns(path, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		if err != nil {
+			return fmt.Errorf("set lo up: %w", err)
+		}
+		for _, key := range []string{"net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables"} {
+			if err := os.WriteFile("/proc/sys/"+key, []byte(brnf), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("node netns: %v", err)
+	}
+	return path
+}
+
+// newTestNetworkIn starts a network on cfg inside the node namespace
+// node: its sockets stay there, and so does all it makes but the pods'
+// namespaces.
+func newTestNetworkIn(t *testing.T, cfg Config, node string) *Network {
+	t.Helper()
+	var n *Network
+	if err := inNetns(node, func() (err error) {
+		n, err = New(context.Background(), cfg)
+		return err
+	}); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 type testWriter struct{ t *testing.T }
@@ -256,6 +324,37 @@ func serveEcho(t *testing.T, nsPath, network, addr, name string) {
 			}
 		}()
 	}
+}
+
+// serveWho listens on TCP inside a pod's namespace and answers each line
+// with the address the connection came from.
+func serveWho(t *testing.T, nsPath, addr string) {
+	t.Helper()
+	var l net.Listener
+	if err := inNetns(nsPath, func() (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", nsPath, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+					return
+				}
+				host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+				fmt.Fprintf(c, "%s\n", host)
+			}()
+		}
+	}()
 }
 
 // ask sends one line over a new connection to addr, made from the pod

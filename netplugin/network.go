@@ -536,9 +536,11 @@ func (s *podSetup) ensureVeth(podNS netns.NsHandle, podNL *netlink.Handle) error
 		return fmt.Errorf("create veth for pod %s: %w", s.who, err)
 	}
 	s.undos = append(s.undos, func() error { return n.deleteLink(name) })
-	// With br_netfilter, a pod's packet to its own hostPort is DNAT'd in
-	// the bridge's prerouting and bridged straight back out of the port
-	// it came in on, which a bridge does only in hairpin mode.
+	// With br_netfilter, a pod's packet to its own hostPort or Service
+	// is DNAT'd in the bridge's prerouting and bridged straight back out
+	// of the port it came in on, which a bridge does only in hairpin
+	// mode. Without br_netfilter the node routes it, and it leaves from
+	// the bridge's own port: hairpin mode is then unused, and harmless.
 	if err := n.nl.LinkSetHairpin(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}}, true); err != nil {
 		return fmt.Errorf("set hairpin mode on veth %s of pod %s: %w", name, s.who, err)
 	}

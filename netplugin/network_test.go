@@ -72,7 +72,7 @@ func TestNewIsIdempotent(t *testing.T) {
 	if br.Attrs().Flags&net.FlagUp == 0 {
 		t.Errorf("bridge %s is not up", cfg.Bridge)
 	}
-	wantRules := map[string]int{chainPrerouting: 1, chainOutput: 1, chainHostPorts: 0, chainPostrouting: 2, chainForward: 2, chainInput: 1}
+	wantRules := map[string]int{chainPrerouting: 1, chainOutput: 1, chainHostPorts: 0, chainPostrouting: 3, chainForward: 2, chainInput: 1}
 	if diff := cmp.Diff(wantRules, tableRules(t, cfg)); diff != "" {
 		t.Errorf("rules per chain (-want +got):\n%s", diff)
 	}
@@ -216,46 +216,65 @@ func TestPodsTalkAcrossTheBridge(t *testing.T) {
 	mustAsk(t, "", "tcp", netip.AddrPortFrom(a.IP, 8080).String(), "from host", "a: from host")
 }
 
+// TestHostPorts runs each node in a namespace of its own, with the
+// bridge netfilter sysctl at 0 (a host that never loaded br_netfilter)
+// and at 1: hostPorts must answer either way.
 func TestHostPorts(t *testing.T) {
-	cfg := testConfig(t)
-	n := newTestNetwork(t, cfg)
-	tcpPort, udpPort, loopbackOnly := freePort(t), freePort(t), freePort(t)
+	for _, brnf := range []string{"0", "1"} {
+		t.Run("bridge-nf-call-iptables="+brnf, func(t *testing.T) { testHostPorts(t, brnf) })
+	}
+}
+
+func testHostPorts(t *testing.T, brnf string) {
+	node := nodeNetns(t, brnf)
+	cfg := testConfigIn(t, node)
+	n := newTestNetworkIn(t, cfg, node)
+	// Nothing else listens in the node's namespace: any port is free.
+	const tcpPort, udpPort, loopbackOnly, whoPort = 30001, 30002, 30003, 30004
 	a := setup(t, n, Pod{ID: "pod-a", HostPorts: []HostPort{
 		{Protocol: "TCP", HostPort: tcpPort, ContainerPort: 8080},
 		{Protocol: "UDP", HostPort: udpPort, ContainerPort: 5353},
 		{Protocol: "TCP", HostIP: "127.0.0.1", HostPort: loopbackOnly, ContainerPort: 8080},
+		{Protocol: "TCP", HostPort: whoPort, ContainerPort: 9090},
 	}})
 	b := setup(t, n, Pod{ID: "pod-b"})
 	serveEcho(t, a.NetnsPath, "tcp", ":8080", "a")
 	serveEcho(t, a.NetnsPath, "udp", ":5353", "a")
+	serveWho(t, a.NetnsPath, ":9090")
 	gw := a.Gateway.String()
 
-	t.Run("TCP on the host's loopback", func(t *testing.T) {
-		mustAsk(t, "", "tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "lo", "a: lo")
+	t.Run("TCP on the node's loopback", func(t *testing.T) {
+		mustAsk(t, node, "tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "lo", "a: lo")
 	})
-	t.Run("UDP on the host's loopback", func(t *testing.T) {
-		mustAsk(t, "", "udp", fmt.Sprintf("127.0.0.1:%d", udpPort), "lo", "a: lo")
+	t.Run("UDP on the node's loopback", func(t *testing.T) {
+		mustAsk(t, node, "udp", fmt.Sprintf("127.0.0.1:%d", udpPort), "lo", "a: lo")
 	})
-	t.Run("TCP on a host address", func(t *testing.T) {
-		mustAsk(t, "", "tcp", fmt.Sprintf("%s:%d", gw, tcpPort), "gw", "a: gw")
+	t.Run("TCP on a node address", func(t *testing.T) {
+		mustAsk(t, node, "tcp", fmt.Sprintf("%s:%d", gw, tcpPort), "gw", "a: gw")
 	})
 	t.Run("hairpin: the pod reaches its own hostPort", func(t *testing.T) {
 		mustAsk(t, a.NetnsPath, "tcp", fmt.Sprintf("%s:%d", gw, tcpPort), "self", "a: self")
+		// Masqueraded, or the pod would answer itself directly.
+		mustAsk(t, a.NetnsPath, "tcp", fmt.Sprintf("%s:%d", gw, whoPort), "who", gw)
 	})
 	t.Run("hostIP limits the addresses", func(t *testing.T) {
-		mustAsk(t, "", "tcp", fmt.Sprintf("127.0.0.1:%d", loopbackOnly), "lo", "a: lo")
-		if got, err := ask("", "tcp", fmt.Sprintf("%s:%d", gw, loopbackOnly), "gw"); err == nil {
+		mustAsk(t, node, "tcp", fmt.Sprintf("127.0.0.1:%d", loopbackOnly), "lo", "a: lo")
+		if got, err := ask(node, "tcp", fmt.Sprintf("%s:%d", gw, loopbackOnly), "gw"); err == nil {
 			t.Errorf("hostPort bound to 127.0.0.1 answered on %s: %q", gw, got)
 		}
 	})
 	t.Run("another pod reaches the hostPort", func(t *testing.T) {
-		// The answer goes from pod to pod across the bridge; only
-		// br_netfilter lets conntrack undo the DNAT on that path (the
-		// same holds for the CNI portmap plugin).
-		if v, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil || strings.TrimSpace(string(v)) != "1" {
-			t.Skip("needs br_netfilter with bridge-nf-call-iptables=1")
-		}
 		mustAsk(t, b.NetnsPath, "tcp", fmt.Sprintf("%s:%d", gw, tcpPort), "b", "a: b")
+		mustAsk(t, b.NetnsPath, "udp", fmt.Sprintf("%s:%d", gw, udpPort), "b", "a: b")
+		// Where br_netfilter shows the bridged answer to conntrack, the
+		// pod keeps its address, as with the CNI portmap plugin; where
+		// it does not, the answer must come back through the node, and
+		// the connection is masqueraded to the gateway.
+		want := b.IP.String()
+		if brnf == "0" {
+			want = gw
+		}
+		mustAsk(t, b.NetnsPath, "tcp", fmt.Sprintf("%s:%d", gw, whoPort), "who", want)
 	})
 }
 
@@ -446,7 +465,7 @@ func TestTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, n, "pod-a", a.IP)
-	if got := tableRules(t, cfg); got[chainHostPorts] != 0 || got[chainPostrouting] != 2 {
+	if got := tableRules(t, cfg); got[chainHostPorts] != 0 || got[chainPostrouting] != 3 {
 		t.Errorf("rules after Teardown: %v", got)
 	}
 	if err := n.Teardown(ctx, "pod-a"); err != nil {

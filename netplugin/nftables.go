@@ -22,11 +22,26 @@ import (
 //	chain postrouting (nat, postrouting, srcnat)
 //	    oifname <bridge> ip saddr 127.0.0.0/8 masquerade    hostPort reached on the host's loopback
 //	    ip saddr <cluster> ip daddr != <cluster> masquerade traffic leaving the cluster
+//	    iifname <bridge> oifname <bridge> ct status dnat masquerade
+//	                                                        a pod reaching another pod's hostPort
 //	    oifname <bridge> ip saddr <pod> ip daddr <pod> masquerade, comment "pod:<id>"
 //	                                                        hairpin: a pod reaching its own hostPort
 //	chain forward     (filter, forward, filter)  iifname/oifname <bridge> accept
 //	chain input       (filter, input, filter)
 //	    iifname <bridge> ip daddr 127.0.0.0/8 ct status != dnat drop
+//
+// The iifname/oifname rule makes hostPorts work whatever the host's
+// bridge netfilter state, with no br_netfilter module at all: a pod's
+// packet to a hostPort of a pod on the same bridge is DNAT'd and routed
+// back out of the bridge, and without br_netfilter
+// (bridge-nf-call-iptables=0) the answer is bridged straight back, past
+// the conntrack entry that would undo the DNAT, and dropped by the
+// client. Masqueraded to the gateway, the answer comes back through the
+// node. Where br_netfilter is on it bridges the DNAT'd packet itself,
+// postrouting sees no input interface, the rule does not match, and the
+// server sees the client pod's address, as with the CNI portmap plugin.
+// In that case a pod's connection to its own hostPort is masqueraded by
+// the per-pod hairpin rule, which matches addresses alone.
 //
 // The input rule closes the hole that route_localnet (needed for hostPorts
 // on 127.0.0.1) opens: without it a pod could reach services the host binds
@@ -123,6 +138,12 @@ func (r *ruleset) sync(pods []podRules) error {
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
 		ipMatch(12, r.cluster, true),
 		ipMatch(16, r.cluster, false),
+		[]expr.Any{&expr.Masq{FullyRandom: true}},
+	)})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
+		ifname(expr.MetaKeyIIFNAME, r.bridge),
+		ifname(expr.MetaKeyOIFNAME, r.bridge),
+		ctStatus(ipsDstNAT),
 		[]expr.Any{&expr.Masq{FullyRandom: true}},
 	)})
 
@@ -364,9 +385,18 @@ func fibDaddrLocal() []expr.Any {
 
 // ctStatusNot matches connections whose conntrack status lacks bit.
 func ctStatusNot(bit uint32) []expr.Any {
+	return ctStatusCmp(bit, expr.CmpOpEq)
+}
+
+// ctStatus matches connections whose conntrack status has bit.
+func ctStatus(bit uint32) []expr.Any {
+	return ctStatusCmp(bit, expr.CmpOpNeq)
+}
+
+func ctStatusCmp(bit uint32, op expr.CmpOp) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: make([]byte, 4)},
 	}
 }
