@@ -16,13 +16,33 @@
 //   - routes in the main table with protocol routeProtocol whose destination
 //     lies in Config.ClusterCIDR;
 //   - the sysctls net.ipv4.ip_forward and net.ipv4.conf.<bridge>.route_localnet
-//     (set to 1; they are left set on Destroy, as other software may rely on
-//     forwarding too).
+//     (set to 1 by New, which logs a change and fails, naming the sysctl,
+//     where it cannot set one; they are left set on Destroy, as other
+//     software may rely on forwarding too).
 //
 // It must not touch the host's other interfaces, its default route, other
 // nftables tables or iptables chains, and it does not run or stop
 // containers: a pod's namespace lives on across bonsai restarts, and only
 // Teardown or GC removes it. hostNetwork pods never reach this package.
+//
+// Bridge netfilter: the network works whatever the host's br_netfilter
+// state, with the module absent, loaded with
+// net.bridge.bridge-nf-call-iptables=0, or with it at 1, and it neither
+// loads the module nor sets net.bridge.bridge-nf-call-iptables or
+// -ip6tables (as k3s's agent does): that sysctl sends the bridged traffic
+// of every bridge of the host, not only this one, through netfilter, and
+// edge hosts may have no br_netfilter to load. What br_netfilter would
+// do for the pod network (make the answer of a pod that another pod of
+// the bridge reached through a DNAT, to a hostPort or, in the service
+// proxy's table, a Service, pass the conntrack entry that undoes it) is
+// done by masquerading such connections, DNAT'd and leaving through the
+// bridge they came in on, to the gateway: the answer then comes back
+// through the node. Where br_netfilter is on, the node bridges those
+// packets itself, the masquerade rule does not see them, and the server
+// sees the client pod's address; where it is off, it sees the gateway's.
+// New logs the state it found ("bridgeNetfilter"). The bridge ports are
+// in hairpin mode, which only br_netfilter's bridged DNAT of a pod to
+// itself uses.
 //
 // Only IPv4 pod networks are supported.
 package netplugin

@@ -113,7 +113,8 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 		return nil, err
 	}
 	n.log.Info("pod network ready", "bridge", cfg.Bridge, "podCIDR", cfg.PodCIDR,
-		"gateway", n.gateway, "mtu", n.mtu, "pods", len(n.ipam.allocations()))
+		"gateway", n.gateway, "mtu", n.mtu, "pods", len(n.ipam.allocations()),
+		"bridgeNetfilter", bridgeNetfilter())
 	return n, nil
 }
 
@@ -127,13 +128,15 @@ func (n *Network) start(ctx context.Context) error {
 	if err := n.ensureBridge(); err != nil {
 		return err
 	}
-	if err := writeSysctl("net/ipv4/ip_forward", "1"); err != nil {
+	// Pods' traffic to anything but their own bridge is routed by the
+	// node.
+	if err := n.setSysctl("net/ipv4/ip_forward", "1"); err != nil {
 		return err
 	}
 	// A hostPort reached on 127.0.0.1 is DNAT'd to the pod with source
 	// 127.0.0.1 still, then masqueraded: the kernel routes such a packet
 	// out of the bridge only with route_localnet on it.
-	if err := writeSysctl("net/ipv4/conf/"+n.cfg.Bridge+"/route_localnet", "1"); err != nil {
+	if err := n.setSysctl("net/ipv4/conf/"+n.cfg.Bridge+"/route_localnet", "1"); err != nil {
 		return err
 	}
 	rules, err := newRuleset(n.cfg.Table, n.cfg.Bridge, n.cfg.ClusterCIDR)
@@ -276,15 +279,37 @@ func randomMAC() net.HardwareAddr {
 	return mac
 }
 
-func writeSysctl(key, value string) error {
+// setSysctl sets a sysctl the pod network needs, in the namespace of the
+// calling thread, and logs a change: the pod network cannot work without
+// it, so failing to set it fails, and says which.
+func (n *Network) setSysctl(key, value string) error {
+	name := strings.ReplaceAll(key, "/", ".")
 	path := "/proc/sys/" + key
-	if cur, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(cur)) == value {
+	cur, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(cur)) == value {
 		return nil
 	}
 	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
-		return fmt.Errorf("set sysctl %s=%s: %w", strings.ReplaceAll(key, "/", "."), value, err)
+		return fmt.Errorf("the pod network needs sysctl %s=%s and cannot set it: %w", name, value, err)
 	}
+	n.log.Info("set sysctl for the pod network", "sysctl", name, "value", value, "was", strings.TrimSpace(string(cur)))
 	return nil
+}
+
+// bridgeNetfilter says, for the log, whether bridged IPv4 traffic passes
+// the IP netfilter hooks in the calling thread's namespace: "on"
+// (br_netfilter with bridge-nf-call-iptables=1), "off", or "absent" (no
+// br_netfilter). The pod network works either way (see doc.go).
+func bridgeNetfilter() string {
+	v, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
+	switch {
+	case err != nil:
+		return "absent"
+	case strings.TrimSpace(string(v)) == "1":
+		return "on"
+	default:
+		return "off"
+	}
 }
 
 // enter admits an operation unless the network is closed; the caller
