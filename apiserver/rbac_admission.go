@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -14,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/auth/rbac/validation"
+	kubeletapis "k8s.io/kubelet/pkg/apis"
 
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
@@ -34,7 +37,7 @@ func (s *Server) admitWrite(ctx context.Context, res *resource, subresource stri
 		return s.admitRBAC(ctx, u, res, obj, old)
 	}
 	if node, ok := authz.NodeName(u); ok {
-		return admitNode(node, res, subresource, obj, old)
+		return admitNode(node, s.nodeUIDOf(ctx, node), res, subresource, obj, old)
 	}
 	return nil
 }
@@ -212,18 +215,15 @@ func compactString(r rbacv1.PolicyRule) string {
 // admitNode is the NodeRestriction admission plugin: a kubelet writes
 // only its own Node and Lease, mirror pods bound to itself, and the
 // status of pods bound to itself.
-func admitNode(node string, res *resource, subresource string, obj, old runtime.Object) error {
+func admitNode(node string, nodeUID func() (types.UID, error), res *resource, subresource string, obj, old runtime.Object) error {
 	gr := qualified(res)
 	m, _ := metaOf(obj)
 	switch res.gvr {
 	case gvr("", "v1", "pods"):
 		pod := obj.(*corev1.Pod)
 		if old == nil {
-			if _, ok := pod.Annotations[mirrorPodAnnotation]; !ok {
-				return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("pod does not have %q annotation, node %q can only create mirror pods", mirrorPodAnnotation, node))
-			}
-			if pod.Spec.NodeName != node {
-				return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q can only create pods with spec.nodeName set to itself", node))
+			if err := admitNodeMirrorPod(node, nodeUID, pod); err != nil {
+				return apierrors.NewForbidden(gr, m.GetName(), err)
 			}
 			return nil
 		}
@@ -237,10 +237,163 @@ func admitNode(node string, res *resource, subresource string, obj, old runtime.
 		if m.GetName() != node {
 			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q is not allowed to modify node %q", node, m.GetName()))
 		}
+		if subresource == "" || subresource == "status" {
+			if err := admitOwnNode(node, obj.(*corev1.Node), old); err != nil {
+				return apierrors.NewForbidden(gr, m.GetName(), err)
+			}
+		}
 	case gvr("coordination.k8s.io", "v1", "leases"):
 		return admitNodeLease(node, gr, obj.(*coordinationv1.Lease).Namespace, m.GetName())
 	}
 	return nil
+}
+
+// admitNodeMirrorPod: a kubelet creates only mirror pods of its static
+// pods, bound to itself and owned by its Node, that reference no other
+// API object: a mirror pod naming a Secret or ConfigMap would make the
+// Node authorizer let that kubelet read it.
+func admitNodeMirrorPod(node string, nodeUID func() (types.UID, error), pod *corev1.Pod) error {
+	if _, ok := pod.Annotations[mirrorPodAnnotation]; !ok {
+		return fmt.Errorf("pod does not have %q annotation, node %q can only create mirror pods", mirrorPodAnnotation, node)
+	}
+	if pod.Spec.NodeName != node {
+		return fmt.Errorf("node %q can only create pods with spec.nodeName set to itself", node)
+	}
+	switch refs := pod.OwnerReferences; {
+	case len(refs) > 1:
+		return fmt.Errorf("node %q can only create pods with a single owner reference set to itself", node)
+	case len(refs) == 0:
+		return fmt.Errorf("node %q can only create pods with an owner reference set to itself", node)
+	case refs[0].APIVersion != "v1" || refs[0].Kind != "Node" || refs[0].Name != node:
+		return fmt.Errorf("node %q can only create pods with an owner reference set to itself", node)
+	case refs[0].Controller == nil || !*refs[0].Controller:
+		return fmt.Errorf("node %q can only create pods with a controller owner reference set to itself", node)
+	case refs[0].BlockOwnerDeletion != nil && *refs[0].BlockOwnerDeletion:
+		return fmt.Errorf("node %q must not set blockOwnerDeletion on an owner reference", node)
+	}
+	uid, err := nodeUID()
+	if err != nil {
+		return err
+	}
+	if pod.OwnerReferences[0].UID != uid {
+		return fmt.Errorf("node %s UID mismatch: expected %s got %s", node, pod.OwnerReferences[0].UID, uid)
+	}
+	if pod.Spec.ServiceAccountName != "" {
+		return fmt.Errorf("node %q can not create pods that reference a service account", node)
+	}
+	if podReferencesSecrets(pod) {
+		return fmt.Errorf("node %q can not create pods that reference secrets", node)
+	}
+	if podReferencesConfigMaps(pod) {
+		return fmt.Errorf("node %q can not create pods that reference configmaps", node)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ClusterTrustBundle != nil {
+					return fmt.Errorf("node %q can not create pods that use clustertrustbundles", node)
+				}
+			}
+		}
+		if v.PersistentVolumeClaim != nil {
+			return fmt.Errorf("node %q can not create pods that reference persistentvolumeclaims", node)
+		}
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return fmt.Errorf("node %q can not create pods that reference resourceclaims", node)
+	}
+	return nil
+}
+
+// admitOwnNode: a kubelet may not give its own Node labels that steer
+// workloads to it (node-restriction.kubernetes.io/, or kubernetes.io/
+// and k8s.io/ labels that are not the kubelet's own), nor change its
+// taints, nor register with a config source, as NodeRestriction.
+func admitOwnNode(node string, n *corev1.Node, old runtime.Object) error {
+	var oldLabels map[string]string
+	if old != nil {
+		o := old.(*corev1.Node)
+		oldLabels = o.Labels
+		if !apiequality.Semantic.DeepEqual(n.Spec.Taints, o.Spec.Taints) {
+			return fmt.Errorf("node %q is not allowed to modify taints", node)
+		}
+	} else if n.Spec.ConfigSource != nil {
+		return errors.New("is not allowed to create pods with a non-nil configSource")
+	}
+	var forbidden []string
+	for k := range modifiedLabels(n.Labels, oldLabels) {
+		ns, _, _ := strings.Cut(k, "/")
+		if !strings.Contains(k, "/") {
+			ns = ""
+		}
+		restricted := ns == corev1.LabelNamespaceNodeRestriction || strings.HasSuffix(ns, "."+corev1.LabelNamespaceNodeRestriction)
+		k8s := ns == "kubernetes.io" || strings.HasSuffix(ns, ".kubernetes.io") || ns == "k8s.io" || strings.HasSuffix(ns, ".k8s.io")
+		if restricted || (k8s && !kubeletapis.IsKubeletLabel(k)) {
+			forbidden = append(forbidden, k)
+		}
+	}
+	if len(forbidden) == 0 {
+		return nil
+	}
+	sort.Strings(forbidden)
+	if old == nil {
+		return fmt.Errorf("is not allowed to set the following labels: %s", strings.Join(forbidden, ", "))
+	}
+	return fmt.Errorf("is not allowed to modify labels: %s", strings.Join(forbidden, ", "))
+}
+
+// modifiedLabels are the keys added, removed or changed from b to a.
+func modifiedLabels(a, b map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			out[k] = true
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// admitNodeToken is NodeRestriction for serviceaccounts/token: a kubelet
+// gets tokens only bound to a pod that runs on it.
+func (s *Server) admitNodeToken(ctx context.Context, gr schema.GroupResource, namespace, name string, ref *authenticationv1.BoundObjectReference) error {
+	node, ok := authz.NodeName(requestUser(ctx))
+	if !ok || s.rbac == nil {
+		return nil
+	}
+	switch {
+	case ref == nil:
+		return apierrors.NewForbidden(gr, name, errors.New("node requested token not bound to a pod"))
+	case ref.Kind != "Pod":
+		return apierrors.NewForbidden(gr, name, fmt.Errorf("node requested token bound to a %s", ref.Kind))
+	}
+	obj, _, err := s.getObject(ctx, s.reg.byGVR[gvr("", "v1", "pods")], namespace, ref.Name)
+	if err != nil {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	if ref.UID != pod.UID {
+		return apierrors.NewForbidden(gr, name, fmt.Errorf("the UID in the bound object reference (%s) does not match the UID in record. The object might have been deleted and then recreated", ref.UID))
+	}
+	if pod.Spec.NodeName != node {
+		return apierrors.NewForbidden(gr, name, errors.New("node requested token bound to a pod scheduled on a different node"))
+	}
+	return nil
+}
+
+// nodeUIDOf reads the node's uid when a rule needs it.
+func (s *Server) nodeUIDOf(ctx context.Context, node string) func() (types.UID, error) {
+	return func() (types.UID, error) {
+		obj, _, err := s.getObject(ctx, s.reg.byGVR[gvr("", "v1", "nodes")], "", node)
+		if err != nil {
+			return "", err
+		}
+		return obj.(*corev1.Node).UID, nil
+	}
 }
 
 func admitNodeLease(node string, gr schema.GroupResource, ns, name string) error {

@@ -194,6 +194,46 @@ func validateMirrorPod(pod *corev1.Pod, generatedName bool) error {
 	return nil
 }
 
+// podReferencesConfigMaps: configMap volumes and projections, and
+// configMap env sources of any container.
+func podReferencesConfigMaps(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap != nil {
+			return true
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					return true
+				}
+			}
+		}
+	}
+	for _, c := range allContainers(pod) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				return true
+			}
+		}
+		for _, f := range c.EnvFrom {
+			if f.ConfigMapRef != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// allContainers is every container of the pod with its env, ephemeral
+// ones included.
+func allContainers(pod *corev1.Pod) []corev1.Container {
+	out := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, e := range pod.Spec.EphemeralContainers {
+		out = append(out, corev1.Container{Env: e.Env, EnvFrom: e.EnvFrom})
+	}
+	return out
+}
+
 // podReferencesSecrets: image pull secrets, secret volumes and
 // projections, and secret env sources of any container.
 func podReferencesSecrets(pod *corev1.Pod) bool {
@@ -212,27 +252,16 @@ func podReferencesSecrets(pod *corev1.Pod) bool {
 			}
 		}
 	}
-	envUsesSecret := func(env []corev1.EnvVar, from []corev1.EnvFromSource) bool {
-		for _, e := range env {
+	for _, c := range allContainers(pod) {
+		for _, e := range c.Env {
 			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
 				return true
 			}
 		}
-		for _, f := range from {
+		for _, f := range c.EnvFrom {
 			if f.SecretRef != nil {
 				return true
 			}
-		}
-		return false
-	}
-	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		if envUsesSecret(c.Env, c.EnvFrom) {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.EphemeralContainers {
-		if envUsesSecret(c.Env, c.EnvFrom) {
-			return true
 		}
 	}
 	return false

@@ -85,6 +85,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestI
 	if errs := validateTokenRequest(req); len(errs) > 0 {
 		return apierrors.NewInvalid(tokenRequestKind, "", errs)
 	}
+	if err := s.admitNodeToken(ctx, qualified(res), ri.namespace, ri.name, req.Spec.BoundObjectRef); err != nil {
+		return err
+	}
 	if err := adm.validate(ctx); err != nil {
 		return err
 	}

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -180,6 +182,86 @@ func TestRBAC(t *testing.T) {
 	n1.Labels["stolen"] = "yes"
 	if _, err := nodeCS.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("sim-0 updates node sim-1: %v", err)
+	}
+	nodeRestriction(t, ctx, adminCS, nodeCS)
+}
+
+// nodeRestriction holds a real node client certificate (system:node:sim-0)
+// to NodeRestriction's rules: what steers workloads or secrets to the
+// node is refused, what a kubelet needs is not.
+func nodeRestriction(t *testing.T, ctx context.Context, adminCS, nodeCS kubernetes.Interface) {
+	forbidden := func(what string, err error, want string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want 403 containing %q", what, err, want)
+		}
+	}
+	patch := func(labels string) error {
+		_, err := nodeCS.CoreV1().Nodes().Patch(ctx, "sim-0", types.MergePatchType, []byte(`{"metadata":{"labels":`+labels+`}}`), metav1.PatchOptions{})
+		return err
+	}
+	forbidden("sim-0 labels itself node-restriction", patch(`{"node-restriction.kubernetes.io/pci":"true"}`), "is not allowed to modify labels: node-restriction.kubernetes.io/pci")
+	forbidden("sim-0 labels itself control-plane", patch(`{"node-role.kubernetes.io/control-plane":""}`), "is not allowed to modify labels: node-role.kubernetes.io/control-plane")
+	if err := patch(`{"site":"plant-7","node.kubernetes.io/instance-type":"edge"}`); err != nil {
+		t.Errorf("sim-0 sets labels a kubelet may set: %v", err)
+	}
+	_, err := nodeCS.CoreV1().Nodes().Patch(ctx, "sim-0", types.MergePatchType, []byte(`{"spec":{"taints":[{"key":"mine","effect":"NoSchedule"}]}}`), metav1.PatchOptions{})
+	forbidden("sim-0 changes its taints", err, `node "sim-0" is not allowed to modify taints`)
+
+	// Mirror pods: only owned by the node and referencing no other object.
+	n0, err := adminCS.CoreV1().Nodes().Get(ctx, "sim-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller := true
+	mirror := func(name string, mutate func(*corev1.Pod)) error {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kubernetes.io/config.mirror": "x"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "sim-0", UID: n0.UID, Controller: &controller}}},
+			Spec: corev1.PodSpec{NodeName: "sim-0", Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+		}
+		if mutate != nil {
+			mutate(p)
+		}
+		_, err := nodeCS.CoreV1().Pods("team").Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	if err := mirror("static-ok", nil); err != nil {
+		t.Errorf("sim-0 creates its own mirror pod: %v", err)
+	}
+	forbidden("mirror pod reading a configmap", mirror("static-cm", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}}}}
+	}), `node "sim-0" can not create pods that reference configmaps`)
+	forbidden("mirror pod reading sim-1's secret", mirror("static-secret", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "for-sim-1"}, Key: "k"}}}}
+	}), "reference secrets")
+	forbidden("mirror pod with a claim", mirror("static-pvc", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	}), `node "sim-0" can not create pods that reference persistentvolumeclaims`)
+	forbidden("mirror pod without an owner", mirror("static-orphan", func(p *corev1.Pod) { p.OwnerReferences = nil }),
+		`node "sim-0" can only create pods with an owner reference set to itself`)
+	forbidden("mirror pod owned by another node", mirror("static-other", func(p *corev1.Pod) { p.OwnerReferences[0].Name = "sim-1" }),
+		`node "sim-0" can only create pods with an owner reference set to itself`)
+	if _, err := nodeCS.CoreV1().Secrets("team").Get(ctx, "for-sim-1", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("sim-0 reads sim-1's secret after the mirror pod attempts: %v", err)
+	}
+
+	// Tokens: only bound to a pod on the node.
+	token := func(ref *authenticationv1.BoundObjectReference) error {
+		_, err := nodeCS.CoreV1().ServiceAccounts("team").CreateToken(ctx, "default", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: ref}}, metav1.CreateOptions{})
+		return err
+	}
+	podRef := func(name string) *authenticationv1.BoundObjectReference {
+		p, err := adminCS.CoreV1().Pods("team").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: p.UID}
+	}
+	forbidden("sim-0 asks for an unbound token", token(nil), "node requested token not bound to a pod")
+	forbidden("sim-0 asks for a token of sim-1's pod", token(podRef("uses-sim-1")), "node requested token bound to a pod scheduled on a different node")
+	if err := token(podRef("uses-sim-0")); err != nil {
+		t.Errorf("sim-0 asks for a token of its own pod: %v", err)
 	}
 }
 

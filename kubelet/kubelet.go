@@ -42,12 +42,11 @@ type Config struct {
 	Client *Client
 	// Labels are added to the well-known ones; Taints are set when the
 	// Node is first registered only, as --register-with-taints does.
-	Labels       map[string]string
-	Taints       []corev1.Taint
-	MaxPods      int
-	Address      netip.Addr
-	DataDir      string // its file system is the node's ephemeral storage
-	ControlPlane bool
+	Labels  map[string]string
+	Taints  []corev1.Taint
+	MaxPods int
+	Address netip.Addr
+	DataDir string // its file system is the node's ephemeral storage
 	// Port is where the kubelet API (logs, exec, port-forward) listens,
 	// reported in status.daemonEndpoints for the API server to call.
 	Port int32
@@ -267,9 +266,6 @@ func (a *Agent) labels() map[string]string {
 		corev1.LabelArchStable:    runtime.GOARCH,
 		"beta.kubernetes.io/os":   runtime.GOOS,
 		"beta.kubernetes.io/arch": runtime.GOARCH,
-	}
-	if a.cfg.ControlPlane {
-		l["node-role.kubernetes.io/control-plane"] = ""
 	}
 	for k, v := range a.cfg.Labels {
 		l[k] = v

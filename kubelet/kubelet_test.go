@@ -63,7 +63,7 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 		done <- Run(ctx, Config{
 			NodeName: "n1", Client: agentClient, Labels: map[string]string{"site": "edge"},
 			Taints:  []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
-			Address: netip.MustParseAddr("127.0.0.1"), DataDir: t.TempDir(), ControlPlane: true,
+			Address: netip.MustParseAddr("127.0.0.1"), DataDir: t.TempDir(),
 			RuntimeVersion: "simulated://0.1", KubeletVersion: "v1.37.2", Clock: clk,
 		})
 	}()
@@ -74,7 +74,7 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 	wantLabels := map[string]string{
 		"kubernetes.io/hostname": "n1", "kubernetes.io/os": runtime.GOOS, "kubernetes.io/arch": runtime.GOARCH,
 		"beta.kubernetes.io/os": runtime.GOOS, "beta.kubernetes.io/arch": runtime.GOARCH,
-		"node-role.kubernetes.io/control-plane": "", "site": "edge",
+		"site": "edge",
 	}
 	if diff := cmp.Diff(wantLabels, node.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,10 +171,13 @@ func (s *staticPods) ensureMirror(ctx context.Context, pod *corev1.Pod) (*corev1
 	}
 	m := pod.DeepCopy()
 	m.UID = ""
-	m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: s.m.cfg.NodeName, UID: s.m.nodeUID}}
+	// Owned by the Node, as its controller: NodeRestriction admits no
+	// other mirror pod from a kubelet.
 	if s.m.nodeUID == "" {
-		m.OwnerReferences = nil
+		return nil, errors.New("the node's uid is not known yet")
 	}
+	controller := true
+	m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: s.m.cfg.NodeName, UID: s.m.nodeUID, Controller: &controller}}
 	created, err := c.createPod(ctx, m)
 	if apierrors.IsAlreadyExists(err) {
 		return c.getPod(ctx, pod.Namespace, pod.Name)

@@ -362,10 +362,13 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 // (its runtime connection, a containerd of its own); pods keep running.
 func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates), log *slog.Logger) func() {
 	stop := func() {}
+	selfLabels, privileged := splitNodeLabels(cfg.NodeLabels)
+	privileged[controlPlaneLabel] = ""
+	go labelNode(ctx, api, cfg.NodeName, privileged, log)
 	kcfg := kubelet.Config{
-		NodeName: cfg.NodeName, Labels: cfg.NodeLabels, Taints: cfg.NodeTaints,
+		NodeName: cfg.NodeName, Labels: selfLabels, Taints: cfg.NodeTaints,
 		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
-		ControlPlane: true, RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
+		RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log, ShutdownGroups: cfg.ShutdownGroups,
 	}
 	if cfg.Runtime != "containerd" && cfg.Devices != nil {
