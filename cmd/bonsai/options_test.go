@@ -550,3 +550,42 @@ func TestDeviceConfig(t *testing.T) {
 		t.Fatalf("--device-config: %v, %+v", err, got)
 	}
 }
+
+// A data dir and keys left readable by others are made private at start,
+// and each change is logged.
+func TestTightenDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Join(dir, "tls"), 0o750)
+	files := map[string]os.FileMode{"tls/ca.key": 0o644, "tls/serving.key": 0o600, "tls/ca.crt": 0o644, "kubeconfig.yaml": 0o640}
+	for name, mode := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(dir, name), mode)
+	}
+	var logged strings.Builder
+	if err := tightenDataDir(dir, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{".": 0o700, "tls": 0o700, "tls/ca.key": 0o600, "tls/serving.key": 0o600, "tls/ca.crt": 0o644, "kubeconfig.yaml": 0o600} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %04o, want %04o", name, got, want)
+		}
+	}
+	for _, p := range []string{"path=" + dir + " ", "tls/ca.key", "kubeconfig.yaml", "was=0755"} {
+		if !strings.Contains(logged.String(), p) {
+			t.Errorf("log does not name %q:\n%s", p, logged.String())
+		}
+	}
+	if strings.Contains(logged.String(), "serving.key") || strings.Contains(logged.String(), "ca.crt") {
+		t.Errorf("files already private, or not secret, were logged:\n%s", logged.String())
+	}
+}

@@ -78,6 +78,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Close()
+	if err := tightenDataDir(cfg.DataDir, log); err != nil {
+		return err
+	}
 
 	st, storeDesc, err := openStore(cfg, log)
 	if err != nil {
