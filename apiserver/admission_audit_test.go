@@ -38,7 +38,7 @@ func TestAdmissionAuditAnnotations(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(t.TempDir(), "audit.log")
-	log, err := audit.OpenLog(logPath)
+	log, err := audit.OpenLog(logPath, audit.Rotation{MaxSizeMB: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"bonsai.dev/bonsai/apiserver/audit"
+	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 )
 
@@ -144,6 +145,44 @@ func (s *Server) withAudit(next http.Handler) http.Handler {
 		}
 		emit(audit.StageResponseComplete)
 	})
+}
+
+// auditFailedAuthentication writes the event of a request that failed
+// authentication, as kube-apiserver's failed-authentication audit: no
+// user, the policy's level for it, stage ResponseStarted, code 401 and
+// the methods the request tried.
+func (s *Server) auditFailedAuthentication(r *http.Request) {
+	if s.cfg.AuditPolicy == nil || s.cfg.AuditLog == nil {
+		return
+	}
+	a := authz.RequestAttributes(r, &authn.User{})
+	level, omit := s.cfg.AuditPolicy.LevelFor(audit.Attributes{
+		Verb: a.Verb, ResourceRequest: a.ResourceRequest, APIGroup: a.APIGroup, Resource: a.Resource,
+		Subresource: a.Subresource, Namespace: a.Namespace, Name: a.Name, Path: a.Path,
+	})
+	if level == audit.LevelNone || omit[audit.StageResponseStarted] {
+		return
+	}
+	var tried []string
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		tried = append(tried, "certificate")
+	}
+	if r.Header.Get("Authorization") != "" {
+		tried = append(tried, "token")
+	}
+	now := metav1.NewMicroTime(time.Now())
+	ev := &audit.Event{
+		Level: level, AuditID: types.UID(uuid.NewUUID()), Stage: audit.StageResponseStarted, RequestURI: r.URL.RequestURI(), Verb: a.Verb,
+		SourceIPs: sourceIPs(r), UserAgent: r.UserAgent(), RequestReceivedTimestamp: now, StageTimestamp: now,
+		ResponseStatus: &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized,
+			Message: "Authentication failed, attempted: " + strings.Join(tried, ", ")},
+	}
+	if a.ResourceRequest {
+		ev.ObjectRef = &audit.ObjectReference{Resource: a.Resource, Namespace: a.Namespace, Name: a.Name, APIGroup: a.APIGroup, APIVersion: a.APIVersion, Subresource: a.Subresource}
+	}
+	if err := s.cfg.AuditLog.Write(ev); err != nil {
+		s.log.Error("audit log", "err", err)
+	}
 }
 
 // responseStatus is the event's status: the code, and for a failure what

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
@@ -25,6 +28,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (s *syncBuffer) events(t *testing.T) []audit.Event {
@@ -127,5 +136,57 @@ rules:
 	evs = buf.events(t)[4:]
 	if len(evs) != 2 || evs[0].Stage != audit.StageResponseStarted || evs[1].Stage != audit.StageResponseComplete || evs[0].Verb != "watch" || evs[0].ResponseStatus.Code != 200 {
 		t.Errorf("watch events: %+v", evs)
+	}
+}
+
+// A request whose token does not authenticate is audited (no user, 401,
+// the methods it tried) and logged at info level, at most a burst of
+// five a second with a count of those left out.
+func TestFailedAuthenticationAuditedAndLogged(t *testing.T) {
+	policy, err := audit.ParsePolicy([]byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, err := authn.ParseTokenFile(strings.NewReader("admin-token,admin,1,system:masters\n"), "tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, logs := &syncBuffer{}, &syncBuffer{}
+	s, err := New(Config{Store: st, Authenticator: authn.Union{tf}, AuditPolicy: policy, AuditLog: audit.NewLog(buf),
+		AdvertiseAddress: netip.MustParseAddr("127.0.0.1"), SecurePort: 6443, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); st.Close() })
+
+	for i := 0; i < 20; i++ {
+		if rec := serveAs(s, "GET", "/api/v1/namespaces/default/secrets", "guessed-token", "", nil); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("bad token: %d", rec.Code)
+		}
+	}
+	evs := buf.events(t)
+	if len(evs) != 20 {
+		t.Fatalf("%d audit events for 20 failed requests", len(evs))
+	}
+	ev := evs[0]
+	if ev.Stage != audit.StageResponseStarted || ev.User.Username != "" || ev.Verb != "list" || ev.ObjectRef == nil || ev.ObjectRef.Resource != "secrets" ||
+		ev.ResponseStatus == nil || ev.ResponseStatus.Code != 401 || ev.ResponseStatus.Message != "Authentication failed, attempted: token" {
+		t.Errorf("failed authentication event: %+v status %+v", ev, ev.ResponseStatus)
+	}
+	lines := strings.Count(logs.String(), `msg="authentication failed"`)
+	if lines < 5 || lines > 8 {
+		t.Errorf("%d log lines for 20 failures in well under a second, want the burst of 5 (and at most a few more):\n%s", lines, logs.String())
+	}
+	time.Sleep(1100 * time.Millisecond)
+	serveAs(s, "GET", "/api/v1/namespaces/default/secrets", "guessed-token", "", nil)
+	all := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	var left int
+	if _, err := fmt.Sscanf(all[len(all)-1][strings.Index(all[len(all)-1], "suppressedSinceLast="):], "suppressedSinceLast=%d", &left); err != nil || left != 20-lines {
+		t.Errorf("the line after the burst counts %d left out (%v), want %d:\n%s", left, err, 20-lines, logs.String())
 	}
 }

@@ -2,8 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,9 +38,8 @@ func (s *Server) withAuthentication(next http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			if err != nil {
-				s.log.Debug("authentication failed", "remote", r.RemoteAddr, "err", err)
-			}
+			s.authFailures.record(s.log, r, err)
+			s.auditFailedAuthentication(r)
 			writeStatus(w, statusf(http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized"))
 			return
 		}
@@ -46,4 +49,29 @@ func (s *Server) withAuthentication(next http.Handler) http.Handler {
 
 func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), d)
+}
+
+// authFailureLog logs failed authentications at info level, at most one a
+// second after a burst of five, and says how many it left out: a client
+// guessing tokens is seen, and cannot flood the log.
+type authFailureLog struct {
+	limit      *rate.Limiter
+	suppressed atomic.Int64
+}
+
+func newAuthFailureLog() *authFailureLog {
+	return &authFailureLog{limit: rate.NewLimiter(1, 5)}
+}
+
+func (l *authFailureLog) record(log *slog.Logger, r *http.Request, err error) {
+	if !l.limit.Allow() {
+		l.suppressed.Add(1)
+		return
+	}
+	reason := "no credentials"
+	if err != nil {
+		reason = err.Error()
+	}
+	log.Info("authentication failed", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
+		"userAgent", r.UserAgent(), "reason", reason, "suppressedSinceLast", l.suppressed.Swap(0))
 }

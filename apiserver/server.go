@@ -108,6 +108,7 @@ type Server struct {
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
 	log           *slog.Logger
+	authFailures  *authFailureLog
 	handler       http.Handler
 	metrics       *metrics
 	handlers      *handlerPool // runs short requests on grown stacks
@@ -166,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ServiceAccountIssuer == "" {
 		cfg.ServiceAccountIssuer = "https://kubernetes.default.svc." + cfg.ClusterDomain
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources())}
+	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources()), authFailures: newAuthFailureLog()}
 	if err := s.setupServiceAccountTokens(); err != nil {
 		cancel()
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"gopkg.in/natefinch/lumberjack.v2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -295,16 +296,29 @@ type Log struct {
 	c  io.Closer
 }
 
-// OpenLog appends to path ("-": standard output).
-func OpenLog(path string) (*Log, error) {
+// Rotation bounds an audit log file as kube-apiserver's
+// --audit-log-maxsize, --audit-log-maxbackup and --audit-log-maxage do:
+// past MaxSizeMB the file is renamed with a timestamp and a new one
+// started; only the newest MaxBackups of those (0: all) younger than
+// MaxAgeDays (0: any age) are kept.
+type Rotation struct {
+	MaxSizeMB, MaxBackups, MaxAgeDays int
+}
+
+// OpenLog appends to path ("-": standard output), rotating it as rot says.
+func OpenLog(path string, rot Rotation) (*Log, error) {
 	if path == "-" {
 		return &Log{w: os.Stdout}, nil
 	}
+	// Open once here so that a path that cannot be written is an error at
+	// start, not at the first event.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return &Log{w: f, c: f}, nil
+	f.Close()
+	lj := &lumberjack.Logger{Filename: path, MaxSize: rot.MaxSizeMB, MaxBackups: rot.MaxBackups, MaxAge: rot.MaxAgeDays}
+	return &Log{w: lj, c: lj}, nil
 }
 
 // NewLog writes to w (tests).

@@ -1,8 +1,11 @@
 package audit
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const samplePolicy = `
@@ -100,4 +103,51 @@ func FuzzParsePolicy(f *testing.F) {
 		p.LevelFor(Attributes{User: "u", Verb: "get", ResourceRequest: true, Resource: "pods"})
 		p.LevelFor(Attributes{User: "u", Verb: "get", Path: "/x"})
 	})
+}
+
+// The log file rotates past its size, and only the newest backups stay.
+func TestLogRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	l, err := OpenLog(path, Rotation{MaxSizeMB: 1, MaxBackups: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	big := strings.Repeat("x", 4096)
+	for i := 0; i < 1200; i++ { // about 5 MB of events
+		if err := l.Write(&Event{Level: LevelMetadata, RequestURI: "/api/v1/" + big, Verb: "get"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Old backups are removed in the background.
+	var names []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = names[:0]
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if len(names) == 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(names) != 3 {
+		t.Fatalf("files %v, want the log and 2 backups", names)
+	}
+	for _, n := range names {
+		st, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > 1<<20 {
+			t.Errorf("%s is %d bytes, over 1 MB", n, st.Size())
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %04o, want 0600", n, st.Mode().Perm())
+		}
+	}
 }

@@ -76,6 +76,7 @@ type serverOptions struct {
 	maxEndpoints      int
 	authorizationMode string
 	auditLogPath      string
+	auditLogRotation  audit.Rotation
 	auditPolicyFile   string
 	kubeletRootDir    string
 	deviceConfig      string
@@ -98,6 +99,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
 	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
 	fs.BoolVar(&o.profiling, "profiling", true, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (to cluster-admin only, by the default roles)")
+	fs.IntVar(&o.auditLogRotation.MaxSizeMB, "audit-log-maxsize", 100, "megabytes the audit log file may reach before it is rotated")
+	fs.IntVar(&o.auditLogRotation.MaxBackups, "audit-log-maxbackup", 10, "rotated audit log files kept; 0: all")
+	fs.IntVar(&o.auditLogRotation.MaxAgeDays, "audit-log-maxage", 0, "days a rotated audit log file is kept; 0: no limit by age")
 	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
 	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
@@ -153,21 +157,23 @@ type serverConfig struct {
 	// apiserver.AuthorizationAlwaysAllow.
 	AuthorizationMode string
 	// AuditLogPath and AuditPolicy are set together, or not at all.
-	AuditLogPath  string
-	AuditPolicy   *audit.Policy
-	Etcd          store.EtcdOptions
-	ServiceCIDR   netip.Prefix
-	ClusterCIDR   netip.Prefix
-	NodePortRange apiserver.PortRange
-	ClusterDomain string
-	LogFormat     string
-	LogLevel      slog.Level
-	Runtime       string
-	NodeName      string
-	NodeLabels    map[string]string
-	NodeTaints    []corev1.Taint
-	MaxPods       int
-	PodMaxPids    int64
+	AuditLogPath string
+	AuditPolicy  *audit.Policy
+	// AuditLogRotation bounds the audit log file.
+	AuditLogRotation audit.Rotation
+	Etcd             store.EtcdOptions
+	ServiceCIDR      netip.Prefix
+	ClusterCIDR      netip.Prefix
+	NodePortRange    apiserver.PortRange
+	ClusterDomain    string
+	LogFormat        string
+	LogLevel         slog.Level
+	Runtime          string
+	NodeName         string
+	NodeLabels       map[string]string
+	NodeTaints       []corev1.Taint
+	MaxPods          int
+	PodMaxPids       int64
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -414,6 +420,16 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		}
 		c.AuditLogPath, c.AuditPolicy = o.auditLogPath, p
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+		min  int
+	}{{"--audit-log-maxsize", o.auditLogRotation.MaxSizeMB, 1}, {"--audit-log-maxbackup", o.auditLogRotation.MaxBackups, 0}, {"--audit-log-maxage", o.auditLogRotation.MaxAgeDays, 0}} {
+		if f.v < f.min {
+			return nil, fmt.Errorf("%s %d: must be at least %d", f.name, f.v, f.min)
+		}
+	}
+	c.AuditLogRotation = o.auditLogRotation
 
 	if o.datastoreEndpoint != "" {
 		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {

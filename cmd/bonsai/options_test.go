@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/kubelet"
 )
 
@@ -91,6 +92,7 @@ func TestServerDefaults(t *testing.T) {
 		AuthorizationMode:    "RBAC",
 		Profiling:            true,
 		KubeletRootDir:       "/var/lib/kubelet",
+		AuditLogRotation:     audit.Rotation{MaxSizeMB: 100, MaxBackups: 10},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -112,6 +114,7 @@ func TestServerFlags(t *testing.T) {
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
 		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow", "--profiling=false",
+		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +162,7 @@ func TestServerFlags(t *testing.T) {
 		AuthorizationMode:    "AlwaysAllow",
 		KubeletRootDir:       "/var/lib/kubelet",
 		NodeLifecycle:        defaultNodeLifecycle,
+		AuditLogRotation:     audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
@@ -219,6 +223,8 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--runtime", "docker"}, []string{"--runtime", "docker"}},
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
+		{[]string{"--audit-log-maxsize", "0"}, []string{"--audit-log-maxsize 0: must be at least 1"}},
+		{[]string{"--audit-log-maxbackup", "-1"}, []string{"--audit-log-maxbackup -1: must be at least 0"}},
 		{[]string{"--pod-max-pids", "0"}, []string{"--pod-max-pids", "-1 (no limit) or at least 1"}},
 		{[]string{"--pod-max-pids", "-5"}, []string{"--pod-max-pids"}},
 		{[]string{"--audit-log-path", "/tmp/audit.log"}, []string{"--audit-log-path", "needs --audit-policy-file"}},

@@ -129,7 +129,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	}
 	var auditLog *audit.Log
 	if cfg.AuditPolicy != nil {
-		if auditLog, err = audit.OpenLog(cfg.AuditLogPath); err != nil {
+		if auditLog, err = audit.OpenLog(cfg.AuditLogPath, cfg.AuditLogRotation); err != nil {
 			return fmt.Errorf("--audit-log-path: %w", err)
 		}
 		defer auditLog.Close()
