@@ -42,7 +42,11 @@ type BadgerOptions struct {
 	// fall behind before it is ended (default 10,000).
 	WatchRing   int
 	MaxWatchLag uint64
-	Logger      *slog.Logger
+	// MaxValueBytes is the largest value Create and Update take
+	// (default DefaultMaxValueBytes); larger ones fail with a
+	// ValueTooLargeError.
+	MaxValueBytes int
+	Logger        *slog.Logger
 }
 
 func (o *BadgerOptions) setDefaults() {
@@ -66,6 +70,9 @@ func (o *BadgerOptions) setDefaults() {
 	}
 	if o.MaxWatchLag == 0 {
 		o.MaxWatchLag = 10000
+	}
+	if o.MaxValueBytes <= 0 {
+		o.MaxValueBytes = DefaultMaxValueBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -592,6 +599,9 @@ func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uin
 	if err := ValidateKey(key); err != nil {
 		return 0, err
 	}
+	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
+		return 0, err
+	}
 	op := &writeOp{kind: opPut, key: key, value: value, event: Added}
 	err := s.enqueue(op, func(cur uint64) error {
 		if cur != 0 {
@@ -615,6 +625,9 @@ func (s *badgerStore) Replace(ctx context.Context, key string, value []byte, rev
 func (s *badgerStore) update(op *writeOp, rev uint64) (uint64, error) {
 	key := op.key
 	if err := ValidateKey(key); err != nil {
+		return 0, err
+	}
+	if err := checkValue(key, op.value, s.opts.MaxValueBytes); err != nil {
 		return 0, err
 	}
 	err := s.enqueue(op, func(cur uint64) error {

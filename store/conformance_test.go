@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ func TestConformance(t *testing.T) {
 	}{
 		{"CRUD", testCRUD},
 		{"InvalidInput", testInvalidInput},
+		{"ValueTooLarge", testValueTooLarge},
 		{"PagedListConsistentUnderWriters", testPagedList},
 		{"ListAtRevision", testListAtRevision},
 		{"WatchOrderAndContent", testWatchOrder},
@@ -167,6 +169,48 @@ func testInvalidInput(t *testing.T, open func(*testing.T, int) store.Store) {
 	}
 	if _, err := s.Watch(ctx, "/registry/", cur+1000); !errors.Is(err, store.ErrFutureRevision) {
 		t.Errorf("watch from a future revision: %v, want ErrFutureRevision", err)
+	}
+}
+
+// testValueTooLarge: a value over the limit is refused with a typed error
+// before anything is written, on create, update and replace; one well
+// under it is taken.
+func testValueTooLarge(t *testing.T, open func(*testing.T, int) store.Store) {
+	s := open(t, 0)
+	const key = "/registry/core/configmaps/default/big"
+	over := bytes.Repeat([]byte("x"), store.DefaultMaxValueBytes+1)
+	tooLarge := func(op string, err error) {
+		t.Helper()
+		var e *store.ValueTooLargeError
+		if !errors.Is(err, store.ErrValueTooLarge) || !errors.As(err, &e) || e.Limit != store.DefaultMaxValueBytes || e.Size != len(over) {
+			t.Errorf("%s of %d bytes: %v, want a ValueTooLargeError with limit %d", op, len(over), err, store.DefaultMaxValueBytes)
+		}
+	}
+	before, _ := s.CurrentRevision(ctx)
+	_, err := s.Create(ctx, key, over)
+	tooLarge("create", err)
+	if _, err := s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get after a refused create: %v, want ErrNotFound", err)
+	}
+	if cur, _ := s.CurrentRevision(ctx); cur != before {
+		t.Fatalf("a refused create moved the revision from %d to %d", before, cur)
+	}
+	under := bytes.Repeat([]byte("y"), 1<<20)
+	rev, err := s.Create(ctx, key, under)
+	if err != nil {
+		t.Fatalf("create of 1 MiB: %v", err)
+	}
+	_, err = s.Update(ctx, key, over, rev)
+	tooLarge("update", err)
+	_, err = store.Replace(ctx, s, key, over, rev, under)
+	tooLarge("replace", err)
+	if kv, err := s.Get(ctx, key); err != nil || kv.Revision != rev || !bytes.Equal(kv.Value, under) {
+		t.Fatalf("after refused updates: revision %d (want %d), %d bytes, %v", kv.Revision, rev, len(kv.Value), err)
+	}
+	// At the limit a backend may still refuse (etcd's limit counts the
+	// key and the request), but only as too large.
+	if _, err := s.Update(ctx, key, over[:store.DefaultMaxValueBytes], rev); err != nil && !errors.Is(err, store.ErrValueTooLarge) {
+		t.Fatalf("update at the limit: %v, want success or ErrValueTooLarge", err)
 	}
 }
 

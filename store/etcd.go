@@ -18,6 +18,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // EtcdOptions configure the etcd backend.
@@ -35,7 +37,12 @@ type EtcdOptions struct {
 	// MaxWatchLag is how many events a watcher may have undelivered before
 	// it is ended with ErrWatcherTooSlow (default 10,000).
 	MaxWatchLag int
-	Logger      *slog.Logger
+	// MaxValueBytes is the largest value Create and Update send (default
+	// DefaultMaxValueBytes, etcd's own default limit); larger ones fail
+	// with a ValueTooLargeError, as do those the etcd server refuses as
+	// too large.
+	MaxValueBytes int
+	Logger        *slog.Logger
 }
 
 // ParseEtcdEndpoints checks a --datastore-endpoint value and returns its
@@ -85,6 +92,9 @@ func OpenEtcd(opts EtcdOptions) (Store, error) {
 	}
 	if opts.MaxWatchLag <= 0 {
 		opts.MaxWatchLag = 10000
+	}
+	if opts.MaxValueBytes <= 0 {
+		opts.MaxValueBytes = DefaultMaxValueBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -208,12 +218,15 @@ func (s *etcdStore) Create(ctx context.Context, key string, value []byte) (uint6
 	if err := ValidateKey(key); err != nil {
 		return 0, err
 	}
+	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
+		return 0, err
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, string(value))).
 		Commit()
 	if err != nil {
-		return 0, mapEtcdErr(err)
+		return 0, s.writeErr(key, value, err)
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("%w: %s", ErrExists, key)
@@ -225,18 +238,33 @@ func (s *etcdStore) Update(ctx context.Context, key string, value []byte, rev ui
 	if err := ValidateKey(key); err != nil {
 		return 0, err
 	}
+	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
+		return 0, err
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", int64(rev))).
 		Then(clientv3.OpPut(key, string(value))).
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
-		return 0, mapEtcdErr(err)
+		return 0, s.writeErr(key, value, err)
 	}
 	if !resp.Succeeded {
 		return 0, s.casFailure(key, rev, resp)
 	}
 	return uint64(resp.Header.Revision), nil
+}
+
+// writeErr is a failed put's error. A value under this store's limit
+// can still be over the etcd server's (--max-request-bytes counts the
+// key and the request around the value) or the client's message limit:
+// the same refusal, typed the same.
+func (s *etcdStore) writeErr(key string, value []byte, err error) error {
+	if errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) || errors.Is(err, rpctypes.ErrRequestTooLarge) ||
+		status.Code(err) == codes.ResourceExhausted {
+		return fmt.Errorf("%w (%v)", &ValueTooLargeError{Key: key, Size: len(value), Limit: s.opts.MaxValueBytes}, err)
+	}
+	return mapEtcdErr(err)
 }
 
 func (s *etcdStore) casFailure(key string, rev uint64, resp *clientv3.TxnResponse) error {

@@ -165,7 +165,7 @@ type ListResult struct {
 // Errors, tested with errors.Is. The API server maps them to Kubernetes
 // status codes: NotFound 404, Exists 409 AlreadyExists, Conflict 409,
 // Compacted and WatcherTooSlow 410 Gone (Expired), InvalidKey and
-// InvalidContinue 400.
+// InvalidContinue 400, ValueTooLarge 413.
 var (
 	ErrNotFound        = errors.New("key not found")
 	ErrExists          = errors.New("key already exists")
@@ -176,7 +176,37 @@ var (
 	ErrInvalidKey      = errors.New("invalid key")
 	ErrInvalidContinue = errors.New("invalid continue token")
 	ErrClosed          = errors.New("store is closed")
+	ErrValueTooLarge   = errors.New("value too large")
 )
+
+// DefaultMaxValueBytes is the largest value a store takes unless told
+// otherwise: etcd's default request limit (--max-request-bytes, 1.5 MiB),
+// so that what fits one backend fits the other.
+const DefaultMaxValueBytes = 1572864
+
+// ValueTooLargeError is a write refused because its value is over the
+// store's limit; nothing was written. It is ErrValueTooLarge to
+// errors.Is.
+type ValueTooLargeError struct {
+	Key         string
+	Size, Limit int
+}
+
+func (e *ValueTooLargeError) Error() string {
+	return fmt.Sprintf("%v: %s is %d bytes, limit is %d", ErrValueTooLarge, e.Key, e.Size, e.Limit)
+}
+
+func (e *ValueTooLargeError) Is(target error) bool { return target == ErrValueTooLarge }
+
+// checkValue refuses a value over limit before anything is queued: a
+// backend must never be handed one (badger fails its whole commit on a
+// value over its log file size, etcd refuses the request).
+func checkValue(key string, value []byte, limit int) error {
+	if len(value) > limit {
+		return &ValueTooLargeError{Key: key, Size: len(value), Limit: limit}
+	}
+	return nil
+}
 
 // MaxKeyLen bounds keys: far above any Kubernetes key, well below badger's
 // limit.
