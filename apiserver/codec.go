@@ -715,6 +715,10 @@ func storeError(err error, res *resource, name string) error {
 	case errors.Is(err, store.ErrInvalidKey):
 		return apierrors.NewBadRequest(err.Error())
 	}
+	var tooLarge *store.ValueTooLargeError
+	if errors.As(err, &tooLarge) {
+		return objectTooLarge(tooLarge.Limit)
+	}
 	return apierrors.NewInternalError(err)
 }
 

@@ -302,6 +302,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 	if err := checkKind(obj, res); err != nil {
 		return err
 	}
+	if err := s.checkObjectSize(res, obj); err != nil {
+		return err
+	}
 	if err := checkCustomFields(w, res, obj, fv); err != nil {
 		return err
 	}
@@ -403,12 +406,13 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
 		return nil, err
 	}
+	// A dry run is refused as the write would be.
+	data, err := s.encodeWithinLimit(res, obj, applied)
+	if err != nil {
+		return nil, err
+	}
 	if wc.dryRun {
 		return obj, nil
-	}
-	data, err := encodeForStore(res, obj)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
 	}
 	done := s.events.offer(res, data, obj)
 	rev, err := s.cfg.Store.Create(ctx, res.key(m.GetNamespace(), m.GetName()), data)
@@ -584,6 +588,9 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 			if err := checkKind(obj, res); err != nil {
 				return err
 			}
+			if err := s.checkObjectSize(res, obj); err != nil {
+				return err
+			}
 			if err := checkCustomFields(w, res, obj, fv); err != nil {
 				return err
 			}
@@ -745,9 +752,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 		setResourceVersion(obj, kv.Revision)
 		return obj, nil
 	}
-	data, err := encodeForStore(res, obj)
+	data, err := s.encodeWithinLimit(res, obj, applied)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, err
 	}
 	// The stored encoding is the old object's, unless it predates
 	// protobuf storage or is a custom object's.

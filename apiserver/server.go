@@ -83,7 +83,12 @@ type Config struct {
 	// Version is bonsai's own version, shown in /version's gitVersion
 	// build metadata.
 	Version string
-	Logger  *slog.Logger
+	// MaxObjectSize is the largest object, in its stored encoding, that
+	// a write may store (--max-object-size; default
+	// DefaultMaxObjectSize, etcd's limit). Larger ones are refused with
+	// 413, dry runs too.
+	MaxObjectSize int
+	Logger        *slog.Logger
 }
 
 // PortRange is an inclusive range of ports, as --service-node-port-range.
@@ -167,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ServiceAccountIssuer == "" {
 		cfg.ServiceAccountIssuer = "https://kubernetes.default.svc." + cfg.ClusterDomain
 	}
+	setJSONPatchCopyLimit()
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources()), authFailures: newAuthFailureLog()}
 	if err := s.setupServiceAccountTokens(); err != nil {
 		cancel()
