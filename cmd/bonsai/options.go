@@ -74,6 +74,7 @@ type serverOptions struct {
 	schedulerConfig   string
 	disableScheduler  bool
 	maxEndpoints      int
+	maxObjectSize     int
 	authorizationMode string
 	auditLogPath      string
 	auditLogRotation  audit.Rotation
@@ -132,6 +133,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	o.nodeLifecycle.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
+	fs.IntVar(&o.maxObjectSize, "max-object-size", apiserver.DefaultMaxObjectSize, "largest object the API server stores, in bytes of its stored encoding; larger writes are refused with 413 (etcd's --max-request-bytes default; with --datastore-endpoint, keep it within the etcd servers' own limit)")
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
 	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 0, "graceful node shutdown: how long this host's node delays a system shutdown (a logind delay lock) to stop its pods; 0 = off (the kubelet's shutdownGracePeriod)")
@@ -196,6 +198,9 @@ type serverConfig struct {
 	DisableScheduler bool
 	// MaxEndpointsPerSlice is --max-endpoints-per-slice.
 	MaxEndpointsPerSlice int
+	// MaxObjectSize is --max-object-size: the API server's limit and the
+	// store's (Etcd.MaxValueBytes too, when etcd is the store).
+	MaxObjectSize int
 	// KubeletRootDir holds the device-plugin and pod-resources sockets.
 	KubeletRootDir string
 	// Devices is the generic device plugin's configuration; nil = none.
@@ -366,6 +371,14 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--max-endpoints-per-slice %d: must be between 1 and 1000", o.maxEndpoints)
 	}
 	c.MaxEndpointsPerSlice = o.maxEndpoints
+	// Badger cannot hold a value the size of its value-log file (16 MiB);
+	// half of that leaves room and is already past what etcd is advised
+	// to take. Under 64 KiB, bootstrap objects (the default ClusterRoles)
+	// would not fit.
+	if o.maxObjectSize < 64<<10 || o.maxObjectSize > 8<<20 {
+		return nil, fmt.Errorf("--max-object-size %d: must be between %d (64 KiB) and %d (8 MiB)", o.maxObjectSize, 64<<10, 8<<20)
+	}
+	c.MaxObjectSize = o.maxObjectSize
 
 	for _, san := range o.tlsSANs {
 		san = strings.TrimSpace(san)
@@ -436,10 +449,11 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 			return nil, fmt.Errorf("--datastore-endpoint: %v", err)
 		}
 		c.Etcd = store.EtcdOptions{
-			Endpoint: o.datastoreEndpoint,
-			CAFile:   o.datastoreCAFile,
-			CertFile: o.datastoreCertFile,
-			KeyFile:  o.datastoreKeyFile,
+			Endpoint:      o.datastoreEndpoint,
+			CAFile:        o.datastoreCAFile,
+			CertFile:      o.datastoreCertFile,
+			KeyFile:       o.datastoreKeyFile,
+			MaxValueBytes: o.maxObjectSize,
 		}
 	}
 	for _, f := range []struct{ flag, path string }{

@@ -89,6 +89,7 @@ func TestServerDefaults(t *testing.T) {
 		NodeLifecycle:    defaultNodeLifecycle,
 
 		MaxEndpointsPerSlice: 100,
+		MaxObjectSize:        1572864,
 		AuthorizationMode:    "RBAC",
 		Profiling:            true,
 		KubeletRootDir:       "/var/lib/kubelet",
@@ -113,7 +114,7 @@ func TestServerFlags(t *testing.T) {
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50", "--pod-max-pids", "1024",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--authorization-mode", "AlwaysAllow", "--profiling=false",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
@@ -158,6 +159,7 @@ func TestServerFlags(t *testing.T) {
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
+		MaxObjectSize:        3145728,
 		ShutdownGroups:       []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
 		AuthorizationMode:    "AlwaysAllow",
 		KubeletRootDir:       "/var/lib/kubelet",
@@ -165,6 +167,7 @@ func TestServerFlags(t *testing.T) {
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
+	want.Etcd.MaxValueBytes = 3145728
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
@@ -192,6 +195,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--device-config", filepath.Join(dir, "absent.yaml")}, []string{"--device-config", "absent.yaml", "no such file"}},
 		{[]string{"--device-config", writeFile(t, "devices.yaml", "resources:\n- name: serial\n  devices: [/dev/ttyUSB*]\n")}, []string{"--device-config", "resources[0]", "vendor-domain/resourcetype"}},
 		{[]string{"--service-cidr", "banana"}, []string{"--service-cidr"}},
+		{[]string{"--max-object-size", "1000"}, []string{"--max-object-size 1000", "between 65536 (64 KiB) and 8388608 (8 MiB)"}},
+		{[]string{"--max-object-size", "16777216"}, []string{"--max-object-size", "between"}},
+		{[]string{"--max-object-size", "big"}, []string{"--max-object-size"}},
 		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
 		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
 		{[]string{"--service-cidr", "10.43.0.0/31"}, []string{"--service-cidr"}},

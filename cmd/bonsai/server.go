@@ -162,10 +162,11 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		ServiceAccountKey: certs.ServiceAccountKey,
 		// Aggregated API servers trust the front-proxy CA's client, and
 		// read both CAs from extension-apiserver-authentication.
-		FrontProxy:  certs.FrontProxy,
-		ClientCAPEM: certs.CA.CertPEM,
-		Version:     version,
-		Logger:      log,
+		FrontProxy:    certs.FrontProxy,
+		ClientCAPEM:   certs.CA.CertPEM,
+		Version:       version,
+		MaxObjectSize: cfg.MaxObjectSize,
+		Logger:        log,
 	})
 	if err != nil {
 		return err
@@ -332,7 +333,7 @@ func openStore(cfg *serverConfig, log *slog.Logger) (store.Store, string, error)
 		return st, "etcd " + cfg.Etcd.Endpoint, err
 	}
 	dir := filepath.Join(cfg.DataDir, "db")
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log})
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log, MaxValueBytes: cfg.MaxObjectSize})
 	return st, "badger " + dir, err
 }
 
