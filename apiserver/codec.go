@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -683,7 +684,11 @@ func writeObject(w http.ResponseWriter, code int, obj any, format outputFormat) 
 // other error.
 func writeError(w http.ResponseWriter, err error) {
 	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
+	switch {
+	case errors.As(err, &st):
+	case errors.Is(err, context.DeadlineExceeded):
+		st = errRequestTimeout
+	default:
 		st = apierrors.NewInternalError(err)
 	}
 	s := st.Status()
@@ -714,6 +719,8 @@ func storeError(err error, res *resource, name string) error {
 		return apierrors.NewBadRequest("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
 	case errors.Is(err, store.ErrInvalidKey):
 		return apierrors.NewBadRequest(err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return errRequestTimeout
 	}
 	var tooLarge *store.ValueTooLargeError
 	if errors.As(err, &tooLarge) {

@@ -54,6 +54,9 @@ type Config struct {
 	// ReservedHostPorts are the node's ports bonsai serves itself; a pod
 	// that asks for one as a hostPort is refused.
 	ReservedHostPorts []core.ReservedPort
+	// Limits bound requests in flight, their time and each user's
+	// watches (--max-requests-inflight and friends).
+	Limits Limits
 	// ServiceAccountKey signs the service-account tokens of TokenRequest
 	// and verifies them as bearer tokens; it must outlive restarts (see
 	// pki.Certs.ServiceAccountKey). Nil: a key made at start, whose
@@ -114,6 +117,7 @@ type Server struct {
 	bookmarkEvery time.Duration
 	log           *slog.Logger
 	authFailures  *authFailureLog
+	flow          *flowControl
 	handler       http.Handler
 	metrics       *metrics
 	handlers      *handlerPool // runs short requests on grown stacks
@@ -204,7 +208,8 @@ func New(cfg Config) (*Server, error) {
 	s.openapi.Delegated = s.aggregator.openAPIPaths
 	r := chi.NewRouter()
 	s.routes(r)
-	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r))))))
+	s.flow = newFlowControl(cfg.Limits)
+	s.handler = s.withMetrics(s.withAuthentication(s.withAudit(s.withFlowControl(s.withImpersonation(s.withAuthorization(withAdmissionWarnings(r)))))))
 	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer bcancel()
 	// Before anything allocates: a store from before allocation records

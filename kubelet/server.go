@@ -128,7 +128,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s,
 		TLSConfig:         s.TLSConfig(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second, // and the TLS handshake's
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
 		// The streaming libraries log through the request's klog logger;
 		// a client hanging up ends every stream with "use of closed

@@ -78,6 +78,8 @@ type serverOptions struct {
 	authorizationMode string
 	auditLogPath      string
 	auditLogRotation  audit.Rotation
+	limits            apiserver.Limits
+	minRequestTimeout int
 	auditPolicyFile   string
 	kubeletRootDir    string
 	deviceConfig      string
@@ -100,6 +102,11 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")
 	fs.StringVar(&o.authorizationMode, "authorization-mode", "RBAC", "how requests are authorized: RBAC (Kubernetes' Node,RBAC: nodes limited to their own objects, everyone else by Roles and bindings) or AlwaysAllow")
 	fs.BoolVar(&o.profiling, "profiling", true, "serve Go's CPU, heap and goroutine profiles under /debug/pprof/ (to cluster-admin only, by the default roles)")
+	fs.IntVar(&o.limits.MaxRequestsInFlight, "max-requests-inflight", 400, "non-mutating requests served at once to clients other than nodes and system:masters; past it, 429 with Retry-After")
+	fs.IntVar(&o.limits.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", 200, "mutating requests served at once to clients other than nodes and system:masters; past it, 429 with Retry-After")
+	fs.DurationVar(&o.limits.RequestTimeout, "request-timeout", 60*time.Second, "longest a request other than a watch, log or stream may take; past it, 504")
+	fs.IntVar(&o.minRequestTimeout, "min-request-timeout", 1800, "seconds: a watch without timeoutSeconds ends after a random time between this and twice this")
+	fs.IntVar(&o.limits.MaxWatchesPerUser, "max-watches-per-user", 1000, "concurrent watches one user (other than a node or system:masters) may hold; past it, 429")
 	fs.IntVar(&o.auditLogRotation.MaxSizeMB, "audit-log-maxsize", 100, "megabytes the audit log file may reach before it is rotated")
 	fs.IntVar(&o.auditLogRotation.MaxBackups, "audit-log-maxbackup", 10, "rotated audit log files kept; 0: all")
 	fs.IntVar(&o.auditLogRotation.MaxAgeDays, "audit-log-maxage", 0, "days a rotated audit log file is kept; 0: no limit by age")
@@ -163,19 +170,21 @@ type serverConfig struct {
 	AuditPolicy  *audit.Policy
 	// AuditLogRotation bounds the audit log file.
 	AuditLogRotation audit.Rotation
-	Etcd             store.EtcdOptions
-	ServiceCIDR      netip.Prefix
-	ClusterCIDR      netip.Prefix
-	NodePortRange    apiserver.PortRange
-	ClusterDomain    string
-	LogFormat        string
-	LogLevel         slog.Level
-	Runtime          string
-	NodeName         string
-	NodeLabels       map[string]string
-	NodeTaints       []corev1.Taint
-	MaxPods          int
-	PodMaxPids       int64
+	// Limits bound requests in flight, their time and users' watches.
+	Limits        apiserver.Limits
+	Etcd          store.EtcdOptions
+	ServiceCIDR   netip.Prefix
+	ClusterCIDR   netip.Prefix
+	NodePortRange apiserver.PortRange
+	ClusterDomain string
+	LogFormat     string
+	LogLevel      slog.Level
+	Runtime       string
+	NodeName      string
+	NodeLabels    map[string]string
+	NodeTaints    []corev1.Taint
+	MaxPods       int
+	PodMaxPids    int64
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -443,6 +452,20 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		}
 	}
 	c.AuditLogRotation = o.auditLogRotation
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--max-requests-inflight", o.limits.MaxRequestsInFlight}, {"--max-mutating-requests-inflight", o.limits.MaxMutatingRequestsInFlight},
+		{"--min-request-timeout", o.minRequestTimeout}, {"--max-watches-per-user", o.limits.MaxWatchesPerUser}} {
+		if f.v < 1 {
+			return nil, fmt.Errorf("%s %d: must be at least 1", f.name, f.v)
+		}
+	}
+	if o.limits.RequestTimeout <= 0 {
+		return nil, fmt.Errorf("--request-timeout %v: must be more than 0", o.limits.RequestTimeout)
+	}
+	c.Limits = o.limits
+	c.Limits.MinRequestTimeout = time.Duration(o.minRequestTimeout) * time.Second
 
 	if o.datastoreEndpoint != "" {
 		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {

@@ -94,6 +94,7 @@ func TestServerDefaults(t *testing.T) {
 		Profiling:            true,
 		KubeletRootDir:       "/var/lib/kubelet",
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 100, MaxBackups: 10},
+		Limits:               apiserver.Limits{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, RequestTimeout: time.Minute, MinRequestTimeout: 30 * time.Minute, MaxWatchesPerUser: 1000},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -116,6 +117,7 @@ func TestServerFlags(t *testing.T) {
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
 		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
+		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +167,7 @@ func TestServerFlags(t *testing.T) {
 		KubeletRootDir:       "/var/lib/kubelet",
 		NodeLifecycle:        defaultNodeLifecycle,
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
+		Limits:               apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
@@ -230,6 +233,8 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--node-name", "Not_A_Name"}, []string{"--node-name"}},
 		{[]string{"--max-pods", "0"}, []string{"--max-pods"}},
 		{[]string{"--audit-log-maxsize", "0"}, []string{"--audit-log-maxsize 0: must be at least 1"}},
+		{[]string{"--max-requests-inflight", "0"}, []string{"--max-requests-inflight 0: must be at least 1"}},
+		{[]string{"--request-timeout", "0s"}, []string{"--request-timeout 0s: must be more than 0"}},
 		{[]string{"--audit-log-maxbackup", "-1"}, []string{"--audit-log-maxbackup -1: must be at least 0"}},
 		{[]string{"--pod-max-pids", "0"}, []string{"--pod-max-pids", "-1 (no limit) or at least 1"}},
 		{[]string{"--pod-max-pids", "-5"}, []string{"--pod-max-pids"}},

@@ -152,6 +152,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		KubeletPort:      cfg.KubeletPort,
 		// Ports this process serves on the node: a hostPort DNAT rule
 		// for one would take its traffic.
+		Limits: cfg.Limits,
 		ReservedHostPorts: []core.ReservedPort{
 			{Port: int32(cfg.Port), Protocol: corev1.ProtocolTCP, For: "the API server"},
 			{Port: int32(cfg.KubeletPort), Protocol: corev1.ProtocolTCP, For: "the kubelet API"},
@@ -180,9 +181,12 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 			ClientAuth:   tls.VerifyClientCertIfGiven,
 			ClientCAs:    certs.CA.Pool(),
 		},
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          stdlog.New(httpErrorLog{log}, "", 0),
+		ReadHeaderTimeout: 10 * time.Second, // and the TLS handshake's
+		// A keep-alive connection idle this long is closed, as
+		// kube-apiserver does, so idle clients cannot pin connections.
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 1 << 20,
+		ErrorLog:       stdlog.New(httpErrorLog{log}, "", 0),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
