@@ -43,6 +43,7 @@ type storeObservers [numStoreOps]prometheus.Observer
 // servers in one process (tests) never collide on registration.
 type metrics struct {
 	registry    *prometheus.Registry
+	gatherers   prometheus.Gatherers // registry and what gatherAlso adds
 	handler     http.Handler
 	requests    *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
@@ -108,8 +109,16 @@ func newMetrics(reg *registry, raw store.Store) *metrics {
 			"Number of stored objects at the time of the last check split by kind.",
 			[]string{"resource"}, nil)},
 	)
+	m.gatherers = prometheus.Gatherers{m.registry}
 	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 	return m
+}
+
+// gatherAlso serves g's metrics (an admission plugin's, kept in its own
+// registry) beside the server's own.
+func (m *metrics) gatherAlso(g prometheus.Gatherer) {
+	m.gatherers = append(m.gatherers, g)
+	m.handler = promhttp.HandlerFor(m.gatherers, promhttp.HandlerOpts{})
 }
 
 // statusCodes are the code label's values, made once so that labelling a

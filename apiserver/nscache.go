@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"bonsai.dev/bonsai/apiserver/admission/podsecurity"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -30,6 +31,10 @@ type namespaceCache struct {
 type nsEntry struct {
 	rev         uint64
 	terminating bool
+	// podSecurity holds the namespace's pod-security.kubernetes.io/
+	// labels, all that PodSecurity admission reads of it (nil for most
+	// namespaces).
+	podSecurity map[string]string
 }
 
 func newNamespaceCache() *namespaceCache {
@@ -38,13 +43,34 @@ func newNamespaceCache() *namespaceCache {
 
 // lookup says whether name is known to exist and if it is terminating.
 func (c *namespaceCache) lookup(name string) (terminating, ok bool) {
+	e, ok := c.entry(name)
+	return e.terminating, ok
+}
+
+// entry is what the cache knows of name, if it is current.
+func (c *namespaceCache) entry(name string) (nsEntry, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.entries[name]
 	if !ok || e.rev < c.floor[name] {
-		return false, false
+		return nsEntry{}, false
 	}
-	return e.terminating, true
+	return e, true
+}
+
+// podSecurityLabels picks a namespace's pod-security.kubernetes.io/
+// labels.
+func podSecurityLabels(labels map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range labels {
+		if strings.HasPrefix(k, podsecurity.LabelPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (c *namespaceCache) set(name string, e nsEntry) {
@@ -89,7 +115,8 @@ func (s *Server) runNamespaceCache(ctx context.Context) {
 			return nsEntry{}, false
 		}
 		ns := obj.(*corev1.Namespace)
-		return nsEntry{rev: kv.Revision, terminating: ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating}, true
+		return nsEntry{rev: kv.Revision, terminating: ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating,
+			podSecurity: podSecurityLabels(ns.Labels)}, true
 	}
 	name := func(key string) string { return strings.TrimPrefix(key, prefix) }
 	for ctx.Err() == nil {

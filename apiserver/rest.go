@@ -400,6 +400,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err := s.limitRangeValidate(ctx, res, obj); err != nil {
 		return nil, err
 	}
+	if err := s.admitPodSecurity(ctx, wc, admissionv1.Create, "", obj, nil); err != nil {
+		return nil, err
+	}
 	if err := s.admitValidating(ctx, wc, admissionv1.Create, "", m.GetNamespace(), m.GetName(), obj, nil); err != nil {
 		return nil, err
 	}
@@ -721,6 +724,9 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	if len(errs) > 0 {
 		return nil, invalid(res, ri.name, errs)
+	}
+	if err := s.admitPodSecurity(ctx, wc, admissionv1.Update, ri.subresource, obj, old); err != nil {
+		return nil, err
 	}
 	if err := s.admitValidating(ctx, wc, admissionv1.Update, ri.subresource, ri.namespace, ri.name, obj, old); err != nil {
 		return nil, err

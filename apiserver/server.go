@@ -22,6 +22,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"bonsai.dev/bonsai/apiserver/admission"
+	"bonsai.dev/bonsai/apiserver/admission/podsecurity"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
@@ -77,6 +79,10 @@ type Config struct {
 	// (--audit-policy-file, --audit-log-path).
 	AuditPolicy *audit.Policy
 	AuditLog    *audit.Log
+	// Admission is the admission plugins' configuration
+	// (--admission-control-config-file); nil: every plugin's defaults
+	// (PodSecurity: privileged, no exemptions).
+	Admission *admission.Config
 	// FrontProxy is the front-proxy CA and client certificate requests
 	// to aggregated API servers carry (pki.Certs.FrontProxy); nil: one
 	// made at start (tests). ClientCAPEM is the CA of client
@@ -112,6 +118,8 @@ type Server struct {
 	// webhooks and policies are the admission configurations, compiled.
 	webhooks *webhookAdmission
 	policies *policyAdmission
+	// podSecurity is the PodSecurity admission plugin.
+	podSecurity *podsecurity.Plugin
 
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
@@ -195,6 +203,17 @@ func New(cfg Config) (*Server, error) {
 	s.handlers = newHandlerPool(64, 30*time.Second, s.log)
 	s.nsCache = newNamespaceCache()
 	s.webhooks, s.policies = newWebhookAdmission(s), newPolicyAdmission(s)
+	var psaConfig *podsecurity.Configuration
+	if cfg.Admission != nil {
+		psaConfig = cfg.Admission.PodSecurity
+	}
+	psa, err := s.newPodSecurity(psaConfig)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s.podSecurity = psa
+	s.metrics.gatherAlso(psa.Gatherer())
 	s.cfg.Store = writeNotes{
 		Store: instrumentedStore{Store: cfg.Store, m: s.metrics},
 		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, append(s.admissionConfigNotes(), s.aggregator.writeNotes(s)...)...),
