@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
@@ -81,6 +82,7 @@ type serverOptions struct {
 	limits            apiserver.Limits
 	minRequestTimeout int
 	auditPolicyFile   string
+	admissionConfig   string
 	kubeletRootDir    string
 	deviceConfig      string
 	shutdownGrace     time.Duration
@@ -112,6 +114,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.auditLogRotation.MaxAgeDays, "audit-log-maxage", 0, "days a rotated audit log file is kept; 0: no limit by age")
 	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
 	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
+	fs.StringVar(&o.admissionConfig, "admission-control-config-file", "", "AdmissionConfiguration file (apiserver.config.k8s.io/v1) configuring admission plugins: PodSecurity's PodSecurityConfiguration (pod-security.admission.config.k8s.io/v1) sets the default levels and the exempt users, namespaces and runtime classes (default: privileged, no exemptions)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -171,7 +174,9 @@ type serverConfig struct {
 	// AuditLogRotation bounds the audit log file.
 	AuditLogRotation audit.Rotation
 	// Limits bound requests in flight, their time and users' watches.
-	Limits        apiserver.Limits
+	Limits apiserver.Limits
+	// Admission is --admission-control-config-file, read and checked.
+	Admission     *admission.Config
 	Etcd          store.EtcdOptions
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
@@ -466,6 +471,12 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	}
 	c.Limits = o.limits
 	c.Limits.MinRequestTimeout = time.Duration(o.minRequestTimeout) * time.Second
+
+	adm, err := admission.LoadConfig(o.admissionConfig)
+	if err != nil {
+		return nil, fmt.Errorf("--admission-control-config-file %s: %v", o.admissionConfig, err)
+	}
+	c.Admission = adm
 
 	if o.datastoreEndpoint != "" {
 		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {

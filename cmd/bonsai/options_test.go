@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"bonsai.dev/bonsai/apiserver"
+	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/kubelet"
 )
@@ -95,10 +96,24 @@ func TestServerDefaults(t *testing.T) {
 		KubeletRootDir:       "/var/lib/kubelet",
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 100, MaxBackups: 10},
 		Limits:               apiserver.Limits{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, RequestTimeout: time.Minute, MinRequestTimeout: 30 * time.Minute, MaxWatchesPerUser: 1000},
+		// No --admission-control-config-file: PodSecurity's defaults.
+		Admission: defaultAdmission(t),
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
+}
+
+func defaultAdmission(t *testing.T) *admission.Config {
+	t.Helper()
+	cfg, err := admission.LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.PodSecurity.Defaults; d.Enforce != "privileged" || d.Audit != "privileged" || d.Warn != "privileged" {
+		t.Fatalf("PodSecurity defaults: %+v", d)
+	}
+	return cfg
 }
 
 func TestServerFlags(t *testing.T) {
@@ -118,10 +133,16 @@ func TestServerFlags(t *testing.T) {
 		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
-		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"))
+		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
+		"--admission-control-config-file", writeFile(t, "admission.yaml", admissionConfigYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a := got.Admission; a == nil || a.PodSecurity.Defaults.Enforce != "baseline" || a.PodSecurity.Defaults.Warn != "restricted" ||
+		len(a.PodSecurity.Exemptions.Namespaces) != 1 || a.PodSecurity.Exemptions.Namespaces[0] != "ops" {
+		t.Errorf("admission: %+v", a)
+	}
+	got.Admission = nil
 	if got.Tokens == nil || got.Tokens.Len() != 1 {
 		t.Errorf("tokens not loaded: %+v", got.Tokens)
 	}
@@ -176,8 +197,21 @@ func TestServerFlags(t *testing.T) {
 	}
 }
 
+const admissionConfigYAML = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults: {enforce: baseline, warn: restricted}
+    exemptions: {namespaces: [ops]}
+`
+
 func TestServerBadFlags(t *testing.T) {
 	noDefaultConfig(t)
+	badLevel := writeFile(t, "admission.yaml", strings.Replace(admissionConfigYAML, "enforce: baseline", "enforce: strict", 1))
+	badKind := writeFile(t, "admission.yaml", "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfig\n")
 	badTokens := writeFile(t, "tokens.csv", "ok,alice,1\nbroken\n")
 	badPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n")
 	goodPolicy := writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n")
@@ -242,6 +276,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--audit-policy-file", goodPolicy}, []string{"--audit-policy-file", "needs --audit-log-path"}},
 		{[]string{"--audit-policy-file", badPolicy, "--audit-log-path", "-"}, []string{"--audit-policy-file", `rules[0].level: Unsupported value: "Loud"`}},
 		{[]string{"--audit-policy-file", "/nonexistent/policy.yaml", "--audit-log-path", "-"}, []string{"--audit-policy-file", "no such file"}},
+		{[]string{"--admission-control-config-file", badLevel}, []string{"--admission-control-config-file", "plugin PodSecurity", `defaults.enforce: Invalid value: "strict": must be one of privileged, baseline, restricted`}},
+		{[]string{"--admission-control-config-file", badKind}, []string{"--admission-control-config-file", `no kind "AdmissionConfig" is registered`}},
+		{[]string{"--admission-control-config-file", filepath.Join(dir, "absent.yaml")}, []string{"--admission-control-config-file", "absent.yaml", "no such file"}},
 		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
@@ -406,7 +443,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--node-taints strings`, `--max-pods int`, `(default 110)`, `--kubelet-port int`, `(default 10250)`,
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
-		`--scheduler-config string`, `--disable-scheduler`,
+		`--scheduler-config string`, `--disable-scheduler`, `--admission-control-config-file string`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)

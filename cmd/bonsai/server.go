@@ -127,6 +127,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if cfg.Tokens != nil {
 		authenticators = append(authenticators, cfg.Tokens)
 	}
+	if cfg.Admission != nil && len(cfg.Admission.Unused) > 0 {
+		log.Warn("--admission-control-config-file configures plugins bonsai does not have; their entries are ignored", "plugins", cfg.Admission.Unused)
+	}
 	var auditLog *audit.Log
 	if cfg.AuditPolicy != nil {
 		if auditLog, err = audit.OpenLog(cfg.AuditLogPath, cfg.AuditLogRotation); err != nil {
@@ -141,6 +144,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		Profiling:         cfg.Profiling,
 		AuditPolicy:       cfg.AuditPolicy,
 		AuditLog:          auditLog,
+		Admission:         cfg.Admission,
 		ServiceCIDR:       cfg.ServiceCIDR,
 		ClusterCIDR:       cfg.ClusterCIDR,
 		NodePortRange:     cfg.NodePortRange,
