@@ -102,7 +102,7 @@ plugins:
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "audit.log")
-	log, err := audit.OpenLog(logPath)
+	log, err := audit.OpenLog(logPath, audit.Rotation{MaxSizeMB: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
