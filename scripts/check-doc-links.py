@@ -17,7 +17,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-LINK = re.compile(r"(?<!\!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+LINK = re.compile(r"(?<!\!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*([^)\s]+)\s*\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -70,19 +70,25 @@ def check(md):
     bad = []
     with open(md, encoding="utf-8") as f:
         text = f.read()
+    # Fenced blocks blanked and inline code emptied (newlines kept), so a
+    # link whose text runs over a line break is still found.
+    lines = [""] * (text.count("\n") + 1)
     for n, line in prose_lines(text):
-        for m in LINK.finditer(INLINE_CODE.sub("", line)):
-            target = m.group(1)
-            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
-                continue
-            path, _, anchor = target.partition("#")
-            dest = os.path.normpath(os.path.join(os.path.dirname(md), path)) if path else md
-            where = "%s:%d: %s" % (os.path.relpath(md, ROOT), n, target)
-            if not os.path.exists(dest):
-                bad.append(where + ": no such file")
-                continue
-            if anchor and dest.endswith(".md") and anchor not in anchors(dest):
-                bad.append(where + ": no such heading")
+        lines[n - 1] = line
+    prose = INLINE_CODE.sub(lambda m: "\n" * m.group(0).count("\n"), "\n".join(lines))
+    for m in LINK.finditer(prose):
+        n = prose.count("\n", 0, m.start(1)) + 1
+        target = m.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(md), path)) if path else md
+        where = "%s:%d: %s" % (os.path.relpath(md, ROOT), n, target)
+        if not os.path.exists(dest):
+            bad.append(where + ": no such file")
+            continue
+        if anchor and dest.endswith(".md") and anchor not in anchors(dest):
+            bad.append(where + ": no such heading")
     return bad
 
 
