@@ -1,7 +1,19 @@
 // Package kubelet is bonsai's node agent: it registers its Node, keeps the
-// node's Lease fresh and reports node status, and (as it grows) runs the
-// node's pods through a runtime. It talks to the API server only through
-// client-go, exactly as a remote kubelet would; it never touches the store.
+// node's Lease fresh, reports node status and capacity, and runs a worker
+// per pod bound to the node that drives the runtime (kubelet/cri) toward the
+// pod's spec: the sandbox and its network (netplugin's built-in network, or
+// CNI plugins through netplugin/cni), images, init containers, containers
+// with restarts and probes, volumes, env, devices (deviceplugin), cgroup
+// limits and graceful termination. It also runs static pods and their
+// mirrors, service-account token refresh, image garbage collection, routes
+// to other nodes' pod CIDRs and graceful node shutdown, and serves the
+// kubelet API (logs, exec, attach, port-forward) that the API server calls.
+// It owns the node's pod directories and container logs under its root dir.
+//
+// It talks to the API server only through client-go, exactly as a remote
+// kubelet would; it never touches the store. Containers are the runtime
+// backend's (kubelet/containerd); a simulated node is registered here and
+// then left to kubelet/simulator.
 package kubelet
 
 import (
