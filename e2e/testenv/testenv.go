@@ -1,7 +1,13 @@
-// Package testenv starts the real components bonsai's tests and benchmarks
-// run against (etcd today; containerd and friends later) on free loopback
-// ports and temp dirs, and decides what a missing prerequisite means: a skip
-// on a developer's machine, a failure under CI=true.
+// Package testenv starts the real programs bonsai's tests and benchmarks
+// (bin/bonsai-bench) run against, on free loopback ports and temp dirs:
+// etcd, Debian's docker-registry, a system bus with systemd-logind (and a
+// systemd stand-in that shuts nothing down), and the test admission webhook
+// with its certificates. It finds or builds the oldest and newest kubectl,
+// builds the busybox test image, ends the containerd shims and containers a
+// test leaves behind, and decides what a missing prerequisite means: a skip
+// on a developer's machine, a failure under CI=true. A containerd of a
+// test's own is kubelet/containerd/ctdtest's. Only tests, the bench and
+// test helpers import it; bonsai's own packages must not.
 package testenv
 
 import (
