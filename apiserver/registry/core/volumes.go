@@ -213,27 +213,24 @@ func validateProjected(pr *corev1.ProjectedVolumeSource, p *field.Path) field.Er
 	for i, src := range pr.Sources {
 		sp := p.Child("sources").Index(i)
 		n := 0
-		if src.Secret != nil {
+		// A secret or configMap projection: a name, and items whose
+		// paths are the volume's.
+		keys := func(kind, name string, items []corev1.KeyToPath) {
 			n++
-			fp := sp.Child("secret")
-			if src.Secret.Name == "" {
+			fp := sp.Child(kind)
+			if name == "" {
 				errs = append(errs, field.Required(fp.Child("name"), ""))
 			}
-			errs = append(errs, validateItems(src.Secret.Items, fp.Child("items"))...)
-			for j, it := range src.Secret.Items {
+			errs = append(errs, validateItems(items, fp.Child("items"))...)
+			for j, it := range items {
 				seen(fp.Child("items").Index(j).Child("path"), it.Path)
 			}
 		}
+		if src.Secret != nil {
+			keys("secret", src.Secret.Name, src.Secret.Items)
+		}
 		if src.ConfigMap != nil {
-			n++
-			fp := sp.Child("configMap")
-			if src.ConfigMap.Name == "" {
-				errs = append(errs, field.Required(fp.Child("name"), ""))
-			}
-			errs = append(errs, validateItems(src.ConfigMap.Items, fp.Child("items"))...)
-			for j, it := range src.ConfigMap.Items {
-				seen(fp.Child("items").Index(j).Child("path"), it.Path)
-			}
+			keys("configMap", src.ConfigMap.Name, src.ConfigMap.Items)
 		}
 		if src.DownwardAPI != nil {
 			n++
