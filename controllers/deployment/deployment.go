@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -93,7 +92,7 @@ func New(cfg Config) (*Controller, error) {
 	c.dLister = appslisters.NewDeploymentLister(c.dInf.GetIndexer())
 	c.rsLister = appslisters.NewReplicaSetLister(c.rsInf.GetIndexer())
 	for _, inf := range []cache.SharedIndexInformer{c.rsInf, c.podInf} {
-		if err := replicaset.AddOwnerIndex(inf, replicaset.OwnerIndex); err != nil {
+		if err := kit.AddControllerIndex(inf); err != nil {
 			return nil, err
 		}
 	}
@@ -131,36 +130,22 @@ func (c *Controller) enqueue(obj any) {
 	}
 }
 
-// resolveController is the Deployment ref names, if cached with its UID.
-func (c *Controller) resolveController(namespace string, ref *metav1.OwnerReference) *appsv1.Deployment {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	d, err := c.dLister.Deployments(namespace).Get(ref.Name)
-	if err != nil || d.UID != ref.UID {
-		return nil
-	}
-	return d
+// owner is the Deployment that controls obj, if cached with the uid the
+// reference names.
+func (c *Controller) owner(obj metav1.Object) *appsv1.Deployment {
+	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), controllerKind, c.dLister.Deployments(obj.GetNamespace()).Get)
 }
 
 // deploymentsSelecting are the Deployments that may adopt rs.
-func (c *Controller) deploymentsSelecting(rs *appsv1.ReplicaSet) []*appsv1.Deployment {
-	if len(rs.Labels) == 0 {
+func (c *Controller) deploymentsSelecting(rs metav1.Object) []*appsv1.Deployment {
+	if len(rs.GetLabels()) == 0 {
 		return nil
 	}
-	all, err := c.dLister.Deployments(rs.Namespace).List(labels.Everything())
+	all, err := c.dLister.Deployments(rs.GetNamespace()).List(labels.Everything())
 	if err != nil {
 		return nil
 	}
-	var out []*appsv1.Deployment
-	for _, d := range all {
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(rs.Labels)) {
-			continue
-		}
-		out = append(out, d)
-	}
-	return out
+	return kit.Selecting(all, func(d *appsv1.Deployment) *metav1.LabelSelector { return d.Spec.Selector }, rs.GetLabels())
 }
 
 func (c *Controller) addReplicaSet(obj any) {
@@ -169,8 +154,8 @@ func (c *Controller) addReplicaSet(obj any) {
 		c.deleteReplicaSet(rs)
 		return
 	}
-	if ref := metav1.GetControllerOf(rs); ref != nil {
-		if d := c.resolveController(rs.Namespace, ref); d != nil {
+	if metav1.GetControllerOfNoCopy(rs) != nil {
+		if d := c.owner(rs); d != nil {
 			c.queue.Add(keyOf(d))
 		}
 		return
@@ -180,29 +165,8 @@ func (c *Controller) addReplicaSet(obj any) {
 	}
 }
 
-func (c *Controller) updateReplicaSet(oldObj, curObj any) {
-	old, cur := oldObj.(*appsv1.ReplicaSet), curObj.(*appsv1.ReplicaSet)
-	if old.ResourceVersion == cur.ResourceVersion {
-		return
-	}
-	curRef, oldRef := metav1.GetControllerOf(cur), metav1.GetControllerOf(old)
-	refChanged := !reflect.DeepEqual(curRef, oldRef)
-	if refChanged && oldRef != nil {
-		if d := c.resolveController(old.Namespace, oldRef); d != nil {
-			c.queue.Add(keyOf(d))
-		}
-	}
-	if curRef != nil {
-		if d := c.resolveController(cur.Namespace, curRef); d != nil {
-			c.queue.Add(keyOf(d))
-		}
-		return
-	}
-	if refChanged || !reflect.DeepEqual(old.Labels, cur.Labels) {
-		for _, d := range c.deploymentsSelecting(cur) {
-			c.queue.Add(keyOf(d))
-		}
-	}
+func (c *Controller) updateReplicaSet(old, cur any) {
+	kit.WakeOwners(old.(*appsv1.ReplicaSet), cur.(*appsv1.ReplicaSet), c.owner, c.deploymentsSelecting, func(d *appsv1.Deployment) { c.queue.Add(keyOf(d)) })
 }
 
 func (c *Controller) deleteReplicaSet(obj any) {
@@ -213,10 +177,8 @@ func (c *Controller) deleteReplicaSet(obj any) {
 	if !ok {
 		return
 	}
-	if ref := metav1.GetControllerOf(rs); ref != nil {
-		if d := c.resolveController(rs.Namespace, ref); d != nil {
-			c.queue.Add(keyOf(d))
-		}
+	if d := c.owner(rs); d != nil {
+		c.queue.Add(keyOf(d))
 	}
 }
 
@@ -239,10 +201,8 @@ func (c *Controller) deletePod(obj any) {
 	if err != nil || rs.UID != ref.UID {
 		return
 	}
-	if dref := metav1.GetControllerOf(rs); dref != nil {
-		if d := c.resolveController(rs.Namespace, dref); d != nil && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-			c.queue.Add(keyOf(d))
-		}
+	if d := c.owner(rs); d != nil && d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		c.queue.Add(keyOf(d))
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/replicaset"
 	"bonsai.dev/bonsai/kubelet/simulator"
 )
@@ -289,7 +290,7 @@ func (w *watcher) failures() []string {
 func (w *watcher) available() (total int, byHash map[string]int) {
 	byHash = map[string]int{}
 	for _, p := range w.pods {
-		if p.DeletionTimestamp == nil && replicaset.IsPodReady(p) {
+		if p.DeletionTimestamp == nil && kit.IsPodReady(p) {
 			total++
 			byHash[p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]]++
 		}

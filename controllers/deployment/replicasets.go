@@ -11,9 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
-	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // claimReplicaSets returns the ReplicaSets d owns, after adopting the
@@ -24,68 +23,13 @@ func (c *Controller) claimReplicaSets(ctx context.Context, d *appsv1.Deployment)
 	if err != nil {
 		return nil, fmt.Errorf("deployment %s has an invalid selector: %w", keyOf(d), err)
 	}
-	idx := c.rsInf.GetIndexer()
-	owned, _ := idx.ByIndex(replicaset.OwnerIndex, string(d.UID))
-	orphans, _ := idx.ByIndex(replicaset.OwnerIndex, replicaset.OrphanIndexKey(d.Namespace))
-	var (
-		claimed  []*appsv1.ReplicaSet
-		errs     []error
-		adoptErr error
-		checked  bool
-	)
-	for _, o := range append(owned, orphans...) {
-		rs := o.(*appsv1.ReplicaSet)
-		matches := sel.Matches(labels.Set(rs.Labels))
-		if ref := metav1.GetControllerOf(rs); ref != nil {
-			switch {
-			case ref.UID != d.UID:
-			case matches:
-				claimed = append(claimed, rs)
-			case d.DeletionTimestamp == nil:
-				_, err := c.client.Apps.ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, replicaset.ReleasePatch(d.UID, rs.UID), metav1.PatchOptions{})
-				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
-					errs = append(errs, fmt.Errorf("releasing ReplicaSet %s: %w", keyOf(rs), err))
-				}
-			}
-			continue
-		}
-		if d.DeletionTimestamp != nil || !matches || rs.DeletionTimestamp != nil {
-			continue
-		}
-		if !checked {
-			adoptErr, checked = c.canAdopt(ctx, d), true
-		}
-		if adoptErr != nil {
-			errs = append(errs, adoptErr)
-			break
-		}
-		patch := replicaset.AdoptPatch(d, controllerKind.Kind, controllerKind.GroupVersion().String(), rs.UID)
-		adopted, err := c.client.Apps.ReplicaSets(rs.Namespace).Patch(ctx, rs.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-		if err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("adopting ReplicaSet %s: %w", keyOf(rs), err))
-			}
-			continue
-		}
-		claimed = append(claimed, adopted)
+	m := &kit.RefManager[*appsv1.ReplicaSet]{
+		Owner: d, Kind: controllerKind, Selector: sel,
+		Patch:    kit.PatchWith(c.client.Apps.ReplicaSets),
+		CanAdopt: kit.RecheckOwner(d, c.client.Apps.Deployments(d.Namespace).Get),
 	}
-	return claimed, utilerrors.NewAggregate(errs)
-}
-
-// canAdopt checks with the API (not the cache, which may lag a delete)
-// that d still exists and is not being deleted.
-func (c *Controller) canAdopt(ctx context.Context, d *appsv1.Deployment) error {
-	fresh, err := c.client.Apps.Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if fresh.UID != d.UID {
-		return fmt.Errorf("original Deployment %s is gone: got uid %s, wanted %s", keyOf(d), fresh.UID, d.UID)
-	}
-	if fresh.DeletionTimestamp != nil {
-		return fmt.Errorf("deployment %s has just been deleted at %s", keyOf(d), fresh.DeletionTimestamp)
-	}
-	return nil
+	candidates := append(kit.ControlledBy[*appsv1.ReplicaSet](c.rsInf, string(d.UID)), kit.Orphans[*appsv1.ReplicaSet](c.rsInf, d.Namespace)...)
+	return m.Claim(ctx, candidates, nil)
 }
 
 // podsByReplicaSet maps each of rsList's UIDs to its pods that match d's
@@ -97,10 +41,10 @@ func (c *Controller) podsByReplicaSet(d *appsv1.Deployment, rsList []*appsv1.Rep
 	}
 	m := make(map[types.UID][]*corev1.Pod, len(rsList))
 	for _, rs := range rsList {
-		objs, _ := c.podInf.GetIndexer().ByIndex(replicaset.OwnerIndex, string(rs.UID))
-		pods := make([]*corev1.Pod, 0, len(objs))
-		for _, o := range objs {
-			if p := o.(*corev1.Pod); sel.Matches(labels.Set(p.Labels)) {
+		owned := kit.ControlledBy[*corev1.Pod](c.podInf, string(rs.UID))
+		pods := make([]*corev1.Pod, 0, len(owned))
+		for _, p := range owned {
+			if sel.Matches(labels.Set(p.Labels)) {
 				pods = append(pods, p)
 			}
 		}
