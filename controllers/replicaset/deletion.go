@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // podDeletionCostAnnotation ranks pods for scale-down: lower cost goes
@@ -67,7 +69,7 @@ func (r rankedPods) Less(i, j int) bool {
 	if pa, pb := phaseOrder[a.Status.Phase], phaseOrder[b.Status.Phase]; pa != pb {
 		return pa < pb
 	}
-	if ra, rb := IsPodReady(a), IsPodReady(b); ra != rb {
+	if ra, rb := kit.IsPodReady(a), kit.IsPodReady(b); ra != rb {
 		return !ra
 	}
 	if ca, cb := deletionCost(a), deletionCost(b); ca != cb {
@@ -76,7 +78,7 @@ func (r rankedPods) Less(i, j int) bool {
 	if r.rank[i] != r.rank[j] {
 		return r.rank[i] > r.rank[j]
 	}
-	if IsPodReady(a) && IsPodReady(b) {
+	if kit.IsPodReady(a) && kit.IsPodReady(b) {
 		ta, tb := readySince(a), readySince(b)
 		if !ta.Equal(tb) {
 			return r.newerFirst(a, b, ta, tb)
@@ -111,7 +113,7 @@ func logAge(t, now time.Time) int64 {
 }
 
 func readySince(p *corev1.Pod) time.Time {
-	if c := readyCondition(p); c != nil {
+	if c := kit.PodReadyCondition(p); c != nil {
 		return c.LastTransitionTime.Time
 	}
 	return time.Time{}

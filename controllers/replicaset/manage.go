@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // Upstream's event reasons and condition reasons.
@@ -30,7 +32,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 	switch {
 	case diff < 0:
 		n := min(-diff, c.cfg.BurstReplicas)
-		c.exp.expectCreations(key, n)
+		c.exp.Expect(key, n, 0)
 		c.log.Debug("creating pods", "replicaset", key, "need", *rs.Spec.Replicas, "creating", n)
 		created, err := slowStartBatch(n, 1, func() error {
 			pod, err := c.client.Core.Pods(rs.Namespace).Create(ctx, podFromTemplate(rs), metav1.CreateOptions{})
@@ -47,9 +49,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 			return nil
 		})
 		// Creates not made, or refused, will never be seen.
-		for range n - created {
-			c.exp.creationObserved(key)
-		}
+		c.exp.Lower(key, n-created, 0)
 		return err
 	case diff > 0:
 		n := min(diff, c.cfg.BurstReplicas)
@@ -58,7 +58,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 		for i, p := range victims {
 			keys[i] = keyOf(p)
 		}
-		c.exp.expectDeletions(key, keys)
+		c.exp.ExpectNames(key, keys...)
 		c.log.Debug("deleting pods", "replicaset", key, "need", *rs.Spec.Replicas, "deleting", n)
 		var (
 			mu   sync.Mutex
@@ -75,7 +75,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 					return
 				}
 				// The informer will not show this deletion.
-				c.exp.deletionObserved(key, keyOf(p))
+				c.exp.Observed(key, keyOf(p))
 				if apierrors.IsNotFound(err) {
 					return
 				}
@@ -96,12 +96,11 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 	ref := metav1.GetControllerOf(rs)
 	if ref == nil {
-		return podsOwnedBy(c.podInf, rs.UID)
+		return kit.ControlledBy[*corev1.Pod](c.podInf, string(rs.UID))
 	}
-	siblings, _ := c.rsInf.GetIndexer().ByIndex(OwnerIndex, string(ref.UID))
 	var out []*corev1.Pod
-	for _, o := range siblings {
-		out = append(out, podsOwnedBy(c.podInf, o.(*appsv1.ReplicaSet).UID)...)
+	for _, sibling := range kit.ControlledBy[*appsv1.ReplicaSet](c.rsInf, string(ref.UID)) {
+		out = append(out, kit.ControlledBy[*corev1.Pod](c.podInf, string(sibling.UID))...)
 	}
 	return out
 }
@@ -118,9 +117,9 @@ func (c *Controller) calculateStatus(rs *appsv1.ReplicaSet, pods, terminating []
 		if template.Matches(labels.Set(p.Labels)) {
 			fully++
 		}
-		if IsPodReady(p) {
+		if kit.IsPodReady(p) {
 			ready++
-			if IsPodAvailable(p, rs.Spec.MinReadySeconds, now) {
+			if kit.IsPodAvailable(p, rs.Spec.MinReadySeconds, now) {
 				available++
 			}
 		}

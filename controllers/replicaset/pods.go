@@ -1,14 +1,11 @@
 package replicaset
 
 import (
-	"encoding/json"
 	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // controllerKind is what the ownerReferences this controller writes name.
@@ -23,30 +20,6 @@ func isPodActive(p *corev1.Pod) bool {
 // isPodTerminating: being deleted but not yet terminated.
 func isPodTerminating(p *corev1.Pod) bool {
 	return p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
-}
-
-func readyCondition(p *corev1.Pod) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodReady {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// IsPodReady reports the pod's Ready condition.
-func IsPodReady(p *corev1.Pod) bool {
-	c := readyCondition(p)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
-// IsPodAvailable: Ready for at least minReadySeconds at now.
-func IsPodAvailable(p *corev1.Pod, minReadySeconds int32, now time.Time) bool {
-	c := readyCondition(p)
-	if c == nil || c.Status != corev1.ConditionTrue {
-		return false
-	}
-	return minReadySeconds == 0 || (!c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(time.Duration(minReadySeconds)*time.Second).Before(now))
 }
 
 // podFromTemplate is the pod a ReplicaSet creates: its template's
@@ -95,28 +68,6 @@ func slowStartBatch(count, initial int, fn func() error) (int, error) {
 		remaining -= batch
 	}
 	return successes, nil
-}
-
-// AdoptPatch is the strategic merge patch that makes owner (of kind) the
-// controller of the object with uid; uid in the patch makes it fail on an
-// object of the same name created since.
-func AdoptPatch(owner metav1.Object, kind string, apiVersion string, uid types.UID) []byte {
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"ownerReferences": []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: owner.GetName(), UID: owner.GetUID(),
-			Controller: ptr(true), BlockOwnerDeletion: ptr(true)}},
-		"uid": uid,
-	}})
-	return b
-}
-
-// ReleasePatch is the strategic merge patch that removes the
-// ownerReference to owner from the object with uid.
-func ReleasePatch(owner types.UID, uid types.UID) []byte {
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"ownerReferences": []map[string]any{{"$patch": "delete", "uid": owner}},
-		"uid":             uid,
-	}})
-	return b
 }
 
 func ptr[T any](v T) *T { return &v }

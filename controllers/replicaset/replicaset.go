@@ -15,7 +15,6 @@ package replicaset
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"time"
@@ -25,8 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -34,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -43,10 +41,6 @@ const (
 	DefaultBurstReplicas = 500
 	// DefaultWorkers is upstream's --concurrent-replicaset-syncs.
 	DefaultWorkers = 5
-	// OwnerIndex indexes pods (and ReplicaSets) by their controller's
-	// UID, and orphans by OrphanIndexKey(namespace), so that a sync reads
-	// only the objects it may own instead of its whole namespace.
-	OwnerIndex = "replicaset.bonsai.dev/controller-uid"
 )
 
 // Config is what the controller is built from; zero fields take defaults.
@@ -70,7 +64,7 @@ type Controller struct {
 	podInf   cache.SharedIndexInformer
 	rsLister appslisters.ReplicaSetLister
 	queue    workqueue.TypedRateLimitingInterface[string]
-	exp      *expectations
+	exp      *kit.Expectations
 	recorder record.EventRecorder
 }
 
@@ -100,14 +94,15 @@ func New(cfg Config) (*Controller, error) {
 		podInf: cfg.Informers.For(&corev1.Pod{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "replicaset", Clock: cfg.Clock}),
-		exp: newExpectations(cfg.Clock.Now),
+		exp: kit.NewExpectations(cfg.Clock),
 	}
 	c.rsLister = appslisters.NewReplicaSetLister(c.rsInf.GetIndexer())
-	if err := AddOwnerIndex(c.podInf, OwnerIndex); err != nil {
-		return nil, err
-	}
-	if err := AddOwnerIndex(c.rsInf, OwnerIndex); err != nil {
-		return nil, err
+	// A sync reads only the pods it may claim, a Deployment only its
+	// ReplicaSets and the orphans.
+	for _, inf := range []cache.SharedIndexInformer{c.podInf, c.rsInf} {
+		if err := kit.AddControllerIndex(inf); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := c.rsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
@@ -125,29 +120,6 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return c, nil
 }
-
-// AddOwnerIndex adds to inf, unless it has it already (another controller
-// of the process asked first), the index of objects by their
-// controller's UID, with orphans under OrphanIndexKey of their namespace.
-func AddOwnerIndex(inf cache.SharedIndexInformer, name string) error {
-	if _, ok := inf.GetIndexer().GetIndexers()[name]; ok {
-		return nil
-	}
-	return inf.AddIndexers(cache.Indexers{name: func(obj any) ([]string, error) {
-		m, ok := obj.(metav1.Object)
-		if !ok {
-			return nil, nil
-		}
-		if ref := metav1.GetControllerOf(m); ref != nil {
-			return []string{string(ref.UID)}, nil
-		}
-		return []string{OrphanIndexKey(m.GetNamespace())}, nil
-	}})
-}
-
-// OrphanIndexKey is the owner-index key of the objects of namespace that
-// have no controller.
-func OrphanIndexKey(namespace string) string { return "orphan/" + namespace }
 
 // Run waits for the caches, then syncs ReplicaSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
@@ -172,39 +144,24 @@ func (c *Controller) deleteReplicaSet(obj any) {
 	if !ok {
 		return
 	}
-	c.exp.forget(keyOf(rs))
+	c.exp.Forget(keyOf(rs))
 	c.queue.Add(keyOf(rs))
 }
 
-// resolveController is the ReplicaSet ref names, if the cache has it
-// with the same UID.
-func (c *Controller) resolveController(namespace string, ref *metav1.OwnerReference) *appsv1.ReplicaSet {
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	rs, err := c.rsLister.ReplicaSets(namespace).Get(ref.Name)
-	if err != nil || rs.UID != ref.UID {
-		return nil
-	}
-	return rs
+// owner is the ReplicaSet that controls obj, if the cache has it with
+// the uid the reference names.
+func (c *Controller) owner(obj metav1.Object) *appsv1.ReplicaSet {
+	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), controllerKind, c.rsLister.ReplicaSets(obj.GetNamespace()).Get)
 }
 
 // replicaSetsSelecting are the ReplicaSets of pod's namespace whose
 // selector matches it: those that may adopt it.
-func (c *Controller) replicaSetsSelecting(pod *corev1.Pod) []*appsv1.ReplicaSet {
-	all, err := c.rsLister.ReplicaSets(pod.Namespace).List(labels.Everything())
-	if err != nil || len(pod.Labels) == 0 {
+func (c *Controller) replicaSetsSelecting(pod metav1.Object) []*appsv1.ReplicaSet {
+	all, err := c.rsLister.ReplicaSets(pod.GetNamespace()).List(labels.Everything())
+	if err != nil || len(pod.GetLabels()) == 0 {
 		return nil
 	}
-	var out []*appsv1.ReplicaSet
-	for _, rs := range all {
-		sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		out = append(out, rs)
-	}
-	return out
+	return kit.Selecting(all, func(rs *appsv1.ReplicaSet) *metav1.LabelSelector { return rs.Spec.Selector }, pod.GetLabels())
 }
 
 func (c *Controller) addPod(obj any) {
@@ -215,9 +172,9 @@ func (c *Controller) addPod(obj any) {
 		c.deletePod(pod)
 		return
 	}
-	if ref := metav1.GetControllerOf(pod); ref != nil {
-		if rs := c.resolveController(pod.Namespace, ref); rs != nil {
-			c.exp.creationObserved(keyOf(rs))
+	if metav1.GetControllerOfNoCopy(pod) != nil {
+		if rs := c.owner(pod); rs != nil {
+			c.exp.Lower(keyOf(rs), 1, 0)
 			c.queue.Add(keyOf(rs))
 		}
 		return
@@ -232,40 +189,20 @@ func (c *Controller) updatePod(oldObj, curObj any) {
 	if old.ResourceVersion == cur.ResourceVersion {
 		return
 	}
-	labelsChanged := !reflect.DeepEqual(old.Labels, cur.Labels)
 	if cur.DeletionTimestamp != nil {
 		// A graceful delete began: the ReplicaSet may replace the pod
 		// now rather than when it is gone, as upstream does.
 		c.deletePod(cur)
-		if labelsChanged {
+		if !reflect.DeepEqual(old.Labels, cur.Labels) {
 			c.deletePod(old)
 		}
 		return
 	}
-	curRef, oldRef := metav1.GetControllerOf(cur), metav1.GetControllerOf(old)
-	refChanged := !reflect.DeepEqual(curRef, oldRef)
-	if refChanged && oldRef != nil {
-		if rs := c.resolveController(old.Namespace, oldRef); rs != nil {
-			c.queue.Add(keyOf(rs))
-		}
-	}
-	if curRef != nil {
-		rs := c.resolveController(cur.Namespace, curRef)
-		if rs == nil {
-			return
-		}
-		c.queue.Add(keyOf(rs))
-		// A pod that just became Ready becomes available minReadySeconds
-		// later, with no event of its own then.
-		if rs.Spec.MinReadySeconds > 0 && !IsPodReady(old) && IsPodReady(cur) {
-			c.queue.AddAfter(keyOf(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
-	}
-	if labelsChanged || refChanged {
-		for _, rs := range c.replicaSetsSelecting(cur) {
-			c.queue.Add(keyOf(rs))
-		}
+	rs := kit.WakeOwners(old, cur, c.owner, c.replicaSetsSelecting, func(rs *appsv1.ReplicaSet) { c.queue.Add(keyOf(rs)) })
+	// A pod that just became Ready becomes available minReadySeconds
+	// later, with no event of its own then.
+	if rs != nil && rs.Spec.MinReadySeconds > 0 && !kit.IsPodReady(old) && kit.IsPodReady(cur) {
+		c.queue.AddAfter(keyOf(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
 	}
 }
 
@@ -277,24 +214,10 @@ func (c *Controller) deletePod(obj any) {
 	if !ok {
 		return
 	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return
-	}
-	if rs := c.resolveController(pod.Namespace, ref); rs != nil {
-		c.exp.deletionObserved(keyOf(rs), keyOf(pod))
+	if rs := c.owner(pod); rs != nil {
+		c.exp.Observed(keyOf(rs), keyOf(pod))
 		c.queue.Add(keyOf(rs))
 	}
-}
-
-// podsOwnedBy are the cached pods whose controller has uid.
-func podsOwnedBy(inf cache.SharedIndexInformer, uid types.UID) []*corev1.Pod {
-	objs, _ := inf.GetIndexer().ByIndex(OwnerIndex, string(uid))
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*corev1.Pod))
-	}
-	return out
 }
 
 // sync brings one ReplicaSet's pods and status to what its spec says.
@@ -305,30 +228,27 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	rs, err := c.rsLister.ReplicaSets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.exp.forget(key)
+		c.exp.Forget(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	needsManage := c.exp.satisfied(key)
+	needsManage := c.exp.Satisfied(key)
 	sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
 	if err != nil {
 		// Validation refuses such a selector; nothing a retry fixes.
 		c.log.Error("invalid selector", "replicaset", key, "err", err)
 		return nil
 	}
-	candidates := podsOwnedBy(c.podInf, rs.UID)
+	candidates := kit.ControlledBy[*corev1.Pod](c.podInf, string(rs.UID))
 	var terminating []*corev1.Pod
 	for _, p := range candidates {
 		if isPodTerminating(p) && sel.Matches(labels.Set(p.Labels)) {
 			terminating = append(terminating, p)
 		}
 	}
-	orphans, _ := c.podInf.GetIndexer().ByIndex(OwnerIndex, OrphanIndexKey(namespace))
-	for _, o := range orphans {
-		candidates = append(candidates, o.(*corev1.Pod))
-	}
+	candidates = append(candidates, kit.Orphans[*corev1.Pod](c.podInf, namespace)...)
 	active := candidates[:0:0]
 	for _, p := range candidates {
 		if isPodActive(p) {
@@ -360,72 +280,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // claimPods returns the pods rs owns after adopting the orphans its
 // selector matches and releasing the owned pods it no longer does.
 func (c *Controller) claimPods(ctx context.Context, rs *appsv1.ReplicaSet, sel labels.Selector, pods []*corev1.Pod) ([]*corev1.Pod, error) {
-	var (
-		claimed  []*corev1.Pod
-		errs     []error
-		adoptErr error
-		checked  bool
-	)
-	for _, p := range pods {
-		matches := sel.Matches(labels.Set(p.Labels))
-		if ref := metav1.GetControllerOf(p); ref != nil {
-			switch {
-			case ref.UID != rs.UID:
-			case matches:
-				claimed = append(claimed, p)
-			case rs.DeletionTimestamp == nil:
-				if err := c.release(ctx, rs, p); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			continue
-		}
-		if rs.DeletionTimestamp != nil || !matches || p.DeletionTimestamp != nil {
-			continue
-		}
-		// Adopt only for a ReplicaSet that still exists as cached: the
-		// cache may lag a delete, and an adopted pod would then go with
-		// the deleted owner.
-		if !checked {
-			adoptErr, checked = c.canAdopt(ctx, rs), true
-		}
-		if adoptErr != nil {
-			errs = append(errs, adoptErr)
-			break
-		}
-		patch := AdoptPatch(rs, controllerKind.Kind, controllerKind.GroupVersion().String(), p.UID)
-		if _, err := c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("adopting pod %s: %w", keyOf(p), err))
-			}
-			continue
-		}
-		claimed = append(claimed, p)
+	m := &kit.RefManager[*corev1.Pod]{
+		Owner: rs, Kind: controllerKind, Selector: sel,
+		Patch:    kit.PatchWith(c.client.Core.Pods),
+		CanAdopt: kit.RecheckOwner(rs, c.client.Apps.ReplicaSets(rs.Namespace).Get),
 	}
-	return claimed, utilerrors.NewAggregate(errs)
-}
-
-func (c *Controller) canAdopt(ctx context.Context, rs *appsv1.ReplicaSet) error {
-	fresh, err := c.client.Apps.ReplicaSets(rs.Namespace).Get(ctx, rs.Name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if fresh.UID != rs.UID {
-		return fmt.Errorf("original ReplicaSet %s is gone: got uid %s, wanted %s", keyOf(rs), fresh.UID, rs.UID)
-	}
-	if fresh.DeletionTimestamp != nil {
-		return fmt.Errorf("ReplicaSet %s has just been deleted at %s", keyOf(rs), fresh.DeletionTimestamp)
-	}
-	return nil
-}
-
-// release removes rs's ownerReference from p. A pod gone, or replaced by
-// one of the same name (the patch's uid then fails validation), needs
-// nothing.
-func (c *Controller) release(ctx context.Context, rs *appsv1.ReplicaSet, p *corev1.Pod) error {
-	_, err := c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, ReleasePatch(rs.UID, p.UID), metav1.PatchOptions{})
-	if err == nil || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return nil
-	}
-	return fmt.Errorf("releasing pod %s: %w", keyOf(p), err)
+	return m.Claim(ctx, pods, nil)
 }

@@ -12,42 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func TestExpectations(t *testing.T) {
-	now := time.Unix(1000, 0)
-	e := newExpectations(func() time.Time { return now })
-	if !e.satisfied("a") {
-		t.Fatal("nothing recorded: want satisfied")
-	}
-	e.expectCreations("a", 2)
-	e.creationObserved("a")
-	if e.satisfied("a") {
-		t.Fatal("1 of 2 creations seen: want unsatisfied")
-	}
-	e.creationObserved("a")
-	if !e.satisfied("a") {
-		t.Fatal("2 of 2 creations seen: want satisfied")
-	}
-	e.expectDeletions("a", []string{"ns/p1", "ns/p2"})
-	e.deletionObserved("a", "ns/p1")
-	e.deletionObserved("a", "ns/p1") // the update with deletionTimestamp, then the delete
-	if e.satisfied("a") {
-		t.Fatal("p2 not seen deleted: want unsatisfied")
-	}
-	e.deletionObserved("a", "ns/p2")
-	if !e.satisfied("a") {
-		t.Fatal("all deletions seen: want satisfied")
-	}
-	e.expectCreations("a", 5)
-	now = now.Add(expectationsTimeout + time.Second)
-	if !e.satisfied("a") {
-		t.Fatal("expired expectations: want satisfied")
-	}
-	e.forget("a")
-	if !e.satisfied("a") {
-		t.Fatal("forgotten: want satisfied")
-	}
-}
-
 // slowStartBatch doubles its batches and stops after the first batch
 // with a failure.
 func TestSlowStartBatch(t *testing.T) {
