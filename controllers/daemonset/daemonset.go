@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -69,7 +70,7 @@ type Controller struct {
 	synced     []cache.InformerSynced
 
 	queue        workqueue.TypedRateLimitingInterface[string]
-	expectations *expectations
+	expectations *kit.Expectations
 	failedPods   *flowcontrol.Backoff
 }
 
@@ -89,7 +90,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:        cfg.Clock,
 		log:          cfg.Logger,
 		queue:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "daemonset"}),
-		expectations: newExpectations(cfg.Clock),
+		expectations: kit.NewExpectations(cfg.Clock),
 		failedPods:   flowcontrol.NewBackOff(failedPodBackoffInitial, failedPodBackoffMax),
 	}
 	c.failedPods.Clock = cfg.Clock
@@ -158,15 +159,7 @@ func (c *Controller) enqueueAll() {
 // owner is the DaemonSet that controls obj, if it still exists with the
 // uid the reference names.
 func (c *Controller) owner(obj metav1.Object) *appsv1.DaemonSet {
-	ref := metav1.GetControllerOfNoCopy(obj)
-	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	ds, err := c.dsLister.DaemonSets(obj.GetNamespace()).Get(ref.Name)
-	if err != nil || ds.UID != ref.UID {
-		return nil
-	}
-	return ds
+	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), controllerKind, c.dsLister.DaemonSets(obj.GetNamespace()).Get)
 }
 
 func (c *Controller) enqueueOwner(obj any) {
@@ -188,17 +181,9 @@ func metaOf(obj any) (metav1.Object, bool) {
 
 // selecting is the DaemonSets whose selector matches an orphan pod: one
 // of them may adopt it.
-func (c *Controller) selecting(pod *corev1.Pod) []*appsv1.DaemonSet {
-	list, _ := c.dsLister.DaemonSets(pod.Namespace).List(labels.Everything())
-	var out []*appsv1.DaemonSet
-	for _, ds := range list {
-		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		out = append(out, ds)
-	}
-	return out
+func (c *Controller) selecting(pod metav1.Object) []*appsv1.DaemonSet {
+	list, _ := c.dsLister.DaemonSets(pod.GetNamespace()).List(labels.Everything())
+	return kit.Selecting(list, func(ds *appsv1.DaemonSet) *metav1.LabelSelector { return ds.Spec.Selector }, pod.GetLabels())
 }
 
 func (c *Controller) addPod(obj any) {
@@ -208,7 +193,7 @@ func (c *Controller) addPod(obj any) {
 		return
 	}
 	if ds := c.owner(pod); ds != nil {
-		c.expectations.observe(keyOf(ds), 1, 0)
+		c.expectations.Lower(keyOf(ds), 1, 0)
 		c.enqueue(ds)
 		return
 	}
@@ -221,25 +206,11 @@ func (c *Controller) addPod(obj any) {
 
 func (c *Controller) updatePod(old, cur any) {
 	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
-	if o.ResourceVersion == p.ResourceVersion {
-		return
-	}
-	if ds := c.owner(o); ds != nil && !apiequality.Semantic.DeepEqual(metav1.GetControllerOfNoCopy(o), metav1.GetControllerOfNoCopy(p)) {
-		c.enqueue(ds)
-	}
-	if ds := c.owner(p); ds != nil {
-		c.enqueue(ds)
-		// A pod turning Ready becomes available minReadySeconds later,
-		// with no event to say so.
-		if ds.Spec.MinReadySeconds > 0 && !podReady(o) && podReady(p) {
-			c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
-	}
-	if metav1.GetControllerOfNoCopy(p) == nil && !labels.Equals(o.Labels, p.Labels) {
-		for _, ds := range c.selecting(p) {
-			c.enqueue(ds)
-		}
+	ds := kit.WakeOwners(o, p, c.owner, c.selecting, func(ds *appsv1.DaemonSet) { c.enqueue(ds) })
+	// A pod turning Ready becomes available minReadySeconds later, with
+	// no event to say so.
+	if ds != nil && ds.Spec.MinReadySeconds > 0 && !kit.IsPodReady(o) && kit.IsPodReady(p) {
+		c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
 	}
 }
 
@@ -249,7 +220,7 @@ func (c *Controller) deletePod(obj any) {
 		return
 	}
 	if ds := c.owner(m); ds != nil {
-		c.expectations.observe(keyOf(ds), 0, 1)
+		c.expectations.Lower(keyOf(ds), 0, 1)
 		c.enqueue(ds)
 	}
 }

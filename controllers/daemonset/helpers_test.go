@@ -16,6 +16,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/kubelet/simulator"
 )
 
@@ -104,7 +105,7 @@ func pods(t *testing.T, e *controllertest.Env, name string) []corev1.Pod {
 	return list.Items
 }
 
-func podReadyNow(p *corev1.Pod) bool { return podReady(p) && p.DeletionTimestamp == nil }
+func podReadyNow(p *corev1.Pod) bool { return kit.IsPodReady(p) && p.DeletionTimestamp == nil }
 
 // waitPlaced waits until DaemonSet name has exactly one pod on each of
 // nodes, Ready, and no pod elsewhere; it returns the pods.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // revisionPatch is what a DaemonSet's ControllerRevision holds: a
@@ -43,17 +44,12 @@ func (c *Controller) controlledRevisions(ctx context.Context, ds *appsv1.DaemonS
 	if err != nil {
 		return nil, err
 	}
-	claimer := &history.Claimer{
+	m := &kit.RefManager[*appsv1.ControllerRevision]{
 		Owner: ds, Kind: controllerKind, Selector: sel,
-		Patch: func(ctx context.Context, ns, name string, patch []byte) error {
-			_, err := c.client.Apps.ControllerRevisions(ns).Patch(ctx, name, history.PatchType, patch, metav1.PatchOptions{})
-			return err
-		},
-		Recheck: history.RecheckOwner(ds, func(ctx context.Context) (metav1.Object, error) {
-			return c.client.Apps.DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-		}),
+		Patch:    kit.PatchWith(c.client.Apps.ControllerRevisions),
+		CanAdopt: kit.RecheckOwner(ds, c.client.Apps.DaemonSets(ds.Namespace).Get),
 	}
-	return history.Claim(ctx, claimer, all, nil)
+	return m.Claim(ctx, all, nil)
 }
 
 // constructHistory finds (or records) the revision of ds's current

@@ -3,7 +3,6 @@ package daemonset
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -166,30 +165,4 @@ func shouldRun(node *corev1.Node, ds *appsv1.DaemonSet) (run, keep bool) {
 		return t.Effect == corev1.TaintEffectNoExecute
 	}, false)
 	return false, !evicts
-}
-
-// podReady says whether pod's Ready condition is True.
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podAvailable says whether pod has been Ready for minReadySeconds at now.
-func podAvailable(pod *corev1.Pod, minReadySeconds int32, now metav1.Time) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			if c.Status != corev1.ConditionTrue {
-				return false
-			}
-			if minReadySeconds == 0 {
-				return true
-			}
-			return !c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(time.Duration(minReadySeconds)*time.Second).Before(now.Time)
-		}
-	}
-	return false
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // sync drives one DaemonSet toward one up-to-date pod per wanted node and
@@ -29,7 +30,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	ds, err := c.dsLister.DaemonSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.expectations.forget(key)
+		c.expectations.Forget(key)
 		return nil
 	}
 	if err != nil {
@@ -52,13 +53,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return fmt.Errorf("construct history: %w", err)
 	}
 	hash := cur.Labels[history.HashLabel]
-	if !c.expectations.satisfied(key) {
+	if !c.expectations.Satisfied(key) {
 		// Acting on a cache behind our own writes would double pods; only
 		// status, without claiming this generation was seen.
 		return c.updateStatus(ctx, ds, nodes, hash, false)
 	}
 	err = c.manage(ctx, ds, nodes, hash)
-	if err == nil && c.expectations.satisfied(key) && ds.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
+	if err == nil && c.expectations.Satisfied(key) && ds.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
 		err = c.rollingUpdate(ctx, ds, nodes, hash)
 	}
 	if err == nil {
@@ -80,17 +81,12 @@ func (c *Controller) daemonPods(ctx context.Context, ds *appsv1.DaemonSet, withD
 	if err != nil {
 		return nil, err
 	}
-	claimer := &history.Claimer{
+	m := &kit.RefManager[*corev1.Pod]{
 		Owner: ds, Kind: controllerKind, Selector: sel,
-		Patch: func(ctx context.Context, ns, name string, patch []byte) error {
-			_, err := c.client.Core.Pods(ns).Patch(ctx, name, history.PatchType, patch, metav1.PatchOptions{})
-			return err
-		},
-		Recheck: history.RecheckOwner(ds, func(ctx context.Context) (metav1.Object, error) {
-			return c.client.Apps.DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-		}),
+		Patch:    kit.PatchWith(c.client.Core.Pods),
+		CanAdopt: kit.RecheckOwner(ds, c.client.Apps.DaemonSets(ds.Namespace).Get),
 	}
-	pods, err := history.Claim(ctx, claimer, all, nil)
+	pods, err := m.Claim(ctx, all, nil)
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range pods {
 		if !withDeletedTerminal && p.DeletionTimestamp != nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) {
@@ -193,7 +189,7 @@ func (c *Controller) podsShouldBeOnNode(node *corev1.Node, pods []*corev1.Pod, d
 				del = append(del, p.Name)
 			}
 		}
-		if newest != nil && oldest != nil && (!podReady(oldest) || podAvailable(newest, ds.Spec.MinReadySeconds, metav1.NewTime(c.clock.Now()))) {
+		if newest != nil && oldest != nil && (!kit.IsPodReady(oldest) || kit.IsPodAvailable(newest, ds.Spec.MinReadySeconds, c.clock.Now())) {
 			del = append(del, oldest.Name)
 		}
 	case len(pods) > 0:
@@ -254,7 +250,7 @@ func unavailableCount(ds *appsv1.DaemonSet, desired int) (int, error) {
 func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del, create []string, hash string) error {
 	key := keyOf(ds)
 	create, del = create[:min(len(create), burstReplicas)], del[:min(len(del), burstReplicas)]
-	c.expectations.expect(key, len(create), len(del))
+	c.expectations.Expect(key, len(create), len(del))
 	tmpl := podTemplate(ds, hash)
 	var (
 		mu   sync.Mutex
@@ -274,7 +270,7 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del, c
 			go func() {
 				defer wg.Done()
 				if err := c.createPod(ctx, ds, tmpl, node); err != nil {
-					c.expectations.observe(key, 1, 0)
+					c.expectations.Lower(key, 1, 0)
 					fail(err)
 				}
 			}()
@@ -282,7 +278,7 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del, c
 		wg.Wait()
 		if len(errs) > before {
 			// The rest were never tried: stop expecting them.
-			c.expectations.observe(key, len(create)-pos-batch, 0)
+			c.expectations.Lower(key, len(create)-pos-batch, 0)
 			break
 		}
 	}
@@ -293,7 +289,7 @@ func (c *Controller) syncNodes(ctx context.Context, ds *appsv1.DaemonSet, del, c
 			defer wg.Done()
 			err := c.client.Core.Pods(ds.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 			if err != nil {
-				c.expectations.observe(key, 0, 1)
+				c.expectations.Lower(key, 0, 1)
 				if !apierrors.IsNotFound(err) {
 					c.recorder.Eventf(ds, corev1.EventTypeWarning, "FailedDelete", "Error deleting: %v", err)
 					fail(fmt.Errorf("delete pod %s: %w", name, err))
@@ -350,7 +346,7 @@ func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nod
 		return err
 	}
 	var st appsv1.DaemonSetStatus
-	now := metav1.NewTime(c.clock.Now())
+	now := c.clock.Now()
 	gen := templateGeneration(ds)
 	for _, node := range nodes {
 		run, _ := shouldRun(node, ds)
@@ -369,9 +365,9 @@ func (c *Controller) updateStatus(ctx context.Context, ds *appsv1.DaemonSet, nod
 		pods = slices.Clone(pods)
 		slices.SortStableFunc(pods, olderFirst)
 		p := pods[0]
-		if podReady(p) {
+		if kit.IsPodReady(p) {
 			st.NumberReady++
-			if podAvailable(p, ds.Spec.MinReadySeconds, now) {
+			if kit.IsPodAvailable(p, ds.Spec.MinReadySeconds, now) {
 				st.NumberAvailable++
 			}
 		}

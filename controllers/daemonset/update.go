@@ -6,7 +6,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // rollingUpdate replaces old pods, as upstream: without surge it deletes
@@ -24,9 +25,9 @@ func (c *Controller) rollingUpdate(ctx context.Context, ds *appsv1.DaemonSet, no
 	if err != nil {
 		return err
 	}
-	now := metav1.NewTime(c.clock.Now())
+	now := c.clock.Now()
 	gen := templateGeneration(ds)
-	available := func(p *corev1.Pod) bool { return podAvailable(p, ds.Spec.MinReadySeconds, now) }
+	available := func(p *corev1.Pod) bool { return kit.IsPodAvailable(p, ds.Spec.MinReadySeconds, now) }
 
 	if maxSurge == 0 {
 		unavailable := 0

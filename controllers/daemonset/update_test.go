@@ -13,6 +13,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // rolloutWatch follows a DaemonSet's pods through an informer and
@@ -42,7 +43,7 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 			}
 			node, _ := targetNode(p)
 			live[node]++
-			if podReady(p) {
+			if kit.IsPodReady(p) {
 				ready[node]++
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // statefulPodRegex splits a pod name into its set's name and ordinal.
@@ -202,11 +203,11 @@ func isTerminating(pod *corev1.Pod) bool {
 }
 
 func isRunningAndReady(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodRunning && podReady(pod)
+	return pod.Status.Phase == corev1.PodRunning && kit.IsPodReady(pod)
 }
 
 func isRunningAndAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
-	return pod.Status.Phase == corev1.PodRunning && podAvailable(pod, minReadySeconds, now)
+	return pod.Status.Phase == corev1.PodRunning && kit.IsPodAvailable(pod, minReadySeconds, now)
 }
 
 // isHealthy: Running, Ready and not on its way out.
@@ -216,25 +217,4 @@ func isHealthy(pod *corev1.Pod) bool { return isRunningAndReady(pod) && !isTermi
 // or not available yet.
 func isUnavailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
 	return !isCreated(pod) || isTerminating(pod) || !isRunningAndAvailable(pod, minReadySeconds, now)
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			if c.Status != corev1.ConditionTrue {
-				return false
-			}
-			return minReadySeconds == 0 || (!c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(time.Duration(minReadySeconds)*time.Second).Before(now))
-		}
-	}
-	return false
 }

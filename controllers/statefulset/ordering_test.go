@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // OrderedReady creates web-1 only once web-0 is Running and Ready, and so
@@ -76,7 +77,7 @@ func TestParallel(t *testing.T) {
 			return ""
 		}
 		for _, q := range all {
-			if podReady(q) {
+			if kit.IsPodReady(q) {
 				return ""
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // revisionPatch is what a StatefulSet's ControllerRevision holds: a
@@ -75,15 +76,7 @@ func (c *Controller) listRevisions(ctx context.Context, set *appsv1.StatefulSet)
 	if err != nil {
 		return nil, err
 	}
-	claimer := &history.Claimer{
-		Owner: set, Kind: controllerKind, Selector: sel,
-		Patch: func(ctx context.Context, ns, name string, patch []byte) error {
-			_, err := c.client.Apps.ControllerRevisions(ns).Patch(ctx, name, history.PatchType, patch, metav1.PatchOptions{})
-			return err
-		},
-		Recheck: c.recheck(set),
-	}
-	revs, err := history.Claim(ctx, claimer, all, nil)
+	revs, err := refManager(c, set, sel, kit.PatchWith(c.client.Apps.ControllerRevisions)).Claim(ctx, all, nil)
 	history.Sort(revs)
 	return revs, err
 }

@@ -21,7 +21,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -32,7 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -133,28 +132,13 @@ func (c *Controller) enqueueAfter(set *appsv1.StatefulSet, d time.Duration) {
 // owner is the set that controls obj, if it still exists with the uid
 // the reference names.
 func (c *Controller) owner(obj metav1.Object) *appsv1.StatefulSet {
-	ref := metav1.GetControllerOfNoCopy(obj)
-	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return nil
-	}
-	set, err := c.setLister.StatefulSets(obj.GetNamespace()).Get(ref.Name)
-	if err != nil || set.UID != ref.UID {
-		return nil
-	}
-	return set
+	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), controllerKind, c.setLister.StatefulSets(obj.GetNamespace()).Get)
 }
 
 // selecting is the sets whose selector matches an orphan pod.
-func (c *Controller) selecting(pod *corev1.Pod) []*appsv1.StatefulSet {
-	list, _ := c.setLister.StatefulSets(pod.Namespace).List(labels.Everything())
-	var out []*appsv1.StatefulSet
-	for _, set := range list {
-		sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
-		if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
-			out = append(out, set)
-		}
-	}
-	return out
+func (c *Controller) selecting(pod metav1.Object) []*appsv1.StatefulSet {
+	list, _ := c.setLister.StatefulSets(pod.GetNamespace()).List(labels.Everything())
+	return kit.Selecting(list, func(set *appsv1.StatefulSet) *metav1.LabelSelector { return set.Spec.Selector }, pod.GetLabels())
 }
 
 func (c *Controller) onPodAdd(obj any) {
@@ -172,25 +156,11 @@ func (c *Controller) onPodAdd(obj any) {
 
 func (c *Controller) onPodUpdate(old, cur any) {
 	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
-	if o.ResourceVersion == p.ResourceVersion {
-		return
-	}
-	if set := c.owner(o); set != nil && !apiequality.Semantic.DeepEqual(metav1.GetControllerOfNoCopy(o), metav1.GetControllerOfNoCopy(p)) {
-		c.enqueue(set)
-	}
-	if set := c.owner(p); set != nil {
-		c.enqueue(set)
-		// Turning Ready makes a pod available minReadySeconds later,
-		// with no event to say so.
-		if set.Spec.MinReadySeconds > 0 && !podReady(o) && podReady(p) {
-			c.enqueueAfter(set, time.Duration(set.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
-	}
-	if metav1.GetControllerOfNoCopy(p) == nil && !labels.Equals(o.Labels, p.Labels) {
-		for _, set := range c.selecting(p) {
-			c.enqueue(set)
-		}
+	set := kit.WakeOwners(o, p, c.owner, c.selecting, func(set *appsv1.StatefulSet) { c.enqueue(set) })
+	// Turning Ready makes a pod available minReadySeconds later, with no
+	// event to say so.
+	if set != nil && set.Spec.MinReadySeconds > 0 && !kit.IsPodReady(o) && kit.IsPodReady(p) {
+		c.enqueueAfter(set, time.Duration(set.Spec.MinReadySeconds)*time.Second+time.Second)
 	}
 }
 
@@ -222,9 +192,12 @@ func (c *Controller) onClaimDelete(obj any) {
 	}
 }
 
-// recheck is the Claimer.Recheck of set: a fresh read from the API.
-func (c *Controller) recheck(set *appsv1.StatefulSet) func(context.Context) error {
-	return history.RecheckOwner(set, func(ctx context.Context) (metav1.Object, error) {
-		return c.client.Apps.StatefulSets(set.Namespace).Get(ctx, set.Name, metav1.GetOptions{})
-	})
+// refManager claims objects of kind T for set: its pods and its
+// revisions.
+func refManager[T metav1.Object](c *Controller, set *appsv1.StatefulSet, sel labels.Selector, patch func(context.Context, T, []byte) (T, error)) *kit.RefManager[T] {
+	return &kit.RefManager[T]{
+		Owner: set, Kind: controllerKind, Selector: sel,
+		Patch:    patch,
+		CanAdopt: kit.RecheckOwner(set, c.client.Apps.StatefulSets(set.Namespace).Get),
+	}
 }

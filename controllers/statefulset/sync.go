@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
-	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // sync drives one StatefulSet toward its replicas at their revisions and
@@ -42,15 +42,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	claimer := &history.Claimer{
-		Owner: set, Kind: controllerKind, Selector: sel,
-		Patch: func(ctx context.Context, ns, name string, patch []byte) error {
-			_, err := c.client.Core.Pods(ns).Patch(ctx, name, history.PatchType, patch, metav1.PatchOptions{})
-			return err
-		},
-		Recheck: c.recheck(set),
-	}
-	pods, err := history.Claim(ctx, claimer, all, func(p *corev1.Pod) bool { return isMemberOf(set, p) })
+	pods, err := refManager(c, set, sel, kit.PatchWith(c.client.Core.Pods)).
+		Claim(ctx, all, func(p *corev1.Pod) bool { return isMemberOf(set, p) })
 	if err != nil {
 		return err
 	}
