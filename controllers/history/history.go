@@ -1,12 +1,10 @@
 // Package history keeps the ControllerRevisions of the controllers that
 // record their pod templates (DaemonSet, StatefulSet), as upstream's
 // pkg/controller/history does: naming by hash with collision probing,
-// ordering, equality, and creation that survives a hash collision. It
-// also holds the controllerRef claiming (adoption and release) those
-// controllers apply to their pods and revisions.
+// ordering, equality, and creation that survives a hash collision.
+// Claiming revisions (adoption and release) is kit's RefManager.
 //
-// It touches only ControllerRevisions and the ownerReferences of objects
-// a caller asks it to claim; the callers own everything else.
+// It touches only ControllerRevisions; the callers own everything else.
 package history
 
 import (

@@ -1,8 +1,6 @@
 package history
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -11,9 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/controllers/controllertest"
 )
@@ -93,77 +89,3 @@ func TestCreateCollision(t *testing.T) {
 		t.Fatalf("creating equal data again: %v, uid %s (want %s), count %d", err, again.UID, got.UID, count)
 	}
 }
-
-// Claim adopts matching orphans, releases owned objects that no longer
-// match, and leaves other controllers' objects alone; a failed recheck of
-// the owner stops adoption.
-func TestClaim(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
-	owner := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default", UID: "owner-uid"}}
-	kind := appsv1.SchemeGroupVersion.WithKind("DaemonSet")
-	other := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "other", UID: "other-uid", Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
-	pods := e.Client.Core.Pods("default")
-	mk := func(name, app string, refs ...metav1.OwnerReference) *corev1.Pod {
-		p, err := pods.Create(e.Ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": app}, OwnerReferences: refs},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	objs := []*corev1.Pod{
-		mk("orphan", "a"),
-		mk("stranger", "b"),
-		mk("leaving", "b", *metav1.NewControllerRef(owner, kind)),
-		mk("staying", "a", *metav1.NewControllerRef(owner, kind)),
-		mk("others", "a", other),
-	}
-	claimer := func(recheck error) *Claimer {
-		return &Claimer{
-			Owner: owner, Kind: kind, Selector: labels.SelectorFromSet(labels.Set{"app": "a"}),
-			Patch: func(ctx context.Context, ns, name string, patch []byte) error {
-				_, err := pods.Patch(ctx, name, PatchType, patch, metav1.PatchOptions{})
-				return err
-			},
-			Recheck: func(context.Context) error { return recheck },
-		}
-	}
-
-	if got, err := Claim(e.Ctx, claimer(errors.New("owner is being deleted")), objs[:1], nil); err == nil || len(got) != 0 {
-		t.Fatalf("claim with a failed recheck: %v, %d claimed", err, len(got))
-	}
-	got, err := Claim(e.Ctx, claimer(nil), objs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range got {
-		names = append(names, p.Name)
-	}
-	if diff := cmp.Diff([]string{"orphan", "staying"}, names); diff != "" {
-		t.Errorf("claimed (-want +got):\n%s", diff)
-	}
-	for name, want := range map[string]types.UID{"orphan": owner.UID, "stranger": "", "leaving": "", "staying": owner.UID, "others": other.UID} {
-		p, err := pods.Get(e.Ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got types.UID
-		if ref := metav1.GetControllerOf(p); ref != nil {
-			got = ref.UID
-			if ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
-				t.Errorf("%s: controller reference without blockOwnerDeletion", name)
-			}
-		}
-		if got != want {
-			t.Errorf("%s: controller %q, want %q", name, got, want)
-		}
-	}
-	if err := claimer(nil).patch(e.Ctx, &metav1.ObjectMeta{Name: "gone", Namespace: "default", UID: "x"}, "adopt", nil); err != nil {
-		t.Errorf("patching a pod that is gone: %v, want nil", err)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
