@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -75,7 +76,7 @@ type Controller struct {
 	// expect holds what this controller asked of pods and has not yet
 	// seen in the informer, so a sync on a stale cache does not create or
 	// count twice.
-	expect *expectations
+	expect *kit.Expectations
 	// backoff remembers, per Job key, the failures since its last
 	// success; like upstream it lives in memory only.
 	backoffMu sync.Mutex
@@ -111,7 +112,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:  cfg.Clock,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "job", Clock: cfg.Clock}),
-		expect:  newExpectations(cfg.Clock),
+		expect:  kit.NewExpectations(cfg.Clock),
 		backoff: map[string]backoffRecord{},
 	}
 	c.jobLister = batchlisters.NewJobLister(c.jobs.GetIndexer())
@@ -126,7 +127,7 @@ func New(cfg Config) (*Controller, error) {
 	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if key := c.podChanged(obj); key != "" {
-				c.expect.seen(key, obj.(*corev1.Pod).Name)
+				c.expect.Observed(key, createdPod(obj.(*corev1.Pod).Name))
 			}
 		},
 		UpdateFunc: func(_, obj any) { c.podChanged(obj) },

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // manage creates and deletes pods so that the Job has as many active as
@@ -121,7 +123,7 @@ func sortedForRemoval(pods []*corev1.Pod, keepBest bool) []*corev1.Pod {
 			return 0
 		case p.Status.Phase == corev1.PodPending:
 			return 1
-		case !podReady(p):
+		case !kit.IsPodReady(p):
 			return 2
 		}
 		return 3

@@ -25,6 +25,9 @@ const (
 	unknownIndex              = -1
 )
 
+// controllerKind is what the ownerReferences this controller writes name.
+var controllerKind = batchv1.SchemeGroupVersion.WithKind("Job")
+
 func hasTrackingFinalizer(p *corev1.Pod) bool {
 	for _, f := range p.Finalizers {
 		if f == trackingFinalizer {
@@ -72,7 +75,7 @@ func newPod(j *batchv1.Job, index int, failures, ignored int) *corev1.Pod {
 			Labels:          t.Labels,
 			Annotations:     t.Annotations,
 			Finalizers:      append(t.Finalizers, trackingFinalizer),
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(j, controllerKind)},
 		},
 		Spec: t.Spec,
 	}
@@ -148,7 +151,7 @@ func (c *Controller) createBatch(ctx context.Context, j *batchv1.Job, key string
 			c.recorder.Eventf(j, corev1.EventTypeWarning, "FailedCreate", "Error creating: %v", err)
 			return fmt.Errorf("create pod for job %s: %w", key, err)
 		}
-		c.expect.created(key, created.Name)
+		c.expect.Add(key, createdPod(created.Name))
 		count.Add(1)
 		c.recorder.Eventf(j, corev1.EventTypeNormal, "SuccessfulCreate", "Created pod: %v", created.Name)
 		return nil
@@ -171,7 +174,7 @@ func (c *Controller) deletePods(ctx context.Context, j *batchv1.Job, key string,
 			c.recorder.Eventf(j, corev1.EventTypeWarning, "FailedDelete", "Error deleting: %v", err)
 			return fmt.Errorf("delete pod %s of job %s: %w", p.Name, key, err)
 		}
-		c.expect.deleted(key, p.UID)
+		c.expect.Add(key, deletedPod(p.UID))
 		if err == nil {
 			c.recorder.Eventf(j, corev1.EventTypeNormal, "SuccessfulDelete", "Deleted pod: %v", p.Name)
 		}
@@ -203,47 +206,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, key string, p *corev1.
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer of pod %s of job %s: %w", p.Name, key, err)
 	}
-	c.expect.unfinalized(key, p.UID)
-	return nil
-}
-
-// adoptPod makes the Job a pod's controller and puts the tracking
-// finalizer on it; the pod's UID in the patch guards against a pod of
-// the same name. It returns nil when the pod is gone.
-func (c *Controller) adoptPod(ctx context.Context, j *batchv1.Job, p *corev1.Pod) (*corev1.Pod, error) {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":             p.UID,
-		"ownerReferences": []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))},
-		"finalizers":      []string{trackingFinalizer},
-	}})
-	if err != nil {
-		return nil, err
-	}
-	adopted, err := c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return nil, nil // gone, or another pod now has the name
-	}
-	if err != nil {
-		return nil, fmt.Errorf("adopt pod %s for job %s/%s: %w", p.Name, j.Namespace, j.Name, err)
-	}
-	return adopted, nil
-}
-
-// releasePod drops the Job's owner reference and tracking finalizer from
-// a pod that no longer matches its selector.
-func (c *Controller) releasePod(ctx context.Context, key string, j *batchv1.Job, p *corev1.Pod) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":                                 p.UID,
-		"ownerReferences":                     []map[string]any{{"$patch": "delete", "uid": j.UID}},
-		"$deleteFromPrimitiveList/finalizers": []string{trackingFinalizer},
-	}})
-	if err != nil {
-		return err
-	}
-	_, err = c.client.Core.Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
-		return fmt.Errorf("release pod %s of job %s: %w", p.Name, key, err)
-	}
+	c.expect.Add(key, unfinalizedPod(p.UID))
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // jobState is what one sync learns of a Job and its pods.
@@ -50,7 +52,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	shared, err := c.jobLister.Jobs(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.expect.forget(key)
+		c.expect.Forget(key)
 		c.setBackoff(key, backoffRecord{})
 		return c.releaseOrphans(ctx, key, ns, name)
 	}
@@ -76,7 +78,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	c.decideFinish(s, now)
 
-	satisfied := c.expect.satisfied(key, pods)
+	satisfied := c.expectationsSatisfied(key, pods)
 	var manageErr error
 	switch {
 	case s.finish != nil:
@@ -120,46 +122,15 @@ func (c *Controller) jobPods(ctx context.Context, j *batchv1.Job) ([]*corev1.Pod
 	if err != nil {
 		return nil, err
 	}
-	key := j.Namespace + "/" + j.Name
-	var own []*corev1.Pod
-	canAdopt := -1 // unknown until a pod needs it
-	for _, p := range all {
-		ref := metav1.GetControllerOf(p)
-		matches := sel.Matches(labels.Set(p.Labels))
-		switch {
-		case ref != nil && ref.UID == j.UID && matches:
-			own = append(own, p)
-		case ref != nil && ref.UID == j.UID:
-			if err := c.releasePod(ctx, key, j, p); err != nil {
-				return nil, err
-			}
-		case ref == nil && matches && p.DeletionTimestamp == nil && finishedCondition(j) == nil:
-			if canAdopt == -1 {
-				canAdopt = 0
-				if c.canAdopt(ctx, j) {
-					canAdopt = 1
-				}
-			}
-			if canAdopt == 0 {
-				continue
-			}
-			adopted, err := c.adoptPod(ctx, j, p)
-			if err != nil {
-				return nil, err
-			}
-			if adopted != nil {
-				own = append(own, adopted)
-			}
-		}
+	m := &kit.RefManager[*corev1.Pod]{
+		Owner: j, Kind: controllerKind, Selector: sel,
+		Finalizers: []string{trackingFinalizer},
+		Patch:      kit.PatchWith(c.client.Core.Pods),
+		CanAdopt:   kit.RecheckOwner(j, c.client.Batch.Jobs(j.Namespace).Get),
 	}
-	return own, nil
-}
-
-// canAdopt checks with the API server, not the cache, that the Job is
-// still the same and not being deleted, as upstream does before adopting.
-func (c *Controller) canAdopt(ctx context.Context, j *batchv1.Job) bool {
-	fresh, err := c.client.Batch.Jobs(j.Namespace).Get(ctx, j.Name, metav1.GetOptions{})
-	return err == nil && fresh.UID == j.UID && fresh.DeletionTimestamp == nil
+	// A finished Job adopts nothing more; what it owns it keeps.
+	finished := finishedCondition(j) != nil
+	return m.Claim(ctx, all, func(p *corev1.Pod) bool { return !finished || metav1.IsControlledBy(p, j) })
 }
 
 // releaseOrphans removes the tracking finalizer from pods whose Job is
@@ -214,15 +185,6 @@ func terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // observe sorts the pods and counts what finished.
 func (c *Controller) observe(key string, j *batchv1.Job, pods []*corev1.Pod, now time.Time) *jobState {
 	s := &jobState{key: key, job: j, pods: pods, written: *j.Status.DeepCopy()}
@@ -256,7 +218,7 @@ func (c *Controller) observe(key string, j *batchv1.Job, pods []*corev1.Pod, now
 		case !terminal(p):
 			s.active = append(s.active, p)
 		}
-		if !hasTrackingFinalizer(p) || c.expect.pendingFinalizer(key, p.UID) {
+		if !hasTrackingFinalizer(p) || c.expect.Pending(key, unfinalizedPod(p.UID)) {
 			continue
 		}
 		uid := string(p.UID)

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // maxUncounted bounds the pods one sync records in
@@ -36,7 +38,7 @@ func (c *Controller) trackAndUpdate(ctx context.Context, s *jobState, now time.T
 			c.queue.Add(s.key)
 			break
 		}
-		if !hasTrackingFinalizer(p) || c.expect.pendingFinalizer(s.key, p.UID) {
+		if !hasTrackingFinalizer(p) || c.expect.Pending(s.key, unfinalizedPod(p.UID)) {
 			continue
 		}
 		failed := podFailed(p, j)
@@ -117,7 +119,7 @@ func (c *Controller) fillStatus(s *jobState) {
 	st.Active = int32(len(s.active))
 	var ready int32
 	for _, p := range s.active {
-		if podReady(p) {
+		if kit.IsPodReady(p) {
 			ready++
 		}
 	}
