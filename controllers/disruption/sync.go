@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	pdbhelper "k8s.io/component-helpers/apps/poddisruptionbudget"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -142,20 +144,11 @@ func countHealthy(pods []*corev1.Pod, disrupted map[string]metav1.Time, now time
 		if at, ok := disrupted[pod.Name]; ok && at.Add(DeletionTimeout).After(now) {
 			continue
 		}
-		if podReady(pod) {
+		if kit.IsPodReady(pod) {
 			n++
 		}
 	}
 	return n
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // updateStatus writes the status if anything in it changed. No pods

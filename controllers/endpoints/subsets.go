@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/servicepods"
 )
 
@@ -62,7 +63,7 @@ func desiredSubsets(svc *corev1.Service, pods []*corev1.Pod) []corev1.EndpointSu
 		if port != nil {
 			s.Ports = []corev1.EndpointPort{*port}
 		}
-		if tolerateUnready || servicepods.IsPodReady(p) {
+		if tolerateUnready || kit.IsPodReady(p) {
 			s.Addresses = []corev1.EndpointAddress{a}
 		} else {
 			s.NotReadyAddresses = []corev1.EndpointAddress{a}

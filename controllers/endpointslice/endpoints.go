@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/servicepods"
 )
 
@@ -78,7 +79,7 @@ func endpointPorts(svc *corev1.Service, p *corev1.Pod) []discoveryv1.EndpointPor
 // terminating pod, unless the Service publishes not-ready addresses;
 // serving is the pod's readiness whatever its termination.
 func podEndpoint(p *corev1.Pod, node *corev1.Node, svc *corev1.Service, t discoveryv1.AddressType) discoveryv1.Endpoint {
-	serving := servicepods.IsPodReady(p)
+	serving := kit.IsPodReady(p)
 	terminating := p.DeletionTimestamp != nil
 	ready := svc.Spec.PublishNotReadyAddresses || (serving && !terminating)
 	ep := discoveryv1.Endpoint{

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 func (c *Controller) processNextPod(ctx context.Context) bool {
@@ -233,11 +235,10 @@ func outOfService(n *corev1.Node) *corev1.Taint {
 	return nil
 }
 
+// podReady is the status of p's Ready condition, "" without one.
 func podReady(p *corev1.Pod) corev1.ConditionStatus {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status
-		}
+	if c := kit.PodReadyCondition(p); c != nil {
+		return c.Status
 	}
 	return ""
 }

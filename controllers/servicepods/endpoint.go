@@ -7,16 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// IsPodReady is the pod's Ready condition.
-func IsPodReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func isTerminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // Index names, shared by every controller on the same informers.
@@ -175,7 +177,7 @@ func podEndpointsChanged(old, cur *corev1.Pod) (podChanged, labelsChanged bool) 
 	labelsChanged = !labels.Equals(old.Labels, cur.Labels) ||
 		old.Spec.Hostname != cur.Spec.Hostname || old.Spec.Subdomain != cur.Spec.Subdomain
 	podChanged = !old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
-		IsPodReady(old) != IsPodReady(cur) ||
+		kit.IsPodReady(old) != kit.IsPodReady(cur) ||
 		isTerminal(old) != isTerminal(cur) ||
 		old.Status.PodIP != cur.Status.PodIP ||
 		!slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) ||

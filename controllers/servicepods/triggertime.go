@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // TriggerTimes computes the endpoints.kubernetes.io/last-change-trigger-time
@@ -68,10 +70,8 @@ func (t *TriggerTimes) Forget(key string) {
 }
 
 func readyTransition(p *corev1.Pod) time.Time {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.LastTransitionTime.Time
-		}
+	if c := kit.PodReadyCondition(p); c != nil {
+		return c.LastTransitionTime.Time
 	}
 	return time.Time{}
 }
