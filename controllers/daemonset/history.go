@@ -18,22 +18,6 @@ import (
 	"bonsai.dev/bonsai/controllers/kit"
 )
 
-// revisionPatch is what a DaemonSet's ControllerRevision holds: a
-// strategic merge patch that replaces spec.template, which kubectl
-// rollout undo sends back to the DaemonSet as is.
-func revisionPatch(ds *appsv1.DaemonSet) ([]byte, error) {
-	tmpl, err := json.Marshal(ds.Spec.Template)
-	if err != nil {
-		return nil, err
-	}
-	var t map[string]any
-	if err := json.Unmarshal(tmpl, &t); err != nil {
-		return nil, err
-	}
-	t["$patch"] = "replace"
-	return json.Marshal(map[string]any{"spec": map[string]any{"template": t}})
-}
-
 // controlledRevisions claims the revisions of ds.
 func (c *Controller) controlledRevisions(ctx context.Context, ds *appsv1.DaemonSet) ([]*appsv1.ControllerRevision, error) {
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
@@ -59,7 +43,7 @@ func (c *Controller) constructHistory(ctx context.Context, ds *appsv1.DaemonSet)
 	if err != nil {
 		return nil, nil, err
 	}
-	patch, err := revisionPatch(ds)
+	patch, err := history.TemplatePatch(&ds.Spec.Template)
 	if err != nil {
 		return nil, nil, err
 	}

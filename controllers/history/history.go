@@ -12,12 +12,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -85,6 +87,23 @@ func New(parent metav1.Object, parentKind schema.GroupVersionKind, templateLabel
 	rev.Name = Name(parent.GetName(), hash)
 	rev.Labels[HashLabel] = hash
 	return rev
+}
+
+// TemplatePatch is what the revision of a DaemonSet's or StatefulSet's
+// pod template holds, as upstream's getPatch: a strategic merge patch that
+// replaces spec.template, which kubectl rollout undo sends back to the
+// owner as is.
+func TemplatePatch(template *corev1.PodTemplateSpec) ([]byte, error) {
+	tmpl, err := json.Marshal(template)
+	if err != nil {
+		return nil, err
+	}
+	var t map[string]any
+	if err := json.Unmarshal(tmpl, &t); err != nil {
+		return nil, err
+	}
+	t["$patch"] = "replace"
+	return json.Marshal(map[string]any{"spec": map[string]any{"template": t}})
 }
 
 // Sort orders revisions oldest first: by revision number, then creation

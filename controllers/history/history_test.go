@@ -1,6 +1,7 @@
 package history
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -87,5 +88,30 @@ func TestCreateCollision(t *testing.T) {
 	again, err := Create(e.Ctx, e.Client.Apps, parent, want, &count)
 	if err != nil || again.UID != got.UID || count != 1 {
 		t.Fatalf("creating equal data again: %v, uid %s (want %s), count %d", err, again.UID, got.UID, count)
+	}
+}
+
+// A template patch replaces spec.template whole: what it holds is the
+// template, marked for replacement, and nothing else.
+func TestTemplatePatch(t *testing.T) {
+	tmpl := &corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	b, err := TemplatePatch(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"spec": map[string]any{"template": map[string]any{
+		"$patch":   "replace",
+		"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "x", "resources": map[string]any{}}}},
+	}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("patch (-want +got):\n%s", diff)
 	}
 }

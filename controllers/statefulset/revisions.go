@@ -16,26 +16,10 @@ import (
 	"bonsai.dev/bonsai/controllers/kit"
 )
 
-// revisionPatch is what a StatefulSet's ControllerRevision holds: a
-// strategic merge patch replacing spec.template, which kubectl rollout
-// undo sends back to the set and applyRevision applies.
-func revisionPatch(set *appsv1.StatefulSet) ([]byte, error) {
-	tmpl, err := json.Marshal(set.Spec.Template)
-	if err != nil {
-		return nil, err
-	}
-	var t map[string]any
-	if err := json.Unmarshal(tmpl, &t); err != nil {
-		return nil, err
-	}
-	t["$patch"] = "replace"
-	return json.Marshal(map[string]any{"spec": map[string]any{"template": t}})
-}
-
 // newRevision is the revision of set's current template, numbered
 // revision, carrying the set's annotations (kubectl's change-cause).
 func newRevision(set *appsv1.StatefulSet, revision int64, collisionCount *int32) (*appsv1.ControllerRevision, error) {
-	patch, err := revisionPatch(set)
+	patch, err := history.TemplatePatch(&set.Spec.Template)
 	if err != nil {
 		return nil, err
 	}
