@@ -67,8 +67,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if finishedCondition(shared) != nil || shared.DeletionTimestamp != nil {
-		// Nothing more to count: let every pod go.
+		// Nothing more to count: let every pod go. A Job being deleted
+		// releases nothing (upstream's claiming rule), so the pods it
+		// controls but no longer selects are let go here too.
 		c.setBackoff(key, backoffRecord{})
+		if shared.DeletionTimestamp != nil {
+			if pods, err = c.controlledPods(shared); err != nil {
+				return err
+			}
+		}
 		return c.removeFinalizers(ctx, key, withFinalizer(pods))
 	}
 	now := c.clock.Now()
@@ -131,6 +138,22 @@ func (c *Controller) jobPods(ctx context.Context, j *batchv1.Job) ([]*corev1.Pod
 	// A finished Job adopts nothing more; what it owns it keeps.
 	finished := finishedCondition(j) != nil
 	return m.Claim(ctx, all, func(p *corev1.Pod) bool { return !finished || metav1.IsControlledBy(p, j) })
+}
+
+// controlledPods are the cached pods j controls, whether its selector
+// picks them or not.
+func (c *Controller) controlledPods(j *batchv1.Job) ([]*corev1.Pod, error) {
+	all, err := c.podLister.Pods(j.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, p := range all {
+		if metav1.IsControlledBy(p, j) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // releaseOrphans removes the tracking finalizer from pods whose Job is
