@@ -1,0 +1,451 @@
+package netpol
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// family tells the two tables apart: "ip <bridge>-netpol" holds the
+// policies, "bridge <bridge>-netpol" sends the bridged traffic of
+// policed pods through the IP layer.
+type family uint8
+
+const (
+	famIP family = iota
+	famBridge
+)
+
+func (f family) String() string {
+	if f == famBridge {
+		return "bridge"
+	}
+	return "ip"
+}
+
+func (f family) nft() nftables.TableFamily {
+	if f == famBridge {
+		return nftables.TableFamilyBridge
+	}
+	return nftables.TableFamilyIPv4
+}
+
+// Names of the fixed chains and sets; see the package doc.
+const (
+	chainEgressHook  = "egress-hook"
+	chainIngressHook = "ingress-hook"
+	chainInputHook   = "input-hook"
+	chainOutputHook  = "output-hook"
+
+	chainToHost    = "prerouting"
+	chainL2Guard   = "forward"
+	chainPolicedL2 = "policed-l2"
+
+	setSelected    = "selected"
+	setPeers       = "peers"
+	setPorts       = "ports"
+	setNamed       = "named"
+	mapIngressPods = "ingress-pods"
+	mapEgressPods  = "egress-pods"
+	setHairpin     = "hairpin"
+
+	setPodPorts     = "pod-ports"
+	setPoliced      = "policed"
+	setPolicedPorts = "policed-ports"
+)
+
+// hook makes a chain a base chain.
+type hook struct {
+	typ      nftables.ChainType
+	num      *nftables.ChainHook
+	prio     *nftables.ChainPriority
+	hookName string // for the text form
+	prio0    int32
+}
+
+type chainDef struct {
+	fam   family
+	name  string
+	hook  *hook
+	rules []*rule
+}
+
+// elem is an element of one of the fixed sets and maps: with a verdict,
+// of a verdict map. An element of an interval set is a range of keys,
+// from key to keyEnd (exclusive), which goes to the kernel as two
+// elements: key, and keyEnd flagged as an interval's end.
+type elem struct {
+	fam     family
+	set     string
+	key     []byte
+	keyEnd  []byte
+	keyText string
+	verdict *expr.Verdict
+}
+
+func (e elem) String() string {
+	s := e.fam.String() + " " + e.set + " " + e.keyText
+	if e.verdict != nil {
+		s += " : goto " + e.verdict.Chain
+	}
+	return s
+}
+
+// id is the part of an elem that names it in its set.
+func (e elem) id() string { return e.fam.String() + " " + e.set + " " + e.keyText }
+
+// objects are what one unit (the fixed part, a policy, a namespace's
+// dispatch chains, a local pod) puts in the tables.
+type objects struct {
+	chains []chainDef
+	elems  []elem
+}
+
+func (o objects) empty() bool { return len(o.chains) == 0 && len(o.elems) == 0 }
+
+// setDefs are the tables' fixed sets and maps, elements aside.
+func setDefs(ip, br *nftables.Table) map[family]map[string]*nftables.Set {
+	// Interval sets keyed by "id . something" are given as one wide
+	// integer, not a concatenation: the kernel keeps them in an rbtree,
+	// where a concatenation of ranges would make it choose pipapo,
+	// whose every transaction copies the whole set. (nft lists such a
+	// key as one number.)
+	wide := func(n uint32) nftables.SetDatatype {
+		t := nftables.TypeInteger
+		t.Bytes = n
+		return t
+	}
+	m := map[family]map[string]*nftables.Set{famIP: {}, famBridge: {}}
+	m[famIP][setSelected] = &nftables.Set{Table: ip, Name: setSelected, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeIPAddr)}
+	m[famIP][setPeers] = &nftables.Set{Table: ip, Name: setPeers, Interval: true, KeyType: wide(8)}
+	m[famIP][setPorts] = &nftables.Set{Table: ip, Name: setPorts, Interval: true, KeyType: wide(12)}
+	m[famIP][setNamed] = &nftables.Set{Table: ip, Name: setNamed, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)}
+	m[famIP][setHairpin] = &nftables.Set{Table: ip, Name: setHairpin, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)}
+	for _, name := range []string{mapIngressPods, mapEgressPods} {
+		m[famIP][name] = &nftables.Set{Table: ip, Name: name, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
+	}
+	m[famBridge][setPodPorts] = &nftables.Set{Table: br, Name: setPodPorts, KeyType: nftables.TypeIFName}
+	m[famBridge][setPolicedPorts] = &nftables.Set{Table: br, Name: setPolicedPorts, KeyType: nftables.TypeIFName}
+	m[famBridge][setPoliced] = &nftables.Set{Table: br, Name: setPoliced, KeyType: nftables.TypeIPAddr}
+	return m
+}
+
+// setText is a fixed set's definition in the text form.
+func setText(fam family, s *nftables.Set) string {
+	typ := s.KeyType.Name
+	if s.IsMap {
+		typ += " : verdict"
+	}
+	flags := ""
+	if s.Interval {
+		flags = " flags interval;"
+	}
+	return fmt.Sprintf("%s set %s { type %s;%s }\n", fam, s.Name, typ, flags)
+}
+
+// baseConfig is what the fixed part depends on.
+type baseConfig struct {
+	bridge string
+	// mac is the bridge's address; nil while the bridge is not there,
+	// when no frame needs sending up (no pod is on it).
+	mac net.HardwareAddr
+}
+
+// baseObjects are the tables' fixed chains.
+//
+// ip: two base chains on the forward hook, one for each side of a pod,
+// so that an accept of the first (its egress allows) still leaves the
+// packet to the second (its peer's ingress); one on the input hook for
+// pods' traffic to the node, which only the pod's egress can stop;
+// traffic from the node to its pods is not filtered, as Kubernetes
+// wants. Replies and related packets of allowed connections pass, and
+// so does a pod that reaches itself through a Service (the hairpin set):
+// loopback follows no policy.
+//
+// bridge: frames between pods of the bridge that a policed pod (one
+// isolated either way) sends or receives are readdressed to the node,
+// which routes them back out: they meet the ip table's rules and
+// conntrack whether or not br_netfilter hands bridged traffic to the IP
+// hooks. What a policed pod's port would still bridge, other than ARP
+// and unicast IPv4 (which only br_netfilter's bridged DNAT leaves
+// there, after its IP hooks saw it), is dropped: IPv6 (link-local
+// addresses), multicast and broadcast would pass no policy.
+func baseObjects(c baseConfig) objects {
+	filter := func(fam family, h *nftables.ChainHook, name string, prio int32) *hook {
+		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityRef(nftables.ChainPriority(prio)), hookName: name, prio0: prio}
+	}
+	established := newRule().ctEstablished().accept()
+	hairpin := newRule().saddrDaddrInSet(setHairpin).accept()
+	o := objects{chains: []chainDef{
+		{fam: famIP, name: chainEgressHook, hook: filter(famIP, nftables.ChainHookForward, "forward", 0),
+			rules: []*rule{established, hairpin, newRule().vmapAddr(offSaddr, mapEgressPods)}},
+		{fam: famIP, name: chainIngressHook, hook: filter(famIP, nftables.ChainHookForward, "forward", 1),
+			rules: []*rule{established, hairpin, newRule().vmapAddr(offDaddr, mapIngressPods)}},
+		{fam: famIP, name: chainInputHook, hook: filter(famIP, nftables.ChainHookInput, "input", 0),
+			rules: []*rule{established, newRule().vmapAddr(offSaddr, mapEgressPods)}},
+		// The redirects the node would send for the frames it routes
+		// back out of the bridge: the pod already sends to the peer's
+		// address, and would ignore them.
+		{fam: famIP, name: chainOutputHook, hook: filter(famIP, nftables.ChainHookOutput, "output", 0),
+			rules: []*rule{newRule().oifname(c.bridge).icmpRedirect().drop()}},
+		{fam: famBridge, name: chainL2Guard, hook: filter(famBridge, nftables.ChainHookForward, "forward", -200),
+			rules: []*rule{
+				newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPolicedPorts).jump(chainPolicedL2),
+				newRule().ifnameInSet(expr.MetaKeyOIFNAME, setPolicedPorts).jump(chainPolicedL2),
+			}},
+		{fam: famBridge, name: chainPolicedL2, rules: []*rule{
+			newRule().etherType(unix.ETH_P_ARP, "arp").ret(),
+			newRule().etherType(unix.ETH_P_IP, "ip").unicast().ret(),
+			newRule().drop(),
+		}},
+	}}
+	// Before br_netfilter's own prerouting hook (priority 0), which
+	// would otherwise hand the frame to the IP hooks as bridged.
+	pre := chainDef{fam: famBridge, name: chainToHost, hook: filter(famBridge, nftables.ChainHookPrerouting, "prerouting", -300)}
+	if c.mac != nil {
+		for _, off := range []uint32{offSaddr, offDaddr} {
+			pre.rules = append(pre.rules, newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPodPorts).etherType(unix.ETH_P_IP, "ip").
+				unicast().etherDaddrNot(c.mac).addrInSet(off, setPoliced).toHost(c.mac))
+		}
+	}
+	o.chains = append(o.chains, pre)
+	return o
+}
+
+// chainName is the name of a policy's or a namespace's chain for dir:
+// "ingress:<namespace>" dispatches a namespace's pods to its policies'
+// "ingress:<namespace>/<name>" chains. Names the kernel cannot take
+// (256 bytes with the NUL) end in a hash of the policy's name instead.
+func chainName(dir direction, namespace, name string) string {
+	s := dir.String() + ":" + namespace
+	if name == "" {
+		return s
+	}
+	if long := s + "/" + name; len(long) < 256 {
+		return long
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("%s/%016x", s, h.Sum64())
+}
+
+// ruleIDs numbers a policy's parts in the shared sets' keys: its
+// selection and each of its rules. Numbers are reused once freed.
+type ruleIDs struct {
+	next  uint32
+	free  []uint32
+	byKey map[string]uint32
+}
+
+func newRuleIDs() *ruleIDs { return &ruleIDs{next: 1, byKey: map[string]uint32{}} }
+
+func (r *ruleIDs) get(key string) uint32 {
+	if id, ok := r.byKey[key]; ok {
+		return id
+	}
+	var id uint32
+	if n := len(r.free); n > 0 {
+		id, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		id = r.next
+		r.next++
+	}
+	r.byKey[key] = id
+	return id
+}
+
+func (r *ruleIDs) release(key string) {
+	if id, ok := r.byKey[key]; ok {
+		delete(r.byKey, key)
+		r.free = append(r.free, id)
+	}
+}
+
+// idKeys are the keys of a policy's numbers: "<ns>/<name>" for its
+// selection, with " <dir> <i>" for its rules.
+func selectionKey(policy string) string { return policy }
+func ruleKey(policy string, dir direction, i int) string {
+	return policy + " " + dir.String() + " " + strconv.Itoa(i)
+}
+
+// policyObjects is what one compiled policy puts in the tables: a chain
+// per direction it isolates in, holding one rule per way a rule of the
+// policy can match, and the elements of the shared sets those look up.
+// The chains depend on the policy alone (and the numbers it was given),
+// not on pods: a pod that comes, goes or changes labels changes
+// elements only. It returns the keys of the numbers it used.
+func policyObjects(c *compiledPolicy, ids *ruleIDs) (objects, []string) {
+	var o objects
+	keys := []string{selectionKey(c.key())}
+	pid := ids.get(keys[0])
+	for _, a := range c.selected {
+		o.elems = append(o.elems, idAddrElem(setSelected, pid, a))
+	}
+	for dir := ingress; dir <= egress; dir++ {
+		if !c.types[dir] {
+			continue
+		}
+		peerOff := uint32(offSaddr)
+		if dir == egress {
+			peerOff = offDaddr
+		}
+		ch := chainDef{fam: famIP, name: chainName(dir, c.namespace, c.name)}
+		for i, r := range c.rules[dir] {
+			keys = append(keys, ruleKey(c.key(), dir, i))
+			rid := ids.get(keys[len(keys)-1])
+			start := func() *rule {
+				nr := newRule()
+				if !r.allPeers {
+					nr.idAddrInSet(rid, peerOff, setPeers)
+				}
+				return nr
+			}
+			if !r.allPeers {
+				for _, pr := range r.peers {
+					o.elems = append(o.elems, peerElem(rid, pr))
+				}
+			}
+			if r.allPorts {
+				ch.rules = append(ch.rules, start().accept())
+				continue
+			}
+			if len(r.ports) > 0 {
+				ch.rules = append(ch.rules, start().idProtoPortInSet(rid, setPorts).accept())
+				for _, pr := range r.ports {
+					o.elems = append(o.elems, portElem(rid, pr))
+				}
+			}
+			if r.hasNamed {
+				ch.rules = append(ch.rules, start().idAddrProtoPortInSet(rid, setNamed).accept())
+				for _, n := range r.named {
+					o.elems = append(o.elems, namedElem(rid, n))
+				}
+			}
+		}
+		o.chains = append(o.chains, ch)
+	}
+	return o, keys
+}
+
+// namespaceObjects are a namespace's dispatch chains: its pods that a
+// policy isolates come here (from the pod maps), and go through each
+// policy of the namespace that selects them; none allowing, the packet
+// is dropped.
+func namespaceObjects(namespace string, policies []*compiledPolicy, ids *ruleIDs) objects {
+	var o objects
+	for dir := ingress; dir <= egress; dir++ {
+		off := uint32(offDaddr)
+		if dir == egress {
+			off = offSaddr
+		}
+		ch := chainDef{fam: famIP, name: chainName(dir, namespace, "")}
+		for _, c := range policies {
+			if c.types[dir] {
+				ch.rules = append(ch.rules, newRule().idAddrInSet(ids.get(selectionKey(c.key())), off, setSelected).jump(chainName(dir, c.namespace, c.name)))
+			}
+		}
+		if len(ch.rules) > 0 {
+			ch.rules = append(ch.rules, newRule().drop())
+			o.chains = append(o.chains, ch)
+		}
+	}
+	return o
+}
+
+// localPod is a pod of this node as its unit sees it.
+type localPod struct {
+	namespace string
+	ip        netip.Addr
+	port      string // its bridge port; "" if unknown
+	isolated  [2]bool
+}
+
+// podObjects are a local pod's elements: the pod maps send its traffic
+// to its namespace's chains in the directions it is isolated in; the
+// bridge table knows its port and, if it is policed, sends its frames
+// through the node.
+func podObjects(p localPod) objects {
+	var o objects
+	policed := p.isolated[ingress] || p.isolated[egress]
+	if p.port != "" {
+		o.elems = append(o.elems, portNameElem(setPodPorts, p.port))
+		if policed {
+			o.elems = append(o.elems, portNameElem(setPolicedPorts, p.port))
+		}
+	}
+	if !policed {
+		return o
+	}
+	o.elems = append(o.elems,
+		elem{fam: famBridge, set: setPoliced, key: p.ip.AsSlice(), keyText: p.ip.String()},
+		elem{fam: famIP, set: setHairpin, key: append(p.ip.AsSlice(), p.ip.AsSlice()...), keyText: p.ip.String() + " . " + p.ip.String()})
+	for dir, m := range []string{mapIngressPods, mapEgressPods} {
+		if p.isolated[dir] {
+			o.elems = append(o.elems, elem{fam: famIP, set: m, key: p.ip.AsSlice(), keyText: p.ip.String(),
+				verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainName(direction(dir), p.namespace, "")}})
+		}
+	}
+	return o
+}
+
+func idBytes(id uint32) []byte { return binary.NativeEndian.AppendUint32(nil, id) }
+
+func idAddrElem(set string, id uint32, a netip.Addr) elem {
+	return elem{fam: famIP, set: set, key: append(idBytes(id), a.AsSlice()...), keyText: fmt.Sprintf("%d . %s", id, a)}
+}
+
+// successor is the byte string that follows key in the kernel's byte
+// by byte order: the exclusive end of a range whose last key is key.
+func successor(key []byte) []byte {
+	out := append([]byte(nil), key...)
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i]++
+		if out[i] != 0 {
+			break
+		}
+	}
+	return out
+}
+
+// peerElem is a range of peer addresses of rule id: "id . lo" to
+// "id . hi" inclusive.
+func peerElem(id uint32, r ipRange) elem {
+	lo := binary.BigEndian.AppendUint32(idBytes(id), r.lo)
+	hi := binary.BigEndian.AppendUint32(idBytes(id), r.hi)
+	return elem{fam: famIP, set: setPeers, key: lo, keyEnd: successor(hi), keyText: fmt.Sprintf("%d . %s", id, r)}
+}
+
+// protoPortKey is "id . protocol . port", each field in a 4-byte
+// register as the rule loads it.
+func protoPortKey(id uint32, proto protocol, port uint16) []byte {
+	b := append(idBytes(id), byte(proto), 0, 0, 0)
+	return append(binary.BigEndian.AppendUint16(b, port), 0, 0)
+}
+
+func portElem(id uint32, p portRange) elem {
+	return elem{fam: famIP, set: setPorts, key: protoPortKey(id, p.proto, p.lo), keyEnd: successor(protoPortKey(id, p.proto, p.hi)),
+		keyText: fmt.Sprintf("%d . %s", id, p)}
+}
+
+func namedElem(id uint32, n addrPort) elem {
+	b := append(idBytes(id), n.ip.AsSlice()...)
+	b = append(b, byte(n.proto), 0, 0, 0)
+	b = append(binary.BigEndian.AppendUint16(b, n.port), 0, 0)
+	return elem{fam: famIP, set: setNamed, key: b, keyText: fmt.Sprintf("%d . %s", id, n)}
+}
+
+func portNameElem(set, name string) elem {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return elem{fam: famBridge, set: set, key: b, keyText: strconv.Quote(name)}
+}
