@@ -93,17 +93,27 @@ type Enforcer struct {
 	lastErr         error
 
 	// Only sync touches the rest.
-	world      *world
-	policies   map[string]*parsedPolicy
-	compiled   map[string]*compiledPolicy
-	byNS       map[string]map[string]*compiledPolicy
-	isolated   [2]map[netip.Addr]int          // local pods' addresses: how many policies isolate each
-	podUnits   map[netip.Addr]*pod            // the local pod that owns each address
-	localByIP  map[netip.Addr]map[string]*pod // local pods by address, then namespace/name
-	ids        *ruleIDs
-	idKeys     map[string][]string // the number keys each policy uses
-	programmed map[string]objects  // by unit key
-	// programmedMAC is the bridge address the tables send frames to.
+	world    *world
+	policies map[string]*parsedPolicy
+	compiled map[string]*compiledPolicy
+	byNS     map[string]map[string]*compiledPolicy
+	// sets are the selections and peer sets the policies use, portSets
+	// their port sets, users the policies using each set, by key.
+	sets     *sharedSets
+	portSets map[string]portSet
+	users    map[string]map[string]bool
+	// selTypes counts the policies using each selection, by the
+	// directions they isolate in; selsByNS are the selections in use
+	// in each namespace.
+	selTypes  map[string]*[2]int
+	selsByNS  map[string]map[string]bool
+	localByIP map[netip.Addr]map[string]*pod // local pods by address, then namespace/name
+	podUnits  map[netip.Addr]*pod            // the local pod that owns each address
+	ids       *ruleIDs
+	namedKeys map[string][]string // the named ports' number keys each policy uses
+	// programmed is what the tables hold, by unit key; programmedMAC
+	// the bridge address they send frames to.
+	programmed    map[string]objects
 	programmedMAC string
 }
 
@@ -172,7 +182,7 @@ func newEnforcer(cfg Config, tables *kernelTables) *Enforcer {
 	if cfg.Bridge == "" {
 		cfg.Bridge = defaultBridge
 	}
-	return &Enforcer{
+	e := &Enforcer{
 		log:        cfg.Logger.With("component", "netpol"),
 		nodeName:   cfg.NodeName,
 		bridge:     cfg.Bridge,
@@ -185,15 +195,13 @@ func newEnforcer(cfg Config, tables *kernelTables) *Enforcer {
 		done:       make(chan struct{}),
 		world:      newWorld(),
 		policies:   map[string]*parsedPolicy{},
-		compiled:   map[string]*compiledPolicy{},
-		byNS:       map[string]map[string]*compiledPolicy{},
-		isolated:   [2]map[netip.Addr]int{{}, {}},
-		podUnits:   map[netip.Addr]*pod{},
-		localByIP:  map[netip.Addr]map[string]*pod{},
-		ids:        newRuleIDs(),
-		idKeys:     map[string][]string{},
 		programmed: map[string]objects{},
+		ids:        newRuleIDs(),
+		namedKeys:  map[string][]string{},
+		localByIP:  map[netip.Addr]map[string]*pod{},
 	}
+	e.resetSets()
+	return e
 }
 
 // slimPod keeps of a pod what the enforcer reads.

@@ -84,7 +84,7 @@ func portRangeOf(proto corev1.Protocol, lo, hi int) networkingv1.NetworkPolicyPo
 	return p
 }
 
-func namedPort(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
+func namedPortRef(proto corev1.Protocol, name string) networkingv1.NetworkPolicyPort {
 	v := intstr.FromString(name)
 	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &v}
 }
@@ -194,8 +194,9 @@ func testWorld(t *testing.T, objs ...any) *world {
 
 func compileAll(w *world, policies ...*networkingv1.NetworkPolicy) []*compiledPolicy {
 	var out []*compiledPolicy
+	sets := newSharedSets()
 	for _, np := range policies {
-		out = append(out, compile(parsePolicy(np), w))
+		out = append(out, compile(parsePolicy(np), w, sets))
 	}
 	return out
 }

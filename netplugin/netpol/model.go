@@ -282,10 +282,11 @@ type portRange struct {
 }
 
 func (p portRange) String() string {
-	if p.lo == p.hi {
-		return fmt.Sprintf("%s . %d", p.proto, p.lo)
+	s := p.proto.String() + " . " + strconv.Itoa(int(p.lo))
+	if p.lo != p.hi {
+		s += "-" + strconv.Itoa(int(p.hi))
 	}
-	return fmt.Sprintf("%s . %d-%d", p.proto, p.lo, p.hi)
+	return s
 }
 
 // addrPort is an address, protocol and port: a named port resolved on
@@ -296,7 +297,9 @@ type addrPort struct {
 	port  uint16
 }
 
-func (a addrPort) String() string { return fmt.Sprintf("%s . %s . %d", a.ip, a.proto, a.port) }
+func (a addrPort) String() string {
+	return a.ip.String() + " . " + a.proto.String() + " . " + strconv.Itoa(int(a.port))
+}
 
 // direction is the side of a pod a rule guards.
 type direction uint8
@@ -313,16 +316,330 @@ func (d direction) String() string {
 	return "ingress"
 }
 
-// compiledRule is one ingress or egress rule: a connection matches it
-// when its peer (source for ingress, destination for egress) is in
-// peers, unless allPeers, and its protocol and destination port are in
-// ports or, for named ports, its destination address, protocol and
-// port are in named, unless allPorts.
+// The sets policies are made of are shared by content: every policy of
+// a namespace with one podSelector has one selection, every rule with
+// the same peers (the same selectors, and namespace where it matters)
+// one peer set, every rule with the same ports one port set. Many
+// policies say the same thing (allow from the monitoring namespace, on
+// port 80): their pods and addresses are worked out, and sent to the
+// kernel, once.
+
+// selection is the local pods a podSelector selects in a namespace.
+type selection struct {
+	key       string
+	namespace string
+	sel       labels.Selector
+	members   []*pod       // by address
+	ips       []netip.Addr // sorted, without repeats
+}
+
+func selectionKeyOf(namespace string, sel labels.Selector) string {
+	return "selection " + namespace + " " + sel.String()
+}
+
+func (s *selection) concerns(p *pod) bool {
+	return p.local && p.namespace == s.namespace && s.sel.Matches(p.labels)
+}
+
+func (s *selection) compute(w *world) {
+	s.members, s.ips = nil, nil
+	for _, p := range w.sortedPods(s.namespace) {
+		if p.local && s.sel.Matches(p.labels) {
+			s.members = append(s.members, p)
+			s.ips = append(s.ips, p.ip)
+		}
+	}
+	slices.SortFunc(s.members, func(a, b *pod) int { return a.ip.Compare(b.ip) })
+	slices.SortFunc(s.ips, netip.Addr.Compare)
+	s.ips = slices.Compact(s.ips)
+}
+
+func (s *selection) has(a netip.Addr) bool {
+	_, found := slices.BinarySearchFunc(s.ips, a, netip.Addr.Compare)
+	return found
+}
+
+// parsedPeer is a peer with its selectors parsed.
+type parsedPeer struct {
+	peer          networkingv1.NetworkPolicyPeer
+	podSel, nsSel labels.Selector // nil when absent
+	err           error
+	key           string
+}
+
+// peerSet is what a rule's peers match: pods (by selectors) and address
+// ranges (ipBlocks, less their exceptions; an IPv6 block matches no
+// IPv4 traffic, and this network carries no other).
+type peerSet struct {
+	key       string
+	namespace string // the policy's, for peers without a namespaceSelector
+	peers     []parsedPeer
+	ranges    []ipRange // merged
+	pods      []*pod
+	problems  []string
+}
+
+func (s *peerSet) concerns(p *pod, nsLabels labels.Set) bool {
+	for i := range s.peers {
+		if s.peers[i].matchesPod(s.namespace, p, nsLabels) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *peerSet) concernsNamespace(nsLabels labels.Set) bool {
+	for _, peer := range s.peers {
+		if peer.err == nil && peer.nsSel != nil && peer.nsSel.Matches(nsLabels) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesPod says whether a selector peer matches p.
+func (peer *parsedPeer) matchesPod(policyNS string, p *pod, nsLabels labels.Set) bool {
+	if peer.err != nil || peer.peer.IPBlock != nil {
+		return false
+	}
+	if peer.nsSel == nil {
+		if p.namespace != policyNS {
+			return false
+		}
+	} else if !peer.nsSel.Matches(nsLabels) {
+		return false
+	}
+	return peer.podSel == nil || peer.podSel.Matches(p.labels)
+}
+
+func (s *peerSet) compute(w *world) {
+	s.ranges, s.pods, s.problems = nil, nil, nil
+	var ranges []ipRange
+	seen := map[string]bool{}
+	for i := range s.peers {
+		pods, blocks, err := peerMatches(&s.peers[i], s.namespace, w)
+		if err != nil {
+			s.problems = append(s.problems, fmt.Sprintf("peer %d: %v (matching nothing)", i, err))
+			continue
+		}
+		for _, p := range pods {
+			ranges = append(ranges, ipRange{addrU32(p.ip), addrU32(p.ip)})
+			if !seen[p.key()] {
+				seen[p.key()] = true
+				s.pods = append(s.pods, p)
+			}
+		}
+		ranges = append(ranges, blocks...)
+	}
+	s.ranges = mergeRanges(ranges)
+}
+
+// portSet is a rule's numeric ports, merged.
+type portSet struct {
+	key   string
+	ports []portRange
+}
+
+func portsKeyOf(ports []portRange) string {
+	parts := make([]string, len(ports))
+	for i, p := range ports {
+		parts[i] = p.String()
+	}
+	return "ports " + strings.Join(parts, ", ")
+}
+
+// parsedRule is an ingress or egress rule, read: a connection matches
+// it when its peer (source for ingress, destination for egress) is in
+// the peer set, unless allPeers, and its protocol and destination port
+// are in ports or, for named ports, on the pod it goes to, unless
+// allPorts.
+type parsedRule struct {
+	allPeers bool
+	peers    *peerSet // its key and peers; the shared one holds the matches
+	allPorts bool
+	ports    portSet
+	named    []namedPort
+	problems []string
+}
+
+// namedPort is a port a rule names.
+type namedPort struct {
+	name  string
+	proto protocol
+}
+
+// parsedPolicy is a NetworkPolicy with its selectors and ports parsed
+// once: the syncer asks, for every pod that changes, which sets it
+// concerns.
+type parsedPolicy struct {
+	np       *networkingv1.NetworkPolicy
+	types    [2]bool
+	podSel   labels.Selector
+	selKey   string
+	rules    [2][]parsedRule
+	problems []string
+	// anyPod: an egress rule resolves named ports on every pod whose
+	// address it allows (no peers, or an ipBlock), so any pod's change
+	// may change it.
+	anyPod bool
+}
+
+func (pp *parsedPolicy) key() string { return pp.np.Namespace + "/" + pp.np.Name }
+
+func parsePolicy(np *networkingv1.NetworkPolicy) *parsedPolicy {
+	pp := &parsedPolicy{np: np, types: policyTypes(np)}
+	var err error
+	if pp.podSel, err = metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil {
+		// A selector that cannot be read selects every pod: a broken
+		// policy isolates rather than opens.
+		pp.problems = append(pp.problems, fmt.Sprintf("podSelector: %v (selecting every pod)", err))
+		pp.podSel = labels.Everything()
+	}
+	pp.selKey = selectionKeyOf(np.Namespace, pp.podSel)
+	if pp.types[ingress] {
+		for i, r := range np.Spec.Ingress {
+			pp.rules[ingress] = append(pp.rules[ingress], parseRule(fmt.Sprintf("ingress[%d]", i), np.Namespace, r.From, r.Ports))
+		}
+	}
+	if pp.types[egress] {
+		for i, r := range np.Spec.Egress {
+			rule := parseRule(fmt.Sprintf("egress[%d]", i), np.Namespace, r.To, r.Ports)
+			if len(rule.named) > 0 {
+				pp.anyPod = pp.anyPod || rule.allPeers
+				for _, p := range rule.peers.peers {
+					pp.anyPod = pp.anyPod || p.peer.IPBlock != nil
+				}
+			}
+			pp.rules[egress] = append(pp.rules[egress], rule)
+		}
+	}
+	for dir := ingress; dir <= egress; dir++ {
+		for _, r := range pp.rules[dir] {
+			pp.problems = append(pp.problems, r.problems...)
+		}
+	}
+	return pp
+}
+
+func parseRule(where, namespace string, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) parsedRule {
+	r := parsedRule{allPeers: len(peers) == 0, allPorts: len(ports) == 0, peers: &peerSet{namespace: namespace}}
+	var keys []string
+	for i, peer := range peers {
+		p := parsedPeer{peer: peer}
+		switch {
+		case peer.IPBlock != nil:
+			if peer.PodSelector != nil || peer.NamespaceSelector != nil {
+				p.err = fmt.Errorf("ipBlock with a selector")
+			}
+		case peer.PodSelector == nil && peer.NamespaceSelector == nil:
+			p.err = fmt.Errorf("a peer with neither selectors nor ipBlock")
+		}
+		if peer.PodSelector != nil && p.err == nil {
+			if p.podSel, p.err = metav1.LabelSelectorAsSelector(peer.PodSelector); p.err != nil {
+				p.err = fmt.Errorf("podSelector: %v", p.err)
+			}
+		}
+		if peer.NamespaceSelector != nil && p.err == nil {
+			if p.nsSel, p.err = metav1.LabelSelectorAsSelector(peer.NamespaceSelector); p.err != nil {
+				p.err = fmt.Errorf("namespaceSelector: %v", p.err)
+			}
+		}
+		switch {
+		case p.err != nil:
+			r.problems = append(r.problems, fmt.Sprintf("%s peer %d: %v (matching nothing)", where, i, p.err))
+			p.key = "nothing"
+		case peer.IPBlock != nil:
+			ex := slices.Clone(peer.IPBlock.Except)
+			slices.Sort(ex)
+			p.key = "ipBlock " + peer.IPBlock.CIDR + " except " + strings.Join(ex, ",")
+		default:
+			ns := "namespace=" + namespace
+			if p.nsSel != nil {
+				ns = "namespaces " + p.nsSel.String()
+			}
+			pods := ""
+			if p.podSel != nil {
+				pods = p.podSel.String()
+			}
+			p.key = ns + " pods " + pods
+		}
+		r.peers.peers = append(r.peers.peers, p)
+		keys = append(keys, p.key)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	r.peers.key = "peers " + strings.Join(keys, " | ")
+	if r.allPorts {
+		return r
+	}
+	for i, p := range ports {
+		proto, ok := parseProtocol(p.Protocol)
+		if !ok {
+			r.problems = append(r.problems, fmt.Sprintf("%s port %d: protocol %q (matching nothing)", where, i, *p.Protocol))
+			continue
+		}
+		switch {
+		case p.Port == nil:
+			r.ports.ports = append(r.ports.ports, portRange{proto: proto, lo: 0, hi: 65535})
+		case p.Port.Type == intstr.String:
+			r.named = append(r.named, namedPort{p.Port.StrVal, proto})
+		default:
+			lo := p.Port.IntVal
+			hi := lo
+			if p.EndPort != nil {
+				hi = *p.EndPort
+			}
+			if lo < 1 || lo > 65535 || hi < lo || hi > 65535 {
+				r.problems = append(r.problems, fmt.Sprintf("%s port %d: %d-%d is not a port range (matching nothing)", where, i, lo, hi))
+				continue
+			}
+			r.ports.ports = append(r.ports.ports, portRange{proto: proto, lo: uint16(lo), hi: uint16(hi)})
+		}
+	}
+	r.ports.ports = mergePorts(r.ports.ports)
+	r.ports.key = portsKeyOf(r.ports.ports)
+	return r
+}
+
+// sharedSets are the selections and peer sets computed so far, by key.
+// A set that may have changed is dropped (forget) and computed again
+// when next asked for.
+type sharedSets struct {
+	selections map[string]*selection
+	peers      map[string]*peerSet
+}
+
+func newSharedSets() *sharedSets {
+	return &sharedSets{selections: map[string]*selection{}, peers: map[string]*peerSet{}}
+}
+
+func (s *sharedSets) selection(pp *parsedPolicy, w *world) *selection {
+	if sel := s.selections[pp.selKey]; sel != nil {
+		return sel
+	}
+	sel := &selection{key: pp.selKey, namespace: pp.np.Namespace, sel: pp.podSel}
+	sel.compute(w)
+	s.selections[sel.key] = sel
+	return sel
+}
+
+func (s *sharedSets) peerSet(r *parsedRule, w *world) *peerSet {
+	if ps := s.peers[r.peers.key]; ps != nil {
+		return ps
+	}
+	ps := &peerSet{key: r.peers.key, namespace: r.peers.namespace, peers: r.peers.peers}
+	ps.compute(w)
+	s.peers[ps.key] = ps
+	return ps
+}
+
+// compiledRule is a parsed rule with its peers and named ports
+// resolved.
 type compiledRule struct {
 	allPeers bool
-	peers    []ipRange // merged
+	peers    *peerSet
 	allPorts bool
-	ports    []portRange
+	ports    portSet
 	// named are named ports resolved on the pods they name: the
 	// selected pods for ingress, the peer pods for egress.
 	named []addrPort
@@ -335,10 +652,9 @@ type compiledRule struct {
 type compiledPolicy struct {
 	namespace, name string
 	// types: the directions the policy isolates its pods in.
-	types [2]bool
-	// selected are the local pods the policy applies to, sorted.
-	selected []netip.Addr
-	rules    [2][]compiledRule
+	types     [2]bool
+	selection *selection // the local pods the policy applies to
+	rules     [2][]compiledRule
 	// problems are parts of the policy that could not be read (a
 	// selector the API server should have refused): they allow
 	// nothing, and the policy still isolates its pods.
@@ -367,269 +683,68 @@ func policyTypes(np *networkingv1.NetworkPolicy) [2]bool {
 	return t
 }
 
-// parsedPeer is a peer with its selectors parsed.
-type parsedPeer struct {
-	peer          networkingv1.NetworkPolicyPeer
-	podSel, nsSel labels.Selector // nil when absent
-	err           error
-}
-
-// parsedPolicy is a NetworkPolicy with its selectors parsed once: the
-// syncer asks, for every pod that changes, which policies it concerns.
-type parsedPolicy struct {
-	np     *networkingv1.NetworkPolicy
-	types  [2]bool
-	podSel labels.Selector
-	selErr error
-	peers  [2][][]parsedPeer // by direction, rule, peer
-	// anyPod: an egress rule resolves named ports on every pod whose
-	// address it allows (no peers, or an ipBlock), so any pod's change
-	// may change it.
-	anyPod bool
-}
-
-func (pp *parsedPolicy) key() string { return pp.np.Namespace + "/" + pp.np.Name }
-
-func parsePolicy(np *networkingv1.NetworkPolicy) *parsedPolicy {
-	pp := &parsedPolicy{np: np, types: policyTypes(np)}
-	pp.podSel, pp.selErr = metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-	if pp.selErr != nil {
-		// A selector that cannot be read selects every pod: a broken
-		// policy isolates rather than opens.
-		pp.podSel = labels.Everything()
-	}
-	parse := func(peers []networkingv1.NetworkPolicyPeer) []parsedPeer {
-		out := make([]parsedPeer, 0, len(peers))
-		for _, peer := range peers {
-			p := parsedPeer{peer: peer}
-			switch {
-			case peer.IPBlock != nil:
-				if peer.PodSelector != nil || peer.NamespaceSelector != nil {
-					p.err = fmt.Errorf("ipBlock with a selector")
-				}
-			case peer.PodSelector == nil && peer.NamespaceSelector == nil:
-				p.err = fmt.Errorf("a peer with neither selectors nor ipBlock")
-			}
-			if peer.PodSelector != nil && p.err == nil {
-				if p.podSel, p.err = metav1.LabelSelectorAsSelector(peer.PodSelector); p.err != nil {
-					p.err = fmt.Errorf("podSelector: %v", p.err)
-				}
-			}
-			if peer.NamespaceSelector != nil && p.err == nil {
-				if p.nsSel, p.err = metav1.LabelSelectorAsSelector(peer.NamespaceSelector); p.err != nil {
-					p.err = fmt.Errorf("namespaceSelector: %v", p.err)
-				}
-			}
-			out = append(out, p)
-		}
-		return out
-	}
-	for _, r := range np.Spec.Ingress {
-		pp.peers[ingress] = append(pp.peers[ingress], parse(r.From))
-	}
-	for _, r := range np.Spec.Egress {
-		peers := parse(r.To)
-		pp.peers[egress] = append(pp.peers[egress], peers)
-		named := false
-		for _, port := range r.Ports {
-			named = named || port.Port != nil && port.Port.Type == intstr.String
-		}
-		if named && pp.types[egress] {
-			if len(peers) == 0 {
-				pp.anyPod = true
-			}
-			for _, p := range peers {
-				pp.anyPod = pp.anyPod || p.peer.IPBlock != nil
-			}
-		}
-	}
-	return pp
-}
-
-// concerns says whether p, in a namespace labelled nsLabels, may be
-// selected by the policy or match one of its peers: the policy must be
-// compiled again when p changes.
-func (pp *parsedPolicy) concerns(p *pod, nsLabels labels.Set) bool {
-	if pp.anyPod {
-		return true
-	}
-	if p.namespace == pp.np.Namespace && p.local && pp.podSel.Matches(p.labels) {
-		return true
-	}
+// compile resolves a policy against w, through the shared sets. Only
+// local pods are selected: the node enforces policies for its own pods,
+// and other nodes for theirs.
+func compile(pp *parsedPolicy, w *world, sets *sharedSets) *compiledPolicy {
+	c := &compiledPolicy{namespace: pp.np.Namespace, name: pp.np.Name, types: pp.types,
+		selection: sets.selection(pp, w), problems: slices.Clone(pp.problems)}
 	for dir := ingress; dir <= egress; dir++ {
-		if !pp.types[dir] {
-			continue
-		}
-		for _, peers := range pp.peers[dir] {
-			for _, peer := range peers {
-				if peer.matchesPod(pp.np.Namespace, p, nsLabels) {
-					return true
+		for i := range pp.rules[dir] {
+			r := &pp.rules[dir][i]
+			cr := compiledRule{allPeers: r.allPeers, allPorts: r.allPorts, ports: r.ports, hasNamed: len(r.named) > 0}
+			if !r.allPeers {
+				cr.peers = sets.peerSet(r, w)
+				for _, p := range cr.peers.problems {
+					if !slices.Contains(c.problems, p) {
+						c.problems = append(c.problems, p)
+					}
 				}
 			}
-		}
-	}
-	return false
-}
-
-// concernsNamespace says whether a namespace with these labels may be
-// selected by one of the policy's namespace selectors.
-func (pp *parsedPolicy) concernsNamespace(nsLabels labels.Set) bool {
-	for dir := ingress; dir <= egress; dir++ {
-		for _, peers := range pp.peers[dir] {
-			for _, peer := range peers {
-				if peer.err == nil && peer.nsSel != nil && peer.nsSel.Matches(nsLabels) {
-					return true
-				}
+			if cr.hasNamed {
+				cr.named = resolveNamed(dir, r.named, c.selection, cr, w)
 			}
-		}
-	}
-	return false
-}
-
-// matchesPod says whether a selector peer matches p.
-func (peer *parsedPeer) matchesPod(policyNS string, p *pod, nsLabels labels.Set) bool {
-	if peer.err != nil || peer.peer.IPBlock != nil {
-		return false
-	}
-	if peer.nsSel == nil {
-		if p.namespace != policyNS {
-			return false
-		}
-	} else if !peer.nsSel.Matches(nsLabels) {
-		return false
-	}
-	return peer.podSel == nil || peer.podSel.Matches(p.labels)
-}
-
-// compile compiles a policy against w. Only local pods are selected: the
-// node enforces policies for its own pods, and other nodes for theirs.
-func compile(pp *parsedPolicy, w *world) *compiledPolicy {
-	np := pp.np
-	c := &compiledPolicy{namespace: np.Namespace, name: np.Name, types: pp.types}
-	if pp.selErr != nil {
-		c.problems = append(c.problems, fmt.Sprintf("podSelector: %v (selecting every pod)", pp.selErr))
-	}
-	var selectedPods []*pod
-	for _, p := range w.sortedPods(np.Namespace) {
-		if p.local && pp.podSel.Matches(p.labels) {
-			selectedPods = append(selectedPods, p)
-			c.selected = append(c.selected, p.ip)
-		}
-	}
-	slices.SortFunc(c.selected, netip.Addr.Compare)
-	c.selected = slices.Compact(c.selected)
-	if c.types[ingress] {
-		for i, r := range np.Spec.Ingress {
-			c.rules[ingress] = append(c.rules[ingress], c.compileRule(fmt.Sprintf("ingress[%d]", i), ingress, pp.peers[ingress][i], r.Ports, np.Namespace, selectedPods, w))
-		}
-	}
-	if c.types[egress] {
-		for i, r := range np.Spec.Egress {
-			c.rules[egress] = append(c.rules[egress], c.compileRule(fmt.Sprintf("egress[%d]", i), egress, pp.peers[egress][i], r.Ports, np.Namespace, selectedPods, w))
+			c.rules[dir] = append(c.rules[dir], cr)
 		}
 	}
 	return c
 }
 
-func (c *compiledPolicy) compileRule(where string, dir direction, peers []parsedPeer, ports []networkingv1.NetworkPolicyPort, namespace string, selected []*pod, w *world) compiledRule {
-	var r compiledRule
-	var peerPods []*pod // for egress named ports
-	if len(peers) == 0 {
-		r.allPeers = true
-	}
-	var ranges []ipRange
-	for i := range peers {
-		pods, blocks, err := peerMatches(&peers[i], namespace, w)
-		if err != nil {
-			c.problems = append(c.problems, fmt.Sprintf("%s peer %d: %v (matching nothing)", where, i, err))
-			continue
-		}
-		for _, p := range pods {
-			ranges = append(ranges, ipRange{addrU32(p.ip), addrU32(p.ip)})
-		}
-		peerPods = append(peerPods, pods...)
-		ranges = append(ranges, blocks...)
-	}
-	r.peers = mergeRanges(ranges)
-
-	if len(ports) == 0 {
-		r.allPorts = true
-		return r
-	}
-	type namedPort struct {
-		name  string
-		proto protocol
-	}
-	var named []namedPort
-	for i, p := range ports {
-		proto, ok := parseProtocol(p.Protocol)
-		if !ok {
-			c.problems = append(c.problems, fmt.Sprintf("%s port %d: protocol %q (matching nothing)", where, i, *p.Protocol))
-			continue
-		}
-		switch {
-		case p.Port == nil:
-			r.ports = append(r.ports, portRange{proto: proto, lo: 0, hi: 65535})
-		case p.Port.Type == intstr.String:
-			r.hasNamed = true
-			named = append(named, namedPort{p.Port.StrVal, proto})
-		default:
-			lo := p.Port.IntVal
-			hi := lo
-			if p.EndPort != nil {
-				hi = *p.EndPort
-			}
-			if lo < 1 || lo > 65535 || hi < lo || hi > 65535 {
-				c.problems = append(c.problems, fmt.Sprintf("%s port %d: %d-%d is not a port range (matching nothing)", where, i, lo, hi))
-				continue
-			}
-			r.ports = append(r.ports, portRange{proto: proto, lo: uint16(lo), hi: uint16(hi)})
-		}
-	}
-	r.ports = mergePorts(r.ports)
-	if len(named) == 0 {
-		return r
-	}
-	// A named port is the port of that name and protocol on the pod
-	// the connection goes to: for ingress, the selected pod; for
-	// egress, the peer, whichever way it matched (an ipBlock, or every
-	// destination, match the pods whose addresses they hold).
-	targets := selected
+// resolveNamed finds named ports on the pods a connection goes to: for
+// ingress, the selected pods; for egress, the peers, whichever way they
+// matched (an ipBlock, or every destination, match the pods whose
+// addresses they hold).
+func resolveNamed(dir direction, named []namedPort, sel *selection, r compiledRule, w *world) []addrPort {
+	targets := sel.members
 	if dir == egress {
 		switch {
 		case r.allPeers:
 			targets = w.allPods()
+		case len(r.peers.ranges) == 0:
+			targets = r.peers.pods
 		default:
 			targets = nil
-			seen := map[string]bool{}
-			for _, p := range peerPods {
-				if !seen[p.key()] {
-					seen[p.key()] = true
-					targets = append(targets, p)
-				}
-			}
 			for _, p := range w.allPods() {
-				if !seen[p.key()] && containsAddr(r.peers, p.ip) {
-					seen[p.key()] = true
+				if containsAddr(r.peers.ranges, p.ip) {
 					targets = append(targets, p)
 				}
 			}
 		}
 	}
+	var out []addrPort
 	for _, t := range targets {
 		for _, n := range named {
 			for _, pp := range t.ports {
 				if pp.name == n.name && pp.proto == n.proto {
-					r.named = append(r.named, addrPort{ip: t.ip, proto: pp.proto, port: pp.port})
+					out = append(out, addrPort{ip: t.ip, proto: pp.proto, port: pp.port})
 				}
 			}
 		}
 	}
-	slices.SortFunc(r.named, func(a, b addrPort) int {
+	slices.SortFunc(out, func(a, b addrPort) int {
 		return cmp.Or(a.ip.Compare(b.ip), cmp.Compare(a.proto, b.proto), cmp.Compare(a.port, b.port))
 	})
-	r.named = slices.Compact(r.named)
-	return r
+	return slices.Compact(out)
 }
 
 // mergePorts sorts port ranges and joins those of a protocol that
@@ -653,8 +768,7 @@ func mergePorts(ps []portRange) []portRange {
 }
 
 // peerMatches is what one peer matches: pods (for selectors) or address
-// ranges (for an ipBlock, less its exceptions; an IPv6 block matches no
-// IPv4 traffic, and this network carries no other).
+// ranges (for an ipBlock, less its exceptions).
 func peerMatches(peer *parsedPeer, namespace string, w *world) ([]*pod, []ipRange, error) {
 	if peer.err != nil {
 		return nil, nil, peer.err
@@ -723,18 +837,18 @@ func allowedBy(policies []*compiledPolicy, p *pod, dir direction, conn connectio
 		if c.namespace != p.namespace || !c.types[dir] {
 			continue
 		}
-		if _, found := slices.BinarySearchFunc(c.selected, p.ip, netip.Addr.Compare); !found {
+		if !c.selection.has(p.ip) {
 			continue
 		}
 		isolated = true
 		for _, r := range c.rules[dir] {
-			if !r.allPeers && !containsAddr(r.peers, peer) {
+			if !r.allPeers && !containsAddr(r.peers.ranges, peer) {
 				continue
 			}
 			if r.allPorts {
 				return true
 			}
-			for _, pr := range r.ports {
+			for _, pr := range r.ports.ports {
 				if pr.proto == conn.proto && conn.port >= pr.lo && conn.port <= pr.hi {
 					return true
 				}

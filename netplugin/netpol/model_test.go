@@ -262,7 +262,7 @@ func TestModelSemantics(t *testing.T) {
 				newPod("default", "web-3", "10.42.0.42", map[string]string{"app": "web"}, withPort("http", udp, 80)),
 			},
 			policies: []*networkingv1.NetworkPolicy{
-				newPolicy("default", "named", sel("app", "web"), ingressRules(ingressRule(ports(namedPort(tcp, "http"), namedPort(udp, "dns"))))),
+				newPolicy("default", "named", sel("app", "web"), ingressRules(ingressRule(ports(namedPortRef(tcp, "http"), namedPortRef(udp, "dns"))))),
 			},
 			checks: []check{
 				allow("default/frontend", "default/web-1", "tcp/80"),
@@ -284,7 +284,7 @@ func TestModelSemantics(t *testing.T) {
 			},
 			policies: []*networkingv1.NetworkPolicy{
 				newPolicy("default", "named-egress", sel("role", "db"), types_(tEgress),
-					egressRules(egressRule(ports(namedPort(tcp, "http")), bothPeer(sel(), sel("app", "web"))))),
+					egressRules(egressRule(ports(namedPortRef(tcp, "http")), bothPeer(sel(), sel("app", "web"))))),
 			},
 			checks: []check{
 				allow("default/db", "plain/web-1", "tcp/80"),

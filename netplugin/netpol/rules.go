@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/google/nftables"
@@ -239,8 +240,9 @@ func chainName(dir direction, namespace, name string) string {
 	return fmt.Sprintf("%s/%016x", s, h.Sum64())
 }
 
-// ruleIDs numbers a policy's parts in the shared sets' keys: its
-// selection and each of its rules. Numbers are reused once freed.
+// ruleIDs numbers the shared sets' parts in their keys: each
+// selection, peer set and port set, and each rule's named ports.
+// Numbers are reused once freed.
 type ruleIDs struct {
 	next  uint32
 	free  []uint32
@@ -271,28 +273,26 @@ func (r *ruleIDs) release(key string) {
 	}
 }
 
-// idKeys are the keys of a policy's numbers: "<ns>/<name>" for its
-// selection, with " <dir> <i>" for its rules.
-func selectionKey(policy string) string { return policy }
-func ruleKey(policy string, dir direction, i int) string {
-	return policy + " " + dir.String() + " " + strconv.Itoa(i)
+// namedKey is the key of a rule's number in the named set: named ports
+// resolve on pods of that rule's own, so they are not shared.
+func namedKey(policy string, dir direction, i int) string {
+	return "named " + policy + " " + dir.String() + " " + strconv.Itoa(i)
 }
 
 // policyObjects is what one compiled policy puts in the tables: a chain
 // per direction it isolates in, holding one rule per way a rule of the
-// policy can match, and the elements of the shared sets those look up.
-// The chains depend on the policy alone (and the numbers it was given),
-// not on pods: a pod that comes, goes or changes labels changes
-// elements only. It returns the keys of the numbers it used.
+// policy can match, which look up the shared sets by number, and the
+// elements of its named ports. The chains depend on the policy alone
+// (and the numbers of its sets), not on pods: a pod that comes, goes or
+// changes labels changes elements only. It returns the keys of the
+// named ports' numbers it used.
 func policyObjects(c *compiledPolicy, ids *ruleIDs) (objects, []string) {
 	var o objects
-	keys := []string{selectionKey(c.key())}
-	pid := ids.get(keys[0])
-	for _, a := range c.selected {
-		o.elems = append(o.elems, idAddrElem(setSelected, pid, a))
-	}
+	var keys []string
 	for dir := ingress; dir <= egress; dir++ {
-		if !c.types[dir] {
+		// A policy with no rules in a direction only isolates, which
+		// the pod maps do: it needs no chain.
+		if !c.types[dir] || len(c.rules[dir]) == 0 {
 			continue
 		}
 		peerOff := uint32(offSaddr)
@@ -301,40 +301,75 @@ func policyObjects(c *compiledPolicy, ids *ruleIDs) (objects, []string) {
 		}
 		ch := chainDef{fam: famIP, name: chainName(dir, c.namespace, c.name)}
 		for i, r := range c.rules[dir] {
-			keys = append(keys, ruleKey(c.key(), dir, i))
-			rid := ids.get(keys[len(keys)-1])
 			start := func() *rule {
 				nr := newRule()
 				if !r.allPeers {
-					nr.idAddrInSet(rid, peerOff, setPeers)
+					nr.idAddrInSet(ids.get(r.peers.key), peerOff, setPeers)
 				}
 				return nr
-			}
-			if !r.allPeers {
-				for _, pr := range r.peers {
-					o.elems = append(o.elems, peerElem(rid, pr))
-				}
 			}
 			if r.allPorts {
 				ch.rules = append(ch.rules, start().accept())
 				continue
 			}
-			if len(r.ports) > 0 {
-				ch.rules = append(ch.rules, start().idProtoPortInSet(rid, setPorts).accept())
-				for _, pr := range r.ports {
-					o.elems = append(o.elems, portElem(rid, pr))
-				}
+			if len(r.ports.ports) > 0 {
+				ch.rules = append(ch.rules, start().idProtoPortInSet(ids.get(r.ports.key), setPorts).accept())
 			}
 			if r.hasNamed {
-				ch.rules = append(ch.rules, start().idAddrProtoPortInSet(rid, setNamed).accept())
+				keys = append(keys, namedKey(c.key(), dir, i))
+				nid := ids.get(keys[len(keys)-1])
+				ch.rules = append(ch.rules, start().idAddrProtoPortInSet(nid, setNamed).accept())
 				for _, n := range r.named {
-					o.elems = append(o.elems, namedElem(rid, n))
+					o.elems = append(o.elems, namedElem(nid, n))
 				}
 			}
 		}
 		o.chains = append(o.chains, ch)
 	}
 	return o, keys
+}
+
+// setKeys are the keys of the shared sets a compiled policy uses.
+func setKeys(c *compiledPolicy) []string {
+	keys := []string{c.selection.key}
+	for dir := ingress; dir <= egress; dir++ {
+		for _, r := range c.rules[dir] {
+			if !r.allPeers {
+				keys = append(keys, r.peers.key)
+			}
+			if !r.allPorts && len(r.ports.ports) > 0 {
+				keys = append(keys, r.ports.key)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// selectionObjects are a selection's elements: "id . address" of each
+// pod it selects.
+func selectionObjects(s *selection, id uint32) objects {
+	var o objects
+	for _, a := range s.ips {
+		o.elems = append(o.elems, idAddrElem(setSelected, id, a))
+	}
+	return o
+}
+
+func peerSetObjects(s *peerSet, id uint32) objects {
+	var o objects
+	for _, r := range s.ranges {
+		o.elems = append(o.elems, peerElem(id, r))
+	}
+	return o
+}
+
+func portSetObjects(s portSet, id uint32) objects {
+	var o objects
+	for _, p := range s.ports {
+		o.elems = append(o.elems, portElem(id, p))
+	}
+	return o
 }
 
 // namespaceObjects are a namespace's dispatch chains: its pods that a
@@ -349,12 +384,14 @@ func namespaceObjects(namespace string, policies []*compiledPolicy, ids *ruleIDs
 			off = offSaddr
 		}
 		ch := chainDef{fam: famIP, name: chainName(dir, namespace, "")}
+		isolates := false
 		for _, c := range policies {
-			if c.types[dir] {
-				ch.rules = append(ch.rules, newRule().idAddrInSet(ids.get(selectionKey(c.key())), off, setSelected).jump(chainName(dir, c.namespace, c.name)))
+			isolates = isolates || c.types[dir]
+			if c.types[dir] && len(c.rules[dir]) > 0 {
+				ch.rules = append(ch.rules, newRule().idAddrInSet(ids.get(c.selection.key), off, setSelected).jump(chainName(dir, c.namespace, c.name)))
 			}
 		}
-		if len(ch.rules) > 0 {
+		if isolates {
 			ch.rules = append(ch.rules, newRule().drop())
 			o.chains = append(o.chains, ch)
 		}
@@ -400,8 +437,10 @@ func podObjects(p localPod) objects {
 
 func idBytes(id uint32) []byte { return binary.NativeEndian.AppendUint32(nil, id) }
 
+func idText(id uint32) string { return strconv.FormatUint(uint64(id), 10) + " . " }
+
 func idAddrElem(set string, id uint32, a netip.Addr) elem {
-	return elem{fam: famIP, set: set, key: append(idBytes(id), a.AsSlice()...), keyText: fmt.Sprintf("%d . %s", id, a)}
+	return elem{fam: famIP, set: set, key: append(idBytes(id), a.AsSlice()...), keyText: idText(id) + a.String()}
 }
 
 // successor is the byte string that follows key in the kernel's byte
@@ -422,7 +461,7 @@ func successor(key []byte) []byte {
 func peerElem(id uint32, r ipRange) elem {
 	lo := binary.BigEndian.AppendUint32(idBytes(id), r.lo)
 	hi := binary.BigEndian.AppendUint32(idBytes(id), r.hi)
-	return elem{fam: famIP, set: setPeers, key: lo, keyEnd: successor(hi), keyText: fmt.Sprintf("%d . %s", id, r)}
+	return elem{fam: famIP, set: setPeers, key: lo, keyEnd: successor(hi), keyText: idText(id) + r.String()}
 }
 
 // protoPortKey is "id . protocol . port", each field in a 4-byte
@@ -434,14 +473,14 @@ func protoPortKey(id uint32, proto protocol, port uint16) []byte {
 
 func portElem(id uint32, p portRange) elem {
 	return elem{fam: famIP, set: setPorts, key: protoPortKey(id, p.proto, p.lo), keyEnd: successor(protoPortKey(id, p.proto, p.hi)),
-		keyText: fmt.Sprintf("%d . %s", id, p)}
+		keyText: idText(id) + p.String()}
 }
 
 func namedElem(id uint32, n addrPort) elem {
 	b := append(idBytes(id), n.ip.AsSlice()...)
 	b = append(b, byte(n.proto), 0, 0, 0)
 	b = append(binary.BigEndian.AppendUint16(b, n.port), 0, 0)
-	return elem{fam: famIP, set: setNamed, key: b, keyText: fmt.Sprintf("%d . %s", id, n)}
+	return elem{fam: famIP, set: setNamed, key: b, keyText: idText(id) + n.String()}
 }
 
 func portNameElem(set, name string) elem {

@@ -103,8 +103,8 @@ func checkGolden(t *testing.T, name, got string) {
 // documentation's policies over a few pods.
 func TestGoldenTables(t *testing.T) {
 	namedWeb := newPolicy("default", "named", sel("app", "web"),
-		ingressRules(ingressRule(ports(namedPort(tcp, "http"), port(udp, 53)), podPeer(sel("role", "frontend")))),
-		egressRules(egressRule(ports(namedPort(tcp, "http")), bothPeer(sel(), sel("app", "web")))))
+		ingressRules(ingressRule(ports(namedPortRef(tcp, "http"), port(udp, 53)), podPeer(sel("role", "frontend")))),
+		egressRules(egressRule(ports(namedPortRef(tcp, "http")), bothPeer(sel(), sel("app", "web")))))
 	tests := []struct {
 		name string
 		objs []any

@@ -77,8 +77,8 @@ func policyCases() []struct {
 		}},
 		{"named ports", []*networkingv1.NetworkPolicy{
 			newPolicy("default", "named", sel("role", "db"),
-				ingressRules(ingressRule(ports(namedPort(tcp, "serve"), namedPort(udp, "dns")), nsPeer(sel()))),
-				egressRules(egressRule(ports(namedPort(tcp, "serve")), bothPeer(sel(), sel("role", "frontend"))))),
+				ingressRules(ingressRule(ports(namedPortRef(tcp, "serve"), namedPortRef(udp, "dns")), nsPeer(sel()))),
+				egressRules(egressRule(ports(namedPortRef(tcp, "serve")), bothPeer(sel(), sel("role", "frontend"))))),
 		}},
 		{"pods and namespaces, together and apart", []*networkingv1.NetworkPolicy{
 			newPolicy("default", "and", sel("role", "db"), ingressRules(ingressRule(ports(port(tcp, 80)),
@@ -258,7 +258,7 @@ func TestIncremental(t *testing.T) {
 			n := newCastNode(t, brnf)
 			policy := newPolicy("default", "db", sel("role", "db"), ingressRules(
 				ingressRule(ports(port(tcp, 80)), podPeer(sel("role", "frontend"))),
-				ingressRule(ports(namedPort(tcp, "serve")), nsPeer(sel("team", "blue")))))
+				ingressRule(ports(namedPortRef(tcp, "serve")), nsPeer(sel("team", "blue")))))
 			n.set(t, policy)
 			n.expect(t, "default/frontend", "default/db", "tcp/80", true)
 			n.expect(t, "default/backend", "default/db", "tcp/80", false)
