@@ -21,6 +21,9 @@ func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip n
 	if !ip.Is4() {
 		return nil // the network carries IPv4 alone
 	}
+	if err := e.checkPort(uid); err != nil {
+		return fmt.Errorf("network policies of pod %s/%s: %w", namespace, name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
 	e.mu.Lock()
@@ -31,7 +34,7 @@ func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip n
 	for {
 		obj, exists, err := e.podsIdx.GetByKey(namespace + "/" + name)
 		if err == nil && exists && string(obj.(*corev1.Pod).UID) == uid {
-			e.podChanged(obj)
+			e.podChanged(obj, false)
 			break
 		}
 		select {
@@ -59,6 +62,28 @@ func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip n
 			return fmt.Errorf("network policies of pod %s/%s are not in place: %w", namespace, name, ctx.Err())
 		}
 	}
+}
+
+// checkPort makes sure the pod's bridge port is where PortName says: the
+// bridge table knows the bridge's ports by name alone, and a pod whose
+// port it does not know would exchange bridged frames unpoliced.
+func (e *Enforcer) checkPort(uid string) error {
+	if e.portName == nil || e.nl == nil {
+		return nil
+	}
+	name := e.portName(uid)
+	l, err := e.nl.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("its bridge port %s: %w", name, err)
+	}
+	br, err := e.nl.LinkByName(e.bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", e.bridge, err)
+	}
+	if l.Attrs().MasterIndex != br.Attrs().Index {
+		return fmt.Errorf("its port %s is not on bridge %s", name, e.bridge)
+	}
+	return nil
 }
 
 // Detach forgets a sandbox's address.

@@ -235,27 +235,22 @@ func slimPod(obj any) (any, error) {
 }
 
 func (e *Enforcer) watch(pods, namespaces, policies cache.SharedIndexInformer) error {
-	podReg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.podChanged(obj) },
-		UpdateFunc: func(_, obj any) { e.podChanged(obj) },
-		DeleteFunc: func(obj any) { e.podChanged(obj) },
-	})
+	handlers := func(changed func(obj any, gone bool)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { changed(obj, false) },
+			UpdateFunc: func(_, obj any) { changed(obj, false) },
+			DeleteFunc: func(obj any) { changed(obj, true) },
+		}
+	}
+	podReg, err := pods.AddEventHandler(handlers(e.podChanged))
 	if err != nil {
 		return fmt.Errorf("watch Pods: %w", err)
 	}
-	nsReg, err := namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.namespaceChanged(obj) },
-		UpdateFunc: func(_, obj any) { e.namespaceChanged(obj) },
-		DeleteFunc: func(obj any) { e.namespaceChanged(obj) },
-	})
+	nsReg, err := namespaces.AddEventHandler(handlers(e.namespaceChanged))
 	if err != nil {
 		return fmt.Errorf("watch Namespaces: %w", err)
 	}
-	npReg, err := policies.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.policyChanged(obj) },
-		UpdateFunc: func(_, obj any) { e.policyChanged(obj) },
-		DeleteFunc: func(obj any) { e.policyChanged(obj) },
-	})
+	npReg, err := policies.AddEventHandler(handlers(e.policyChanged))
 	if err != nil {
 		return fmt.Errorf("watch NetworkPolicies: %w", err)
 	}
@@ -276,24 +271,19 @@ func (e *Enforcer) push(ev event) {
 	}
 }
 
-func deleted(obj any) (any, bool) {
+// deleted unwraps the object of a delete whose last state the informer
+// missed.
+func deleted(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return d.Obj, true
+		return d.Obj
 	}
-	return obj, false
+	return obj
 }
 
-func (e *Enforcer) podChanged(obj any) {
-	obj, gone := deleted(obj)
-	p, ok := obj.(*corev1.Pod)
+func (e *Enforcer) podChanged(obj any, gone bool) {
+	p, ok := deleted(obj).(*corev1.Pod)
 	if !ok {
 		return
-	}
-	if !gone && e.podsIdx != nil {
-		// An informer's delete handler gets the last state it knew.
-		if _, exists, _ := e.podsIdx.Get(p); !exists {
-			gone = true
-		}
 	}
 	ev := event{kind: podEvent, namespace: p.Namespace, name: p.Name}
 	e.mu.Lock()
@@ -326,9 +316,8 @@ func (e *Enforcer) viewOf(p *corev1.Pod) *pod {
 	return v
 }
 
-func (e *Enforcer) namespaceChanged(obj any) {
-	obj, gone := deleted(obj)
-	ns, ok := obj.(*corev1.Namespace)
+func (e *Enforcer) namespaceChanged(obj any, gone bool) {
+	ns, ok := deleted(obj).(*corev1.Namespace)
 	if !ok {
 		return
 	}
@@ -342,9 +331,8 @@ func (e *Enforcer) namespaceChanged(obj any) {
 	e.push(ev)
 }
 
-func (e *Enforcer) policyChanged(obj any) {
-	obj, gone := deleted(obj)
-	np, ok := obj.(*networkingv1.NetworkPolicy)
+func (e *Enforcer) policyChanged(obj any, gone bool) {
+	np, ok := deleted(obj).(*networkingv1.NetworkPolicy)
 	if !ok {
 		return
 	}

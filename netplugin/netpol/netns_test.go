@@ -214,8 +214,9 @@ func newTestNode(t *testing.T, brnf string) *testNode {
 	n.e.nl = handleIn(t, n.node)
 	// The namespace dies with the test, and the tables with it; this
 	// also checks that Cleanup's path deletes what the enforcer made.
+	tables := n.e.tables // its connection reopens in the node's namespace
 	t.Cleanup(func() {
-		if err := n.e.tables.delete(); err != nil {
+		if err := tables.delete(); err != nil {
 			t.Errorf("delete tables: %v", err)
 		}
 	})

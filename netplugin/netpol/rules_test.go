@@ -51,11 +51,11 @@ func feed(e *Enforcer, objs ...any) {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Pod:
-			e.podChanged(o)
+			e.podChanged(o, false)
 		case *corev1.Namespace:
-			e.namespaceChanged(o)
+			e.namespaceChanged(o, false)
 		case *networkingv1.NetworkPolicy:
-			e.policyChanged(o)
+			e.policyChanged(o, false)
 		}
 	}
 }
