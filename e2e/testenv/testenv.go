@@ -77,8 +77,9 @@ type Etcd struct {
 }
 
 // StartEtcd runs Debian's etcd in dir on free loopback ports with fsync on
-// (etcd's default), and waits until it serves.
-func StartEtcd(dir string) (*Etcd, error) {
+// (etcd's default), and waits until it serves. extra are more flags for
+// etcd (--quota-backend-bytes ...).
+func StartEtcd(dir string, extra ...string) (*Etcd, error) {
 	bin, err := LookPath("etcd")
 	if err != nil {
 		return nil, fmt.Errorf("etcd (Debian package etcd-server): %w", err)
@@ -90,7 +91,7 @@ func StartEtcd(dir string) (*Etcd, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("free ports: %v %v", err1, err2)
 		}
-		e, err := startEtcdOn(bin, filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)), cport, pport)
+		e, err := startEtcdOn(bin, filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)), cport, pport, extra)
 		if err == nil {
 			return e, nil
 		}
@@ -99,24 +100,24 @@ func StartEtcd(dir string) (*Etcd, error) {
 	return nil, lastErr
 }
 
-func startEtcdOn(bin, dir string, cport, pport int) (*Etcd, error) {
+func startEtcdOn(bin, dir string, cport, pport int, extra []string) (*Etcd, error) {
 	client := fmt.Sprintf("http://127.0.0.1:%d", cport)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", pport)
 	logf, err := os.Create(dir + ".log")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin,
+	cmd := exec.Command(bin, append([]string{
 		"--name", "bonsai-test",
 		"--data-dir", dir,
 		"--listen-client-urls", client,
 		"--advertise-client-urls", client,
 		"--listen-peer-urls", peer,
 		"--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "bonsai-test="+peer,
+		"--initial-cluster", "bonsai-test=" + peer,
 		"--listen-metrics-urls", "",
 		"--log-level", "error",
-	)
+	}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -153,12 +154,13 @@ func (e *Etcd) Stop() {
 	<-e.done
 }
 
-// EtcdForTest starts etcd for a test (CI: mandatory) and stops it at cleanup.
-func EtcdForTest(t testing.TB) *Etcd {
+// EtcdForTest starts etcd for a test (CI: mandatory) and stops it at
+// cleanup; extra are more flags for etcd.
+func EtcdForTest(t testing.TB, extra ...string) *Etcd {
 	t.Helper()
 	_, err := LookPath("etcd")
 	Require(t, err == nil, "etcd: %v", err)
-	e, err := StartEtcd(t.TempDir())
+	e, err := StartEtcd(t.TempDir(), extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
