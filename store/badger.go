@@ -46,7 +46,13 @@ type BadgerOptions struct {
 	// (default DefaultMaxValueBytes); larger ones fail with a
 	// ValueTooLargeError.
 	MaxValueBytes int
-	Logger        *slog.Logger
+	// QuotaBytes bounds the store's files (their allocated blocks):
+	// past it, writes other than deletes fail with a SpaceError
+	// (ErrQuotaExceeded) until deletes and compaction bring it under
+	// (default DefaultQuotaBytes of the file system). Whatever the
+	// quota, writes stop before the file system fills (ErrDiskFull).
+	QuotaBytes int64
+	Logger     *slog.Logger
 }
 
 func (o *BadgerOptions) setDefaults() {
@@ -96,7 +102,20 @@ var (
 	formatKey      = []byte("\x00m/format")
 	formatValue    = []byte("bonsai-store/1")
 	userKeysPrefix = []byte("/")
+	// revisionKey is set by every write that takes a revision and sets
+	// nothing else that lasts (only deletes, or keys dropped later), so
+	// that the newest revision is found again at open.
+	revisionKey = []byte("\x00m/revision")
+	// reclaimPrefix holds a marker key that only reclaimSpace writes, so
+	// that badger's DropPrefix has something to drop (see reclaimSpace).
+	reclaimPrefix = []byte("\x00r")
 )
+
+func revBytes(rev uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], rev)
+	return b[:]
+}
 
 func logKey(rev uint64) []byte {
 	k := make([]byte, len(logPrefix)+8)
@@ -129,6 +148,9 @@ const (
 	opPut opKind = iota
 	opDelete
 	opCompact
+	// opHousekeep takes a revision with no event, to drop and set
+	// internal keys.
+	opHousekeep
 )
 
 // writeOp is one write waiting for the committer. Its revision and event
@@ -143,6 +165,9 @@ type writeOp struct {
 	// compaction: discard history at and below target, deleting logKeys.
 	target  uint64
 	logKeys [][]byte
+	// housekeeping: internal keys to delete and to set.
+	drops [][]byte
+	sets  map[string][]byte
 	// prev is the value the op replaces: the caller's (prevKnown), or
 	// read by the committer.
 	prev      []byte
@@ -162,8 +187,30 @@ type badgerStore struct {
 	rev    uint64            // last assigned revision
 	queue  []*writeOp
 	kick   chan struct{}
-	failed error
 	closed bool
+	// failed is set when writes failed (a commit or a sync): every write
+	// after is refused with it until the committer has undone the failed
+	// ones (undoFailed): undoKeys are the keys they wrote, undoRevs their
+	// revisions.
+	failed   error
+	undoKeys map[string]struct{}
+	undoRevs []uint64
+
+	// guard keeps writes within the quota and the disk's room.
+	guard *diskGuard
+	// writeMu is held while the committer hands writes to badger, and by
+	// reclaimSpace, whose DropPrefix refuses writes meanwhile; gcMu
+	// serializes value-log GC with it.
+	writeMu sync.Mutex
+	gcMu    sync.Mutex
+	// reclaimedAt and reclaimedUsed are the revision and the store's size
+	// at the last reclaimSpace.
+	reclaimedAt       uint64
+	reclaimedUsed     int64
+	reclaimedRefusals int64
+	lastReclaim       time.Time
+	// syncFault, when set (tests), fails syncs.
+	syncFault atomic.Pointer[func() error]
 
 	// reads lets Close wait for the reads under way: badger's tables must
 	// not go while a transaction still uses them (it dereferences a
@@ -180,6 +227,8 @@ type badgerStore struct {
 	compacted atomic.Uint64
 	// discardTs lags compaction by one round so reads that checked the
 	// compacted revision just before a compaction still see their data.
+	// discardMu guards it and badger's discard timestamp.
+	discardMu      sync.Mutex
 	pendingDiscard uint64
 	// logStart is where the next compaction starts dropping log records:
 	// past the compacted revision, or lower if a crash tore a compaction.
@@ -204,10 +253,22 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 	if dir == "" {
 		return nil, errors.New("open store: no directory given")
 	}
+	if opts.QuotaBytes < 0 {
+		return nil, fmt.Errorf("open store %s: quota %d bytes is negative", dir, opts.QuotaBytes)
+	}
 	if err := checkStoreDir(dir); err != nil {
 		return nil, err
 	}
 	mem := int64(opts.MemoryMB) << 20
+	memtable := mem / 6
+	guard, err := newDiskGuard(dir, opts.QuotaBytes, memtable, opts.MaxValueBytes, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	// What badger appends to a log before it is full: a memtable's log
+	// is the whole file (twice the memtable); a value log takes writes
+	// until it passes its size, by one value at most.
+	memLogBytes, vlogBytes := 2*memtable, int64(valueLogFileSize+opts.MaxValueBytes+1<<20)
 	bo := badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithSyncWrites(false). // the committer syncs once per batch
@@ -224,7 +285,7 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		// tell it sooner still, but the compactions' buffers cost more
 		// resident memory than the memtables save (41 against 36 MB for
 		// 10,000 small objects with 1 MB memtables).
-		WithMemTableSize(mem / 6).
+		WithMemTableSize(memtable).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(3).
 		WithNumLevelZeroTablesStall(10).
@@ -235,31 +296,42 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		// Smaller value-log files: garbage collection rewrites a file's
 		// live values to free it, so a small file frees space sooner and
 		// for less rewriting.
-		WithValueLogFileSize(16 << 20).
+		WithValueLogFileSize(valueLogFileSize).
 		WithNumCompactors(2).
 		WithDetectConflicts(false).
 		WithMetricsEnabled(false).
 		WithNumGoroutines(2)
-	advisor, err := startLogAdvisor(dir)
+	advisor, err := startLogAdvisor(dir, func(path string) {
+		if strings.HasSuffix(path, ".mem") {
+			guard.allocateLog(path, memLogBytes)
+		} else {
+			guard.allocateLog(path, vlogBytes)
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: watch logs: %w", dir, err)
 	}
+	// Opening writes new logs' headers, whatever the disk holds.
+	guard.roomToOpenOrClose()
 	db, err := badger.OpenManaged(bo)
 	if err != nil {
 		advisor.close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	advisor.adviseAll()
+	guard.allocateLogs(memLogBytes, vlogBytes)
 	s := &badgerStore{
-		opts:    opts,
-		db:      db,
-		advisor: advisor,
-		wal:     newLogSyncer(dir, ".mem", 5),
-		vlogs:   newLogSyncer(dir, ".vlog", 6),
-		log:     opts.Logger,
-		index:   map[string]uint64{},
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		opts:     opts,
+		db:       db,
+		guard:    guard,
+		undoKeys: map[string]struct{}{},
+		advisor:  advisor,
+		wal:      newLogSyncer(dir, ".mem", 5),
+		vlogs:    newLogSyncer(dir, ".vlog", 6),
+		log:      opts.Logger,
+		index:    map[string]uint64{},
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
 	}
 	if err := s.load(); err != nil {
 		db.Close()
@@ -274,11 +346,14 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	s.hub = newWatchHub(opts.WatchRing, s.rev, opts.MaxWatchLag, s.readLog, s.compacted.Load)
+	guard.refresh()
+	s.reclaimedUsed = guard.used
 	s.commitWG.Add(1)
 	go s.commitLoop()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.every(opts.CompactInterval, s.autoCompact)
 	go s.every(opts.GCInterval, s.gcValueLog)
+	go s.every(time.Second, s.watchSpace)
 	return s, nil
 }
 
@@ -556,9 +631,22 @@ func (s *badgerStore) every(d time.Duration, f func()) {
 	}
 }
 
-// enqueue decides a write's revision under the index lock and hands it to
-// the committer; check runs under the lock and may refuse the write.
+// enqueue decides a write's revision under the index lock, hands it to
+// the committer and waits for it; check runs under the lock and may
+// refuse the write.
 func (s *badgerStore) enqueue(op *writeOp, check func(cur uint64) error) error {
+	if err := s.queueOp(op, check); err != nil {
+		return err
+	}
+	// The write is committed whatever the caller's context does meanwhile;
+	// waiting for it keeps the acknowledgement honest.
+	<-op.done
+	return op.err
+}
+
+// queueOp is enqueue without the wait: once it returns nil, op.done is
+// closed when op is committed or has failed (op.err).
+func (s *badgerStore) queueOp(op *writeOp, check func(cur uint64) error) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -589,10 +677,7 @@ func (s *badgerStore) enqueue(op *writeOp, check func(cur uint64) error) error {
 	case s.kick <- struct{}{}:
 	default:
 	}
-	// The write is committed whatever the caller's context does meanwhile;
-	// waiting for it keeps the acknowledgement honest.
-	<-op.done
-	return op.err
+	return nil
 }
 
 func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uint64, error) {
@@ -600,6 +685,9 @@ func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uin
 		return 0, err
 	}
 	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
+		return 0, err
+	}
+	if err := s.guard.admit(int64(len(key)+len(value)), false); err != nil {
 		return 0, err
 	}
 	op := &writeOp{kind: opPut, key: key, value: value, event: Added}
@@ -630,6 +718,9 @@ func (s *badgerStore) update(op *writeOp, rev uint64) (uint64, error) {
 	if err := checkValue(key, op.value, s.opts.MaxValueBytes); err != nil {
 		return 0, err
 	}
+	if err := s.guard.admit(int64(len(key)+len(op.value)), false); err != nil {
+		return 0, err
+	}
 	err := s.enqueue(op, func(cur uint64) error {
 		switch {
 		case cur == 0:
@@ -644,6 +735,9 @@ func (s *badgerStore) update(op *writeOp, rev uint64) (uint64, error) {
 
 func (s *badgerStore) Delete(ctx context.Context, key string, rev uint64) (KeyValue, error) {
 	if err := ValidateKey(key); err != nil {
+		return KeyValue{}, err
+	}
+	if err := s.guard.admit(int64(len(key)), true); err != nil {
 		return KeyValue{}, err
 	}
 	op := &writeOp{kind: opDelete, key: key, event: Deleted}
@@ -667,6 +761,11 @@ func (s *badgerStore) Delete(ctx context.Context, key string, rev uint64) (KeyVa
 // acknowledges them and publishes their events, in revision order. The two
 // overlap: the next batch is written while the previous one syncs, and
 // concurrent writers share each fsync.
+//
+// After a failure it writes nothing more: it fails what is queued, waits
+// until every batch in flight is finished, and undoes the failed writes
+// (undoFailed), retrying every second until that succeeds; then writes
+// resume. No restart is needed.
 func (s *badgerStore) commitLoop() {
 	defer s.commitWG.Done()
 	syncs := make(chan syncBatch, 2)
@@ -679,42 +778,76 @@ func (s *badgerStore) commitLoop() {
 		close(syncs)
 		<-synced
 	}()
+	var undoFailures int
 	for {
 		s.mu.Lock()
 		batch := s.queue
 		s.queue = nil
 		closed := s.closed
+		failed := s.failed
 		s.mu.Unlock()
-		if len(batch) == 0 {
-			if closed {
-				return
+		switch {
+		case len(batch) > 0 && failed != nil:
+			// Not written: the undo puts their keys back.
+			syncs <- syncBatch{batch: batch, err: failed}
+			continue
+		case len(batch) > 0:
+			if err := s.guard.beforeCommit(); err != nil {
+				syncs <- syncBatch{batch: batch, err: err}
+				continue
 			}
-			<-s.kick
+			s.writeMu.Lock()
+			events, err := s.commit(batch)
+			s.writeMu.Unlock()
+			if err == nil {
+				s.written.Store(batch[len(batch)-1].rev)
+			}
+			syncs <- syncBatch{batch: batch, events: events, err: err}
+			continue
+		case closed:
+			// Failed writes not undone yet were never acknowledged: after
+			// the next open they may show or not, as after a crash.
+			return
+		case failed != nil:
+			barrier := make(chan struct{})
+			syncs <- syncBatch{barrier: barrier}
+			<-barrier
+			err := s.undoFailed()
+			if err == nil {
+				undoFailures = 0
+				continue
+			}
+			if undoFailures++; undoFailures == 1 || undoFailures%60 == 0 {
+				s.log.Error("store: cannot undo failed writes yet; refusing writes, retrying every second", "err", err, "attempts", undoFailures)
+			}
+			select {
+			case <-s.kick:
+			case <-time.After(time.Second):
+			}
 			continue
 		}
-		events, err := s.commit(batch)
-		if err == nil {
-			s.written.Store(batch[len(batch)-1].rev)
-		}
-		syncs <- syncBatch{batch: batch, events: events, err: err}
+		<-s.kick
 	}
 }
 
-// syncBatch is a written batch waiting for its fsync.
+// syncBatch is a written batch waiting for its fsync, or a barrier:
+// closed once every batch sent before it is finished.
 type syncBatch struct {
-	batch  []*writeOp
-	events []Event
-	err    error
+	batch   []*writeOp
+	events  []Event
+	err     error
+	barrier chan struct{}
 }
 
 // syncLoop makes written batches durable, one fsync for every batch that
 // is waiting, then acknowledges them. After a failure nothing more is
-// acknowledged as written.
+// acknowledged as written until a barrier (the committer is about to
+// undo the failed writes).
 func (s *badgerStore) syncLoop(in <-chan syncBatch) {
 	var failed error
 	for b := range in {
 		batches := []syncBatch{b}
-		for more := true; more; {
+		for more := b.barrier == nil; more; {
 			select {
 			case nb, ok := <-in:
 				if !ok {
@@ -722,20 +855,32 @@ func (s *badgerStore) syncLoop(in <-chan syncBatch) {
 					break
 				}
 				batches = append(batches, nb)
+				more = nb.barrier == nil
 			default:
 				more = false
 			}
 		}
-		for _, nb := range batches {
-			if failed == nil && nb.err != nil {
-				failed = nb.err
+		var barrier chan struct{}
+		if last := batches[len(batches)-1]; last.barrier != nil {
+			barrier = last.barrier
+			batches = batches[:len(batches)-1]
+		}
+		if len(batches) > 0 {
+			for _, nb := range batches {
+				if failed == nil && nb.err != nil {
+					failed = nb.err
+				}
+			}
+			if failed == nil {
+				failed = s.sync()
+			}
+			for _, nb := range batches {
+				s.finish(nb, failed)
 			}
 		}
-		if failed == nil {
-			failed = s.sync()
-		}
-		for _, nb := range batches {
-			s.finish(nb, failed)
+		if barrier != nil {
+			failed = nil
+			close(barrier)
 		}
 	}
 }
@@ -743,6 +888,11 @@ func (s *badgerStore) syncLoop(in <-chan syncBatch) {
 // sync makes every write handed to badger durable: its write-ahead logs
 // and value logs, at the same time, outside badger's lock (see logSyncer).
 func (s *badgerStore) sync() error {
+	if f := s.syncFault.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			return err
+		}
+	}
 	vlogErr := make(chan error, 1)
 	go func() { vlogErr <- s.vlogs.sync() }()
 	err := s.wal.sync()
@@ -750,14 +900,23 @@ func (s *badgerStore) sync() error {
 }
 
 // finish acknowledges a batch: on success it becomes readable and its
-// events are published; on failure the store refuses further writes.
+// events are published; on failure its writes are remembered for the
+// undo and the store refuses writes until then.
 func (s *badgerStore) finish(b syncBatch, err error) {
 	if err != nil {
 		s.mu.Lock()
 		if s.failed == nil {
-			s.failed = fmt.Errorf("store failed, restart bonsai: %w", err)
-			s.log.Error("store write failed; refusing further writes", "err", err)
+			s.failed = s.failure(err)
+			s.log.Error("store write failed; refusing writes until the failed ones are undone", "err", err)
 		}
+		for _, op := range b.batch {
+			switch op.kind {
+			case opPut, opDelete:
+				s.undoKeys[op.key] = struct{}{}
+				s.undoRevs = append(s.undoRevs, op.rev)
+			}
+		}
+		err = s.failed
 		s.mu.Unlock()
 	} else {
 		last := b.batch[len(b.batch)-1].rev
@@ -773,6 +932,96 @@ func (s *badgerStore) finish(b syncBatch, err error) {
 		}
 		close(op.done)
 	}
+}
+
+// failure is the error writes get while err is being undone: a
+// SpaceError if the disk is full.
+func (s *badgerStore) failure(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || strings.Contains(err.Error(), "no space left on device") {
+		free, _ := statFree(s.opts.Dir)
+		return &SpaceError{Cause: ErrDiskFull, Where: s.opts.Dir, Have: free, Limit: s.guard.reserve, Backend: err}
+	}
+	return fmt.Errorf("store write failed (%w); writes are refused until the store has undone it, which it retries every second", err)
+}
+
+// undoFailed puts every key failed writes wrote back to its value at the
+// last acknowledged revision, and drops their log records, in one write
+// at a new revision with no event (no client saw them). Nothing else is
+// written meanwhile: the committer calls it once every batch in flight
+// is finished, and writes are refused until it succeeds. A restored key
+// is at the new revision.
+func (s *badgerStore) undoFailed() error {
+	if !s.guard.housekeeping() {
+		free, _ := statFree(s.opts.Dir)
+		return &SpaceError{Cause: ErrDiskFull, Where: s.opts.Dir, Have: free, Limit: s.guard.floor}
+	}
+	good := s.committed.Load()
+	s.written.Store(good)
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.undoKeys))
+	for k := range s.undoKeys {
+		keys = append(keys, k)
+	}
+	revs := s.undoRevs
+	s.rev++
+	at := s.rev
+	s.mu.Unlock()
+
+	read := s.db.NewTransactionAt(good, false)
+	defer read.Discard()
+	undo := s.db.NewTransactionAt(at-1, true)
+	defer undo.Discard()
+	exists := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		item, err := read.Get([]byte(k))
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			err = undo.Delete([]byte(k))
+		case err == nil:
+			var v []byte
+			if v, err = valueOf(item); err == nil {
+				err = undo.Set([]byte(k), v)
+				exists[k] = true
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("undo write of %s: %w", k, err)
+		}
+	}
+	for _, r := range revs {
+		if err := undo.Delete(logKey(r)); err != nil {
+			return err
+		}
+	}
+	if err := undo.Set(revisionKey, revBytes(at)); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	err := undo.CommitAt(at, nil)
+	s.writeMu.Unlock()
+	if err == nil {
+		err = s.sync()
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		if exists[k] {
+			s.index[k] = at
+		} else {
+			delete(s.index, k)
+		}
+	}
+	s.failed = nil
+	s.undoKeys = map[string]struct{}{}
+	s.undoRevs = nil
+	s.mu.Unlock()
+	s.written.Store(at)
+	s.committed.Store(at)
+	s.hub.publish(nil, at)
+	s.log.Warn("store: undid failed writes; writes resume", "writes", len(revs), "keys", len(keys), "undo_revision", at)
+	return nil
 }
 
 // commit writes each op as its own badger transaction at the op's revision.
@@ -818,6 +1067,15 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 			}
 			continue
 		}
+		if op.kind == opHousekeep {
+			txn, err := s.housekeepingTxn(op)
+			if err != nil {
+				wg.Wait()
+				return nil, err
+			}
+			send(txn, op.rev)
+			continue
+		}
 		if op.event != Added && !op.prevKnown {
 			prev, ok := inBatch[op.key]
 			if !ok {
@@ -861,6 +1119,28 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 		return nil, firstErr
 	}
 	return events, nil
+}
+
+// housekeepingTxn drops and sets op's internal keys at its revision,
+// which revisionKey records.
+func (s *badgerStore) housekeepingTxn(op *writeOp) (*badger.Txn, error) {
+	txn := s.db.NewTransactionAt(op.rev-1, true)
+	err := txn.Set(revisionKey, revBytes(op.rev))
+	for _, k := range op.drops {
+		if err == nil {
+			err = txn.Delete(k)
+		}
+	}
+	for k, v := range op.sets {
+		if err == nil {
+			err = txn.Set([]byte(k), v)
+		}
+	}
+	if err != nil {
+		txn.Discard()
+		return nil, err
+	}
+	return txn, nil
 }
 
 func (s *badgerStore) Get(ctx context.Context, key string) (KeyValue, error) {
@@ -1079,6 +1359,11 @@ func (s *badgerStore) Compact(ctx context.Context, rev uint64) error {
 	if rev > s.committed.Load() {
 		return fmt.Errorf("%w: %d > %d", ErrFutureRevision, rev, s.committed.Load())
 	}
+	// A compaction writes: not on a disk too full for it.
+	if !s.guard.housekeeping() {
+		free, _ := statFree(s.opts.Dir)
+		return &SpaceError{Cause: ErrDiskFull, Where: s.opts.Dir, Have: free, Limit: s.guard.floor}
+	}
 	// One compaction at a time; the log scan runs here, not in the
 	// committer, so writers never wait for it.
 	s.compactMu.Lock()
@@ -1145,8 +1430,10 @@ func (s *badgerStore) compactionTxns(op *writeOp) ([]*badger.Txn, error) {
 	// Readers check compacted before reading; the previous round's target
 	// becomes badger's discard point now, one round late, so no read that
 	// passed that check loses its versions mid-flight.
+	s.discardMu.Lock()
 	s.db.SetDiscardTs(s.pendingDiscard)
 	s.pendingDiscard = op.target
+	s.discardMu.Unlock()
 	s.compacted.Store(op.target)
 	return txns, nil
 }
@@ -1154,6 +1441,9 @@ func (s *badgerStore) compactionTxns(op *writeOp) ([]*badger.Txn, error) {
 // autoCompact keeps at least RetainFor of history and at least the last
 // RetainRevisions revisions.
 func (s *badgerStore) autoCompact() {
+	if !s.guard.housekeeping() {
+		return
+	}
 	newest := s.lastEvent.Load()
 	if newest <= s.opts.RetainRevisions {
 		return
@@ -1195,8 +1485,12 @@ func (s *badgerStore) autoCompact() {
 	}
 }
 
+// gcValueLog rewrites value-log files that are mostly garbage. It
+// writes their live values anew, so it waits for room on the disk.
 func (s *badgerStore) gcValueLog() {
-	for s.db.RunValueLogGC(0.5) == nil {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	for s.guard.housekeeping() && s.db.RunValueLogGC(0.5) == nil {
 		select {
 		case <-s.stop:
 			return
@@ -1224,6 +1518,8 @@ func (s *badgerStore) Close() error {
 	s.reads.Lock()
 	s.readsClosed = true
 	s.reads.Unlock()
+	// Closing flushes the memtable into a table, whatever the disk holds.
+	s.guard.roomToOpenOrClose()
 	err := s.db.Close()
 	s.wal.close()
 	s.vlogs.close()

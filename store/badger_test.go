@@ -263,14 +263,20 @@ func TestBadgerDiskUseBounded(t *testing.T) {
 		}
 	}
 	t.Logf("wrote %d MB of updates; data dir peak in the second half %.1f MB", written>>20, float64(peakAfterWarmup)/(1<<20))
-	if peakAfterWarmup <= written/3 {
+	// The newest value log and the memtables' logs are allocated ahead
+	// (16 + 1.5 + 1 MB, and 2 MB for each of up to three memtables
+	// here), whatever was written; with some slack, well under what a
+	// store that kept its history would hold (more than written).
+	const allocatedAhead = 32 << 20
+	bound := written/3 + allocatedAhead
+	if peakAfterWarmup <= bound {
 		return
 	}
 	// On a loaded machine (the rest of the suite on two cores) the
 	// background compaction and value-log GC may trail the writers for a
 	// moment; kept history would not go away at all.
 	deadline := time.Now().Add(15 * time.Second)
-	for sz := dirSize(t, dir); sz > written/3; sz = dirSize(t, dir) {
+	for sz := dirSize(t, dir); sz > bound; sz = dirSize(t, dir) {
 		if time.Now().After(deadline) {
 			t.Fatalf("data dir reached %d bytes after %d bytes of updates to %d keys, and is %d bytes 15 s later: history is not discarded", peakAfterWarmup, written, keys, sz)
 		}
@@ -279,10 +285,12 @@ func TestBadgerDiskUseBounded(t *testing.T) {
 	t.Logf("the peak was over a third of what was written; the data dir came back under it once the writers stopped")
 }
 
+// dirSize is what the store's files hold on disk, its space reserve
+// (a ballast, not data) left out.
 func dirSize(t *testing.T, dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil && !d.IsDir() && d.Name() != "SPACE-RESERVE" {
 			// Allocated blocks, not apparent size: badger preallocates
 			// sparse files.
 			if fi, err := d.Info(); err == nil {

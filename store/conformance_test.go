@@ -18,30 +18,46 @@ import (
 )
 
 // backend opens a fresh, empty store. maxWatchLag > 0 sets how far a watcher
-// may fall behind before it is ended.
+// may fall behind before it is ended; openWith takes more options.
 type backend struct {
-	name string
-	open func(t *testing.T, maxWatchLag int) store.Store
+	name     string
+	open     func(t *testing.T, maxWatchLag int) store.Store
+	openWith func(t *testing.T, o openOptions) store.Store
+	// quota is a quota small enough for a test to fill with 1 MiB
+	// values and large enough for the backend's empty store.
+	quota int64
+}
+
+// openOptions are the options every backend takes.
+type openOptions struct {
+	maxWatchLag int
+	quota       int64
 }
 
 func backends() []backend {
-	return []backend{
-		{"badger", func(t *testing.T, lag int) store.Store {
+	bs := []backend{
+		{name: "badger", quota: 40 << 20, openWith: func(t *testing.T, o openOptions) store.Store {
 			// A tiny ring sends most watchers through the on-disk log.
-			o := store.BadgerOptions{Dir: t.TempDir(), WatchRing: 16}
-			if lag > 0 {
-				o.MaxWatchLag = uint64(lag)
+			bo := store.BadgerOptions{Dir: t.TempDir(), WatchRing: 16, QuotaBytes: o.quota}
+			if o.maxWatchLag > 0 {
+				bo.MaxWatchLag = uint64(o.maxWatchLag)
 			}
-			s, err := store.OpenBadger(o)
+			if o.quota > 0 {
+				// 1 MB memtables: an empty store of about 22 MB (most
+				// of it the value log allocated ahead).
+				bo.MemoryMB = 6
+			}
+			s, err := store.OpenBadger(bo)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
 			return s
 		}},
-		{"etcd", func(t *testing.T, lag int) store.Store {
+		{name: "etcd", quota: 8 << 20, openWith: func(t *testing.T, o openOptions) store.Store {
 			e := testenv.EtcdForTest(t)
-			s, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint, MaxWatchLag: lag, CompactInterval: -1, DialTimeout: 30 * time.Second})
+			s, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint, MaxWatchLag: o.maxWatchLag, CompactInterval: -1, DialTimeout: 30 * time.Second,
+				QuotaBytes: o.quota})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,6 +65,11 @@ func backends() []backend {
 			return s
 		}},
 	}
+	for i := range bs {
+		openWith := bs[i].openWith
+		bs[i].open = func(t *testing.T, lag int) store.Store { return openWith(t, openOptions{maxWatchLag: lag}) }
+	}
+	return bs
 }
 
 // TestConformance runs one suite against every backend.
@@ -70,10 +91,20 @@ func TestConformance(t *testing.T) {
 		{"SlowWatcher", testSlowWatcher},
 		{"WatchProgress", testWatchProgress},
 	}
+	// Tests that need a backend's other options.
+	withOptions := []struct {
+		name string
+		fn   func(t *testing.T, b backend)
+	}{
+		{"Quota", testQuota},
+	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, b.open) })
+			}
+			for _, tc := range withOptions {
+				t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
 			}
 		})
 	}

@@ -42,7 +42,15 @@ type EtcdOptions struct {
 	// with a ValueTooLargeError, as do those the etcd server refuses as
 	// too large.
 	MaxValueBytes int
-	Logger        *slog.Logger
+	// QuotaBytes, when set, bounds the etcd database's bytes in use (its
+	// status' dbSizeInUse, which compaction lowers without a defrag):
+	// past it, writes other than deletes fail with a SpaceError
+	// (ErrQuotaExceeded), and history is compacted to the present every
+	// few seconds until deletes bring it under. 0: only etcd's own quota
+	// (its --quota-backend-bytes), whose NOSPACE alarm gets the same
+	// error.
+	QuotaBytes int64
+	Logger     *slog.Logger
 }
 
 // ParseEtcdEndpoints checks a --datastore-endpoint value and returns its
@@ -76,6 +84,17 @@ type etcdStore struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed sync.Once
+	// inUse is the database's bytes in use as last read, when there is a
+	// QuotaBytes; lastQuotaCompact is when the quota last compacted.
+	inUse            atomic.Int64
+	admitted         atomic.Int64 // bytes put since inUse was read
+	overQuota        atomic.Bool
+	refusals         atomic.Int64 // writes refused for the quota
+	lastQuotaCompact time.Time
+	// compactedRefusals and compactedAt are refusals and the revision at
+	// the last compaction for the quota.
+	compactedRefusals int64
+	compactedAt       uint64
 }
 
 // OpenEtcd connects to etcd and checks that it answers.
@@ -99,6 +118,9 @@ func OpenEtcd(opts EtcdOptions) (Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.QuotaBytes < 0 {
+		return nil, fmt.Errorf("open etcd datastore %s: quota %d bytes is negative", opts.Endpoint, opts.QuotaBytes)
+	}
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout, Logger: zap.NewNop()}
 	if strings.HasPrefix(endpoints[0], "https://") || opts.CAFile != "" {
 		tc, err := etcdTLS(opts)
@@ -121,6 +143,14 @@ func OpenEtcd(opts EtcdOptions) (Store, error) {
 	if opts.CompactInterval > 0 {
 		s.wg.Add(1)
 		go s.compactLoop()
+	}
+	if opts.QuotaBytes > 0 {
+		if err := s.readInUse(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open etcd datastore %s: status: %w", opts.Endpoint, err)
+		}
+		s.wg.Add(1)
+		go s.quotaLoop()
 	}
 	return s, nil
 }
@@ -221,9 +251,13 @@ func (s *etcdStore) Create(ctx context.Context, key string, value []byte) (uint6
 	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
 		return 0, err
 	}
+	put, err := s.put(ctx, key, value)
+	if err != nil {
+		return 0, err
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(value))).
+		Then(put).
 		Commit()
 	if err != nil {
 		return 0, s.writeErr(key, value, err)
@@ -241,9 +275,13 @@ func (s *etcdStore) Update(ctx context.Context, key string, value []byte, rev ui
 	if err := checkValue(key, value, s.opts.MaxValueBytes); err != nil {
 		return 0, err
 	}
+	put, err := s.put(ctx, key, value)
+	if err != nil {
+		return 0, err
+	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", int64(rev))).
-		Then(clientv3.OpPut(key, string(value))).
+		Then(put).
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
@@ -255,16 +293,46 @@ func (s *etcdStore) Update(ctx context.Context, key string, value []byte, rev ui
 	return uint64(resp.Header.Revision), nil
 }
 
+// put is the put of a Create or Update: refused over the quota.
+func (s *etcdStore) put(ctx context.Context, key string, value []byte) (clientv3.Op, error) {
+	if q := s.opts.QuotaBytes; q > 0 {
+		n := int64(len(key) + len(value))
+		if used := s.inUse.Load() + s.admitted.Load(); used+n > q {
+			s.refusals.Add(1)
+			if !s.overQuota.Swap(true) {
+				s.log.Error("etcd datastore over the quota: refusing writes other than deletes until deletes and compaction bring it under", "in_use", used, "quota", q)
+			}
+			return clientv3.Op{}, &SpaceError{Cause: ErrQuotaExceeded, Where: s.opts.Endpoint, Have: used, Limit: q, Deletes: true}
+		}
+		// Until the next status read, the bytes in use are what it said
+		// and what was put since.
+		s.admitted.Add(n)
+		if s.overQuota.Swap(false) {
+			s.log.Info("etcd datastore takes writes again", "in_use", s.inUse.Load(), "quota", q)
+		}
+	}
+	return clientv3.OpPut(key, string(value)), nil
+}
+
 // writeErr is a failed put's error. A value under this store's limit
 // can still be over the etcd server's (--max-request-bytes counts the
 // key and the request around the value) or the client's message limit:
-// the same refusal, typed the same.
+// the same refusal, typed the same. etcd's NOSPACE alarm (its own quota)
+// is a SpaceError; it shares the gRPC code of a message too large.
 func (s *etcdStore) writeErr(key string, value []byte, err error) error {
+	if isNoSpace(err) {
+		return &SpaceError{Cause: ErrQuotaExceeded, Where: s.opts.Endpoint, Deletes: true, Backend: err}
+	}
 	if errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) || errors.Is(err, rpctypes.ErrRequestTooLarge) ||
 		status.Code(err) == codes.ResourceExhausted {
 		return fmt.Errorf("%w (%v)", &ValueTooLargeError{Key: key, Size: len(value), Limit: s.opts.MaxValueBytes}, err)
 	}
 	return mapEtcdErr(err)
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) ||
+		rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCNoSpace)
 }
 
 func (s *etcdStore) casFailure(key string, rev uint64, resp *clientv3.TxnResponse) error {
@@ -473,6 +541,75 @@ func (s *etcdStore) pump(ctx context.Context, wch clientv3.WatchChan, out chan<-
 			return nil
 		}
 	}
+}
+
+// readInUse reads the database's bytes in use from the first endpoint
+// that answers.
+func (s *etcdStore) readInUse(ctx context.Context) error {
+	var errs []error
+	for _, ep := range s.cli.Endpoints() {
+		st, err := s.cli.Status(ctx, ep)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		inUse := st.DbSizeInUse
+		if inUse == 0 {
+			inUse = st.DbSize // etcd before 3.4 reports no size in use
+		}
+		s.inUse.Store(inUse)
+		s.admitted.Store(0)
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// quotaLoop re-reads the size in use every second; while it is over the
+// quota or writes are refused for it, it compacts history to the present
+// every reclaimEvery (if anything was written since), since the writes
+// that would let the periodic compaction catch up are the ones refused.
+func (s *etcdStore) quotaLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.readInUse(ctx); err != nil {
+			s.log.Warn("etcd datastore status", "err", err)
+		}
+		refusals := s.refusals.Load()
+		pressed := s.inUse.Load() >= s.opts.QuotaBytes || refusals != s.compactedRefusals
+		if pressed && time.Since(s.lastQuotaCompact) >= reclaimEvery {
+			if cur, err := s.CurrentRevision(ctx); err == nil && cur != s.compactedAt {
+				s.lastQuotaCompact, s.compactedRefusals, s.compactedAt = time.Now(), refusals, cur
+				if err := s.Compact(ctx, cur); err != nil {
+					s.log.Warn("etcd datastore over the quota: compaction failed", "err", err)
+				} else {
+					s.releaseFreedPages(ctx)
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// releaseFreedPages makes etcd count the pages a compaction freed as
+// free: its database (bbolt) frees them only when a later write
+// transaction begins, and with writes refused there may be none. A
+// lease granted and revoked writes without taking a revision; the two
+// writes fall in two of etcd's batches (100 ms apart by default).
+func (s *etcdStore) releaseFreedPages(ctx context.Context) {
+	lease, err := s.cli.Grant(ctx, 60)
+	if err != nil {
+		return
+	}
+	time.Sleep(200 * time.Millisecond)
+	s.cli.Revoke(ctx, lease.ID)
 }
 
 func (s *etcdStore) Close() error {

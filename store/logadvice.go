@@ -30,16 +30,20 @@ import (
 // directory with inotify and advises each new log's mapping as soon as it
 // appears in /proc/self/maps. The first appends to a new log may land
 // before the advice; that costs at most one read-ahead window per file.
+//
+// The same watch gives each new log its blocks (see diskGuard): created
+// is called with its path before anything else.
 type logAdvisor struct {
-	dir    string
-	inotif *os.File
-	done   chan struct{}
-	mu     sync.Mutex // serializes scans of /proc/self/maps
+	dir     string
+	inotif  *os.File
+	done    chan struct{}
+	mu      sync.Mutex // serializes scans of /proc/self/maps
+	created func(path string)
 }
 
 // startLogAdvisor watches dir for new logs. Call adviseAll once the
 // database is open, for the logs it mapped before the watch saw them.
-func startLogAdvisor(dir string) (*logAdvisor, error) {
+func startLogAdvisor(dir string, created func(path string)) (*logAdvisor, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, err
@@ -48,7 +52,7 @@ func startLogAdvisor(dir string) (*logAdvisor, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	a := &logAdvisor{dir: dir, inotif: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{})}
+	a := &logAdvisor{dir: dir, inotif: os.NewFile(uintptr(fd), "inotify"), done: make(chan struct{}), created: created}
 	go a.run()
 	return a, nil
 }
@@ -74,6 +78,11 @@ func (a *logAdvisor) run() {
 				created = append(created, name)
 			}
 			off += unix.SizeofInotifyEvent + nameLen
+		}
+		for _, name := range created {
+			if a.created != nil {
+				a.created(a.dir + "/" + name)
+			}
 		}
 		for _, name := range created {
 			a.adviseWhenMapped(a.dir + "/" + name)

@@ -165,7 +165,8 @@ type ListResult struct {
 // Errors, tested with errors.Is. The API server maps them to Kubernetes
 // status codes: NotFound 404, Exists 409 AlreadyExists, Conflict 409,
 // Compacted and WatcherTooSlow 410 Gone (Expired), InvalidKey and
-// InvalidContinue 400, ValueTooLarge 413.
+// InvalidContinue 400, ValueTooLarge 413, QuotaExceeded and DiskFull 500
+// (what kube-apiserver answers for etcd's NOSPACE alarm).
 var (
 	ErrNotFound        = errors.New("key not found")
 	ErrExists          = errors.New("key already exists")
@@ -177,6 +178,14 @@ var (
 	ErrInvalidContinue = errors.New("invalid continue token")
 	ErrClosed          = errors.New("store is closed")
 	ErrValueTooLarge   = errors.New("value too large")
+	// ErrQuotaExceeded: the store is over its quota (a SpaceError says
+	// by how much); writes other than deletes are refused until
+	// deletes and compaction bring it under.
+	ErrQuotaExceeded = errors.New("database space exceeded")
+	// ErrDiskFull: the file system under the store has too little room
+	// left to write safely (a SpaceError says how much); writes are
+	// refused until there is room again.
+	ErrDiskFull = errors.New("no space left on device")
 )
 
 // DefaultMaxValueBytes is the largest value a store takes unless told
@@ -206,6 +215,59 @@ func checkValue(key string, value []byte, limit int) error {
 		return &ValueTooLargeError{Key: key, Size: len(value), Limit: limit}
 	}
 	return nil
+}
+
+// SpaceError is a write refused for want of space; nothing was written.
+// It is its Cause (ErrQuotaExceeded or ErrDiskFull) to errors.Is. Its
+// message says what is full and what to do, for the API server to pass
+// on as it is.
+type SpaceError struct {
+	Cause error
+	// Where is what is full: the store's directory, or the etcd servers.
+	Where string
+	// For ErrQuotaExceeded: the store's size and its quota. For
+	// ErrDiskFull: the bytes free on the file system and the bytes the
+	// store keeps free there. Zero when unknown (etcd's own alarm).
+	Have, Limit int64
+	// Deletes says whether deletes still go through.
+	Deletes bool
+	// Backend is the backend's own error, if it refused the write.
+	Backend error
+}
+
+func (e *SpaceError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Cause == ErrQuotaExceeded && e.Backend != nil:
+		// etcd's own quota (its --quota-backend-bytes): its NOSPACE
+		// alarm stays raised until an operator disarms it.
+		fmt.Fprintf(&b, "etcdserver: mvcc: database space exceeded: the etcd datastore %s is over its own quota (etcd's --quota-backend-bytes) and refuses writes other than deletes; "+
+			"delete objects you no longer need, compact and defragment etcd (etcdctl defrag), then disarm its NOSPACE alarm (etcdctl alarm disarm)", e.Where)
+	case e.Cause == ErrQuotaExceeded:
+		fmt.Fprintf(&b, "mvcc: database space exceeded: the store (%s) holds %s and its quota (--quota-backend-bytes) is %s; writes other than deletes are refused. "+
+			"Delete objects you no longer need: writes resume by themselves once compaction brings the store under its quota; or restart bonsai with a larger --quota-backend-bytes", e.Where, mib(e.Have), mib(e.Limit))
+	default:
+		what := "writes other than deletes are"
+		if !e.Deletes {
+			what = "all writes are"
+		}
+		fmt.Fprintf(&b, "no space left on device: the file system holding the store (%s) has %s free, less than the %s the store keeps free to write safely; %s refused. "+
+			"Free space on that file system (old container logs, unused images, other files): writes resume by themselves when there is room again", e.Where, mib(e.Have), mib(e.Limit), what)
+	}
+	if e.Backend != nil && e.Cause != ErrQuotaExceeded {
+		fmt.Fprintf(&b, " (%v)", e.Backend)
+	}
+	return b.String()
+}
+
+func (e *SpaceError) Is(target error) bool { return target == e.Cause }
+
+// mib prints a size in MiB, with one decimal below 10 MiB.
+func mib(n int64) string {
+	if n < 10<<20 {
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
 }
 
 // MaxKeyLen bounds keys: far above any Kubernetes key, well below badger's
