@@ -52,7 +52,12 @@ type BadgerOptions struct {
 	// (default DefaultQuotaBytes of the file system). Whatever the
 	// quota, writes stop before the file system fills (ErrDiskFull).
 	QuotaBytes int64
-	Logger     *slog.Logger
+	// Expire makes keys expire after their last write (see ExpiryRule);
+	// ExpiryInterval is how often expired keys are looked for (default
+	// 1s).
+	Expire         []ExpiryRule
+	ExpiryInterval time.Duration
+	Logger         *slog.Logger
 }
 
 func (o *BadgerOptions) setDefaults() {
@@ -80,6 +85,9 @@ func (o *BadgerOptions) setDefaults() {
 	if o.MaxValueBytes <= 0 {
 		o.MaxValueBytes = DefaultMaxValueBytes
 	}
+	if o.ExpiryInterval <= 0 {
+		o.ExpiryInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -106,10 +114,23 @@ var (
 	// nothing else that lasts (only deletes, or keys dropped later), so
 	// that the newest revision is found again at open.
 	revisionKey = []byte("\x00m/revision")
+	// expiryPrefix starts the expiry records: deadline (unix
+	// nanoseconds, 8 bytes), then the key; the value is the revision of
+	// the write that set the deadline. In deadline order, the expired
+	// come first.
+	expiryPrefix = []byte("\x00x")
 	// reclaimPrefix holds a marker key that only reclaimSpace writes, so
 	// that badger's DropPrefix has something to drop (see reclaimSpace).
 	reclaimPrefix = []byte("\x00r")
 )
+
+func expiryKey(deadline time.Time, key string) []byte {
+	k := make([]byte, len(expiryPrefix)+8+len(key))
+	copy(k, expiryPrefix)
+	binary.BigEndian.PutUint64(k[len(expiryPrefix):], uint64(deadline.UnixNano()))
+	copy(k[len(expiryPrefix)+8:], key)
+	return k
+}
 
 func revBytes(rev uint64) []byte {
 	var b [8]byte
@@ -165,6 +186,8 @@ type writeOp struct {
 	// compaction: discard history at and below target, deleting logKeys.
 	target  uint64
 	logKeys [][]byte
+	// ttl is how long a put's key lives after it (its ExpiryRule).
+	ttl time.Duration
 	// housekeeping: internal keys to delete and to set.
 	drops [][]byte
 	sets  map[string][]byte
@@ -252,6 +275,9 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 	dir := opts.Dir
 	if dir == "" {
 		return nil, errors.New("open store: no directory given")
+	}
+	if err := checkExpiryRules(opts.Expire); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	if opts.QuotaBytes < 0 {
 		return nil, fmt.Errorf("open store %s: quota %d bytes is negative", dir, opts.QuotaBytes)
@@ -354,6 +380,10 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 	go s.every(opts.CompactInterval, s.autoCompact)
 	go s.every(opts.GCInterval, s.gcValueLog)
 	go s.every(time.Second, s.watchSpace)
+	if len(opts.Expire) > 0 {
+		s.wg.Add(1)
+		go s.every(opts.ExpiryInterval, s.expireKeys)
+	}
 	return s, nil
 }
 
@@ -690,7 +720,7 @@ func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uin
 	if err := s.guard.admit(int64(len(key)+len(value)), false); err != nil {
 		return 0, err
 	}
-	op := &writeOp{kind: opPut, key: key, value: value, event: Added}
+	op := &writeOp{kind: opPut, key: key, value: value, event: Added, ttl: ttlOf(s.opts.Expire, key)}
 	err := s.enqueue(op, func(cur uint64) error {
 		if cur != 0 {
 			return fmt.Errorf("%w: %s", ErrExists, key)
@@ -721,6 +751,7 @@ func (s *badgerStore) update(op *writeOp, rev uint64) (uint64, error) {
 	if err := s.guard.admit(int64(len(key)+len(op.value)), false); err != nil {
 		return 0, err
 	}
+	op.ttl = ttlOf(s.opts.Expire, key)
 	err := s.enqueue(op, func(cur uint64) error {
 		switch {
 		case cur == 0:
@@ -949,7 +980,7 @@ func (s *badgerStore) failure(err error) error {
 // at a new revision with no event (no client saw them). Nothing else is
 // written meanwhile: the committer calls it once every batch in flight
 // is finished, and writes are refused until it succeeds. A restored key
-// is at the new revision.
+// is at the new revision; a key under an ExpiryRule starts a new TTL.
 func (s *badgerStore) undoFailed() error {
 	if !s.guard.housekeeping() {
 		free, _ := statFree(s.opts.Dir)
@@ -972,6 +1003,7 @@ func (s *badgerStore) undoFailed() error {
 	undo := s.db.NewTransactionAt(at-1, true)
 	defer undo.Discard()
 	exists := make(map[string]bool, len(keys))
+	now := time.Now()
 	for _, k := range keys {
 		item, err := read.Get([]byte(k))
 		switch {
@@ -982,6 +1014,9 @@ func (s *badgerStore) undoFailed() error {
 			if v, err = valueOf(item); err == nil {
 				err = undo.Set([]byte(k), v)
 				exists[k] = true
+			}
+			if ttl := ttlOf(s.opts.Expire, k); err == nil && ttl > 0 {
+				err = undo.Set(expiryKey(now.Add(ttl), k), revBytes(at))
 			}
 		}
 		if err != nil {
@@ -1101,6 +1136,12 @@ func (s *badgerStore) commit(batch []*writeOp) ([]Event, error) {
 		}
 		if err == nil {
 			err = txn.Set(logKey(op.rev), encodeLogRecord(op.event, now, op.key))
+		}
+		if err == nil && op.ttl > 0 {
+			// The deadline runs from the commit: each write restarts it.
+			// Records of earlier writes stay until their deadline, when
+			// the sweep finds the key at another revision and drops them.
+			err = txn.Set(expiryKey(now.Add(op.ttl), op.key), revBytes(op.rev))
 		}
 		if err != nil {
 			txn.Discard()

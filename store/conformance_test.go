@@ -31,6 +31,7 @@ type backend struct {
 // openOptions are the options every backend takes.
 type openOptions struct {
 	maxWatchLag int
+	expire      []store.ExpiryRule
 	quota       int64
 }
 
@@ -38,7 +39,7 @@ func backends() []backend {
 	bs := []backend{
 		{name: "badger", quota: 40 << 20, openWith: func(t *testing.T, o openOptions) store.Store {
 			// A tiny ring sends most watchers through the on-disk log.
-			bo := store.BadgerOptions{Dir: t.TempDir(), WatchRing: 16, QuotaBytes: o.quota}
+			bo := store.BadgerOptions{Dir: t.TempDir(), WatchRing: 16, Expire: o.expire, QuotaBytes: o.quota}
 			if o.maxWatchLag > 0 {
 				bo.MaxWatchLag = uint64(o.maxWatchLag)
 			}
@@ -57,7 +58,7 @@ func backends() []backend {
 		{name: "etcd", quota: 8 << 20, openWith: func(t *testing.T, o openOptions) store.Store {
 			e := testenv.EtcdForTest(t)
 			s, err := store.OpenEtcd(store.EtcdOptions{Endpoint: e.Endpoint, MaxWatchLag: o.maxWatchLag, CompactInterval: -1, DialTimeout: 30 * time.Second,
-				QuotaBytes: o.quota})
+				Expire: o.expire, QuotaBytes: o.quota})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,6 +97,7 @@ func TestConformance(t *testing.T) {
 		name string
 		fn   func(t *testing.T, b backend)
 	}{
+		{"Expiry", testExpiry},
 		{"Quota", testQuota},
 	}
 	for _, b := range backends() {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -50,7 +51,10 @@ type EtcdOptions struct {
 	// (its --quota-backend-bytes), whose NOSPACE alarm gets the same
 	// error.
 	QuotaBytes int64
-	Logger     *slog.Logger
+	// Expire makes keys expire after their last write (see ExpiryRule),
+	// with etcd leases as kube-apiserver attaches them to Events.
+	Expire []ExpiryRule
+	Logger *slog.Logger
 }
 
 // ParseEtcdEndpoints checks a --datastore-endpoint value and returns its
@@ -84,6 +88,7 @@ type etcdStore struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed sync.Once
+	leases *leaseManager
 	// inUse is the database's bytes in use as last read, when there is a
 	// QuotaBytes; lastQuotaCompact is when the quota last compacted.
 	inUse            atomic.Int64
@@ -118,6 +123,9 @@ func OpenEtcd(opts EtcdOptions) (Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if err := checkExpiryRules(opts.Expire); err != nil {
+		return nil, fmt.Errorf("open etcd datastore %s: %w", opts.Endpoint, err)
+	}
 	if opts.QuotaBytes < 0 {
 		return nil, fmt.Errorf("open etcd datastore %s: quota %d bytes is negative", opts.Endpoint, opts.QuotaBytes)
 	}
@@ -139,7 +147,7 @@ func OpenEtcd(opts EtcdOptions) (Store, error) {
 		cli.Close()
 		return nil, fmt.Errorf("open etcd datastore %s: %w", opts.Endpoint, err)
 	}
-	s := &etcdStore{cli: cli, opts: opts, log: opts.Logger, stop: make(chan struct{})}
+	s := &etcdStore{cli: cli, opts: opts, log: opts.Logger, stop: make(chan struct{}), leases: newLeaseManager(cli)}
 	if opts.CompactInterval > 0 {
 		s.wg.Add(1)
 		go s.compactLoop()
@@ -293,7 +301,8 @@ func (s *etcdStore) Update(ctx context.Context, key string, value []byte, rev ui
 	return uint64(resp.Header.Revision), nil
 }
 
-// put is the put of a Create or Update: refused over the quota.
+// put is the put of a Create or Update: refused over the quota, with
+// the lease of the key's ExpiryRule if it has one.
 func (s *etcdStore) put(ctx context.Context, key string, value []byte) (clientv3.Op, error) {
 	if q := s.opts.QuotaBytes; q > 0 {
 		n := int64(len(key) + len(value))
@@ -311,7 +320,15 @@ func (s *etcdStore) put(ctx context.Context, key string, value []byte) (clientv3
 			s.log.Info("etcd datastore takes writes again", "in_use", s.inUse.Load(), "quota", q)
 		}
 	}
-	return clientv3.OpPut(key, string(value)), nil
+	ttl := ttlOf(s.opts.Expire, key)
+	if ttl <= 0 {
+		return clientv3.OpPut(key, string(value)), nil
+	}
+	id, err := s.leases.lease(ctx, ttl)
+	if err != nil {
+		return clientv3.Op{}, s.writeErr(key, value, err)
+	}
+	return clientv3.OpPut(key, string(value), clientv3.WithLease(id)), nil
 }
 
 // writeErr is a failed put's error. A value under this store's limit
@@ -616,4 +633,55 @@ func (s *etcdStore) Close() error {
 	s.closed.Do(func() { close(s.stop) })
 	s.wg.Wait()
 	return s.cli.Close()
+}
+
+// leaseManager hands out etcd leases for keys that expire, shared by
+// writes close in time as kube-apiserver's does (its storage leaseManager,
+// with its defaults): a lease is reused while it outlives the TTL by no
+// more than 5 % of it (at most a minute) and holds under 1000 keys. So a
+// key lives between its TTL and that much longer, and a busy writer does
+// not grant a lease per write.
+type leaseManager struct {
+	cli *clientv3.Client
+	mu  sync.Mutex
+	// by TTL in seconds: the lease last granted, its expiry, its keys.
+	cur map[int64]*sharedLease
+}
+
+type sharedLease struct {
+	id       clientv3.LeaseID
+	expires  time.Time
+	attached int
+}
+
+const (
+	leaseReuseFraction = 0.05
+	leaseReuseMax      = 60 // seconds
+	leaseMaxAttached   = 1000
+)
+
+func newLeaseManager(cli *clientv3.Client) *leaseManager {
+	return &leaseManager{cli: cli, cur: map[int64]*sharedLease{}}
+}
+
+func (l *leaseManager) lease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	secs := max(int64(math.Ceil(ttl.Seconds())), 1)
+	reuse := min(int64(leaseReuseFraction*float64(secs)), leaseReuseMax)
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.cur[secs]; p != nil {
+		valid := now.Add(time.Duration(secs) * time.Second).Before(p.expires)
+		sufficient := now.Add(time.Duration(secs+reuse) * time.Second).After(p.expires)
+		if valid && sufficient && p.attached < leaseMaxAttached {
+			p.attached++
+			return p.id, nil
+		}
+	}
+	resp, err := l.cli.Grant(ctx, secs+reuse)
+	if err != nil {
+		return 0, err
+	}
+	l.cur[secs] = &sharedLease{id: resp.ID, expires: now.Add(time.Duration(secs+reuse) * time.Second), attached: 1}
+	return resp.ID, nil
 }

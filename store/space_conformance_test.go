@@ -14,6 +14,113 @@ import (
 	"bonsai.dev/bonsai/store"
 )
 
+// testExpiry: keys under an ExpiryRule are deleted by the store TTL after
+// their last write, never before, as ordinary deletes (a Deleted event
+// with the last value, at a revision of its own); a write restarts the
+// TTL; a key deleted and created again is not taken by its first
+// deadline; keys under no rule stay.
+func testExpiry(t *testing.T, b backend) {
+	// etcd's shortest lease is 2 s (1.5 s rounded up) with its default
+	// election timeout.
+	const ttl = 2 * time.Second
+	s := b.openWith(t, openOptions{expire: []store.ExpiryRule{{Prefix: "/registry/core/events/", TTL: ttl}}})
+	const events = "/registry/core/events/default/"
+	kept := "/registry/core/configmaps/default/kept"
+	start, err := s.CurrentRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Watch(ctx, "/registry/", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	lastWrite := map[string]time.Time{} // taken before the write
+	lastRev := map[string]uint64{}
+	lastVal := map[string]string{}
+	write := func(key, val string) {
+		t.Helper()
+		before := time.Now()
+		var rev uint64
+		var err error
+		if r, ok := lastRev[key]; ok {
+			rev, err = s.Update(ctx, key, []byte(val), r)
+		} else {
+			rev, err = s.Create(ctx, key, []byte(val))
+		}
+		if err != nil {
+			t.Fatalf("write %s: %v", key, err)
+		}
+		lastWrite[key], lastRev[key], lastVal[key] = before, rev, val
+	}
+	write(events+"a", "a1")
+	write(events+"b", "b1")
+	write(events+"d", "d1")
+	write(kept, "kept")
+	time.Sleep(ttl / 2)
+	write(events+"b", "b2")
+	if _, err := s.Delete(ctx, events+"d", lastRev[events+"d"]); err != nil {
+		t.Fatal(err)
+	}
+	delete(lastRev, events+"d")
+	write(events+"d", "d2")
+
+	deleted := map[string]store.Event{}
+	seenAt := map[string]time.Time{}
+	timeout := time.After(ttl + 20*time.Second)
+	for len(deleted) < 3 {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended: %v", w.Err())
+			}
+			if ev.Type != store.Deleted || ev.Revision <= lastRev[ev.Key] {
+				continue
+			}
+			if ev.Key == kept {
+				t.Fatalf("%s, under no expiry rule, was deleted: %+v", kept, ev)
+			}
+			deleted[ev.Key], seenAt[ev.Key] = ev, time.Now()
+		case <-timeout:
+			t.Fatalf("after %v, deleted only %v", ttl+20*time.Second, keysOf(deleted))
+		}
+	}
+	for key, ev := range deleted {
+		lived := seenAt[key].Sub(lastWrite[key])
+		t.Logf("%s deleted %v after its last write (TTL %v)", key, lived.Round(10*time.Millisecond), ttl)
+		if lived < ttl {
+			t.Errorf("%s deleted %v after its last write, before its TTL of %v", key, lived, ttl)
+		}
+		if lived > ttl+8*time.Second {
+			t.Errorf("%s deleted %v after its last write: TTL %v", key, lived, ttl)
+		}
+		if string(ev.Value) != lastVal[key] {
+			t.Errorf("%s: Deleted event carries %q, want its last value %q", key, ev.Value, lastVal[key])
+		}
+		if _, err := s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("get %s after its expiry: %v, want ErrNotFound", key, err)
+		}
+		delete(lastRev, key)
+	}
+	if kv, err := s.Get(ctx, kept); err != nil || string(kv.Value) != "kept" {
+		t.Fatalf("%s, under no rule: %+v %v", kept, kv, err)
+	}
+	// A key created again after its expiry lives its own TTL.
+	write(events+"a", "a2")
+	if kv, err := s.Get(ctx, events+"a"); err != nil || string(kv.Value) != "a2" {
+		t.Fatalf("re-created %sa: %+v %v", events, kv, err)
+	}
+}
+
+func keysOf(m map[string]store.Event) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
 // testQuota fills a store with 1 MiB values until it refuses one: past
 // its quota, creates and updates fail with a SpaceError (ErrQuotaExceeded)
 // and change nothing, reads and deletes go on, and once everything is

@@ -275,6 +275,35 @@ func TestBadgerUndoesFailedWrites(t *testing.T) {
 	check(s)
 }
 
+// TestBadgerExpiryAcrossRestart: a key whose deadline passed while the
+// store was closed is deleted, with its Deleted event, soon after the
+// store opens again.
+func TestBadgerExpiryAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := store.BadgerOptions{Dir: dir, Expire: []store.ExpiryRule{{Prefix: "/registry/core/events/", TTL: time.Second}}, ExpiryInterval: 50 * time.Millisecond}
+	s := openBadger(t, opts)
+	const key = "/registry/core/events/default/e"
+	rev := mustCreate(t, s, key, "e1")
+	s.Close()
+	time.Sleep(1200 * time.Millisecond)
+	opened := time.Now()
+	s = openBadger(t, opts)
+	defer s.Close()
+	w, err := s.Watch(ctx, "/registry/core/events/", rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ev := collect(t, w, 1)[0]
+	if ev.Type != store.Deleted || ev.Key != key || string(ev.Value) != "e1" {
+		t.Fatalf("event after reopening: %+v, want the deletion of %s", ev, key)
+	}
+	t.Logf("deleted %v after the store opened", time.Since(opened).Round(10*time.Millisecond))
+	if _, err := s.Get(ctx, key); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get: %v", err)
+	}
+}
+
 // TestBadgerDiskFilledWhileWriting: another process fills the disk at
 // memory speed while eight writers write, so that the disk runs out
 // between a write's admission and badger's handling of it, or while

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Store is the interface the API server uses.
@@ -268,6 +269,41 @@ func mib(n int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%d MiB", n>>20)
+}
+
+// ExpiryRule makes every key under Prefix expire TTL after its last
+// write, as kube-apiserver's --event-ttl does for Events: the store
+// deletes it on its own, at a revision of its own, with a Deleted event
+// as for any delete. Each write restarts the TTL. Expiry is not exact:
+// a key goes within about a second of its time on badger and within
+// etcd's lease granularity (whole seconds, leases shared by writes close
+// in time, as kube-apiserver shares them) on etcd.
+type ExpiryRule struct {
+	Prefix string
+	TTL    time.Duration
+}
+
+// checkExpiryRules checks rules for a backend's options.
+func checkExpiryRules(rules []ExpiryRule) error {
+	for _, r := range rules {
+		if err := ValidatePrefix(r.Prefix); err != nil {
+			return fmt.Errorf("expiry rule: %w", err)
+		}
+		if r.TTL <= 0 {
+			return fmt.Errorf("expiry rule for %s: TTL %v must be positive", r.Prefix, r.TTL)
+		}
+	}
+	return nil
+}
+
+// ttlOf is the TTL of key under rules, 0 if none applies.
+func ttlOf(rules []ExpiryRule, key string) time.Duration {
+	for _, r := range rules {
+		if strings.HasPrefix(key, r.Prefix) {
+			return r.TTL
+		}
+	}
+	return 0
 }
 
 // MaxKeyLen bounds keys: far above any Kubernetes key, well below badger's
