@@ -84,8 +84,15 @@ func (l *logFile) write(stream, tag string, text []byte) {
 	rec = append(rec, text...)
 	rec = append(rec, '\n')
 	if l.f != nil {
-		if n, err := l.f.Write(rec); err == nil {
+		n, err := l.f.Write(rec)
+		switch {
+		case err == nil:
 			l.size += int64(n)
+		case n > 0:
+			// A full disk took part of the record: cut it off, so the
+			// file stays whole records for kubectl logs. The record is
+			// lost, as any output written on a full disk.
+			l.f.Truncate(l.size)
 		}
 		if l.maxSize > 0 && l.size >= l.maxSize {
 			l.rotate()

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"bonsai.dev/bonsai/e2e/testenv"
 )
 
 func TestLogFileFormatAndRotation(t *testing.T) {
@@ -70,4 +72,41 @@ func TestLogFilePartialLines(t *testing.T) {
 	if texts[0] != "a" || texts[1]+texts[2] != long || texts[3] != "tail" {
 		t.Fatalf("texts %q", texts)
 	}
+}
+
+// TestLogFileOnFullDisk: a container logging onto a full disk loses the
+// records that do not fit, whole (no torn record for kubectl logs to
+// trip on), without blocking or failing its stream, and logs again as
+// soon as there is room.
+func TestLogFileOnFullDisk(t *testing.T) {
+	mnt := testenv.Tmpfs(t, 1<<20)
+	path := filepath.Join(mnt, "c", "0.log")
+	lf, err := openLogFile(path, DefaultLogMaxSize, DefaultLogMaxFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.close()
+	lf.write("stdout", "F", []byte("before"))
+	testenv.FillDisk(t, filepath.Join(mnt, "layer"), 0)
+	line := []byte(strings.Repeat("y", 3000)) // more than the last pages hold
+	for i := 0; i < 50; i++ {
+		lf.write("stdout", "F", line)
+	}
+	os.Remove(filepath.Join(mnt, "layer"))
+	lf.write("stderr", "F", []byte("after"))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for _, l := range lines {
+		parts := strings.SplitN(l, " ", 4)
+		if len(parts) != 4 || (parts[3] != "before" && parts[3] != "after" && parts[3] != string(line)) {
+			t.Fatalf("torn or foreign record %.80q in %d lines", l, len(lines))
+		}
+	}
+	if first, last := lines[0], lines[len(lines)-1]; !strings.HasSuffix(first, " before") || !strings.HasSuffix(last, " stderr F after") {
+		t.Fatalf("first record %.60q, last %.60q", first, last)
+	}
+	t.Logf("%d of 50 records fit on the full disk", len(lines)-2)
 }
