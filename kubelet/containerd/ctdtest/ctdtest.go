@@ -27,13 +27,20 @@ const Image = "bonsai.test/busybox:1"
 // container and sandbox, stops containerd and removes the dir.
 func Start(t testing.TB) (*containerd.Runtime, string) {
 	t.Helper()
+	return StartIn(t, "")
+}
+
+// StartIn is Start with containerd's root, state and the temp dir under
+// parent (a file system of the test's, say; "": the system's temp dir).
+func StartIn(t testing.TB, parent string) (*containerd.Runtime, string) {
+	t.Helper()
 	testenv.Require(t, os.Geteuid() == 0, "containerd tests need root")
 	for _, bin := range []string{"containerd", "runc"} {
 		_, err := testenv.LookPath(bin)
 		testenv.Require(t, err == nil, "%s (Debian package %s): %v", bin, bin, err)
 	}
 	img := testenv.BusyboxImage(t, Image)
-	dir, err := os.MkdirTemp("", "bonsai-ctd-")
+	dir, err := os.MkdirTemp(parent, "bonsai-ctd-")
 	if err != nil {
 		t.Fatal(err)
 	}
