@@ -686,6 +686,8 @@ func writeError(w http.ResponseWriter, err error) {
 	var st apierrors.APIStatus
 	switch {
 	case errors.As(err, &st):
+	case errors.As(err, new(*store.SpaceError)):
+		st, _ = storageSpace(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		st = errRequestTimeout
 	default:
@@ -726,7 +728,25 @@ func storeError(err error, res *resource, name string) error {
 	if errors.As(err, &tooLarge) {
 		return objectTooLarge(tooLarge.Limit)
 	}
+	if st, ok := storageSpace(err); ok {
+		return st
+	}
 	return apierrors.NewInternalError(err)
+}
+
+// storageSpace is the answer to a write refused for want of space: the
+// store over its quota or its disk full. kube-apiserver passes etcd's
+// NOSPACE refusal on as an error it does not know, a 500 with no reason
+// and the error's text ("etcdserver: mvcc: database space exceeded");
+// so does bonsai, with a text that says what is full and what to do.
+func storageSpace(err error) (*apierrors.StatusError, bool) {
+	var space *store.SpaceError
+	if !errors.As(err, &space) {
+		return nil, false
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusInternalServerError, Reason: metav1.StatusReasonUnknown, Message: space.Error(),
+	}}, true
 }
 
 const optimisticLockMsg = "the object has been modified; please apply your changes to the latest version and try again"
