@@ -76,6 +76,8 @@ type serverOptions struct {
 	disableScheduler  bool
 	maxEndpoints      int
 	maxObjectSize     int
+	eventTTL          time.Duration
+	quotaBackendBytes int64
 	authorizationMode string
 	auditLogPath      string
 	auditLogRotation  audit.Rotation
@@ -91,6 +93,9 @@ type serverOptions struct {
 }
 
 const defaultPodBridge = "bonsai0"
+
+// minQuotaBytes is the smallest --quota-backend-bytes.
+const minQuotaBytes = 64 << 20
 
 func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.configFile, "config", defaultConfigFile, "YAML file whose keys are these flags' names (read only if it exists unless given explicitly); flags given on the command line win")
@@ -144,6 +149,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
 	fs.IntVar(&o.maxObjectSize, "max-object-size", apiserver.DefaultMaxObjectSize, "largest object the API server stores, in bytes of its stored encoding; larger writes are refused with 413 (etcd's --max-request-bytes default; with --datastore-endpoint, keep it within the etcd servers' own limit)")
+	fs.DurationVar(&o.eventTTL, "event-ttl", apiserver.DefaultEventTTL, "how long an Event (core/v1 and events.k8s.io/v1) is kept after its last write; then the store deletes it (kube-apiserver's --event-ttl)")
+	fs.Int64Var(&o.quotaBackendBytes, "quota-backend-bytes", 0, "bytes the store may hold; past it, writes other than deletes get a 500 \"database space exceeded\" until deletes and compaction bring it under (0: a quarter of the data dir's file system, at most 8 GiB; with --datastore-endpoint: 0 leaves it to etcd's own --quota-backend-bytes, a value is checked against etcd's bytes in use)")
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
 	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 0, "graceful node shutdown: how long this host's node delays a system shutdown (a logind delay lock) to stop its pods; 0 = off (the kubelet's shutdownGracePeriod)")
@@ -215,6 +222,12 @@ type serverConfig struct {
 	// MaxObjectSize is --max-object-size: the API server's limit and the
 	// store's (Etcd.MaxValueBytes too, when etcd is the store).
 	MaxObjectSize int
+	// EventTTL is --event-ttl: Events expire this long after their last
+	// write.
+	EventTTL time.Duration
+	// QuotaBytes is --quota-backend-bytes (Etcd.QuotaBytes too, when etcd
+	// is the store); 0: the store's default.
+	QuotaBytes int64
 	// KubeletRootDir holds the device-plugin and pod-resources sockets.
 	KubeletRootDir string
 	// Devices is the generic device plugin's configuration; nil = none.
@@ -393,6 +406,18 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--max-object-size %d: must be between %d (64 KiB) and %d (8 MiB)", o.maxObjectSize, 64<<10, 8<<20)
 	}
 	c.MaxObjectSize = o.maxObjectSize
+	// A TTL under a second would outrun the store's expiry sweep (and
+	// etcd's leases, which count whole seconds).
+	if o.eventTTL < time.Second {
+		return nil, fmt.Errorf("--event-ttl %v: must be at least 1s", o.eventTTL)
+	}
+	c.EventTTL = o.eventTTL
+	// Under 64 MiB the embedded store would be refused writes while
+	// nearly empty: its logs are allocated ahead (some 30 MB).
+	if o.quotaBackendBytes != 0 && o.quotaBackendBytes < minQuotaBytes {
+		return nil, fmt.Errorf("--quota-backend-bytes %d: must be 0 (the default) or at least %d (64 MiB)", o.quotaBackendBytes, minQuotaBytes)
+	}
+	c.QuotaBytes = o.quotaBackendBytes
 
 	for _, san := range o.tlsSANs {
 		san = strings.TrimSpace(san)
@@ -488,6 +513,7 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 			CertFile:      o.datastoreCertFile,
 			KeyFile:       o.datastoreKeyFile,
 			MaxValueBytes: o.maxObjectSize,
+			QuotaBytes:    o.quotaBackendBytes,
 		}
 	}
 	for _, f := range []struct{ flag, path string }{

@@ -91,6 +91,7 @@ func TestServerDefaults(t *testing.T) {
 
 		MaxEndpointsPerSlice: 100,
 		MaxObjectSize:        1572864,
+		EventTTL:             time.Hour,
 		AuthorizationMode:    "RBAC",
 		Profiling:            true,
 		KubeletRootDir:       "/var/lib/kubelet",
@@ -130,7 +131,7 @@ func TestServerFlags(t *testing.T) {
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50", "--pod-max-pids", "1024",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--authorization-mode", "AlwaysAllow", "--profiling=false",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--event-ttl", "30m", "--quota-backend-bytes", "4294967296", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
@@ -183,6 +184,8 @@ func TestServerFlags(t *testing.T) {
 
 		MaxEndpointsPerSlice: 1000,
 		MaxObjectSize:        3145728,
+		EventTTL:             30 * time.Minute,
+		QuotaBytes:           4294967296,
 		ShutdownGroups:       []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
 		AuthorizationMode:    "AlwaysAllow",
 		KubeletRootDir:       "/var/lib/kubelet",
@@ -192,6 +195,7 @@ func TestServerFlags(t *testing.T) {
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
+	want.Etcd.QuotaBytes = 4294967296
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
@@ -235,6 +239,12 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--max-object-size", "1000"}, []string{"--max-object-size 1000", "between 65536 (64 KiB) and 8388608 (8 MiB)"}},
 		{[]string{"--max-object-size", "16777216"}, []string{"--max-object-size", "between"}},
 		{[]string{"--max-object-size", "big"}, []string{"--max-object-size"}},
+		{[]string{"--event-ttl", "0s"}, []string{"--event-ttl 0s", "at least 1s"}},
+		{[]string{"--event-ttl", "-1h"}, []string{"--event-ttl", "at least 1s"}},
+		{[]string{"--event-ttl", "an hour"}, []string{"--event-ttl"}},
+		{[]string{"--quota-backend-bytes", "-1"}, []string{"--quota-backend-bytes -1", "at least 67108864 (64 MiB)"}},
+		{[]string{"--quota-backend-bytes", "1000"}, []string{"--quota-backend-bytes 1000", "0 (the default)"}},
+		{[]string{"--quota-backend-bytes", "8Gi"}, []string{"--quota-backend-bytes"}},
 		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
 		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
 		{[]string{"--service-cidr", "10.43.0.0/31"}, []string{"--service-cidr"}},

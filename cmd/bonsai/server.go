@@ -334,14 +334,16 @@ func pathErrReason(err error) error {
 }
 
 func openStore(cfg *serverConfig, log *slog.Logger) (store.Store, string, error) {
+	expire := []store.ExpiryRule{apiserver.EventExpiry(cfg.EventTTL)}
 	if cfg.Etcd.Endpoint != "" {
 		opts := cfg.Etcd
 		opts.Logger = log
+		opts.Expire = expire
 		st, err := store.OpenEtcd(opts)
 		return st, "etcd " + cfg.Etcd.Endpoint, err
 	}
 	dir := filepath.Join(cfg.DataDir, "db")
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log, MaxValueBytes: cfg.MaxObjectSize})
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: log, MaxValueBytes: cfg.MaxObjectSize, QuotaBytes: cfg.QuotaBytes, Expire: expire})
 	return st, "badger " + dir, err
 }
 
