@@ -27,6 +27,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"bonsai.dev/bonsai/apiserver/encryption"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -235,6 +236,9 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
 		obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	} else if encryption.IsEncrypted(kv.Value) {
+		// Encrypted, and not by a provider the server has for it.
+		return nil, encryption.Unreadable(kv.Key, kv.Value)
 	} else if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, obj); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 	}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	kjson "sigs.k8s.io/json"
 
+	"bonsai.dev/bonsai/apiserver/encryption"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -227,6 +228,9 @@ func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, er
 	var convert []int
 	for i, kv := range kvs {
 		var m map[string]any
+		if encryption.IsEncrypted(kv.Value) {
+			return nil, encryption.Unreadable(kv.Key, kv.Value)
+		}
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(kv.Value, &m); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}

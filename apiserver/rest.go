@@ -768,7 +768,7 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	if res.custom != nil || !bytes.HasPrefix(oldData, protobufPrefix) {
 		oldData, _ = encodeForStore(res, old)
 	}
-	if string(data) == string(oldData) {
+	if string(data) == string(oldData) && !s.storedStale(ctx, res, ri, rev) {
 		// A no-op write changes nothing, not even the resourceVersion.
 		setResourceVersion(obj, rev)
 		return obj, nil

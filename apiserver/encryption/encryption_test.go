@@ -695,3 +695,29 @@ func TestMain(m *testing.M) {
 	klog.SetOutput(io.Discard)
 	os.Exit(m.Run())
 }
+
+// TestOwnWriteEventsCarryTheWritersSlice: while a write is under way, its
+// store event's value (the very encrypted slice the store was given)
+// decrypts to the very slice the writer passed, which the API server's
+// watch cache recognises to hand watchers the writer's object instead of
+// decoding it again; once the write returned, to an equal copy.
+func TestOwnWriteEventsCarryTheWritersSlice(t *testing.T) {
+	s := NewStore(newRaw(t), mustParse(t, configYAML("secrets", keyed("aescbc", [2]string{"key1", key32}))))
+	value := bytes.Clone(plain)
+	out, done, err := s.encrypt(secretKey, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.decrypt(secretKey, out)
+	if err != nil || len(got) == 0 || &got[0] != &value[0] {
+		t.Errorf("during the write: %q %v, not the writer's slice", got, err)
+	}
+	done()
+	got, err = s.decrypt(secretKey, out)
+	if err != nil || !bytes.Equal(got, value) || &got[0] == &value[0] {
+		t.Errorf("after the write: %q %v", got, err)
+	}
+	if len(s.writing) != 0 {
+		t.Errorf("%d writes still recorded", len(s.writing))
+	}
+}
