@@ -22,6 +22,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/encryption"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet"
@@ -85,6 +86,8 @@ type serverOptions struct {
 	minRequestTimeout int
 	auditPolicyFile   string
 	admissionConfig   string
+	encryptionConfig  string
+	secretsEncryption bool
 	kubeletRootDir    string
 	deviceConfig      string
 	shutdownGrace     time.Duration
@@ -120,6 +123,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.auditLogPath, "audit-log-path", "", "write audit events (audit.k8s.io/v1, one JSON object per line) to this file, \"-\" for standard output; needs --audit-policy-file (default none)")
 	fs.StringVar(&o.auditPolicyFile, "audit-policy-file", "", "audit.k8s.io/v1 Policy file choosing which requests are audited, at what level (default none)")
 	fs.StringVar(&o.admissionConfig, "admission-control-config-file", "", "AdmissionConfiguration file (apiserver.config.k8s.io/v1) configuring admission plugins: PodSecurity's PodSecurityConfiguration (pod-security.admission.config.k8s.io/v1) sets the default levels and the exempt users, namespaces and runtime classes (default: privileged, no exemptions)")
+	fs.StringVar(&o.encryptionConfig, "encryption-provider-config", "", "EncryptionConfiguration file (apiserver.config.k8s.io/v1) saying which resources are encrypted in the store and with which providers and keys (aescbc, aesgcm, secretbox, identity); it holds keys, so it is made mode 0600 at start (default none: values stored as they are)")
+	fs.BoolVar(&o.secretsEncryption, "secrets-encryption", false, "encrypt Secrets in the store with an aescbc key bonsai makes, in <data-dir>/encryption-config.yaml (mode 0600; rotate with bonsai secrets-encrypt rotate) (default false)")
 	fs.StringVar(&o.datastoreEndpoint, "datastore-endpoint", "", "comma-separated etcd http(s) URLs (default: embedded badger store in <data-dir>/db)")
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
@@ -183,7 +188,14 @@ type serverConfig struct {
 	// Limits bound requests in flight, their time and users' watches.
 	Limits apiserver.Limits
 	// Admission is --admission-control-config-file, read and checked.
-	Admission     *admission.Config
+	Admission *admission.Config
+	// Encryption is --encryption-provider-config, read and checked; nil
+	// without it. SecretsEncryption is --secrets-encryption: the
+	// configuration is <data-dir>/encryption-config.yaml, made at the
+	// first start.
+	Encryption        *encryption.Config
+	SecretsEncryption bool
+
 	Etcd          store.EtcdOptions
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
@@ -502,6 +514,18 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--admission-control-config-file %s: %v", o.admissionConfig, err)
 	}
 	c.Admission = adm
+
+	switch {
+	case o.encryptionConfig != "" && o.secretsEncryption:
+		return nil, fmt.Errorf("--secrets-encryption: bonsai keeps its own configuration in %s; give it or --encryption-provider-config, not both", encryptionConfigPath(c.DataDir))
+	case o.encryptionConfig != "":
+		enc, err := encryption.Load(o.encryptionConfig)
+		if err != nil {
+			return nil, fmt.Errorf("--encryption-provider-config %s: %v", o.encryptionConfig, err)
+		}
+		c.Encryption = enc
+	}
+	c.SecretsEncryption = o.secretsEncryption
 
 	if o.datastoreEndpoint != "" {
 		if _, err := store.ParseEtcdEndpoints(o.datastoreEndpoint); err != nil {

@@ -289,6 +289,15 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--admission-control-config-file", badLevel}, []string{"--admission-control-config-file", "plugin PodSecurity", `defaults.enforce: Invalid value: "strict": must be one of privileged, baseline, restricted`}},
 		{[]string{"--admission-control-config-file", badKind}, []string{"--admission-control-config-file", `no kind "AdmissionConfig" is registered`}},
 		{[]string{"--admission-control-config-file", filepath.Join(dir, "absent.yaml")}, []string{"--admission-control-config-file", "absent.yaml", "no such file"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", encryptionYAML("aescbc", "c2hvcnQ="))}, []string{"--encryption-provider-config", "enc.yaml", `resources[0].providers[0].aescbc.keys[0].secret: Invalid value: "REDACTED": secret is not of the expected length, got 5, expected one of [16 24 32]`}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", encryptionYAML("secretbox", testKey16))}, []string{"--encryption-provider-config", "got 16, expected one of [32]"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", encryptionYAML("aesgcm", "not base64!"))}, []string{"--encryption-provider-config", "secrets must be base64 encoded"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", strings.Replace(encryptionYAML("aescbc", testKey32), "aescbc", "kms", 1))}, []string{"--encryption-provider-config", "kms"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: x, endpoint: unix:///k.sock}}]\n")}, []string{"--encryption-provider-config", "KMS providers are not supported by bonsai"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: ['*']\n  providers: [{identity: {}}]\n")}, []string{"--encryption-provider-config", "use '*.' to encrypt all the resources from core API group"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", "")}, []string{"--encryption-provider-config", "is empty"}},
+		{[]string{"--encryption-provider-config", filepath.Join(dir, "absent.yaml")}, []string{"--encryption-provider-config", "absent.yaml", "no such file"}},
+		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", encryptionYAML("aescbc", testKey32)), "--secrets-encryption"}, []string{"--secrets-encryption", "encryption-config.yaml", "not both"}},
 		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
@@ -337,6 +346,9 @@ func TestServerBadFlags(t *testing.T) {
 			_, err := parseServer(t, tc.args...)
 			if err == nil {
 				t.Fatal("accepted")
+			}
+			if strings.HasPrefix(tc.args[0], "--encryption-provider-config") && strings.Contains(err.Error(), "\n") {
+				t.Errorf("error of more than one line: %q", err)
 			}
 			msg := oneLine(err.Error())
 			for _, w := range tc.want {
@@ -454,6 +466,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--node-taints strings`, `--max-pods int`, `(default 110)`,
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 		`--scheduler-config string`, `--disable-scheduler`, `--admission-control-config-file string`,
+		`--encryption-provider-config string`, `--secrets-encryption`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
@@ -651,5 +664,107 @@ func TestTightenDataDir(t *testing.T) {
 	}
 	if strings.Contains(logged.String(), "serving.key") || strings.Contains(logged.String(), "ca.crt") {
 		t.Errorf("files already private, or not secret, were logged:\n%s", logged.String())
+	}
+}
+
+const (
+	testKey16 = "MDEyMzQ1Njc4OWFiY2RlZg=="                     // 16 bytes
+	testKey32 = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=" // 32 bytes
+)
+
+func encryptionYAML(provider, secret string) string {
+	return "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - " + provider + ":\n      keys:\n      - {name: key1, secret: " + secret + "}\n  - identity: {}\n"
+}
+
+// TestEncryptionFlags: --encryption-provider-config is read and checked
+// with the other flags; at start its file (it holds keys) is made 0600
+// if it was looser, and that is logged; --secrets-encryption makes the
+// data dir's configuration, 0600, once, and reads it at every start.
+func TestEncryptionFlags(t *testing.T) {
+	noDefaultConfig(t)
+	path := writeFile(t, "enc.yaml", encryptionYAML("aesgcm", testKey32))
+	os.Chmod(path, 0o644)
+	got, err := parseServer(t, "--encryption-provider-config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Encryption == nil || got.Encryption.Path != path || got.SecretsEncryption {
+		t.Fatalf("config: %+v", got)
+	}
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	enc, err := setupEncryption(got, log)
+	if err != nil || enc != got.Encryption {
+		t.Fatalf("setup: %v %v", enc, err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Errorf("--encryption-provider-config left mode %04o", st.Mode().Perm())
+	}
+	if !strings.Contains(logged.String(), "tightened the mode of a key file") || !strings.Contains(logged.String(), "was=0644") {
+		t.Errorf("the mode change was not logged:\n%s", logged.String())
+	}
+
+	dataDir := t.TempDir()
+	got, err = parseServer(t, "--secrets-encryption", "--data-dir", dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Encryption != nil || !got.SecretsEncryption {
+		t.Fatalf("config: %+v", got)
+	}
+	enc, err = setupEncryption(got, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := encryptionConfigPath(dataDir)
+	first, err := os.ReadFile(made)
+	if err != nil || enc.Path != made {
+		t.Fatalf("%s: %v (config at %s)", made, err, enc.Path)
+	}
+	if st, _ := os.Stat(made); st.Mode().Perm() != 0o600 {
+		t.Errorf("made with mode %04o", st.Mode().Perm())
+	}
+	if !strings.Contains(string(first), "aescbc") || !strings.Contains(string(first), "identity") {
+		t.Errorf("made:\n%s", first)
+	}
+	// The next start reads the same keys, even loosened by hand.
+	os.Chmod(made, 0o640)
+	if _, err := setupEncryption(got, log); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(made); !bytes.Equal(first, again) {
+		t.Error("a second start made new keys")
+	}
+	if st, _ := os.Stat(made); st.Mode().Perm() != 0o600 {
+		t.Errorf("left with mode %04o", st.Mode().Perm())
+	}
+	// A broken file stops the start, in one line naming it.
+	os.WriteFile(made, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\n"), 0o600)
+	if _, err := setupEncryption(got, log); err == nil || !strings.Contains(err.Error(), made) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("broken data dir configuration: %v", err)
+	}
+}
+
+// TestSecretsEncryptCommandErrors: the command's failures are one line
+// naming what failed, and a failure (exit 1 from main).
+func TestSecretsEncryptCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--data-dir", dir}, "secrets-encrypt status: --kubeconfig " + filepath.Join(dir, "kubeconfig.yaml")},
+		{[]string{"rotate", "--kubeconfig", filepath.Join(dir, "nope")}, "secrets-encrypt rotate: --kubeconfig " + filepath.Join(dir, "nope")},
+		{[]string{"rotate-keys", "--kubeconfig", filepath.Join(dir, "nope")}, "secrets-encrypt rotate: "},
+		{[]string{"reencrypt", "--kubeconfig", filepath.Join(dir, "nope")}, "secrets-encrypt reencrypt: "},
+		{[]string{"status", "extra"}, "unknown command"},
+	} {
+		var out bytes.Buffer
+		root := newRootCmd(&out, &out, nil)
+		root.SetArgs(append([]string{"secrets-encrypt"}, tc.args...))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v, want one line with %q", tc.args, err, tc.want)
+		}
 	}
 }

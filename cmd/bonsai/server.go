@@ -81,6 +81,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err := tightenDataDir(cfg.DataDir, log); err != nil {
 		return err
 	}
+	enc, err := setupEncryption(cfg, log)
+	if err != nil {
+		return err
+	}
+	if enc != nil {
+		log.Info("encrypting stored objects at rest", "config", enc.Path)
+	}
 
 	st, storeDesc, err := openStore(cfg, log)
 	if err != nil {
@@ -145,6 +152,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		AuditPolicy:       cfg.AuditPolicy,
 		AuditLog:          auditLog,
 		Admission:         cfg.Admission,
+		Encryption:        enc,
 		ServiceCIDR:       cfg.ServiceCIDR,
 		ClusterCIDR:       cfg.ClusterCIDR,
 		NodePortRange:     cfg.NodePortRange,
