@@ -32,7 +32,7 @@ DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
-FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/
+FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/
 BENCH_FLAGS ?=
 CHURN ?= 10m
 

@@ -117,8 +117,14 @@ func Load(path string) (*Config, error) {
 func Parse(data []byte) (*Config, error) {
 	codecs := serializer.NewCodecFactory(configScheme, serializer.EnableStrict)
 	obj, gvk, err := codecs.UniversalDecoder().Decode(data, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding encryption provider configuration: %w", err)
+	switch {
+	case runtime.IsMissingKind(err):
+		// The decoder's message quotes the whole document: keys.
+		return nil, errors.New("error decoding encryption provider configuration: kind is missing (want kind: EncryptionConfiguration)")
+	case runtime.IsMissingVersion(err):
+		return nil, errors.New("error decoding encryption provider configuration: apiVersion is missing (want apiVersion: apiserver.config.k8s.io/v1)")
+	case err != nil:
+		return nil, fmt.Errorf("error decoding encryption provider configuration: %s", strings.Join(strings.Fields(err.Error()), " "))
 	}
 	file, ok := obj.(*apiserverapi.EncryptionConfiguration)
 	if !ok {
@@ -366,14 +372,22 @@ func (r *rule) write(key string, v []byte) ([]byte, error) {
 // so that turning encryption on never makes objects unreadable. An
 // encrypted value no provider reads is an error naming the key, never
 // the ciphertext.
-func (r *rule) read(key string, v []byte) ([]byte, bool, error) {
+func (r *rule) read(key string, v []byte) (out []byte, stale bool, err error) {
 	if !IsEncrypted(v) {
 		return v, r.encrypts(), nil
 	}
 	if r == nil {
 		return nil, false, Unreadable(key, v)
 	}
-	out, stale, err := r.t.TransformFromStorage(r.ctx, v, value.DefaultContext(key))
+	// Upstream's aescbc indexes out of range on a value of an IV and no
+	// block; whatever a stored value holds, it must not take the server
+	// down (a watch decrypts on a goroutine of its own).
+	defer func() {
+		if p := recover(); p != nil {
+			out, stale, err = nil, false, fmt.Errorf("unable to transform key %q: malformed encrypted value (%v)", key, p)
+		}
+	}()
+	out, stale, err = r.t.TransformFromStorage(r.ctx, v, value.DefaultContext(key))
 	if err != nil {
 		return nil, false, fmt.Errorf("unable to transform key %q: %w", key, err)
 	}

@@ -721,3 +721,47 @@ func TestOwnWriteEventsCarryTheWritersSlice(t *testing.T) {
 		t.Errorf("%d writes still recorded", len(s.writing))
 	}
 }
+
+// TestMalformedValues: values no writer made (cut to an IV, empty after
+// the prefix) are errors naming their key, never a panic: upstream's
+// aescbc indexes out of range on an IV alone.
+func TestMalformedValues(t *testing.T) {
+	ctx := context.Background()
+	raw := newRaw(t)
+	s := NewStore(raw, mustParse(t, configYAML("secrets", keyed("aescbc", [2]string{"c", key32}), keyed("aesgcm", [2]string{"g", key32}), keyed("secretbox", [2]string{"s", key32}))))
+	for _, v := range []string{
+		"k8s:enc:aescbc:v1:c:0123456789abcdef",
+		"k8s:enc:aescbc:v1:c:",
+		"k8s:enc:aesgcm:v1:g:",
+		"k8s:enc:aesgcm:v1:g:0123456789ab",
+		"k8s:enc:secretbox:v1:s:",
+		"k8s:enc:",
+	} {
+		kv, err := raw.Get(ctx, secretKey)
+		if err == nil {
+			_, err = raw.Update(ctx, secretKey, []byte(v), kv.Revision)
+		} else {
+			_, err = raw.Create(ctx, secretKey, []byte(v))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, secretKey); err == nil || !strings.Contains(err.Error(), secretKey) {
+			t.Errorf("%q: %v", v, err)
+		}
+	}
+}
+
+// TestConfigErrorsHoldNoKeys: a file the decoder cannot place is refused
+// without quoting it: it holds keys.
+func TestConfigErrorsHoldNoKeys(t *testing.T) {
+	for _, doc := range []string{
+		strings.Replace(configYAML("secrets", keyed("aescbc", [2]string{"k", key32})), "kind: EncryptionConfiguration\n", "", 1),
+		strings.Replace(configYAML("secrets", keyed("aescbc", [2]string{"k", key32})), "apiVersion: apiserver.config.k8s.io/v1\n", "", 1),
+	} {
+		_, err := Parse([]byte(doc))
+		if err == nil || strings.Contains(err.Error(), key32) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v", err)
+		}
+	}
+}
