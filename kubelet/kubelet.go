@@ -78,6 +78,9 @@ type Config struct {
 	// instead of the built-in network; the node is not Ready while it has
 	// no valid network configuration.
 	CNI *cni.Config
+	// WrapNetwork, when set, wraps the pod network once it is up: the
+	// network policy enforcer polices each sandbox before Setup returns.
+	WrapNetwork func(netplugin.PodNetwork) netplugin.PodNetwork
 	// RootDir holds pod dirs (volumes) and container logs.
 	RootDir       string
 	ClusterDNS    string

@@ -47,6 +47,9 @@ func (a *Agent) runPods(ctx context.Context) error {
 	}
 	if network != nil {
 		defer network.Close()
+		if cfg.WrapNetwork != nil {
+			network = cfg.WrapNetwork(network)
+		}
 		a.setNetwork(network)
 		// Say at once whether the node can network pods.
 		if err := a.postStatus(ctx, true); err != nil {

@@ -329,9 +329,13 @@ func (n *Network) netnsPath(id string) string {
 
 // vethName is the host end of a pod's veth: derived from the pod ID (so
 // Teardown finds it with no state) and the bridge (so two networks on one
-// host, as in tests, never collide). IFNAMSIZ allows 15 characters.
-func (n *Network) vethName(id string) string {
-	sum := sha256.Sum256([]byte(n.cfg.Bridge + "/" + id))
+// host, as in tests, never collide).
+func (n *Network) vethName(id string) string { return VethName(n.cfg.Bridge, id) }
+
+// VethName is the name of the host end of the veth of the pod sandbox id
+// on bridge: its port on the bridge. IFNAMSIZ allows 15 characters.
+func VethName(bridge, id string) string {
+	sum := sha256.Sum256([]byte(bridge + "/" + id))
 	return "bv" + hex.EncodeToString(sum[:])[:13]
 }
 

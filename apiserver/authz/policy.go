@@ -22,6 +22,7 @@ const (
 const (
 	UserSimulator = "system:bonsai-simulator"
 	UserDNS       = "system:bonsai-dns"
+	UserNetpol    = "system:bonsai-netpol"
 )
 
 var (
@@ -181,6 +182,11 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			// The clusterrole-aggregation controller writes rules it
 			// need not hold.
 			rule([]string{"escalate"}, "rbac.authorization.k8s.io", "clusterroles")),
+		// The network policy enforcer of a node: what a policy selects
+		// and allows depends on every pod and namespace of the cluster.
+		clusterRole("system:bonsai:netpol", nil,
+			rule([]string{"list", "watch"}, "", "pods", "namespaces"),
+			rule([]string{"list", "watch"}, "networking.k8s.io", "networkpolicies")),
 		// What the node simulator needs beyond the node role: after a
 		// restart it lists the node Leases once instead of reading each.
 		clusterRole("system:bonsai:simulator", nil,
@@ -221,6 +227,7 @@ func DefaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
 		clusterRoleBinding("system:node-proxier", "system:node-proxier", user("system:kube-proxy")),
 		clusterRoleBinding("system:kube-dns", "system:kube-dns", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "kube-dns", Namespace: "kube-system"}),
 		clusterRoleBinding("system:bonsai:dns", "system:coredns", user(UserDNS)),
+		clusterRoleBinding("system:bonsai:netpol", "system:bonsai:netpol", user(UserNetpol)),
 		// Simulated nodes are kubelets for many node names at once: they
 		// get the node role without the Node authorizer's per-node limits.
 		clusterRoleBinding("system:bonsai:simulator", "system:node", user(UserSimulator)),

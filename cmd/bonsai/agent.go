@@ -24,6 +24,7 @@ import (
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
+	"bonsai.dev/bonsai/netplugin/netpol"
 	"bonsai.dev/bonsai/netplugin/proxy"
 )
 
@@ -175,6 +176,38 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 			log.Error("service proxy stopped", "err", err)
 		}
 	}()
+}
+
+// startNetworkPolicy enforces NetworkPolicies for this host's node's
+// pods on the built-in pod network (the tables "<pod-bridge>-netpol",
+// families ip and bridge), and returns what wraps the pod network so
+// that each sandbox is policed before its containers run; nil when the
+// enforcer cannot start, which the log says. Like the service proxy it
+// leaves its tables in place when bonsai stops, so policies hold across
+// a restart.
+func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) func(netplugin.PodNetwork) netplugin.PodNetwork {
+	if !cfg.ClusterCIDR.Addr().Is4() {
+		log.Warn("network policies are NOT enforced: the built-in pod network is IPv4 only", "cluster-cidr", cfg.ClusterCIDR)
+		return nil
+	}
+	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserNetpol, Groups: []string{authn.GroupAuthenticated}}))
+	bridge := cfg.PodBridge
+	e, err := netpol.New(netpol.Config{
+		Informers: inf, NodeName: cfg.NodeName, Bridge: bridge, Logger: log,
+		PortName: func(uid string) string { return netplugin.VethName(bridge, uid) },
+	})
+	if err != nil {
+		log.Error("network policies are NOT enforced: the enforcer did not start", "err", err)
+		return nil
+	}
+	inf.Start(ctx)
+	go func() {
+		if err := e.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("network policy enforcer stopped", "err", err)
+		}
+	}()
+	log.Info("network policies: enforced on the built-in pod network", "tables", "ip and bridge "+netpol.TableName(bridge))
+	return e.Guard
 }
 
 // startClusterDNS serves cluster DNS on this node at the cluster DNS

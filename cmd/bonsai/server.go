@@ -30,6 +30,7 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/netplugin/netpol"
 	"bonsai.dev/bonsai/netplugin/proxy"
 	"bonsai.dev/bonsai/store"
 )
@@ -54,6 +55,10 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 			return err
 		}
 		log.Info("deleted the service proxy's nftables table", "table", "ip "+proxy.TableName(cfg.PodBridge))
+		if err := netpol.Cleanup(cfg.PodBridge); err != nil {
+			return err
+		}
+		log.Info("deleted the network policy enforcer's nftables tables", "tables", "ip and bridge "+netpol.TableName(cfg.PodBridge))
 		return nil
 	}
 
@@ -413,9 +418,11 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		if usesCNI(cfg) {
 			kcfg.CNI = cniHost(cfg)
 			log.Info("pod network: CNI plugins", "pod-network", cfg.PodNetwork, "cni-conf-dir", cfg.CNIConfDir, "cni-bin-dir", cfg.CNIBinDirs)
+			log.Warn("network policies are NOT enforced: bonsai enforces them on its built-in pod network only; use a CNI plugin that does, or --pod-network=builtin", "pod-network", cfg.PodNetwork)
 		} else {
 			kcfg.Network = podNetwork(cfg)
 			log.Info("pod network: built-in", "pod-network", cfg.PodNetwork, "bridge", cfg.PodBridge)
+			kcfg.WrapNetwork = startNetworkPolicy(ctx, cfg, api, log)
 		}
 		startServiceProxy(ctx, cfg, api, log)
 		startClusterDNS(ctx, cfg, api, log)
