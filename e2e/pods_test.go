@@ -196,6 +196,9 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 	// The service proxy leaves its table behind on purpose, as
 	// kube-proxy does, for Services to keep working across a restart.
 	exec.Command("nft", "delete", "table", "ip", e.bridge+"-svc").Run()
+	// So does the network policy enforcer, for policies to hold.
+	exec.Command("nft", "delete", "table", "ip", e.bridge+"-netpol").Run()
+	exec.Command("nft", "delete", "table", "bridge", e.bridge+"-netpol").Run()
 	out, _ = exec.Command("ip", "-o", "link", "show", "master", e.bridge).Output()
 	if len(out) > 0 {
 		t.Logf("links left on %s: %s", e.bridge, out)
