@@ -48,6 +48,7 @@ var suites = []suite{
 	{name: "webhook", about: "admission webhooks: a no-op webhook's round trip per create, by URL and through a Service", run: webhookSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
 	{name: "flood", about: "overload: Lease renewals of 100 nodes while 200 clients flood creates", run: floodSuite},
+	{name: "netpol", about: "network policies on a real node: a write to enforcement, a full sync of many, their cost to a pod's throughput", run: netpolSuite},
 	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 }
 

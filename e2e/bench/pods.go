@@ -402,4 +402,7 @@ func cleanupNode(dir, bridge string) {
 	exec.Command("ip", "link", "del", bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", bridge+"-svc").Run() // the service proxy's
+	// The network policy enforcer's.
+	exec.Command("nft", "delete", "table", "ip", bridge+"-netpol").Run()
+	exec.Command("nft", "delete", "table", "bridge", bridge+"-netpol").Run()
 }
