@@ -163,11 +163,13 @@ const (
 	nodeBridgeIP  = "10.42.0.1"
 	nodeOutsideIP = "10.201.0.1"
 	outsideIP     = "10.201.0.2"
+	outsideSeedIP = "10.0.0.5"
 )
 
 // servedPorts are the ports every test pod serves, on TCP and UDP: two
-// of the probe suite's and those of the seed examples.
-var servedPorts = []int{80, 81, 6379, 5978}
+// of the probe suite's and those of the seed examples (the endPort one's
+// ends, and either side of them).
+var servedPorts = []int{80, 81, 6379, 5978, 31999, 32000, 32768, 32769}
 
 func newTestNode(t *testing.T, brnf string) *testNode {
 	t.Helper()
@@ -202,7 +204,14 @@ func newTestNode(t *testing.T, brnf string) *testNode {
 	addAddr(out, "eth0", outsideIP+"/24")
 	up(out, "eth0")
 	must(t, "outside's default route", out.RouteAdd(&netlink.Route{Gw: net.ParseIP(nodeOutsideIP)}))
-	n.serve(t, n.outside, "outside")
+	// The seed examples' egress goes to 10.0.0.0/24: the outside has an
+	// address there too, routed through it.
+	addAddr(out, "eth0", outsideSeedIP+"/32")
+	must(t, "route to the seed CIDR", node.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: net.ParseIP("10.0.0.0").To4(), Mask: net.CIDRMask(24, 32)},
+		Gw: net.ParseIP(outsideIP)}))
+	// A socket per address, so that each answers from the address it
+	// was reached at.
+	n.serve(t, n.outside, "outside", outsideIP, outsideSeedIP)
 	noICMPLimits(t, n.outside)
 	noICMPLimits(t, n.node)
 
@@ -256,18 +265,30 @@ func (n *testNode) addPod(t *testing.T, p *corev1.Pod) *testPod {
 	return tp
 }
 
-// serve answers, on every served port, TCP connections and UDP
-// datagrams with the server's name.
-func (n *testNode) serve(t *testing.T, ns netns.NsHandle, name string) {
+// serve answers, on every served port of addrs (every address when
+// none), TCP connections and UDP datagrams with the server's name.
+func (n *testNode) serve(t *testing.T, ns netns.NsHandle, name string, addrs ...string) {
 	t.Helper()
+	if len(addrs) == 0 {
+		addrs = []string{""}
+	}
 	for _, port := range servedPorts {
+		for _, a := range addrs {
+			n.serveOn(t, ns, name, net.JoinHostPort(a, fmt.Sprint(port)))
+		}
+	}
+}
+
+func (n *testNode) serveOn(t *testing.T, ns netns.NsHandle, name, addr string) {
+	t.Helper()
+	{
 		var l net.Listener
 		var pc net.PacketConn
 		must(t, "listen", inNS(ns, func() (err error) {
-			if l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port)); err != nil {
+			if l, err = net.Listen("tcp4", addr); err != nil {
 				return err
 			}
-			pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+			pc, err = net.ListenPacket("udp4", addr)
 			return err
 		}))
 		t.Cleanup(func() { l.Close(); pc.Close() })
@@ -485,6 +506,14 @@ type peer struct {
 	pod  *pod // nil off the pod network
 }
 
+// answer is the name the peer's servers answer with.
+func (p peer) answer() string {
+	if strings.HasPrefix(p.name, "outside") {
+		return "outside"
+	}
+	return p.name
+}
+
 func (n *testNode) peers(t *testing.T) []peer {
 	t.Helper()
 	var out []peer
@@ -493,7 +522,8 @@ func (n *testNode) peers(t *testing.T) []peer {
 		v := n.e.world.pod(tp.obj.Namespace, tp.obj.Name)
 		out = append(out, peer{name: k, ns: tp.ns, ip: tp.ip, pod: v})
 	}
-	return append(out, peer{name: "outside", ns: n.outside, ip: netip.MustParseAddr(outsideIP)})
+	return append(out, peer{name: "outside", ns: n.outside, ip: netip.MustParseAddr(outsideIP)},
+		peer{name: "outside-seed", ns: n.outside, ip: netip.MustParseAddr(outsideSeedIP)})
 }
 
 func mapsKeys[M ~map[string]V, V any](m M) func(func(string) bool) {
@@ -533,7 +563,9 @@ func (n *testNode) checkAgainstModel(t *testing.T, portsToProbe ...string) {
 	slots := make(chan struct{}, 64)
 	for _, src := range peers {
 		for _, dst := range peers {
-			if src.name == dst.name {
+			// The outside's second address receives probes only: what
+			// it sends leaves from its first.
+			if src.name == dst.name || src.name == "outside-seed" || strings.HasPrefix(src.name+dst.name, "outsideoutside") {
 				continue
 			}
 			for _, port := range portsToProbe {
@@ -544,7 +576,7 @@ func (n *testNode) checkAgainstModel(t *testing.T, portsToProbe ...string) {
 					defer func() { <-slots }()
 					proto, num := parsePortT(port)
 					want := allowed(policies, connection{src: src.ip, dst: dst.ip, srcPod: src.pod, dstPod: dst.pod, proto: proto, port: num})
-					err := probe(src.ns, dst.ip, dst.name, port)
+					err := probe(src.ns, dst.ip, dst.answer(), port)
 					got := err == nil
 					line := fmt.Sprintf("%-16s -> %-16s %-8s allowed=%-5v model=%v", src.name, dst.name, port, got, want)
 					if got != want && err != nil {
@@ -590,7 +622,7 @@ func parsePortT(s string) (protocol, uint16) {
 func (n *testNode) expect(t *testing.T, from, to, port string, want bool) {
 	t.Helper()
 	src, dst := n.peer(t, from), n.peer(t, to)
-	err := probe(src.ns, dst.ip, dst.name, port)
+	err := probe(src.ns, dst.ip, dst.answer(), port)
 	if got := err == nil; got != want {
 		t.Errorf("%s -> %s %s: allowed %v, want %v (%v)", from, to, port, got, want, err)
 	}

@@ -123,13 +123,28 @@ func TestEnforcement(t *testing.T) {
 				}
 				current = nil
 				n.set(t, testNetworkPolicy())
-				current = append(current, testNetworkPolicy())
+				current = []*networkingv1.NetworkPolicy{testNetworkPolicy()}
 				n.checkAgainstModel(t, "tcp/6379", "udp/6379", "tcp/5978")
 				n.expect(t, "default/frontend", "default/db", "tcp/6379", true)
 				n.expect(t, "other/client", "default/db", "tcp/6379", true)
 				n.expect(t, "plain/frontend", "default/db", "tcp/6379", false)
 				n.expect(t, "default/backend", "default/db", "tcp/6379", false)
 				n.expect(t, "default/db", "default/frontend", "tcp/80", false)
+				n.expect(t, "default/db", "outside-seed", "tcp/5978", true)
+				n.expect(t, "default/db", "outside-seed", "tcp/6379", false)
+				n.expect(t, "default/db", "outside", "tcp/5978", false)
+
+				// The endPort example, as written.
+				n.remove(t, testNetworkPolicy())
+				n.set(t, multiPortEgress())
+				current = []*networkingv1.NetworkPolicy{multiPortEgress()}
+				n.checkAgainstModel(t, "tcp/31999", "tcp/32000", "tcp/32768", "tcp/32769", "udp/32000")
+				n.expect(t, "default/db", "outside-seed", "tcp/32000", true)
+				n.expect(t, "default/db", "outside-seed", "tcp/32768", true)
+				n.expect(t, "default/db", "outside-seed", "tcp/31999", false)
+				n.expect(t, "default/db", "outside-seed", "tcp/32769", false)
+				n.expect(t, "default/db", "outside-seed", "udp/32000", false)
+				n.expect(t, "default/db", "outside", "tcp/32000", false)
 			})
 			t.Run("the node reaches its pods, replies pass", func(t *testing.T) {
 				for _, np := range current {
