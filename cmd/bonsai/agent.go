@@ -179,23 +179,29 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 }
 
 // startNetworkPolicy enforces NetworkPolicies for this host's node's
-// pods on the built-in pod network (the tables "<pod-bridge>-netpol",
-// families ip and bridge), and returns what wraps the pod network so
-// that each sandbox is policed before its containers run; nil when the
-// enforcer cannot start, which the log says. Like the service proxy it
-// leaves its tables in place when bonsai stops, so policies hold across
-// a restart.
-func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) func(netplugin.PodNetwork) netplugin.PodNetwork {
+// pods (the tables "<pod-bridge>-netpol", families ip and bridge), and
+// returns what wraps the pod network so that each sandbox is policed
+// before its containers run; nil when the enforcer cannot start, which
+// the log says. On the built-in network it knows every pod's bridge
+// port; with CNI plugins it finds, in each pod's namespace, where the
+// pod meets the node, and polices those on a Linux bridge (the first
+// one a pod is on) or on a routed veth, logging any other as not
+// policed. Like the service proxy it leaves its tables in place when
+// bonsai stops, so policies hold across a restart.
+func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, withCNI bool, log *slog.Logger) func(netplugin.PodNetwork) netplugin.PodNetwork {
 	if !cfg.ClusterCIDR.Addr().Is4() {
-		log.Warn("network policies are NOT enforced: the built-in pod network is IPv4 only", "cluster-cidr", cfg.ClusterCIDR)
+		log.Warn("network policies are NOT enforced: bonsai enforces them for IPv4 pods only", "cluster-cidr", cfg.ClusterCIDR)
 		return nil
 	}
 	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserNetpol, Groups: []string{authn.GroupAuthenticated}}))
 	bridge := cfg.PodBridge
-	e, err := netpol.New(netpol.Config{
-		Informers: inf, NodeName: cfg.NodeName, Bridge: bridge, Logger: log,
-		PortName: func(uid string) string { return netplugin.VethName(bridge, uid) },
-	})
+	pc := netpol.Config{Informers: inf, NodeName: cfg.NodeName, Bridge: bridge, Table: netpol.TableName(bridge), Logger: log}
+	if withCNI {
+		pc.Bridge, pc.NetnsDir = "", netnsDir(cfg)
+	} else {
+		pc.PortName = func(uid string) string { return netplugin.VethName(bridge, uid) }
+	}
+	e, err := netpol.New(pc)
 	if err != nil {
 		log.Error("network policies are NOT enforced: the enforcer did not start", "err", err)
 		return nil
@@ -206,7 +212,12 @@ func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.S
 			log.Error("network policy enforcer stopped", "err", err)
 		}
 	}()
-	log.Info("network policies: enforced on the built-in pod network", "tables", "ip and bridge "+netpol.TableName(bridge))
+	if withCNI {
+		log.Info("network policies: enforced for CNI pods on a Linux bridge or a routed veth of this host; any other pod is logged as NOT policed",
+			"tables", "ip and bridge "+pc.Table)
+	} else {
+		log.Info("network policies: enforced on the built-in pod network", "tables", "ip and bridge "+pc.Table)
+	}
 	return e.Guard
 }
 

@@ -418,11 +418,11 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		if usesCNI(cfg) {
 			kcfg.CNI = cniHost(cfg)
 			log.Info("pod network: CNI plugins", "pod-network", cfg.PodNetwork, "cni-conf-dir", cfg.CNIConfDir, "cni-bin-dir", cfg.CNIBinDirs)
-			log.Warn("network policies are NOT enforced: bonsai enforces them on its built-in pod network only; use a CNI plugin that does, or --pod-network=builtin", "pod-network", cfg.PodNetwork)
+			kcfg.WrapNetwork = startNetworkPolicy(ctx, cfg, api, true, log)
 		} else {
 			kcfg.Network = podNetwork(cfg)
 			log.Info("pod network: built-in", "pod-network", cfg.PodNetwork, "bridge", cfg.PodBridge)
-			kcfg.WrapNetwork = startNetworkPolicy(ctx, cfg, api, log)
+			kcfg.WrapNetwork = startNetworkPolicy(ctx, cfg, api, false, log)
 		}
 		startServiceProxy(ctx, cfg, api, log)
 		startClusterDNS(ctx, cfg, api, log)

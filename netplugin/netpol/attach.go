@@ -17,12 +17,21 @@ import (
 // network setup and its first container, it leaves no moment when the
 // pod runs unpoliced. (The pod's status shows the address only later,
 // when the kubelet writes it; until then no other component knows it.)
-func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip netip.Addr) error {
+// netnsPath is the sandbox's network namespace, where a CNI pod's link
+// to the node is found (see Config.NetnsDir).
+func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip netip.Addr, netnsPath string) error {
 	if !ip.Is4() {
 		return nil // the network carries IPv4 alone
 	}
 	if err := e.checkPort(uid); err != nil {
 		return fmt.Errorf("network policies of pod %s/%s: %w", namespace, name, err)
+	}
+	if e.portName == nil && e.netnsDir != "" && netnsPath != "" && e.nl != nil {
+		l, err := findLink(e.nl, netnsPath, ip)
+		if err != nil {
+			l = podLink{kind: linkUnpoliced, why: err.Error()}
+		}
+		e.noteLink(namespace+"/"+name, uid, l)
 	}
 	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
@@ -86,10 +95,11 @@ func (e *Enforcer) checkPort(uid string) error {
 	return nil
 }
 
-// Detach forgets a sandbox's address.
+// Detach forgets a sandbox's address and link.
 func (e *Enforcer) Detach(uid string) {
 	e.mu.Lock()
 	delete(e.attached, uid)
+	delete(e.links, uid)
 	e.mu.Unlock()
 }
 
@@ -111,7 +121,7 @@ func (g *guarded) Setup(ctx context.Context, pod netplugin.Pod) (netplugin.Attac
 	if err != nil {
 		return att, err
 	}
-	if err := g.e.Attach(ctx, pod.Namespace, pod.Name, pod.UID, att.IP); err != nil {
+	if err := g.e.Attach(ctx, pod.Namespace, pod.Name, pod.UID, att.IP, att.NetnsPath); err != nil {
 		if terr := g.PodNetwork.Teardown(ctx, pod.ID); terr != nil {
 			g.e.log.Warn("tear down an unpoliced sandbox's network", "pod", pod.Namespace+"/"+pod.Name, "err", terr)
 		}
@@ -119,4 +129,13 @@ func (g *guarded) Setup(ctx context.Context, pod netplugin.Pod) (netplugin.Attac
 		return netplugin.Attachment{}, err
 	}
 	return att, nil
+}
+
+// Teardown forgets the sandbox's link before the network removes it: a
+// new sandbox of the pod may meet the node elsewhere.
+func (g *guarded) Teardown(ctx context.Context, id string) error {
+	g.e.mu.Lock()
+	delete(g.e.links, id)
+	g.e.mu.Unlock()
+	return g.PodNetwork.Teardown(ctx, id)
 }

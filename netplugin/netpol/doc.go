@@ -91,8 +91,15 @@
 // DNAT leaves on the bridge, after the ip hooks saw it), is dropped in
 // the bridge's forward hook: IPv6 (a pod's link-local address),
 // multicast and broadcast would pass no policy. The bridge table finds
-// the bridge's ports by name (Config.PortName): a bridge-family chain
-// sees every bridge of the host.
+// the bridge's ports by name: a bridge-family chain sees every bridge of
+// the host. On the built-in network a pod's port is named after its
+// sandbox (Config.PortName); with CNI plugins (Config.NetnsDir) the
+// enforcer looks in each pod's namespace for where it meets the node
+// (links.go): a veth on a Linux bridge is policed as above (one bridge,
+// the first a pod is on), a veth the node routes (ptp) needs the ip
+// table alone, and any other pod (macvlan, ipvlan, a moved device)
+// reaches the wire past the node, so its policies are not enforced,
+// which is logged.
 //
 // New pods: a pod's status shows its address only after the kubelet
 // writes it, and until then nothing but the kubelet knows it. Guard

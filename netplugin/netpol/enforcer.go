@@ -54,10 +54,16 @@ type Config struct {
 	// (TableName). Default "bonsai0".
 	Bridge string
 	// PortName names the bridge port (the host end of the veth) of the
-	// local pod with this UID. Nil: ports are unknown, so frames
-	// bridged between pods are not sent through the node and only
-	// routed traffic is policed (a CNI chain that routes every pod).
+	// local pod with this UID, on the built-in network.
 	PortName func(uid string) string
+	// NetnsDir, with PortName nil, is where a CNI host mounts pods'
+	// network namespaces (by UID): each local pod's link to the node is
+	// found in its namespace, the bridge with it (Bridge "": the bridge
+	// of the first pod on one). A pod whose traffic need not pass the
+	// node is logged as not policed.
+	NetnsDir string
+	// Table names the tables; default TableName(Bridge).
+	Table string
 	// MinSyncInterval is the least time between two writes of the
 	// tables, which batches bursts of changes; default 20ms.
 	MinSyncInterval time.Duration
@@ -71,6 +77,7 @@ type Enforcer struct {
 	nodeName string
 	bridge   string
 	portName func(uid string) string
+	netnsDir string
 	minSync  time.Duration
 	tables   *kernelTables
 	// nl looks the bridge up, in the namespace the enforcer was made in.
@@ -83,8 +90,10 @@ type Enforcer struct {
 	needFull bool
 	wake     chan struct{}
 	// attached are the addresses the pod network gave local pods whose
-	// status may not show them yet, by pod UID.
+	// status may not show them yet, by pod UID; links, where CNI pods
+	// meet the node (see links.go).
 	attached map[string]netip.Addr
+	links    map[string]podLink
 	// queued counts the events ever queued; applied, those a finished
 	// sync wrote to the kernel (or found nothing to write for). done is
 	// closed and replaced at each sync's end.
@@ -154,7 +163,11 @@ func New(cfg Config) (*Enforcer, error) {
 		conn.Close()
 		return nil, fmt.Errorf("netpol: open rtnetlink socket: %w", err)
 	}
-	e := newEnforcer(cfg, newKernelTables(conn, TableName(cfg.Bridge)))
+	table := cfg.Table
+	if table == "" {
+		table = TableName(cfg.Bridge)
+	}
+	e := newEnforcer(cfg, newKernelTables(conn, table))
 	e.nl = nl
 	podInf := cfg.Informers.For(&corev1.Pod{})
 	nsInf := cfg.Informers.For(&corev1.Namespace{})
@@ -179,7 +192,7 @@ func newEnforcer(cfg Config, tables *kernelTables) *Enforcer {
 	if cfg.MinSyncInterval <= 0 {
 		cfg.MinSyncInterval = defaultMinSyncInterval
 	}
-	if cfg.Bridge == "" {
+	if cfg.Bridge == "" && (cfg.PortName != nil || cfg.NetnsDir == "") {
 		cfg.Bridge = defaultBridge
 	}
 	e := &Enforcer{
@@ -187,11 +200,13 @@ func newEnforcer(cfg Config, tables *kernelTables) *Enforcer {
 		nodeName:   cfg.NodeName,
 		bridge:     cfg.Bridge,
 		portName:   cfg.PortName,
+		netnsDir:   cfg.NetnsDir,
 		minSync:    cfg.MinSyncInterval,
 		tables:     tables,
 		needFull:   true,
 		wake:       make(chan struct{}, 1),
 		attached:   map[string]netip.Addr{},
+		links:      map[string]podLink{},
 		done:       make(chan struct{}),
 		world:      newWorld(),
 		policies:   map[string]*parsedPolicy{},
@@ -289,6 +304,7 @@ func (e *Enforcer) podChanged(obj any, gone bool) {
 	e.mu.Lock()
 	if gone {
 		delete(e.attached, string(p.UID))
+		delete(e.links, string(p.UID))
 	} else {
 		ev.pod = e.viewOf(p)
 	}
@@ -395,7 +411,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 
 // bridgeMAC is the bridge's address; nil when there is no bridge.
 func (e *Enforcer) bridgeMAC() net.HardwareAddr {
-	if e.nl == nil {
+	if e.nl == nil || e.bridge == "" {
 		return nil
 	}
 	l, err := e.nl.LinkByName(e.bridge)

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // requireRoot skips a test that needs to make network namespaces, links
@@ -171,50 +172,28 @@ const (
 // ends, and either side of them).
 var servedPorts = []int{80, 81, 6379, 5978, 31999, 32000, 32768, 32769}
 
+func up(t *testing.T, h *netlink.Handle, name string) {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	must(t, "find "+name, err)
+	must(t, "set "+name+" up", h.LinkSetUp(l))
+}
+
+func addAddr(t *testing.T, h *netlink.Handle, name, cidr string) {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	must(t, "find "+name, err)
+	a, err := netlink.ParseAddr(cidr)
+	must(t, "parse "+cidr, err)
+	must(t, "address "+cidr, h.AddrAdd(l, a))
+}
+
 func newTestNode(t *testing.T, brnf string) *testNode {
 	t.Helper()
-	requireRoot(t)
-	n := &testNode{node: newNetns(t), outside: newNetns(t), pods: map[string]*testPod{}, objs: map[string]any{}}
-	n.nl = handleIn(t, n.node)
-	node := n.nl
-	up := func(h *netlink.Handle, name string) {
-		l, err := h.LinkByName(name)
-		must(t, "find "+name, err)
-		must(t, "set "+name+" up", h.LinkSetUp(l))
-	}
-	addAddr := func(h *netlink.Handle, name, cidr string) {
-		l, err := h.LinkByName(name)
-		must(t, "find "+name, err)
-		a, err := netlink.ParseAddr(cidr)
-		must(t, "parse "+cidr, err)
-		must(t, "address "+cidr, h.AddrAdd(l, a))
-	}
-	up(node, "lo")
-	sysctlIn(t, n.node, "net/bridge/bridge-nf-call-iptables", brnf)
-	must(t, "add bridge", node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: nodeBridge}}))
-	addAddr(node, nodeBridge, nodeBridgeIP+"/24")
-	up(node, nodeBridge)
-	sysctlIn(t, n.node, "net/ipv4/ip_forward", "1")
-	must(t, "add veth to outside", node.LinkAdd(&netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: "out0"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(n.outside))}))
-	addAddr(node, "out0", nodeOutsideIP+"/24")
-	up(node, "out0")
-	out := handleIn(t, n.outside)
-	up(out, "lo")
-	addAddr(out, "eth0", outsideIP+"/24")
-	up(out, "eth0")
-	must(t, "outside's default route", out.RouteAdd(&netlink.Route{Gw: net.ParseIP(nodeOutsideIP)}))
-	// The seed examples' egress goes to 10.0.0.0/24: the outside has an
-	// address there too, routed through it.
-	addAddr(out, "eth0", outsideSeedIP+"/32")
-	must(t, "route to the seed CIDR", node.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: net.ParseIP("10.0.0.0").To4(), Mask: net.CIDRMask(24, 32)},
-		Gw: net.ParseIP(outsideIP)}))
-	// A socket per address, so that each answers from the address it
-	// was reached at.
-	n.serve(t, n.outside, "outside", outsideIP, outsideSeedIP)
-	noICMPLimits(t, n.outside)
-	noICMPLimits(t, n.node)
-
+	n := newNodeBase(t, brnf)
+	must(t, "add bridge", n.nl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: nodeBridge}}))
+	addAddr(t, n.nl, nodeBridge, nodeBridgeIP+"/24")
+	up(t, n.nl, nodeBridge)
 	conn, err := openConn(int(n.node))
 	must(t, "nftables connection", err)
 	t.Cleanup(func() { conn.Close() })
@@ -229,6 +208,38 @@ func newTestNode(t *testing.T, brnf string) *testNode {
 			t.Errorf("delete tables: %v", err)
 		}
 	})
+	return n
+}
+
+// newNodeBase is a node with no pod network yet, and the outside.
+func newNodeBase(t *testing.T, brnf string) *testNode {
+	t.Helper()
+	requireRoot(t)
+	n := &testNode{node: newNetns(t), outside: newNetns(t), pods: map[string]*testPod{}, objs: map[string]any{}}
+	n.nl = handleIn(t, n.node)
+	node := n.nl
+	up(t, node, "lo")
+	sysctlIn(t, n.node, "net/bridge/bridge-nf-call-iptables", brnf)
+	sysctlIn(t, n.node, "net/ipv4/ip_forward", "1")
+	must(t, "add veth to outside", node.LinkAdd(&netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{Name: "out0"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(n.outside))}))
+	addAddr(t, node, "out0", nodeOutsideIP+"/24")
+	up(t, node, "out0")
+	out := handleIn(t, n.outside)
+	up(t, out, "lo")
+	addAddr(t, out, "eth0", outsideIP+"/24")
+	up(t, out, "eth0")
+	must(t, "outside's default route", out.RouteAdd(&netlink.Route{Gw: net.ParseIP(nodeOutsideIP)}))
+	// The seed examples' egress goes to 10.0.0.0/24: the outside has an
+	// address there too, routed through it.
+	addAddr(t, out, "eth0", outsideSeedIP+"/32")
+	must(t, "route to the seed CIDR", node.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: net.ParseIP("10.0.0.0").To4(), Mask: net.CIDRMask(24, 32)},
+		Gw: net.ParseIP(outsideIP)}))
+	// A socket per address, so that each answers from the address it
+	// was reached at.
+	n.serve(t, n.outside, "outside", outsideIP, outsideSeedIP)
+	noICMPLimits(t, n.outside)
+	noICMPLimits(t, n.node)
 	return n
 }
 
@@ -519,8 +530,7 @@ func (n *testNode) peers(t *testing.T) []peer {
 	var out []peer
 	for _, k := range slices.Sorted(mapsKeys(n.pods)) {
 		tp := n.pods[k]
-		v := n.e.world.pod(tp.obj.Namespace, tp.obj.Name)
-		out = append(out, peer{name: k, ns: tp.ns, ip: tp.ip, pod: v})
+		out = append(out, peer{name: k, ns: tp.ns, ip: tp.ip})
 	}
 	return append(out, peer{name: "outside", ns: n.outside, ip: netip.MustParseAddr(outsideIP)},
 		peer{name: "outside-seed", ns: n.outside, ip: netip.MustParseAddr(outsideSeedIP)})
@@ -546,11 +556,23 @@ func (n *testNode) checkAgainstModel(t *testing.T, portsToProbe ...string) {
 			portsToProbe = append(portsToProbe, fmt.Sprintf("tcp/%d", p), fmt.Sprintf("udp/%d", p))
 		}
 	}
-	var policies []*compiledPolicy
-	for _, c := range n.e.compiled {
-		policies = append(policies, c)
+	// The model, of what the test gave the enforcer.
+	var objs []any
+	var nps []*networkingv1.NetworkPolicy
+	for _, o := range n.objs {
+		objs = append(objs, o)
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok {
+			nps = append(nps, np)
+		}
 	}
+	w := testWorld(t, objs...)
+	policies := compileAll(w, nps...)
 	peers := n.peers(t)
+	for i := range peers {
+		if tp := n.pods[peers[i].name]; tp != nil {
+			peers[i].pod = w.pod(tp.obj.Namespace, tp.obj.Name)
+		}
+	}
 	type result struct {
 		line     string
 		mismatch bool

@@ -186,6 +186,13 @@ func baseObjects(c baseConfig) objects {
 		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityRef(nftables.ChainPriority(prio)), hookName: name, prio0: prio}
 	}
 	established := newRule().ctEstablished().accept()
+	// The redirects the node would send for the frames it routes back
+	// out of the bridge: the pod already sends to the peer's address,
+	// and would ignore them.
+	output := chainDef{fam: famIP, name: chainOutputHook, hook: filter(famIP, nftables.ChainHookOutput, "output", 0)}
+	if c.bridge != "" {
+		output.rules = []*rule{newRule().oifname(c.bridge).icmpRedirect().drop()}
+	}
 	hairpin := newRule().saddrDaddrInSet(setHairpin).accept()
 	o := objects{chains: []chainDef{
 		{fam: famIP, name: chainEgressHook, hook: filter(famIP, nftables.ChainHookForward, "forward", 0),
@@ -194,11 +201,7 @@ func baseObjects(c baseConfig) objects {
 			rules: []*rule{established, hairpin, newRule().vmapAddr(offDaddr, mapIngressPods)}},
 		{fam: famIP, name: chainInputHook, hook: filter(famIP, nftables.ChainHookInput, "input", 0),
 			rules: []*rule{established, newRule().vmapAddr(offSaddr, mapEgressPods)}},
-		// The redirects the node would send for the frames it routes
-		// back out of the bridge: the pod already sends to the peer's
-		// address, and would ignore them.
-		{fam: famIP, name: chainOutputHook, hook: filter(famIP, nftables.ChainHookOutput, "output", 0),
-			rules: []*rule{newRule().oifname(c.bridge).icmpRedirect().drop()}},
+		output,
 		{fam: famBridge, name: chainL2Guard, hook: filter(famBridge, nftables.ChainHookForward, "forward", -200),
 			rules: []*rule{
 				newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPolicedPorts).jump(chainPolicedL2),

@@ -199,12 +199,12 @@ func TestRun(t *testing.T) {
 	sandbox.Status.PodIP = "10.42.0.13"
 	tp := r.addPod(t, sandbox)
 	start := time.Now()
-	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, string(fresh.UID), tp.ip); err != nil {
+	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, string(fresh.UID), tp.ip, ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Attach of a new pod: %v", time.Since(start))
 	// One whose port is not on the bridge cannot be policed there.
-	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, "no-such-uid", tp.ip); err == nil {
+	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, "no-such-uid", tp.ip, ""); err == nil {
 		t.Error("Attach of a pod with no bridge port succeeded")
 	}
 	r.expect(t, "default/frontend", "default/db-2", "tcp/6379", true)

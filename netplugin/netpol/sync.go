@@ -83,7 +83,7 @@ func (e *Enforcer) sync() error {
 	e.done = make(chan struct{})
 	took := time.Since(start)
 	if full {
-		e.log.Info(FullSyncLog, "tables", TableName(e.bridge), "policies", len(e.compiled),
+		e.log.Info(FullSyncLog, "tables", e.tables.name, "bridge", e.bridge, "policies", len(e.compiled),
 			"localPods", len(e.podUnits), "bridgeMAC", e.programmedMAC, "took", took)
 	} else if changed > 0 {
 		e.log.Debug("synced network policy rules", "events", len(events), "units", changed, "took", took)
@@ -399,8 +399,17 @@ func (e *Enforcer) podUnit(a netip.Addr) objects {
 			lp.isolated[dir] = lp.isolated[dir] || t[dir] > 0
 		}
 	}
-	if e.portName != nil && p.uid != "" {
-		lp.port = e.portName(p.uid)
+	switch l := e.linkOf(p); l.kind {
+	case linkBridged:
+		if e.bridge == "" {
+			e.bridge = l.bridge // the first pod on a bridge names it
+		}
+		if l.bridge == e.bridge {
+			lp.port = l.port
+		} else {
+			e.noteLink(p.key(), p.uid, podLink{kind: linkUnpoliced,
+				why: fmt.Sprintf("its veth %s is on bridge %s, not %s, the one policed", l.port, l.bridge, e.bridge)})
+		}
 	}
 	return podObjects(lp)
 }
