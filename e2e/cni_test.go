@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/e2e/testenv"
@@ -222,6 +223,52 @@ func TestCNI(t *testing.T) {
 		if !strings.Contains(log, "lo-flags-0x9") { // IFF_UP|IFF_LOOPBACK
 			t.Errorf("lo is not up in the client pod: %q", log)
 		}
+	})
+
+	t.Run("network policies are enforced on the bridge plugin's pods", func(t *testing.T) {
+		if !strings.Contains(e.s.stderrText(), "network policies: enforced for CNI pods") {
+			t.Errorf("bonsai does not say it enforces network policies for CNI pods:\n%s", e.s.stderrText())
+		}
+		deny := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny-ingress"},
+			Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+		if _, err := e.cs.NetworkingV1().NetworkPolicies("default").Create(t.Context(), deny, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer e.cs.NetworkingV1().NetworkPolicies("default").Delete(t.Context(), deny.Name, metav1.DeleteOptions{})
+		// Pods of one bridge, which br_netfilter may not show the IP
+		// hooks: the node must still stop the connection.
+		prober := func(name string) *corev1.Pod {
+			return &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main",
+					Command: sh(fmt.Sprintf("if nc -w 3 %s 8080 </dev/null >/dev/null; then echo reached; else echo blocked; fi; exec sleep 3600", ip))}}},
+			}
+		}
+		pr := e.create(t, prober("prober"))
+		pr = e.waitPod(t, pr.Name, 90*time.Second, "running", running)
+		var log string
+		waitFor(t, 30*time.Second, "the prober's verdict", func() bool {
+			log = e.logText(t, pr, "main", 0)
+			return strings.Contains(log, "reached") || strings.Contains(log, "blocked")
+		})
+		if !strings.Contains(log, "blocked") {
+			t.Errorf("a pod reached a pod that a policy isolates, through the bridge plugin's bridge: %q", log)
+		}
+		e.deletePods(t, pr.Name)
+		// Without the policy the same probe goes through.
+		if err := e.cs.NetworkingV1().NetworkPolicies("default").Delete(t.Context(), deny.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pr = e.create(t, prober("prober-2"))
+		pr = e.waitPod(t, pr.Name, 90*time.Second, "running", running)
+		waitFor(t, 30*time.Second, "the prober's verdict", func() bool {
+			log = e.logText(t, pr, "main", 0)
+			return strings.Contains(log, "reached") || strings.Contains(log, "blocked")
+		})
+		if !strings.Contains(log, "reached") {
+			t.Errorf("with no policy, a pod did not reach another: %q", log)
+		}
+		e.deletePods(t, pr.Name)
 	})
 
 	t.Run("hostPort on 127.0.0.1", func(t *testing.T) {

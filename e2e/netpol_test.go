@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/e2e/testenv"
 )
@@ -177,7 +179,7 @@ type policyCase struct {
 	name     string
 	policies func(e *truthEnv) []*networkingv1.NetworkPolicy
 	// check, when set, makes probes of its own after the table's.
-	check func(t *testing.T, e *truthEnv)
+	check func(t *testing.T, e *truthEnv, policies []*networkingv1.NetworkPolicy)
 }
 
 // TestNetworkPolicyTruthTable is the truth table test.
@@ -201,7 +203,7 @@ func TestNetworkPolicyTruthTable(t *testing.T) {
 			}
 			e.checkTable(t, applied)
 			if tc.check != nil {
-				tc.check(t, e)
+				tc.check(t, e, applied)
 			}
 			if t.Failed() {
 				failed++
@@ -602,7 +604,7 @@ func truthCases() []policyCase {
 		{name: "egress to DNS only",
 			policies: policies(np("x", "dns-only", all, egressOnly, nil,
 				out(portList(npPort(udpProto, 53), npPort(tcpProto, 53))))),
-			check: func(t *testing.T, e *truthEnv) {
+			check: func(t *testing.T, e *truthEnv, _ []*networkingv1.NetworkPolicy) {
 				// Cluster DNS is the node's: a pod under the policy still
 				// resolves names.
 				for _, from := range []string{"x/a", "y/a"} {
@@ -628,6 +630,32 @@ func truthCases() []policyCase {
 			np("x", "deny-ingress", all, ingressOnly, nil, nil),
 			np("y", "from-x-only", all, ingressOnly, in(nil, nsOf(labelSel("ns", "x"))), nil),
 			np("z", "b-egress-to-x-a", labelSel("pod", "b"), egressOnly, nil, out(nil, podsInNS(labelSel("ns", "x"), labelSel("pod", "a")))))},
+		{name: "rules hold across a restart",
+			policies: policies(np("x", "deny-all", all, bothWays, nil, nil),
+				np("y", "b-from-z", labelSel("pod", "b"), ingressOnly, in(nil, nsOf(labelSel("ns", "z"))), nil)),
+			check: func(t *testing.T, e *truthEnv, policies []*networkingv1.NetworkPolicy) {
+				if code, _ := e.s.sigterm(t); code != 0 {
+					t.Fatalf("bonsai exited %d on SIGTERM:\n%s", code, e.s.stderrText())
+				}
+				// The pods run on, and so do the rules.
+				for _, c := range []struct {
+					from, to string
+					want     bool
+				}{{"y/a", "x/a", false}, {"x/a", "y/a", false}, {"z/a", "y/b", true}, {"x/b", "y/b", false}, {"y/a", "z/c", true}} {
+					answer, err := e.probe(e.pod(c.from), "tcp", e.pod(c.to).ip.String(), 80)
+					if got := err == nil && answer == c.to; got != c.want {
+						t.Errorf("while bonsai was stopped: %s -> %s allowed %v, want %v (%v)", c.from, c.to, got, c.want, err)
+					}
+				}
+				e.s = startServer(e.t, e.s.dataDir, e.args...)
+				cfg, err := clientcmd.RESTConfigFromKubeConfig(e.s.kubeconfig(t).raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.cs = kubernetes.NewForConfigOrDie(cfg)
+				e.waitNodeReady(t)
+				e.checkTable(t, policies)
+			}},
 		{name: "policies deleted: everything again", policies: policies()},
 	}
 }
