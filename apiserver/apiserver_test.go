@@ -994,6 +994,21 @@ func TestValidationOfMoreKinds(t *testing.T) {
 	if diff := cmp.Diff([]string{"spec.ingress[0].from[0].ipBlock.except[0]", "spec.ingress[0].from[1].ipBlock.cidr"}, causes(err)); diff != "" {
 		t.Errorf("network policy causes: %s", diff)
 	}
+	// Ports as the enforcer reads them: a range needs a number to start
+	// from, and ends at a port; a named port is a port name.
+	named, num, end, bigEnd := intstr.FromString("http"), intstr.FromInt32(80), int32(90), int32(70000)
+	_, err = e.cs.NetworkingV1().NetworkPolicies("default").Create(e.ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "np"},
+		Spec: networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{
+			{Port: &named, EndPort: &end},
+			{EndPort: &end},
+			{Port: &num, EndPort: &bigEnd},
+			{Port: ptrTo(intstr.FromString("Not_A_Name"))},
+		}}}},
+	}, metav1.CreateOptions{})
+	if diff := cmp.Diff([]string{"spec.egress[0].ports[0].endPort", "spec.egress[0].ports[1].endPort", "spec.egress[0].ports[2].endPort", "spec.egress[0].ports[3].port"}, causes(err)); diff != "" {
+		t.Errorf("network policy port causes: %s", diff)
+	}
 	_, err = e.cs.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "pdb"},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromString("150%")), MaxUnavailable: ptrTo(intstr.FromInt32(1))},

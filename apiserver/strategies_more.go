@@ -123,13 +123,28 @@ func (networkPolicyStrategy) validate(w *writeCtx, obj runtime.Object) field.Err
 					errs = append(errs, field.NotSupported(pp.Child("protocol"), *port.Protocol, []string{"SCTP", "TCP", "UDP"}))
 				}
 			}
-			if port.Port != nil && port.Port.Type == intstr.Int {
+			switch {
+			case port.Port != nil && port.Port.Type == intstr.Int:
 				for _, msg := range validation.IsValidPortNum(port.Port.IntValue()) {
 					errs = append(errs, field.Invalid(pp.Child("port"), port.Port.IntValue(), msg))
 				}
-				if port.EndPort != nil && *port.EndPort < port.Port.IntVal {
-					errs = append(errs, field.Invalid(pp.Child("endPort"), *port.EndPort, "must be greater than or equal to `port`"))
+				if port.EndPort != nil {
+					if *port.EndPort < port.Port.IntVal {
+						errs = append(errs, field.Invalid(pp.Child("endPort"), *port.EndPort, "must be greater than or equal to `port`"))
+					}
+					for _, msg := range validation.IsValidPortNum(int(*port.EndPort)) {
+						errs = append(errs, field.Invalid(pp.Child("endPort"), *port.EndPort, msg))
+					}
 				}
+			case port.Port != nil:
+				for _, msg := range validation.IsValidPortName(port.Port.StrVal) {
+					errs = append(errs, field.Invalid(pp.Child("port"), port.Port.StrVal, msg))
+				}
+				if port.EndPort != nil {
+					errs = append(errs, field.Invalid(pp.Child("endPort"), *port.EndPort, "may not be specified when `port` is non-numeric"))
+				}
+			case port.EndPort != nil:
+				errs = append(errs, field.Invalid(pp.Child("endPort"), *port.EndPort, "may not be specified when `port` is not specified"))
 			}
 		}
 		for i, peer := range peers {
