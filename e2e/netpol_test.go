@@ -630,6 +630,35 @@ func truthCases() []policyCase {
 			np("x", "deny-ingress", all, ingressOnly, nil, nil),
 			np("y", "from-x-only", all, ingressOnly, in(nil, nsOf(labelSel("ns", "x"))), nil),
 			np("z", "b-egress-to-x-a", labelSel("pod", "b"), egressOnly, nil, out(nil, podsInNS(labelSel("ns", "x"), labelSel("pod", "a")))))},
+		{name: "through a Service",
+			policies: policies(np("x", "a-from-b", labelSel("pod", "a"), ingressOnly, in(nil, podsOf(labelSel("pod", "b"))), nil)),
+			check: func(t *testing.T, e *truthEnv, _ []*networkingv1.NetworkPolicy) {
+				// Policies apply to the pod the proxy sends a Service's
+				// connection to: the Service is no way around them.
+				svc, err := e.cs.CoreV1().Services("x").Create(t.Context(), &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Name: "a"},
+					Spec: corev1.ServiceSpec{Selector: map[string]string{"pod": "a"},
+						Ports: []corev1.ServicePort{{Name: "tcp", Port: 8080, TargetPort: intstr.FromInt32(80)},
+							{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 8080, TargetPort: intstr.FromInt32(80)}}},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.cs.CoreV1().Services("x").Delete(t.Context(), "a", metav1.DeleteOptions{})
+				waitFor(t, 30*time.Second, "x/b through the Service", func() bool {
+					answer, err := e.probe(e.pod("x/b"), "tcp", svc.Spec.ClusterIP, 8080)
+					return err == nil && answer == "x/a"
+				})
+				for _, c := range []struct {
+					from, proto string
+					want        bool
+				}{{"x/b", "udp", true}, {"y/b", "tcp", false}, {"x/c", "tcp", false}, {"y/a", "tcp", false}, {"z/c", "udp", false}, {"x/a", "tcp", true}} {
+					answer, err := e.probe(e.pod(c.from), c.proto, svc.Spec.ClusterIP, 8080)
+					if got := err == nil && answer == "x/a"; got != c.want {
+						t.Errorf("%s -> Service x/a %s: allowed %v, want %v (%v)", c.from, c.proto, got, c.want, err)
+					}
+				}
+			}},
 		{name: "rules hold across a restart",
 			policies: policies(np("x", "deny-all", all, bothWays, nil, nil),
 				np("y", "b-from-z", labelSel("pod", "b"), ingressOnly, in(nil, nsOf(labelSel("ns", "z"))), nil)),
