@@ -118,7 +118,12 @@
 // keep going, as conntrack remembers them. Cleanup deletes the tables
 // (`bonsai server --cleanup`, uninstall).
 //
+// A pod may not pass for another: the bridge table drops IPv4 frames
+// from a pod's port whose source is not the pod's address, which would
+// otherwise take the other pod's place in peers' rules, or leave by a
+// pod no policy isolates. Pods on a routed veth (CNI) get no such check
+// beyond the host's rp_filter.
+//
 // Not handled: IPv6 (the pod network is IPv4 only; IPv6 ipBlocks match
-// nothing), a pod forging another's source address (no reverse path
-// check beyond the host's rp_filter).
+// nothing).
 package netpol

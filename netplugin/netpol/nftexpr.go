@@ -132,6 +132,15 @@ func (r *rule) ifnameInSet(key expr.MetaKey, set string) *rule {
 		&expr.Lookup{SourceRegister: regScratch, SetName: set})
 }
 
+// portSaddrNotInSet matches frames whose "input port . source address"
+// is not in a set.
+func (r *rule) portSaddrNotInSet(set string) *rule {
+	return r.add("iifname . ip saddr != @"+set,
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat0},
+		&expr.Payload{DestRegister: regConcat0 + 4, Base: expr.PayloadBaseNetworkHeader, Offset: offSaddr, Len: 4},
+		&expr.Lookup{SourceRegister: regConcat0, SetName: set, Invert: true})
+}
+
 // ifname matches the name of the interface a packet goes out of,
 // padded with NULs as nft pads it.
 func (r *rule) oifname(name string) *rule {

@@ -58,6 +58,7 @@ const (
 	setHairpin     = "hairpin"
 
 	setPodPorts     = "pod-ports"
+	setPodAddrs     = "pod-addrs"
 	setPoliced      = "policed"
 	setPolicedPorts = "policed-ports"
 )
@@ -136,6 +137,8 @@ func setDefs(ip, br *nftables.Table) map[family]map[string]*nftables.Set {
 		m[famIP][name] = &nftables.Set{Table: ip, Name: name, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict}
 	}
 	m[famBridge][setPodPorts] = &nftables.Set{Table: br, Name: setPodPorts, KeyType: nftables.TypeIFName}
+	m[famBridge][setPodAddrs] = &nftables.Set{Table: br, Name: setPodAddrs, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)}
 	m[famBridge][setPolicedPorts] = &nftables.Set{Table: br, Name: setPolicedPorts, KeyType: nftables.TypeIFName}
 	m[famBridge][setPoliced] = &nftables.Set{Table: br, Name: setPoliced, KeyType: nftables.TypeIPAddr}
 	return m
@@ -216,6 +219,11 @@ func baseObjects(c baseConfig) objects {
 	// Before br_netfilter's own prerouting hook (priority 0), which
 	// would otherwise hand the frame to the IP hooks as bridged.
 	pre := chainDef{fam: famBridge, name: chainToHost, hook: filter(famBridge, nftables.ChainHookPrerouting, "prerouting", -300)}
+	// A pod sends from its own address: one that says it is another pod
+	// would have that pod's policies, or a peer's rule naming it, let
+	// it through.
+	pre.rules = append(pre.rules, newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPodPorts).etherType(unix.ETH_P_IP, "ip").
+		portSaddrNotInSet(setPodAddrs).drop())
 	if c.mac != nil {
 		for _, off := range []uint32{offSaddr, offDaddr} {
 			pre.rules = append(pre.rules, newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPodPorts).etherType(unix.ETH_P_IP, "ip").
@@ -418,7 +426,7 @@ func podObjects(p localPod) objects {
 	var o objects
 	policed := p.isolated[ingress] || p.isolated[egress]
 	if p.port != "" {
-		o.elems = append(o.elems, portNameElem(setPodPorts, p.port))
+		o.elems = append(o.elems, portNameElem(setPodPorts, p.port), portAddrElem(p.port, p.ip))
 		if policed {
 			o.elems = append(o.elems, portNameElem(setPolicedPorts, p.port))
 		}
@@ -484,6 +492,13 @@ func namedElem(id uint32, n addrPort) elem {
 	b = append(b, byte(n.proto), 0, 0, 0)
 	b = append(binary.BigEndian.AppendUint16(b, n.port), 0, 0)
 	return elem{fam: famIP, set: setNamed, key: b, keyText: idText(id) + n.String()}
+}
+
+// portAddrElem says a pod's port carries its address: "port . address".
+func portAddrElem(port string, a netip.Addr) elem {
+	b := make([]byte, unix.IFNAMSIZ, unix.IFNAMSIZ+4)
+	copy(b, port)
+	return elem{fam: famBridge, set: setPodAddrs, key: append(b, a.AsSlice()...), keyText: strconv.Quote(port) + " . " + a.String()}
 }
 
 func portNameElem(set, name string) elem {

@@ -1,6 +1,8 @@
 package netpol
 
 import (
+	"encoding/binary"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -411,4 +414,100 @@ func TestRestartKeepsTheRules(t *testing.T) {
 	n.expect(t, "default/frontend", "default/db", "tcp/80", true)
 	n.expect(t, "plain/frontend", "other/client", "tcp/80", false)
 	n.checkAgainstModel(t, "tcp/80")
+}
+
+// TestSpoofedSources: a pod may not pass for another, neither to get in
+// where the other is allowed nor to get out where it is not.
+func TestSpoofedSources(t *testing.T) {
+	for _, brnf := range []string{"0", "1"} {
+		t.Run("bridge-nf-call-iptables="+brnf, func(t *testing.T) {
+			t.Parallel()
+			n := newCastNode(t, brnf)
+			n.set(t, newPolicy("default", "db-from-frontend", sel("role", "db"),
+				ingressRules(ingressRule(ports(port(udp, 9999)), podPeer(sel("role", "frontend"))))),
+				newPolicy("default", "backend-no-egress", sel("role", "backend"), types_(tEgress)))
+			db, frontend, backend := n.pods["default/db"], n.pods["default/frontend"], n.pods["default/backend"]
+			plain := n.pods["plain/frontend"]
+			inDB := newUDPSink(t, db.ns, ":9999")
+			outside := newUDPSink(t, n.outside, ":9998")
+
+			// The real frontend gets in.
+			must(t, "send", sendUDP(frontend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999)))
+			if !inDB.got(t) {
+				t.Fatal("frontend's own datagram did not reach db")
+			}
+			// backend, saying it is frontend, does not.
+			must(t, "send", sendUDP(backend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999)))
+			if inDB.got(t) {
+				t.Error("backend, with frontend's address, reached db, which admits frontend alone")
+			}
+			// Nor does backend, which may send nothing, get out as a
+			// pod no policy holds.
+			must(t, "send", sendUDP(backend.ns, plain.ip, netip.AddrPortFrom(netip.MustParseAddr(outsideIP), 9998)))
+			if outside.got(t) {
+				t.Error("backend, isolated for egress, got out with plain/frontend's address")
+			}
+			must(t, "send", sendUDP(plain.ns, plain.ip, netip.AddrPortFrom(netip.MustParseAddr(outsideIP), 9998)))
+			if !outside.got(t) {
+				t.Error("plain/frontend's own datagram did not get out")
+			}
+		})
+	}
+}
+
+// udpSink is a UDP socket in a namespace that notes what arrives.
+type udpSink struct{ c chan struct{} }
+
+func newUDPSink(t *testing.T, ns netns.NsHandle, addr string) *udpSink {
+	t.Helper()
+	var pc net.PacketConn
+	must(t, "listen", inNS(ns, func() (err error) {
+		pc, err = net.ListenPacket("udp4", addr)
+		return err
+	}))
+	t.Cleanup(func() { pc.Close() })
+	s := &udpSink{c: make(chan struct{}, 16)}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			s.c <- struct{}{}
+		}
+	}()
+	return s
+}
+
+// got says whether a datagram arrived within probeTimeout.
+func (s *udpSink) got(t *testing.T) bool {
+	t.Helper()
+	select {
+	case <-s.c:
+		return true
+	case <-time.After(probeTimeout):
+		return false
+	}
+}
+
+// sendUDP sends one datagram from ns with the source address src,
+// whatever the sender's own, through a raw socket.
+func sendUDP(ns netns.NsHandle, src netip.Addr, dst netip.AddrPort) error {
+	pkt := make([]byte, 20+8+4)
+	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+	s, d := src.As4(), dst.Addr().As4()
+	copy(pkt[12:], s[:])
+	copy(pkt[16:], d[:])
+	binary.BigEndian.PutUint16(pkt[20:], 40001)
+	binary.BigEndian.PutUint16(pkt[22:], dst.Port())
+	binary.BigEndian.PutUint16(pkt[24:], 8+4) // the checksum stays 0: none
+	copy(pkt[28:], "ping")
+	return inNS(ns, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: d})
+	})
 }
