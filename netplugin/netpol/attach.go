@@ -3,7 +3,6 @@ package netpol
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,21 +16,22 @@ import (
 // network setup and its first container, it leaves no moment when the
 // pod runs unpoliced. (The pod's status shows the address only later,
 // when the kubelet writes it; until then no other component knows it.)
-// netnsPath is the sandbox's network namespace, where a CNI pod's link
-// to the node is found (see Config.NetnsDir).
-func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip netip.Addr, netnsPath string) error {
+// A static pod is policed as its mirror in the API is; one with no
+// mirror is selected by no policy, and Attach does not wait for one.
+func (e *Enforcer) Attach(ctx context.Context, pod netplugin.Pod, att netplugin.Attachment) error {
+	ip, who, uid := att.IP, pod.Namespace+"/"+pod.Name, pod.UID
 	if !ip.Is4() {
 		return nil // the network carries IPv4 alone
 	}
 	if err := e.checkPort(uid); err != nil {
-		return fmt.Errorf("network policies of pod %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("network policies of pod %s: %w", who, err)
 	}
-	if e.portName == nil && e.netnsDir != "" && netnsPath != "" && e.nl != nil {
-		l, err := findLink(e.nl, netnsPath, ip)
+	if e.portName == nil && e.netnsDir != "" && att.NetnsPath != "" && e.nl != nil {
+		l, err := findLink(e.nl, att.NetnsPath, ip)
 		if err != nil {
 			l = podLink{kind: linkUnpoliced, why: err.Error()}
 		}
-		e.noteLink(namespace+"/"+name, uid, l)
+		e.noteLink(who, uid, l)
 	}
 	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
@@ -40,15 +40,21 @@ func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip n
 	e.mu.Unlock()
 	// The kubelet had the pod from the API server: the informer has it
 	// too, or will in a moment.
+	static := pod.Annotations[mirrorAnnotation] != ""
+	start := time.Now()
 	for {
-		obj, exists, err := e.podsIdx.GetByKey(namespace + "/" + name)
-		if err == nil && exists && string(obj.(*corev1.Pod).UID) == uid {
+		obj, exists, err := e.podsIdx.GetByKey(pod.Namespace + "/" + pod.Name)
+		if err == nil && exists && sandboxUID(obj.(*corev1.Pod)) == uid {
 			e.podChanged(obj, false)
 			break
 		}
+		if static && time.Since(start) > staticMirrorWait {
+			e.log.Debug("static pod with no mirror in the API: no policy selects it", "pod", who)
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("network policies of pod %s/%s: the pod is not in the enforcer's cache: %w", namespace, name, ctx.Err())
+			return fmt.Errorf("network policies of pod %s: the pod is not in the enforcer's cache: %w", who, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -66,12 +72,17 @@ func (e *Enforcer) Attach(ctx context.Context, namespace, name, uid string, ip n
 		case <-done:
 		case <-ctx.Done():
 			if lastErr != nil {
-				return fmt.Errorf("network policies of pod %s/%s are not in place: %w", namespace, name, lastErr)
+				return fmt.Errorf("network policies of pod %s are not in place: %w", who, lastErr)
 			}
-			return fmt.Errorf("network policies of pod %s/%s are not in place: %w", namespace, name, ctx.Err())
+			return fmt.Errorf("network policies of pod %s are not in place: %w", who, ctx.Err())
 		}
 	}
 }
+
+// staticMirrorWait is how long Attach looks for a static pod's mirror,
+// which the kubelet makes before the pod's sandbox, in the enforcer's
+// cache.
+const staticMirrorWait = 2 * time.Second
 
 // checkPort makes sure the pod's bridge port is where PortName says: the
 // bridge table knows the bridge's ports by name alone, and a pod whose
@@ -121,7 +132,7 @@ func (g *guarded) Setup(ctx context.Context, pod netplugin.Pod) (netplugin.Attac
 	if err != nil {
 		return att, err
 	}
-	if err := g.e.Attach(ctx, pod.Namespace, pod.Name, pod.UID, att.IP, att.NetnsPath); err != nil {
+	if err := g.e.Attach(ctx, pod, att); err != nil {
 		if terr := g.PodNetwork.Teardown(ctx, pod.ID); terr != nil {
 			g.e.log.Warn("tear down an unpoliced sandbox's network", "pod", pod.Namespace+"/"+pod.Name, "err", terr)
 		}

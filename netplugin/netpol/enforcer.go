@@ -227,6 +227,9 @@ func slimPod(obj any) (any, error) {
 	}
 	out := &corev1.Pod{}
 	out.Namespace, out.Name, out.UID, out.Labels = p.Namespace, p.Name, p.UID, p.Labels
+	if h := p.Annotations[mirrorAnnotation]; h != "" {
+		out.Annotations = map[string]string{mirrorAnnotation: h}
+	}
 	out.ResourceVersion = p.ResourceVersion
 	out.Spec.NodeName, out.Spec.HostNetwork = p.Spec.NodeName, p.Spec.HostNetwork
 	slim := func(cs []corev1.Container) []corev1.Container {
@@ -303,8 +306,8 @@ func (e *Enforcer) podChanged(obj any, gone bool) {
 	ev := event{kind: podEvent, namespace: p.Namespace, name: p.Name}
 	e.mu.Lock()
 	if gone {
-		delete(e.attached, string(p.UID))
-		delete(e.links, string(p.UID))
+		delete(e.attached, sandboxUID(p))
+		delete(e.links, sandboxUID(p))
 	} else {
 		ev.pod = e.viewOf(p)
 	}
@@ -318,7 +321,7 @@ func (e *Enforcer) podChanged(obj any, gone bool) {
 func (e *Enforcer) viewOf(p *corev1.Pod) *pod {
 	var ip netip.Addr
 	if p.Spec.NodeName == e.nodeName {
-		ip = e.attached[string(p.UID)]
+		ip = e.attached[sandboxUID(p)]
 	}
 	if ip.IsValid() {
 		q := p.DeepCopy()

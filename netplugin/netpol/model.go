@@ -72,7 +72,7 @@ type podPort struct {
 // (a finished pod's address may already be another's).
 type pod struct {
 	namespace, name string
-	uid             string
+	uid             string // its sandbox's: see sandboxUID
 	labels          labels.Set
 	ip              netip.Addr
 	// local: the pod runs on this node, which enforces its policies.
@@ -81,6 +81,20 @@ type pod struct {
 }
 
 func (p *pod) key() string { return p.namespace + "/" + p.name }
+
+// mirrorAnnotation marks the API's mirror of a static pod, with the UID
+// the kubelet runs the static pod under.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// sandboxUID is the UID the pod's sandbox is set up under, which names
+// its network: the pod's own, or for a static pod's mirror the static
+// pod's.
+func sandboxUID(p *corev1.Pod) string {
+	if h := p.Annotations[mirrorAnnotation]; h != "" {
+		return h
+	}
+	return string(p.UID)
+}
 
 // podFromAPI is the model's view of an API pod on node; false when the
 // pod takes no part in policies. ip, when valid, is the address to use
@@ -103,7 +117,7 @@ func podFromAPI(p *corev1.Pod, node string, ip netip.Addr) (*pod, bool) {
 	if !ip.IsValid() {
 		return nil, false
 	}
-	out := &pod{namespace: p.Namespace, name: p.Name, uid: string(p.UID), labels: labels.Set(p.Labels),
+	out := &pod{namespace: p.Namespace, name: p.Name, uid: sandboxUID(p), labels: labels.Set(p.Labels),
 		ip: ip, local: node != "" && p.Spec.NodeName == node}
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {

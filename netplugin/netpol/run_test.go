@@ -17,6 +17,7 @@ import (
 
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/netplugin"
 )
 
 // runEnv is an enforcer made by New and driven by Run from a real API
@@ -199,16 +200,45 @@ func TestRun(t *testing.T) {
 	sandbox.Status.PodIP = "10.42.0.13"
 	tp := r.addPod(t, sandbox)
 	start := time.Now()
-	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, string(fresh.UID), tp.ip, ""); err != nil {
+	if err := r.e.Attach(ctx, netplugin.Pod{Namespace: fresh.Namespace, Name: fresh.Name, UID: string(fresh.UID)}, netplugin.Attachment{IP: tp.ip}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Attach of a new pod: %v", time.Since(start))
 	// One whose port is not on the bridge cannot be policed there.
-	if err := r.e.Attach(ctx, fresh.Namespace, fresh.Name, "no-such-uid", tp.ip, ""); err == nil {
+	if err := r.e.Attach(ctx, netplugin.Pod{Namespace: fresh.Namespace, Name: fresh.Name, UID: "no-such-uid"}, netplugin.Attachment{IP: tp.ip}); err == nil {
 		t.Error("Attach of a pod with no bridge port succeeded")
 	}
 	r.expect(t, "default/frontend", "default/db-2", "tcp/6379", true)
 	r.expect(t, "plain/frontend", "default/db-2", "tcp/6379", false)
+
+	// A static pod: the kubelet runs it under a UID of its own, which
+	// its mirror in the API carries in an annotation.
+	mirror := newPod("default", "static-db", "", map[string]string{"role": "db"},
+		func(p *corev1.Pod) { p.Annotations = map[string]string{mirrorAnnotation: "statichash01"} })
+	r.createPod(t, mirror)
+	sandbox = mirror.DeepCopy()
+	sandbox.UID, sandbox.Status.PodIP = "statichash01", "10.42.0.14"
+	tp = r.addPod(t, sandbox)
+	static := netplugin.Pod{Namespace: mirror.Namespace, Name: mirror.Name, UID: "statichash01", Annotations: mirror.Annotations}
+	if err := r.e.Attach(ctx, static, netplugin.Attachment{IP: tp.ip}); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, "default/frontend", "default/static-db", "tcp/6379", true)
+	r.expect(t, "plain/frontend", "default/static-db", "tcp/6379", false)
+	// One the API has no mirror of: no policy can select it, and its
+	// sandbox does not wait for one.
+	lonely := newPod("default", "lonely", "10.42.0.15", nil, func(p *corev1.Pod) {
+		p.UID, p.Annotations = "statichash02", map[string]string{mirrorAnnotation: "statichash02"}
+	})
+	tp = r.addPod(t, lonely)
+	start = time.Now()
+	if err := r.e.Attach(ctx, netplugin.Pod{Namespace: "default", Name: "lonely", UID: "statichash02", Annotations: lonely.Annotations},
+		netplugin.Attachment{IP: tp.ip}); err != nil {
+		t.Errorf("Attach of a static pod with no mirror: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Attach of a static pod with no mirror took %v", took)
+	}
 
 	// Stopped, the enforcer leaves the tables; Cleanup removes them.
 	r.stop()
