@@ -45,6 +45,9 @@ func (e *Enforcer) Attach(ctx context.Context, pod netplugin.Pod, att netplugin.
 	for {
 		obj, exists, err := e.podsIdx.GetByKey(pod.Namespace + "/" + pod.Name)
 		if err == nil && exists && sandboxUID(obj.(*corev1.Pod)) == uid {
+			e.mu.Lock()
+			e.urgent = true
+			e.mu.Unlock()
 			e.podChanged(obj, false)
 			break
 		}

@@ -100,6 +100,8 @@ type Enforcer struct {
 	queued, applied uint64
 	done            chan struct{}
 	lastErr         error
+	// urgent: a sandbox waits for the next sync (see Attach).
+	urgent bool
 
 	// Only sync touches the rest.
 	world    *world
@@ -397,7 +399,13 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		case <-e.wake:
 		case <-retry.C:
 		}
-		if wait := e.minSync - time.Since(last); wait > 0 {
+		e.mu.Lock()
+		urgent := e.urgent
+		e.urgent = false
+		e.mu.Unlock()
+		// A sandbox waiting in Attach holds its pod's start: its sync
+		// does not wait out the interval.
+		if wait := e.minSync - time.Since(last); wait > 0 && !urgent {
 			select {
 			case <-ctx.Done():
 				return nil
