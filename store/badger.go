@@ -703,11 +703,16 @@ func (s *badgerStore) queueOp(op *writeOp, check func(cur uint64) error) error {
 	}
 	s.queue = append(s.queue, op)
 	s.mu.Unlock()
+	s.wake()
+	return nil
+}
+
+// wake tells the committer there is something to do, without waiting.
+func (s *badgerStore) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 func (s *badgerStore) Create(ctx context.Context, key string, value []byte) (uint64, error) {
@@ -949,6 +954,9 @@ func (s *badgerStore) finish(b syncBatch, err error) {
 		}
 		err = s.failed
 		s.mu.Unlock()
+		// The committer may be idle, waiting for a write that will not
+		// come (writes are refused from now on): wake it to undo these.
+		s.wake()
 	} else {
 		last := b.batch[len(b.batch)-1].rev
 		if len(b.events) > 0 {
@@ -1548,10 +1556,7 @@ func (s *badgerStore) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+	s.wake()
 	s.commitWG.Wait()
 	close(s.stop)
 	s.wg.Wait()
