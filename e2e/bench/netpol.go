@@ -42,10 +42,12 @@ func netpolParamsFor(quick bool) netpolParams {
 }
 
 type netpolResults struct {
-	writeP50, writeP99 *float64
-	fullSync, rssAdded *float64
-	bare, policed      *float64 // throughput, MB/s
-	ratio              *float64
+	writeP50, writeP99    *float64
+	fullSync, rssAdded    *float64
+	bare, policed         *float64 // throughput, MB/s
+	ratio                 *float64
+	connBare, connPoliced *float64 // new connections/s
+	connRatio             *float64
 }
 
 func netpolRows(p netpolParams, r *netpolResults) []Row {
@@ -61,6 +63,9 @@ func netpolRows(p netpolParams, r *netpolResults) []Row {
 		row("pod-to-pod TCP throughput, no policy", "MB/s", r.bare, nil),
 		row(fmt.Sprintf("pod-to-pod TCP throughput, %d policies selecting the server", p.selecting), "MB/s", r.policed, nil),
 		row(fmt.Sprintf("throughput with %d policies / with none", p.selecting), "%", r.ratio, atLeast(95, "%")),
+		row("pod-to-pod TCP connections set up per second, no policy", "conns/s", r.connBare, nil),
+		row(fmt.Sprintf("pod-to-pod TCP connections set up per second, %d policies selecting the server", p.selecting), "conns/s", r.connPoliced, nil),
+		row(fmt.Sprintf("connection setup with %d policies / with none", p.selecting), "%", r.connRatio, atLeast(90, "%")),
 	}
 	if p.policies == 1000 {
 		rows[2].Target = atMost(1000, "ms")
@@ -115,6 +120,11 @@ func netpolSuite(ctx context.Context, b *bench) ([]Row, error) {
 		return rows(), err
 	}
 	res.bare = num(bare)
+	connBare, err := connectRate(ctx, clientNS, serverAddr, p)
+	if err != nil {
+		return rows(), err
+	}
+	res.connBare = num(connBare)
 
 	b.logf("netpol: %d policy writes timed to enforcement", p.samples)
 	var took []time.Duration
@@ -163,6 +173,11 @@ func netpolSuite(ctx context.Context, b *bench) ([]Row, error) {
 		return rows(), err
 	}
 	res.policed, res.ratio = num(policed), num(100*policed/bare)
+	connPoliced, err := connectRate(ctx, clientNS, serverAddr, p)
+	if err != nil {
+		return rows(), err
+	}
+	res.connPoliced, res.connRatio = num(connPoliced), num(100*connPoliced/connBare)
 	if err := nps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return rows(), err
 	}
@@ -359,6 +374,38 @@ func throughput(ctx context.Context, path, addr string, p netpolParams) (float64
 		took := time.Since(start)
 		c.Close()
 		best = max(best, float64(sent)/(1<<20)/took.Seconds())
+	}
+	return best, ctx.Err()
+}
+
+// connectRate opens and closes connections one after another from the
+// client's namespace for the round's length, a few rounds, and returns
+// the best rate: what a policy costs the first packet of a connection,
+// where the kernel's conntrack has not yet seen it.
+func connectRate(ctx context.Context, path, addr string, p netpolParams) (float64, error) {
+	var best float64
+	for range p.throughputTimes {
+		var n int
+		var took time.Duration
+		err := inPodNetns(path, func() error {
+			start := time.Now()
+			for took = 0; took < p.throughputFor && ctx.Err() == nil; took = time.Since(start) {
+				c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+				if err != nil {
+					return err
+				}
+				// A reset rather than a FIN: no TIME_WAIT, so a round
+				// never runs out of the namespace's ephemeral ports.
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, float64(n)/took.Seconds())
 	}
 	return best, ctx.Err()
 }
