@@ -57,11 +57,50 @@ func (l Limits) withDefaults() Limits {
 // components (in-process) and system:masters are exempt, as
 // kube-apiserver's exempt level; nodes (their Lease renewals and status)
 // have seats of their own that no user traffic can take; everyone else
-// shares the workload seats. A level out of seats answers 429 with
-// Retry-After at once rather than queue, as --max-requests-inflight.
+// shares the workload seats. The workload level out of seats answers 429
+// with Retry-After at once, as --max-requests-inflight. The node level
+// queues, as kube-apiserver's node-high level does: nodes renew in
+// bursts (after a restart, or when their periods line up), and a 429
+// would cost each a second's back-off, a tenth of its Lease period.
 type priorityLevel struct {
 	name               string
 	readonly, mutating chan struct{}
+	// queued, when not nil, holds the requests waiting for a seat, at
+	// most its capacity; past it, 429.
+	queued chan struct{}
+}
+
+// nodeQueueWait bounds a node request's wait for a seat: well inside a
+// Lease period, so a renewal that cannot get one is refused while there
+// is time to retry.
+const nodeQueueWait = 5 * time.Second
+
+// acquire takes a seat of seats, queueing if the level queues; false
+// when it answered 429 or the request ended first.
+func (p *priorityLevel) acquire(w http.ResponseWriter, r *http.Request, seats chan struct{}) bool {
+	select {
+	case seats <- struct{}{}:
+		return true
+	default:
+	}
+	if p.queued != nil {
+		select {
+		case p.queued <- struct{}{}:
+			defer func() { <-p.queued }()
+			t := time.NewTimer(nodeQueueWait)
+			defer t.Stop()
+			select {
+			case seats <- struct{}{}:
+				return true
+			case <-r.Context().Done():
+				return false
+			case <-t.C:
+			}
+		default:
+		}
+	}
+	tooManyRequests(w, "Too many requests, please try again later.")
+	return false
 }
 
 func newPriorityLevel(name string, readonly, mutating int) *priorityLevel {
@@ -81,8 +120,12 @@ func newFlowControl(l Limits) *flowControl {
 	// reads and 25 writes: a node renews one Lease every 10 s.
 	nodeRead, nodeWrite := max(50, l.MaxRequestsInFlight/4), max(25, l.MaxMutatingRequestsInFlight/4)
 	return &flowControl{
-		limits:   l,
-		node:     newPriorityLevel("node", nodeRead, nodeWrite),
+		limits: l,
+		node: func() *priorityLevel {
+			p := newPriorityLevel("node", nodeRead, nodeWrite)
+			p.queued = make(chan struct{}, 4*(nodeRead+nodeWrite))
+			return p
+		}(),
 		workload: newPriorityLevel("workload", l.MaxRequestsInFlight, l.MaxMutatingRequestsInFlight),
 		watches:  map[string]int{},
 	}
@@ -153,13 +196,10 @@ func (s *Server) withFlowControl(next http.Handler) http.Handler {
 			if mutating(r.Method) {
 				seats = level.mutating
 			}
-			select {
-			case seats <- struct{}{}:
-				defer func() { <-seats }()
-			default:
-				tooManyRequests(w, "Too many requests, please try again later.")
+			if !level.acquire(w, r, seats) {
 				return
 			}
+			defer func() { <-seats }()
 		}
 		timeout := f.limits.RequestTimeout
 		if t := r.URL.Query().Get("timeout"); t != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -174,5 +175,41 @@ func TestWatchLimits(t *testing.T) {
 	rec = serveAs(s, "GET", "/api/v1/namespaces/default/configmaps?watch=1", "jane-token", "", nil)
 	if d := time.Since(start); rec.Code != http.StatusOK || d < 500*time.Millisecond || d > 1500*time.Millisecond {
 		t.Errorf("watch without timeoutSeconds: %d after %v, want 200 ending in [0.5 s, 1 s)", rec.Code, d)
+	}
+}
+
+// The node level queues: a burst of node requests past its seats waits
+// for them rather than answer 429 (which would cost each node a second's
+// back-off); past the queue, 429.
+func TestNodeLevelQueues(t *testing.T) {
+	p := newPriorityLevel("node", 1, 1)
+	p.queued = make(chan struct{}, 1)
+	req := httptest.NewRequest("PUT", "/", nil)
+	if rec := httptest.NewRecorder(); !p.acquire(rec, req, p.mutating) {
+		t.Fatalf("first request: %d, want a seat", rec.Code)
+	}
+	got := make(chan bool)
+	go func() { got <- p.acquire(httptest.NewRecorder(), req, p.mutating) }()
+	// Wait until the second is queued, then a third finds the queue full.
+	for deadline := time.Now().Add(5 * time.Second); len(p.queued) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request never queued")
+		}
+	}
+	rec := httptest.NewRecorder()
+	if p.acquire(rec, req, p.mutating) || rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("past the queue: %d %q, want 429 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	select {
+	case <-got:
+		t.Fatal("the queued request got a seat while none was free")
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-p.mutating // the first request ends
+	if !<-got {
+		t.Fatal("the queued request did not get the freed seat")
+	}
+	if len(p.queued) != 0 {
+		t.Fatalf("%d still queued", len(p.queued))
 	}
 }
