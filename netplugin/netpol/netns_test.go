@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -391,12 +392,24 @@ func probeTCP(ns netns.NsHandle, addr, want string) error {
 	return nil
 }
 
+// udpProbePorts numbers the UDP probes' source ports.
+var udpProbePorts atomic.Uint32
+
 // probeUDP sends a datagram from ns to addr and says whether the server
 // answered with want.
 func probeUDP(ns netns.NsHandle, addr, want string) error {
 	var pc net.PacketConn
 	if err := inNS(ns, func() (err error) {
-		pc, err = net.ListenPacket("udp4", ":0")
+		// A source port no earlier probe of this test run used: an
+		// ephemeral one may be reused while conntrack still holds an
+		// earlier probe's flow, which an earlier case allowed, and
+		// established flows pass whatever the policies now say.
+		for range 100 {
+			port := 10000 + udpProbePorts.Add(1)%20000
+			if pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port)); err == nil {
+				break
+			}
+		}
 		return err
 	}); err != nil {
 		return err
