@@ -1,9 +1,15 @@
-// Package admission owns the admission plugins' configuration: the
+// Package admission is the API server's admission: the Plugin contract
+// (Attributes, MutationInterface, ValidationInterface) and the Chain that
+// runs an ordered list of plugins, mutating phase then validating phase,
+// as kube-apiserver's admission does; the plugins' configuration, the
 // AdmissionConfiguration file of --admission-control-config-file
-// (apiserver.config.k8s.io/v1, as kube-apiserver reads it) and each
+// (apiserver.config.k8s.io/v1, as kube-apiserver reads it) with each
 // configurable plugin's own configuration in it, decoded and checked
-// before the server starts. The plugins live in sub-packages, one each,
-// as pure logic; the API server wires them into its request path.
+// before the server starts; and the plugins that need nothing of the
+// server (Priority, DefaultTolerationSeconds, DefaultStorageClass,
+// StorageObjectInUseProtection here, PodSecurity in its sub-package), as
+// pure logic. The API server defines the plugins that read its state and
+// the one ordered list (apiserver/admission_chain.go).
 package admission
 
 import (
