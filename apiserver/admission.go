@@ -9,16 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// immortalNamespaces may not be deleted, as kube-apiserver's
-// NamespaceLifecycle admission refuses it.
-var immortalNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true}
-
-// admitDelete refuses deletions that Kubernetes' admission refuses.
-func admitDelete(res *resource, namespace, name string) error {
-	if res.gvr.Group == "" && res.gvr.Resource == "namespaces" && immortalNamespaces[name] {
-		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("this namespace may not be deleted"))
-	}
-	// The range of --service-cidr stays while the server uses it.
+// deleteForbidden refuses the deletions the server itself refuses (its
+// admission's are NamespaceLifecycle's): the range of --service-cidr
+// stays while the server uses it.
+func deleteForbidden(res *resource, name string) error {
 	if res.gvr == gvr("networking.k8s.io", "v1", "servicecidrs") && name == defaultServiceCIDRName {
 		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("the ServiceCIDR of --service-cidr may not be deleted"))
 	}

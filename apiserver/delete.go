@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -117,31 +118,22 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 // a grace period hold it. deleted says whether it is gone.
 func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, name string, opts *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	dry := len(opts.DryRun) > 0
-	if err := admitDelete(res, namespace, name); err != nil {
+	if err := deleteForbidden(res, name); err != nil {
 		return nil, false, err
 	}
+	wc := &writeCtx{s: s, res: res, dryRun: dry}
 	for attempt := 0; ; attempt++ {
 		old, rev, err := s.getObject(ctx, res, namespace, name)
 		if err != nil {
 			return nil, false, err
 		}
-		if err := s.admitNodeDelete(ctx, res, old, "delete"); err != nil {
-			return nil, false, err
-		}
-		m, _ := metaOf(old)
-		if p := opts.Preconditions; p != nil {
-			if p.UID != nil && *p.UID != m.GetUID() {
-				return nil, false, apierrors.NewConflict(qualified(res), name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, m.GetUID()))
-			}
-			if p.ResourceVersion != nil && *p.ResourceVersion != m.GetResourceVersion() {
-				return nil, false, apierrors.NewConflict(qualified(res), name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.GetResourceVersion()))
-			}
-		}
-		if err := s.admitDeletion(ctx, &writeCtx{s: s, res: res, dryRun: dry}, namespace, name, old); err != nil {
+		steps := deleteSteps{res: res, name: name, opts: opts, old: old}
+		a := newAdmissionAttrs(ctx, wc, admissionv1.Delete, "", namespace, name, nil, old)
+		if err := s.admit(ctx, &a, steps); err != nil {
 			return nil, false, err
 		}
 		obj := old.DeepCopyObject()
-		m, _ = metaOf(obj)
+		m, _ := metaOf(obj)
 		_, graceful := res.strategy.(gracefulStrategy)
 		finalizersChanged := updateDeletionFinalizers(m, opts, graceful)
 		var grace int64
@@ -215,6 +207,32 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		return obj, true, nil
 	}
 }
+
+// deleteSteps are a delete's own step inside admission: the request's
+// preconditions, checked against the object found.
+type deleteSteps struct {
+	res  *resource
+	name string
+	opts *metav1.DeleteOptions
+	old  runtime.Object
+}
+
+func (d deleteSteps) Prepare(context.Context) error {
+	p := d.opts.Preconditions
+	if p == nil {
+		return nil
+	}
+	m, _ := metaOf(d.old)
+	if p.UID != nil && *p.UID != m.GetUID() {
+		return apierrors.NewConflict(qualified(d.res), d.name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, m.GetUID()))
+	}
+	if p.ResourceVersion != nil && *p.ResourceVersion != m.GetResourceVersion() {
+		return apierrors.NewConflict(qualified(d.res), d.name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.GetResourceVersion()))
+	}
+	return nil
+}
+
+func (deleteSteps) Validate(context.Context) error { return nil }
 
 // updateDeletionFinalizers adds the garbage collector's finalizer for the
 // requested propagation, as kube-apiserver does; it reports a change.

@@ -5,15 +5,12 @@ import (
 	"strconv"
 	"strings"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	psaapi "k8s.io/pod-security-admission/api"
 
 	"bonsai.dev/bonsai/apiserver/admission/podsecurity"
 	"bonsai.dev/bonsai/apiserver/audit"
-	"bonsai.dev/bonsai/apiserver/authn"
 )
 
 // newPodSecurity builds the PodSecurity admission over this server's
@@ -36,20 +33,19 @@ func servedMinor() psaapi.Version {
 	return psaapi.LatestVersion()
 }
 
-// admitPodSecurity runs the PodSecurity plugin on a create or update of
-// obj (over old), after the strategy's validation and before the
-// admission policies and validating webhooks: kube-apiserver's
-// PodSecurity is a validating plugin ordered before them. Its warnings go
-// to the response, its annotations to the audit event. The server's own
-// writes (no user) and the writes a subresource makes on its parent are
-// not admitted, as for webhooks.
-func (s *Server) admitPodSecurity(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource string, obj, old runtime.Object) error {
-	res := wc.res
+// admitPodSecurity runs the PodSecurity plugin on a create or update,
+// after the strategy's validation and before the admission policies and
+// validating webhooks: kube-apiserver's PodSecurity is a validating plugin
+// ordered before them. Its warnings go to the response, its annotations
+// to the audit event. The server's own writes (no user) and the writes a
+// subresource makes on its parent are not admitted, as for webhooks.
+func (s *Server) admitPodSecurity(ctx context.Context, a *admissionAttrs) error {
+	res, obj, old := a.res, a.obj, a.old
 	if s.podSecurity == nil || res.custom != nil || !s.podSecurity.Handles(res.gvr.GroupResource()) {
 		return nil
 	}
-	u, ok := ctx.Value(userKey{}).(*authn.User)
-	if !ok || ctx.Value(subresourceAdmittedKey{}) != nil {
+	u := a.user
+	if u == nil || a.subresourceAdmitted {
 		return nil
 	}
 	m, err := metaOf(obj)
@@ -57,7 +53,7 @@ func (s *Server) admitPodSecurity(ctx context.Context, wc *writeCtx, op admissio
 		return nil
 	}
 	r := &podsecurity.Request{
-		Operation: op, Resource: res.gvr, Subresource: subresource, Kind: res.gvk(),
+		Operation: a.op, Resource: res.gvr, Subresource: a.subresource, Kind: res.gvk(),
 		Namespace: m.GetNamespace(), Name: m.GetName(), UserName: u.Name,
 		Object: obj, OldObject: old,
 	}

@@ -23,25 +23,6 @@ import (
 	"bonsai.dev/bonsai/apiserver/authz"
 )
 
-// admitWrite runs the admission steps that depend on who writes: RBAC's
-// privilege-escalation prevention on roles and bindings, and
-// NodeRestriction on what a kubelet writes. old is nil on create;
-// subresource is the subresource written ("" for the object itself).
-// Writes the server makes for itself (no user) pass.
-func (s *Server) admitWrite(ctx context.Context, res *resource, subresource string, obj, old runtime.Object) error {
-	u := requestUser(ctx)
-	if u == nil || s.rbac == nil {
-		return nil
-	}
-	if res.gvr.Group == rbacv1.GroupName {
-		return s.admitRBAC(ctx, u, res, obj, old)
-	}
-	if node, ok := authz.NodeName(u); ok {
-		return admitNode(node, s.nodeUIDOf(ctx, node), res, subresource, obj, old)
-	}
-	return nil
-}
-
 // admitRBAC lets a user write a role only with rules it holds itself (or
 // the escalate verb on it), and a binding only to a role whose rules it
 // holds (or the bind verb on that role), as Kubernetes does.

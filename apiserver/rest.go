@@ -309,7 +309,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return err
 	}
 	m, _ := metaOf(obj)
-	if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+	if err := setRequestNamespace(res, ri, m); err != nil {
 		return err
 	}
 	if m.GetResourceVersion() != "" {
@@ -366,47 +366,9 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 		}
 		m, _ = metaOf(obj)
 	}
-	tracked := m.GetManagedFields()
-	// Mutating admission runs on the defaulted object, before the
-	// strategy and validation see it, as in kube-apiserver.
-	if pod, ok := obj.(*corev1.Pod); ok && res.gvr == gvr("", "v1", "pods") {
-		if err := s.admitPodServiceAccount(ctx, pod, wc.generatedName); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.admitWrite(ctx, res, "", obj, nil); err != nil {
-		return nil, err
-	}
-	if err := res.strategy.prepareForCreate(wc, obj); err != nil {
-		return nil, err
-	}
-	if err := s.limitRangeDefaults(ctx, res, obj); err != nil {
-		return nil, err
-	}
-	if err := s.admitMutating(ctx, wc, admissionv1.Create, "", obj, nil); err != nil {
-		return nil, err
-	}
-	keepValidManagedFields(ctx, m, tracked)
-	if res.strategy.tracksGeneration() {
-		m.SetGeneration(1)
-	} else {
-		m.SetGeneration(0)
-	}
-	errs := validateMeta(res, m)
-	errs = append(errs, res.strategy.validate(wc, obj)...)
-	if len(errs) > 0 {
-		return nil, invalid(res, m.GetName(), errs)
-	}
-	if err := s.limitRangeValidate(ctx, res, obj); err != nil {
-		return nil, err
-	}
-	if err := s.admitPodSecurity(ctx, wc, admissionv1.Create, "", obj, nil); err != nil {
-		return nil, err
-	}
-	if err := s.admitValidating(ctx, wc, admissionv1.Create, "", m.GetNamespace(), m.GetName(), obj, nil); err != nil {
-		return nil, err
-	}
-	if err := s.admitQuota(ctx, res, obj, nil, wc.dryRun); err != nil {
+	steps := &createSteps{wc: wc, m: m, tracked: m.GetManagedFields()}
+	steps.a = newAdmissionAttrs(ctx, wc, admissionv1.Create, "", m.GetNamespace(), m.GetName(), obj, nil)
+	if err := s.admit(ctx, &steps.a, steps); err != nil {
 		return nil, err
 	}
 	// A dry run is refused as the write would be.
@@ -441,10 +403,10 @@ func checkKind(obj runtime.Object, res *resource) error {
 	return nil
 }
 
-// admitNamespace checks the object's namespace against the URL and the
-// namespace lifecycle: creating into a missing namespace is 404, into a
-// terminating one 403.
-func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestInfo, m metav1.Object) error {
+// setRequestNamespace gives the object the request's namespace, or
+// refuses another; a cluster-scoped object has none. Whether the
+// namespace takes new objects is NamespaceLifecycle's.
+func setRequestNamespace(res *resource, ri requestInfo, m metav1.Object) error {
 	if !res.namespaced {
 		m.SetNamespace("")
 		return nil
@@ -455,23 +417,34 @@ func (s *Server) admitNamespace(ctx context.Context, res *resource, ri requestIn
 	case ns != ri.namespace:
 		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
-	terminating, known := s.nsCache.lookup(ri.namespace)
-	if !known {
-		nsRes := s.reg.byGVR[gvr("", "v1", "namespaces")]
-		obj, _, err := s.getObject(ctx, nsRes, "", ri.namespace)
-		if err != nil {
-			return err
-		}
-		ns := obj.(*corev1.Namespace)
-		terminating = ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
+	return nil
+}
+
+// createSteps are a create's own steps inside admission: the strategy
+// prepares the new object; metadata and the strategy validate it.
+type createSteps struct {
+	a       admissionAttrs
+	wc      *writeCtx
+	m       metav1.Object
+	tracked []metav1.ManagedFieldsEntry
+}
+
+func (c *createSteps) Prepare(context.Context) error {
+	return c.wc.res.strategy.prepareForCreate(c.wc, c.a.obj)
+}
+
+func (c *createSteps) Validate(ctx context.Context) error {
+	res, m := c.wc.res, c.m
+	keepValidManagedFields(ctx, m, c.tracked)
+	if res.strategy.tracksGeneration() {
+		m.SetGeneration(1)
+	} else {
+		m.SetGeneration(0)
 	}
-	if terminating {
-		err := apierrors.NewForbidden(qualified(res), m.GetName(), fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ri.namespace))
-		// Controllers recognise this refusal by its cause.
-		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", ri.namespace), Field: "metadata.namespace",
-		})
-		return err
+	errs := validateMeta(res, m)
+	errs = append(errs, res.strategy.validate(c.wc, c.a.obj)...)
+	if len(errs) > 0 {
+		return invalid(res, m.GetName(), errs)
 	}
 	return nil
 }
@@ -564,7 +537,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 			if notFound {
 				// Only apply creates.
 				m, _ := metaOf(obj)
-				if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+				if err := setRequestNamespace(res, ri, m); err != nil {
 					return err
 				}
 				out, err := s.createObject(r.Context(), wc, obj, manager, true)
@@ -609,7 +582,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 				if !res.allowCreateOnUpdate || ri.subresource != "" {
 					return err
 				}
-				if err := s.admitNamespace(r.Context(), res, ri, m); err != nil {
+				if err := setRequestNamespace(res, ri, m); err != nil {
 					return err
 				}
 				out, err := s.createObject(r.Context(), wc, obj, manager, false)
@@ -666,78 +639,12 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	m.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
 	m.SetGeneration(om.GetGeneration())
 	m.SetSelfLink("")
-	if err := s.admitMutating(ctx, wc, admissionv1.Update, ri.subresource, obj, old); err != nil {
+	steps := &updateSteps{wc: wc, ri: ri, m: m, old: old, om: om}
+	steps.a = newAdmissionAttrs(ctx, wc, admissionv1.Update, ri.subresource, m.GetNamespace(), m.GetName(), obj, old)
+	if err := s.admit(ctx, &steps.a, steps); err != nil {
 		return nil, err
 	}
-	switch ri.subresource {
-	case "status":
-		// Only status moves: everything else is the stored object's. A
-		// built-in object's other fields are old's own (old is this
-		// request's, read-only, and gone after it): no copy of the spec
-		// to make, and the field manager finds it equal at a glance.
-		merged := shallowCopy(old)
-		if _, ok := old.(*unstructured.Unstructured); ok || merged == nil {
-			merged = old.DeepCopyObject()
-		}
-		copyField(merged, obj, "Status")
-		mm, _ := metaOf(merged)
-		mm.SetManagedFields(m.GetManagedFields())
-		mm.SetResourceVersion(m.GetResourceVersion())
-		resetMetaForStatus(mm, om)
-		if _, ok := res.strategy.(statusAnnotationsStrategy); ok {
-			mm.SetAnnotations(m.GetAnnotations())
-		}
-		obj, m = merged, mm
-		if st, ok := res.strategy.(statusStrategy); ok {
-			if err := st.prepareForStatusUpdate(wc, obj, old); err != nil {
-				return nil, err
-			}
-		}
-	case "finalize":
-		merged := old.DeepCopyObject()
-		copyField(merged, obj, "Spec")
-		obj = merged
-		m, _ = metaOf(obj)
-	case "ephemeralcontainers":
-		merged := old.DeepCopyObject().(*corev1.Pod)
-		merged.Spec.EphemeralContainers = obj.(*corev1.Pod).Spec.EphemeralContainers
-		obj = merged
-		m, _ = metaOf(obj)
-	default:
-		defaulter{}.Default(obj)
-		if err := res.strategy.prepareForUpdate(wc, obj, old); err != nil {
-			return nil, err
-		}
-		if res.strategy.tracksGeneration() && specChanged(obj, old) {
-			m.SetGeneration(om.GetGeneration() + 1)
-		}
-	}
-	if err := s.admitWrite(ctx, res, ri.subresource, obj, old); err != nil {
-		return nil, err
-	}
-	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, om, field.NewPath("metadata"))
-	errs = append(errs, validateMeta(res, m)...)
-	if ri.subresource == "" {
-		errs = append(errs, res.strategy.validateUpdate(wc, obj, old)...)
-	} else if sv, ok := res.strategy.(statusValidator); ok && ri.subresource == "status" {
-		errs = append(errs, sv.validateStatusUpdate(wc, obj, old)...)
-	}
-	if len(errs) > 0 {
-		return nil, invalid(res, ri.name, errs)
-	}
-	if err := s.admitPodSecurity(ctx, wc, admissionv1.Update, ri.subresource, obj, old); err != nil {
-		return nil, err
-	}
-	if err := s.admitValidating(ctx, wc, admissionv1.Update, ri.subresource, ri.namespace, ri.name, obj, old); err != nil {
-		return nil, err
-	}
-	// Only claims (a bigger request), services (a new type) and pods
-	// can use more after an update.
-	if ri.subresource == "" && m.GetDeletionTimestamp() == nil && growsOnUpdate(res) {
-		if err := s.admitQuota(ctx, res, obj, old, wc.dryRun); err != nil {
-			return nil, err
-		}
-	}
+	obj, m = steps.a.obj, steps.m
 	if !applied {
 		var err error
 		if obj, err = s.trackManagedFields(res, ri.subresource, obj, old, manager); err != nil {
@@ -784,6 +691,85 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	setResourceVersion(obj, newRev)
 	return obj, nil
+}
+
+// updateSteps are an update's own steps inside admission: the strategy
+// prepares the object over old (for a subresource, merges what it may
+// change into old); metadata and the strategy validate it.
+type updateSteps struct {
+	a     admissionAttrs
+	wc    *writeCtx
+	ri    requestInfo
+	m, om metav1.Object
+	old   runtime.Object
+}
+
+func (u *updateSteps) Prepare(context.Context) error {
+	wc, res, ri, old, om := u.wc, u.wc.res, u.ri, u.old, u.om
+	obj, m := u.a.obj, u.m
+	switch ri.subresource {
+	case "status":
+		// Only status moves: everything else is the stored object's. A
+		// built-in object's other fields are old's own (old is this
+		// request's, read-only, and gone after it): no copy of the spec
+		// to make, and the field manager finds it equal at a glance.
+		merged := shallowCopy(old)
+		if _, ok := old.(*unstructured.Unstructured); ok || merged == nil {
+			merged = old.DeepCopyObject()
+		}
+		copyField(merged, obj, "Status")
+		mm, _ := metaOf(merged)
+		mm.SetManagedFields(m.GetManagedFields())
+		mm.SetResourceVersion(m.GetResourceVersion())
+		resetMetaForStatus(mm, om)
+		if _, ok := res.strategy.(statusAnnotationsStrategy); ok {
+			mm.SetAnnotations(m.GetAnnotations())
+		}
+		obj, m = merged, mm
+		if st, ok := res.strategy.(statusStrategy); ok {
+			if err := st.prepareForStatusUpdate(wc, obj, old); err != nil {
+				return err
+			}
+		}
+	case "finalize":
+		merged := old.DeepCopyObject()
+		copyField(merged, obj, "Spec")
+		obj = merged
+		m, _ = metaOf(obj)
+	case "ephemeralcontainers":
+		merged := old.DeepCopyObject().(*corev1.Pod)
+		merged.Spec.EphemeralContainers = obj.(*corev1.Pod).Spec.EphemeralContainers
+		obj = merged
+		m, _ = metaOf(obj)
+	default:
+		defaulter{}.Default(obj)
+		if err := res.strategy.prepareForUpdate(wc, obj, old); err != nil {
+			return err
+		}
+		if res.strategy.tracksGeneration() && specChanged(obj, old) {
+			m.SetGeneration(om.GetGeneration() + 1)
+		}
+	}
+	// From here on admission sees the prepared object, under the
+	// request's namespace and name.
+	u.a.obj, u.m = obj, m
+	u.a.namespace, u.a.name = ri.namespace, ri.name
+	return nil
+}
+
+func (u *updateSteps) Validate(context.Context) error {
+	wc, res, ri, obj, m := u.wc, u.wc.res, u.ri, u.a.obj, u.m
+	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, u.om, field.NewPath("metadata"))
+	errs = append(errs, validateMeta(res, m)...)
+	if ri.subresource == "" {
+		errs = append(errs, res.strategy.validateUpdate(wc, obj, u.old)...)
+	} else if sv, ok := res.strategy.(statusValidator); ok && ri.subresource == "status" {
+		errs = append(errs, sv.validateStatusUpdate(wc, obj, u.old)...)
+	}
+	if len(errs) > 0 {
+		return invalid(res, ri.name, errs)
+	}
+	return nil
 }
 
 // statusAnnotationsStrategy is implemented by kinds whose status writes

@@ -125,6 +125,8 @@ type Server struct {
 	policies *policyAdmission
 	// podSecurity is the PodSecurity admission plugin.
 	podSecurity *podsecurity.Plugin
+	// admission is the admission chain (admission_chain.go).
+	admission *admission.Chain
 	// encryption is the store's encryption at rest, nil without it: the
 	// bottom of cfg.Store, below every cache and fast path.
 	encryption *encryption.Store
@@ -221,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.podSecurity = psa
+	s.admission = s.newAdmissionChain()
 	s.metrics.gatherAlso(psa.Gatherer())
 	// Encryption sits right on the store: everything above it, the
 	// caches, the no-op write check, the watch fan-out, sees plaintext,

@@ -78,42 +78,12 @@ type podStrategy struct{ generationStrategy }
 func (podStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	p := obj.(*corev1.Pod)
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(p)}
-	// What kube-apiserver's admission adds to every pod: the default
-	// NoExecute tolerations and the priority (the service account is
-	// admitPodServiceAccount's). The deprecated field mirrors the
-	// account, as v1 conversion keeps it.
+	// The deprecated field mirrors the account (ServiceAccount
+	// admission's, which ran before), as v1 conversion keeps it. The
+	// default tolerations and the priority are admission's, which runs
+	// after (admission_chain.go).
 	p.Spec.DeprecatedServiceAccount = p.Spec.ServiceAccountName
-	addDefaultToleration(p, corev1.TaintNodeNotReady)
-	addDefaultToleration(p, corev1.TaintNodeUnreachable)
-	if p.Spec.Priority == nil {
-		p.Spec.Priority = ptrTo(priorityOf(p.Spec.PriorityClassName))
-	}
-	if p.Spec.PreemptionPolicy == nil {
-		p.Spec.PreemptionPolicy = ptrTo(corev1.PreemptLowerPriority)
-	}
 	return nil
-}
-
-// Kubernetes' built-in priority classes.
-func priorityOf(class string) int32 {
-	switch class {
-	case "system-node-critical":
-		return 2000001000
-	case "system-cluster-critical":
-		return 2000000000
-	}
-	return 0
-}
-
-func addDefaultToleration(p *corev1.Pod, key string) {
-	for _, t := range p.Spec.Tolerations {
-		if (t.Key == key || t.Key == "") && (t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") && (t.Operator == corev1.TolerationOpExists || t.Key == "") {
-			return
-		}
-	}
-	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{
-		Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo[int64](300),
-	})
 }
 
 func qosClass(p *corev1.Pod) corev1.PodQOSClass {

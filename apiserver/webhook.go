@@ -54,6 +54,15 @@ type admissionAttrs struct {
 	kind schema.GroupVersionKind
 	// authorizer answers CEL's authorizer checks.
 	authorizer authz.Authorizer
+	// wc is the write in progress (only its res for a connect).
+	wc *writeCtx
+	// subresourceAdmitted: the write a subresource request makes on its
+	// parent once the subresource's own object was admitted.
+	subresourceAdmitted bool
+	// hooked: webhooks and policies see this request. They do not see
+	// the server's own writes (no user), the admission configurations
+	// themselves, or the writes of subresourceAdmitted.
+	hooked bool
 }
 
 // webhook is one compiled webhook of a configuration.
@@ -196,17 +205,14 @@ func exemptFromAdmission(res *resource) bool {
 	return false
 }
 
-// requestAttrs builds the attributes of a write from an API request; ok
-// is false for the server's own writes (no user in ctx), which admission
-// webhooks do not see, and for the writes a subresource request makes on
-// its object once its own object was admitted.
+// requestAttrs builds the attributes of a write for the webhooks and
+// policies alone; ok is false when they do not see it (hooked).
 func requestAttrs(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource, namespace, name string, obj, old runtime.Object) (*admissionAttrs, bool) {
-	u, ok := ctx.Value(userKey{}).(*authn.User)
-	if !ok || exemptFromAdmission(wc.res) || ctx.Value(subresourceAdmittedKey{}) != nil {
+	a := newAdmissionAttrs(ctx, wc, op, subresource, namespace, name, obj, old)
+	if !a.hooked {
 		return nil, false
 	}
-	return &admissionAttrs{op: op, res: wc.res, subresource: subresource, namespace: namespace, name: name,
-		obj: obj, old: old, dryRun: wc.dryRun, user: u, authorizer: wc.s.authorizer}, true
+	return &a, true
 }
 
 // subresourceAdmittedKey marks the context of a subresource request
@@ -275,15 +281,11 @@ func (sa subresourceAdmission) written(ctx context.Context) context.Context {
 	return context.WithValue(ctx, subresourceAdmittedKey{}, true)
 }
 
-// admitMutating runs the mutating webhooks (and then nothing else: the
-// built-in steps ran before) on obj, in place.
-func (s *Server) admitMutating(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource string, obj, old runtime.Object) (err error) {
-	m, _ := metaOf(obj)
-	a, ok := requestAttrs(ctx, wc, op, subresource, m.GetNamespace(), m.GetName(), obj, old)
-	if !ok {
-		return nil
-	}
-	if wc.requestSpec != nil {
+// admitMutating runs the mutating webhooks on a create's or an update's
+// object, in place.
+func (s *Server) admitMutating(ctx context.Context, a *admissionAttrs) (err error) {
+	m, _ := metaOf(a.obj)
+	if wc := a.wc; wc.requestSpec != nil {
 		// Webhooks see the request's object whole.
 		if hooks, err := s.webhooks.mutating.get(ctx); err != nil || len(hooks) > 0 {
 			if err := wc.requestSpec(); err != nil {
@@ -342,36 +344,18 @@ func (s *Server) runMutating(ctx context.Context, a *admissionAttrs) error {
 	return nil
 }
 
-// admitValidating runs the policies, then the validating webhooks.
-func (s *Server) admitValidating(ctx context.Context, wc *writeCtx, op admissionv1.Operation, subresource, namespace, name string, obj, old runtime.Object) error {
-	a, ok := requestAttrs(ctx, wc, op, subresource, namespace, name, obj, old)
-	if !ok {
-		return nil
-	}
-	return s.runValidating(ctx, a)
-}
-
-// admitDeletion sends a DELETE to the mutating webhooks, then the
-// policies and validating webhooks, with the object in oldObject, as
-// kube-apiserver does; a mutating webhook has nothing to patch.
-func (s *Server) admitDeletion(ctx context.Context, wc *writeCtx, namespace, name string, old runtime.Object) error {
-	a, ok := requestAttrs(ctx, wc, admissionv1.Delete, "", namespace, name, nil, old)
-	if !ok {
-		return nil
-	}
-	if err := s.runMutating(ctx, a); err != nil {
-		return err
-	}
-	return s.runValidating(ctx, a)
-}
-
 // runValidating evaluates the policies, then calls the validating
-// webhooks in parallel; the first denial (in configuration order) is the
-// answer.
+// webhooks.
 func (s *Server) runValidating(ctx context.Context, a *admissionAttrs) error {
 	if err := s.admitPolicies(ctx, a); err != nil {
 		return err
 	}
+	return s.runValidatingWebhooks(ctx, a)
+}
+
+// runValidatingWebhooks calls the validating webhooks in parallel; the
+// first denial (in configuration order) is the answer.
+func (s *Server) runValidatingWebhooks(ctx context.Context, a *admissionAttrs) error {
 	hooks, err := s.webhooks.validating.get(ctx)
 	if err != nil {
 		return apierrors.NewInternalError(err)
@@ -446,21 +430,14 @@ func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
 	return opts, nil
 }
 
-// admitConnect sends a pods/exec, attach or portforward request to the
-// mutating webhooks, then the policies and validating webhooks, as
+// admitConnect admits a pods/exec, attach or portforward request as
 // operation CONNECT with its options as the object, as kube-apiserver
 // does. A mutating webhook's patch changes the options the connection is
 // made with, as in kube-apiserver.
 func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, opts runtime.Object) error {
-	a, ok := requestAttrs(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
-	if !ok {
-		return nil
-	}
+	a := newAdmissionAttrs(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
 	a.kind = opts.GetObjectKind().GroupVersionKind()
-	if err := s.runMutating(ctx, a); err != nil {
-		return err
-	}
-	return s.runValidating(ctx, a)
+	return s.admit(ctx, &a, nil)
 }
 
 // hookCall says which call of a webhook this is, for the audit
