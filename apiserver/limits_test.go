@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // memProbe measures how far a piece of work raises the process's resident

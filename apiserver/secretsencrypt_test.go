@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bonsai.dev/bonsai/apiserver/encryption"
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // encKey returns a random base64 key of n bytes.

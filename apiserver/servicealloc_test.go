@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bonsai.dev/bonsai/apiserver/authn"
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // allocEnv is an API server over a badger store with a small service

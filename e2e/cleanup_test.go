@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/nftables"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestCleanupFlag checks `bonsai server --cleanup`: the service proxy's

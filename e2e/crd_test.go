@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // promOperator is the published module whose CRDs the test installs, as

@@ -19,7 +19,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"bonsai.dev/bonsai/deviceplugin"
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 const testDevice = "bonsai.test/dev"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // openAPIManifest is what a user applies on day one. The Secret uses data,

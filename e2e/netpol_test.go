@@ -24,7 +24,7 @@ import (
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // The network policy truth table, as upstream's netpol e2e suite

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestOverloadKeepsNodesAlive floods the real binary with 200 client-go

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 const psaAdmissionConfig = `apiVersion: apiserver.config.k8s.io/v1

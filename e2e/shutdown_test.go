@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestGracefulNodeShutdown shuts the node down through a real

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestSimulatedNodesWithKubectl: bonsai server --simulated-nodes 20 with

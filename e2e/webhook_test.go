@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestAdmissionWebhooksWithKubectl runs a webhook server built from

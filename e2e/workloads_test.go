@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // workloadsCIDR is TestWorkloads' cluster CIDR.

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/kubelet/containerd/ctdtest"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestDiskFullOfLogsAndImages puts what a single-disk node keeps on one

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/kubelet/containerd/ctdtest"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestImageGCWithContainerd: over the high threshold, an unused old image

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestLogind runs bonsai's side of graceful node shutdown against a real

@@ -36,11 +36,11 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/pki"
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/containerd/ctdtest"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // streamEnv is a real containerd, this package's kubelet API server and

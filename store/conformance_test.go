@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"bonsai.dev/bonsai/apiserver/encryption"
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // backend opens a fresh, empty store. maxWatchLag > 0 sets how far a watcher

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // testExpiry: keys under an ExpiryRule are deleted by the store TTL after

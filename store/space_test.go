@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // TestBadgerDiskFull runs the store on a 96 MB tmpfs that it shares with

@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func TestAggregation(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{WithoutServiceAccounts: true})
+	e := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{RESTConfig: e.Config, Informers: inf, Logger: e.Log})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // With concurrencyPolicy Allow every scheduled minute starts a Job
@@ -40,7 +40,7 @@ func TestAllowConcurrent(t *testing.T) {
 	}
 	h.setTime(m2.Add(time.Second))
 	h.waitJobs(cj, m1, m2)
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		cj := h.cronJob("allow")
 		if len(cj.Status.Active) != 2 || cj.Status.LastScheduleTime == nil || !cj.Status.LastScheduleTime.Time.Equal(m2) {
 			return fmt.Errorf("active %v lastScheduleTime %v, want 2 jobs and %s", cj.Status.Active, cj.Status.LastScheduleTime, m2)
@@ -65,7 +65,7 @@ func TestForbidConcurrent(t *testing.T) {
 	h.finishJob(jobName(cj, m1), batchv1.JobComplete, m1)
 	h.waitJobs(cj, m1, m2)
 	h.waitEvent(cj, "SawCompletedJob")
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		cj := h.cronJob("forbid")
 		if len(cj.Status.Active) != 1 || cj.Status.Active[0].Name != jobName(cj, m2) || cj.Status.LastSuccessfulTime == nil {
 			return fmt.Errorf("active %v lastSuccessfulTime %v, want the second job and a time", cj.Status.Active, cj.Status.LastSuccessfulTime)
@@ -83,7 +83,7 @@ func TestReplaceConcurrent(t *testing.T) {
 	h.waitJobs(cj, m1)
 	h.setTime(m2.Add(time.Second))
 	h.waitJobs(cj, m2)
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		cj := h.cronJob("replace")
 		if len(cj.Status.Active) != 1 || cj.Status.Active[0].Name != jobName(cj, m2) {
 			return fmt.Errorf("active %v, want only the second job", cj.Status.Active)
@@ -132,7 +132,7 @@ func TestSuspend(t *testing.T) {
 	if got := h.jobs(off); len(got) != 0 {
 		t.Fatalf("suspended cronjob started %v", got)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		cj := h.cronJob("off")
 		cj.Spec.Suspend = ptr(false)
 		_, err := h.Client.Batch.CronJobs("default").Update(h.Ctx, cj, metav1.UpdateOptions{})
@@ -216,7 +216,7 @@ func TestMissingJob(t *testing.T) {
 	m1 := h.minute(1)
 	h.setTime(m1.Add(time.Second))
 	h.waitJobs(cj, m1)
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.cronJob("missing").Status.Active); n != 1 {
 			return fmt.Errorf("%d active, want 1", n)
 		}
@@ -226,7 +226,7 @@ func TestMissingJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitEvent(cj, "MissingJob")
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if active := h.cronJob("missing").Status.Active; len(active) != 0 {
 			return fmt.Errorf("active %v after its job was deleted", active)
 		}

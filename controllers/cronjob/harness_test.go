@@ -12,7 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 30 * time.Second
@@ -20,7 +20,7 @@ const waitFor = 30 * time.Second
 // harness runs the API server and the CronJob controller on a fake
 // clock. No Job controller runs: the test finishes Jobs itself.
 type harness struct {
-	*controllertest.Env
+	*clustertest.Env
 	t     *testing.T
 	clock *clocktesting.FakeClock
 	start time.Time
@@ -28,7 +28,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	// The CronJobs a test creates get real creation times, from which
 	// their first runs count: keep the start and those creations in one
 	// real minute, so that minute(1) is every CronJob's first run.
@@ -122,7 +122,7 @@ func (h *harness) waitJobs(cj *batchv1.CronJob, times ...time.Time) {
 		want = append(want, jobName(cj, t))
 	}
 	slices.Sort(want)
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		if got := h.jobs(cj); !slices.Equal(got, want) {
 			return fmt.Errorf("cronjob %s: jobs %v, want %v", cj.Name, got, want)
 		}
@@ -134,7 +134,7 @@ func (h *harness) waitJobs(cj *batchv1.CronJob, times ...time.Time) {
 func (h *harness) waitEvent(cj *batchv1.CronJob, reason string) corev1.Event {
 	h.t.Helper()
 	var ev corev1.Event
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		list, err := h.Client.Core.Events("default").List(h.Ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -153,7 +153,7 @@ func (h *harness) waitEvent(cj *batchv1.CronJob, reason string) corev1.Event {
 // finishJob marks a Job finished as the Job controller would.
 func (h *harness) finishJob(name string, cond batchv1.JobConditionType, started time.Time) {
 	h.t.Helper()
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		j, err := h.Client.Batch.Jobs("default").Get(h.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

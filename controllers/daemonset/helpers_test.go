@@ -15,15 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const timeout = 60 * time.Second
 
 // start runs the controller in e and returns its informers (started).
-func start(t *testing.T, e *controllertest.Env) *client.Informers {
+func start(t *testing.T, e *clustertest.Env) *client.Informers {
 	t.Helper()
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
@@ -57,7 +57,7 @@ func newDS(name string, mod func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
 	return ds
 }
 
-func create(t *testing.T, e *controllertest.Env, ds *appsv1.DaemonSet) *appsv1.DaemonSet {
+func create(t *testing.T, e *clustertest.Env, ds *appsv1.DaemonSet) *appsv1.DaemonSet {
 	t.Helper()
 	out, err := e.Client.Apps.DaemonSets(ds.Namespace).Create(e.Ctx, ds, metav1.CreateOptions{})
 	if err != nil {
@@ -67,10 +67,10 @@ func create(t *testing.T, e *controllertest.Env, ds *appsv1.DaemonSet) *appsv1.D
 }
 
 // modify reads, changes and writes a DaemonSet, retrying on conflict.
-func modify(t *testing.T, e *controllertest.Env, name string, mod func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
+func modify(t *testing.T, e *clustertest.Env, name string, mod func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
 	t.Helper()
 	var out *appsv1.DaemonSet
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		ds, err := e.Client.Apps.DaemonSets("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -82,9 +82,9 @@ func modify(t *testing.T, e *controllertest.Env, name string, mod func(*appsv1.D
 	return out
 }
 
-func modifyNode(t *testing.T, e *controllertest.Env, name string, mod func(*corev1.Node)) {
+func modifyNode(t *testing.T, e *clustertest.Env, name string, mod func(*corev1.Node)) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		n, err := e.Client.Core.Nodes().Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -96,7 +96,7 @@ func modifyNode(t *testing.T, e *controllertest.Env, name string, mod func(*core
 }
 
 // pods lists the pods of DaemonSet name.
-func pods(t *testing.T, e *controllertest.Env, name string) []corev1.Pod {
+func pods(t *testing.T, e *clustertest.Env, name string) []corev1.Pod {
 	t.Helper()
 	list, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 	if err != nil {
@@ -109,12 +109,12 @@ func podReadyNow(p *corev1.Pod) bool { return kit.IsPodReady(p) && p.DeletionTim
 
 // waitPlaced waits until DaemonSet name has exactly one pod on each of
 // nodes, Ready, and no pod elsewhere; it returns the pods.
-func waitPlaced(t *testing.T, e *controllertest.Env, name string, nodes ...string) []corev1.Pod {
+func waitPlaced(t *testing.T, e *clustertest.Env, name string, nodes ...string) []corev1.Pod {
 	t.Helper()
 	want := slices.Clone(nodes)
 	sort.Strings(want)
 	var got []corev1.Pod
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		got = pods(t, e, name)
 		var on []string
 		for _, p := range got {
@@ -134,9 +134,9 @@ func waitPlaced(t *testing.T, e *controllertest.Env, name string, nodes ...strin
 
 // waitStatus waits until DaemonSet name's status, with observedGeneration
 // cleared, is want and observedGeneration is its generation.
-func waitStatus(t *testing.T, e *controllertest.Env, name string, want appsv1.DaemonSetStatus) {
+func waitStatus(t *testing.T, e *clustertest.Env, name string, want appsv1.DaemonSetStatus) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		ds, err := e.Client.Apps.DaemonSets("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -153,7 +153,7 @@ func waitStatus(t *testing.T, e *controllertest.Env, name string, want appsv1.Da
 	})
 }
 
-func addNode(e *controllertest.Env, name string, labels map[string]string, taints ...corev1.Taint) {
+func addNode(e *clustertest.Env, name string, labels map[string]string, taints ...corev1.Taint) {
 	e.AddNode(name, func(n *corev1.Node) {
 		for k, v := range labels {
 			n.Labels[k] = v

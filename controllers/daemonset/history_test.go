@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // revisions is what kubectl rollout history daemonset lists: the
 // ControllerRevisions the DaemonSet selects and controls, by number.
-func revisions(t *testing.T, e *controllertest.Env, name string) []appsv1.ControllerRevision {
+func revisions(t *testing.T, e *clustertest.Env, name string) []appsv1.ControllerRevision {
 	t.Helper()
 	ds, err := e.Client.Apps.DaemonSets("default").Get(e.Ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -43,7 +43,7 @@ func revisions(t *testing.T, e *controllertest.Env, name string) []appsv1.Contro
 
 // undo does what kubectl rollout undo daemonset --to-revision does: it
 // sends the revision's data to the DaemonSet as a strategic merge patch.
-func undo(t *testing.T, e *controllertest.Env, name string, to int64) {
+func undo(t *testing.T, e *clustertest.Env, name string, to int64) {
 	t.Helper()
 	for _, r := range revisions(t, e, name) {
 		if r.Revision == to {
@@ -58,10 +58,10 @@ func undo(t *testing.T, e *controllertest.Env, name string, to int64) {
 
 // waitRevisions waits until the DaemonSet's revisions are numbered want
 // and returns them.
-func waitRevisions(t *testing.T, e *controllertest.Env, name string, want ...int64) []appsv1.ControllerRevision {
+func waitRevisions(t *testing.T, e *clustertest.Env, name string, want ...int64) []appsv1.ControllerRevision {
 	t.Helper()
 	var revs []appsv1.ControllerRevision
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		revs = revisions(t, e, name)
 		var got []int64
 		for _, r := range revs {
@@ -79,7 +79,7 @@ func waitRevisions(t *testing.T, e *controllertest.Env, name string, want ...int
 // hash; undo brings an old one back as the newest number, and the pods
 // with it; history beyond revisionHistoryLimit is dropped.
 func TestHistoryAndRollback(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	create(t, e, newDS("agent", nil))
 	waitPlaced(t, e, "agent", "sim-0", "sim-1")
@@ -120,7 +120,7 @@ func TestHistoryAndRollback(t *testing.T) {
 // status.collisionCount, and the template is recorded under the next
 // hash.
 func TestHashCollision(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	start(t, e)
 	create(t, e, newDS("agent", nil))
 	waitPlaced(t, e, "agent", "sim-0")

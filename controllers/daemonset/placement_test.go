@@ -9,15 +9,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/history"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // Each DaemonSet runs one pod on exactly the nodes its selector, affinity
 // and tolerations (with the daemon tolerations) allow, and follows nodes
 // as they come and change.
 func TestPlacement(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Scheduler: true})
+	e := clustertest.New(t, clustertest.Options{Scheduler: true})
 	addNode(e, "plain", nil)
 	addNode(e, "ssd", map[string]string{"disk": "ssd"})
 	addNode(e, "tainted", nil, corev1.Taint{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoSchedule})
@@ -96,7 +96,7 @@ func TestPlacement(t *testing.T) {
 // node's name, is controlled by its DaemonSet, carries the revision hash
 // and template generation, and tolerates node problems.
 func TestPodShape(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	start(t, e)
 	ds := create(t, e, newDS("agent", func(ds *appsv1.DaemonSet) {
 		// A user's not-ready toleration with a timeout is replaced: a
@@ -108,7 +108,7 @@ func TestPodShape(t *testing.T) {
 	p := waitPlaced(t, e, "agent", "sim-0")[0]
 
 	var revs *appsv1.ControllerRevisionList
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		var err error
 		revs, err = e.Client.Apps.ControllerRevisions("default").List(e.Ctx, metav1.ListOptions{LabelSelector: "app=agent"})
 		if err == nil && len(revs.Items) != 1 {
@@ -153,7 +153,7 @@ func TestPodShape(t *testing.T) {
 
 // A failed daemon pod is deleted and replaced on its node.
 func TestFailedPodReplaced(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	start(t, e)
 	create(t, e, newDS("agent", nil))
 	p := waitPlaced(t, e, "agent", "sim-0")[0]
@@ -161,7 +161,7 @@ func TestFailedPodReplaced(t *testing.T) {
 	if _, err := e.Client.Core.Pods("default").UpdateStatus(e.Ctx, &p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		for _, q := range pods(t, e, "agent") {
 			if q.UID == p.UID {
 				return fmt.Errorf("failed pod %s still there", p.Name)
@@ -170,7 +170,7 @@ func TestFailedPodReplaced(t *testing.T) {
 		return nil
 	})
 	waitPlaced(t, e, "agent", "sim-0")
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		evs, err := e.Client.Core.Events("default").List(e.Ctx, metav1.ListOptions{FieldSelector: "reason=FailedDaemonPod"})
 		if err == nil && len(evs.Items) == 0 {
 			err = fmt.Errorf("no FailedDaemonPod event")
@@ -182,7 +182,7 @@ func TestFailedPodReplaced(t *testing.T) {
 // A pod that is not Ready counts as unavailable; a Ready one becomes
 // available only minReadySeconds later.
 func TestStatusAvailability(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	create(t, e, newDS("slow", readyDelay("1h")))
 	waitStatus(t, e, "slow", appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, CurrentNumberScheduled: 2, NumberUnavailable: 2, UpdatedNumberScheduled: 2})

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/kit"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // rolloutWatch follows a DaemonSet's pods through an informer and
@@ -29,7 +29,7 @@ type rolloutWatch struct {
 	count func() (unavailable, doubled int)
 }
 
-func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, app string, nodes []string) *rolloutWatch {
+func watchRollout(t *testing.T, e *clustertest.Env, inf *client.Informers, app string, nodes []string) *rolloutWatch {
 	t.Helper()
 	w := &rolloutWatch{}
 	podInf := inf.For(&corev1.Pod{})
@@ -79,7 +79,7 @@ func watchRollout(t *testing.T, e *controllertest.Env, inf *client.Informers, ap
 // was one.
 func (w *rolloutWatch) arm(t *testing.T) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if u, d := w.count(); u != 0 || d != 0 {
@@ -97,9 +97,9 @@ func (w *rolloutWatch) worst() (unavailable, doubled int) {
 }
 
 // waitImage waits until every pod of app runs img, Ready, one per node.
-func waitImage(t *testing.T, e *controllertest.Env, app, img string, nodes ...string) {
+func waitImage(t *testing.T, e *clustertest.Env, app, img string, nodes ...string) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		for _, p := range pods(t, e, app) {
 			if p.Spec.Containers[0].Image != img {
 				return fmt.Errorf("pod %s on %s runs %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
@@ -126,7 +126,7 @@ func TestRollingUpdate(t *testing.T) {
 		{"maxSurge 1", 0, 1, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := controllertest.New(t, controllertest.Options{Nodes: 3})
+			e := clustertest.New(t, clustertest.Options{Nodes: 3})
 			inf := start(t, e)
 			w := watchRollout(t, e, inf, "agent", nodes)
 			create(t, e, newDS("agent", func(ds *appsv1.DaemonSet) {
@@ -147,7 +147,7 @@ func TestRollingUpdate(t *testing.T) {
 
 // OnDelete leaves old pods alone; a pod deleted by hand comes back new.
 func TestOnDelete(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	create(t, e, newDS("agent", func(ds *appsv1.DaemonSet) {
 		ds.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
@@ -181,7 +181,7 @@ func TestOnDelete(t *testing.T) {
 // its old pod survives) gets no new pod, and its old pod goes once the
 // pods elsewhere are available.
 func TestSurgeLeavesNodeThatNoLongerFits(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 3})
+	e := clustertest.New(t, clustertest.Options{Nodes: 3})
 	start(t, e)
 	create(t, e, newDS("agent", rolling(0, 1)))
 	waitPlaced(t, e, "agent", "sim-0", "sim-1", "sim-2")

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // A new Deployment gets one ReplicaSet named and labelled by its
@@ -230,7 +230,7 @@ func TestRollbackReusesReplicaSet(t *testing.T) {
 	}
 	v1 := rss[0]
 	e.undo(d, &v1)
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		d = e.get("web")
 		if err := rolloutDone(d); err != nil {
 			return err
@@ -261,7 +261,7 @@ func TestRevisionHistoryLimit(t *testing.T) {
 		e.update("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = fmt.Sprintf("busybox:%d", i) })
 		e.complete("web", 30*time.Second)
 	}
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		rss := e.replicaSets(d)
 		if len(rss) != 2 || revision(&rss[0]) != 3 || revision(&rss[1]) != 4 {
 			return fmt.Errorf("ReplicaSets: %s", describe(rss))
@@ -281,7 +281,7 @@ func TestPauseResume(t *testing.T) {
 	e.waitCondition("web", appsv1.DeploymentProgressing, corev1.ConditionUnknown, reasonPaused, 10*time.Second)
 	e.update("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "busybox:2" })
 	e.scale("web", 4)
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		d = e.get("web")
 		rss := e.replicaSets(d)
 		if d.Status.ObservedGeneration != d.Generation {
@@ -336,7 +336,7 @@ func TestMinimumReplicasUnavailable(t *testing.T) {
 	neverReady(&d.Spec.Template)
 	e.create(d)
 	e.waitCondition("web", appsv1.DeploymentAvailable, corev1.ConditionFalse, reasonMinimumUnavailable, 20*time.Second)
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		d = e.get("web")
 		if st := d.Status; st.UnavailableReplicas != 2 || st.Replicas != 2 || st.ReadyReplicas != 0 {
 			return fmt.Errorf("status %+v", st)
@@ -370,9 +370,9 @@ func TestProportionalScaling(t *testing.T) {
 			return nil
 		}
 	}
-	controllertest.Eventually(t, 30*time.Second, sizes(8, 5))
+	clustertest.Eventually(t, 30*time.Second, sizes(8, 5))
 	e.scale("web", 20)
-	controllertest.Eventually(t, 30*time.Second, sizes(14, 9))
+	clustertest.Eventually(t, 30*time.Second, sizes(14, 9))
 	for _, rs := range e.replicaSets(d) {
 		if annotation(&rs, DesiredReplicasAnnotation) != 20 || annotation(&rs, MaxReplicasAnnotation) != 23 {
 			t.Errorf("%s annotations %v", rs.Name, rs.Annotations)
@@ -381,7 +381,7 @@ func TestProportionalScaling(t *testing.T) {
 	// And back down: 10 replicas, max 13: old round(14*13/23)=8,
 	// new round(9*13/23)=5.
 	e.scale("web", 10)
-	controllertest.Eventually(t, 30*time.Second, sizes(8, 5))
+	clustertest.Eventually(t, 30*time.Second, sizes(8, 5))
 }
 
 // kubectl rollout restart is a template annotation change: a new
@@ -455,7 +455,7 @@ func TestMinReadySecondsFollows(t *testing.T) {
 	d := e.create(newDeployment("web", 1))
 	e.complete("web", 30*time.Second)
 	e.update("web", func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 7 })
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		rss := e.replicaSets(d)
 		if len(rss) != 1 || rss[0].Spec.MinReadySeconds != 7 {
 			return fmt.Errorf("ReplicaSets %s", describe(rss))
@@ -478,7 +478,7 @@ func TestCreateFailures(t *testing.T) {
 	}
 	e.setQuota("pods", corev1.ResourcePods, 100, 0)
 	e.complete("web", 30*time.Second)
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if c := condition(e.get("web"), appsv1.DeploymentReplicaFailure); c != nil {
 			return fmt.Errorf("ReplicaFailure still there: %+v", c)
 		}

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/replicaset"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const ns = "default"
@@ -29,12 +29,12 @@ const ns = "default"
 // Deployment controllers on one set of shared informers, as the manager
 // does.
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 }
 
 func start(t *testing.T, nodes int) *env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
+	e := clustertest.New(t, clustertest.Options{Nodes: nodes})
 	inf := client.NewInformers(e.Config)
 	rsc, err := replicaset.New(replicaset.Config{Client: e.Client, Informers: inf, Logger: e.Log.With("controller", "replicaset")})
 	if err != nil {
@@ -58,7 +58,7 @@ func (e *env) setQuota(name string, res corev1.ResourceName, n, used int64) {
 	e.T.Helper()
 	quotas := e.Client.Core.ResourceQuotas(ns)
 	hard := corev1.ResourceList{res: *resource.NewQuantity(n, resource.DecimalSI)}
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		q, err := quotas.Get(e.Ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			q, err = quotas.Create(e.Ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
@@ -120,7 +120,7 @@ func (e *env) get(name string) *appsv1.Deployment {
 func (e *env) update(name string, mod func(*appsv1.Deployment)) *appsv1.Deployment {
 	e.T.Helper()
 	var out *appsv1.Deployment
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		d := e.get(name)
 		mod(d)
 		var err error
@@ -134,7 +134,7 @@ func (e *env) scale(name string, n int32) {
 	e.T.Helper()
 	// As kubectl scale: read the scale, write it back, again on a
 	// conflict with the controller's status writes.
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		sc, err := e.Client.Apps.Deployments(ns).GetScale(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -167,7 +167,7 @@ func (e *env) replicaSets(d *appsv1.Deployment) []appsv1.ReplicaSet {
 func (e *env) complete(name string, timeout time.Duration) *appsv1.Deployment {
 	e.T.Helper()
 	var d *appsv1.Deployment
-	controllertest.Eventually(e.T, timeout, func() error {
+	clustertest.Eventually(e.T, timeout, func() error {
 		d = e.get(name)
 		return rolloutDone(d)
 	})
@@ -198,7 +198,7 @@ func condition(d *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.D
 func (e *env) waitCondition(name string, t appsv1.DeploymentConditionType, s corev1.ConditionStatus, reason string, timeout time.Duration) *appsv1.Deployment {
 	e.T.Helper()
 	var d *appsv1.Deployment
-	controllertest.Eventually(e.T, timeout, func() error {
+	clustertest.Eventually(e.T, timeout, func() error {
 		d = e.get(name)
 		c := condition(d, t)
 		if c == nil || c.Status != s || c.Reason != reason {
@@ -359,7 +359,7 @@ func containsInOrder(got, want []string) bool {
 // in that order: it may lag the API reads of the test.
 func waitReasons(t *testing.T, reasons func() []string, want ...string) {
 	t.Helper()
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if got := reasons(); !containsInOrder(got, want) {
 			return fmt.Errorf("Progressing reasons %v, want %v in that order", got, want)
 		}

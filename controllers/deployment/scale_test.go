@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // 1,000 replicas of a Deployment on 100 simulated nodes: logs how long
@@ -19,7 +19,7 @@ func TestThousandReplicas(t *testing.T) {
 	const n = 1000
 	begin := time.Now()
 	e.create(newDeployment("big", n))
-	controllertest.Eventually(t, 120*time.Second, func() error {
+	clustertest.Eventually(t, 120*time.Second, func() error {
 		d := e.get("big")
 		if d.Status.AvailableReplicas != n {
 			return fmt.Errorf("%d of %d replicas available", d.Status.AvailableReplicas, n)

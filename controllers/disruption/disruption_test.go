@@ -18,17 +18,17 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/disruption"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	clock *clocktesting.FakeClock
 }
 
 func newEnv(t *testing.T) *env {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	clk := clocktesting.NewFakeClock(time.Now())
 	inf := client.NewInformers(e.Config)
 	c, err := disruption.New(disruption.Config{Client: e.Client, Informers: inf, Logger: e.Log, Clock: clk})
@@ -80,7 +80,7 @@ func (e *env) pod(name, app, owner string, uid types.UID) {
 
 func (e *env) waitReady(names ...string) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		for _, n := range names {
 			p, err := e.Client.Core.Pods("default").Get(e.Ctx, n, metav1.GetOptions{})
 			if err != nil {
@@ -120,7 +120,7 @@ type status struct {
 func (e *env) waitStatus(name string, want status) *policyv1.PodDisruptionBudget {
 	e.T.Helper()
 	var pdb *policyv1.PodDisruptionBudget
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		var err error
 		if pdb, err = e.Client.Policy.PodDisruptionBudgets("default").Get(e.Ctx, name, metav1.GetOptions{}); err != nil {
 			return err
@@ -177,7 +177,7 @@ func TestBudgetStatus(t *testing.T) {
 	// computed, so no disruption is allowed.
 	e.pod("orphan-0", "orphan", "gone", "no-such-uid")
 	e.budget("orphan", "orphan", intOrPercent("50%"), nil)
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		pdb, err := e.Client.Policy.PodDisruptionBudgets("default").Get(e.Ctx, "orphan", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -260,7 +260,7 @@ func TestDisruptedPodsExpire(t *testing.T) {
 func (e *env) updateBudget(name string, status bool, mod func(*policyv1.PodDisruptionBudget)) {
 	e.T.Helper()
 	pdbs := e.Client.Policy.PodDisruptionBudgets("default")
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		pdb, err := pdbs.Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -291,7 +291,7 @@ func TestStaleDisruptionTargetIsReset(t *testing.T) {
 	e.pod("marked", "none", "", "")
 	e.waitReady("marked")
 	pods := e.Client.Core.Pods("default")
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -303,7 +303,7 @@ func TestStaleDisruptionTargetIsReset(t *testing.T) {
 	})
 	e.clock.Step(disruption.StalePodDisruptionTimeout + time.Second)
 	// Any change to the pod makes the controller look again.
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -312,7 +312,7 @@ func TestStaleDisruptionTargetIsReset(t *testing.T) {
 		_, err = pods.Update(e.Ctx, p, metav1.UpdateOptions{})
 		return err
 	})
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		p, err := pods.Get(e.Ctx, "marked", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -13,20 +13,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 90 * time.Second
 
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	t *testing.T
 }
 
 func newEnv(t *testing.T, nodes int) *env {
 	t.Helper()
-	e := &env{Env: controllertest.New(t, controllertest.Options{Nodes: nodes}), t: t}
+	e := &env{Env: clustertest.New(t, clustertest.Options{Nodes: nodes}), t: t}
 	e.start()
 	return e
 }
@@ -81,7 +81,7 @@ func (e *env) pod(name, app string, mod func(*corev1.Pod)) error {
 func (e *env) waitEndpoints(name string, check func(*corev1.Endpoints) error) *corev1.Endpoints {
 	e.t.Helper()
 	var ep *corev1.Endpoints
-	controllertest.Eventually(e.t, waitFor, func() error {
+	clustertest.Eventually(e.t, waitFor, func() error {
 		var err error
 		if ep, err = e.Client.Core.Endpoints("default").Get(e.Ctx, name, metav1.GetOptions{}); err != nil {
 			return err
@@ -163,7 +163,7 @@ func TestEndpointsLifecycle(t *testing.T) {
 	if err := e.Client.Core.Services("default").Delete(e.Ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		_, err := e.Client.Core.Endpoints("default").Get(e.Ctx, "web", metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("Endpoints of the deleted Service: %v", err)
@@ -246,7 +246,7 @@ func TestEndpointsTruncatedAt1000(t *testing.T) {
 // controller was not running are deleted when it starts, but not the
 // leader-election ones.
 func TestLeftoverEndpointsDeleted(t *testing.T) {
-	e := &env{Env: controllertest.New(t, controllertest.Options{}), t: t}
+	e := &env{Env: clustertest.New(t, clustertest.Options{}), t: t}
 	for _, ep := range []*corev1.Endpoints{
 		{ObjectMeta: metav1.ObjectMeta{Name: "lock", Annotations: map[string]string{LeaderAnnotation: "{}"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}},
@@ -256,7 +256,7 @@ func TestLeftoverEndpointsDeleted(t *testing.T) {
 		}
 	}
 	e.start()
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		_, err := e.Client.Core.Endpoints("default").Get(e.Ctx, "orphan", metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("Endpoints without a Service: %v", err)
@@ -280,7 +280,7 @@ func TestTriggerTimeAnnotation(t *testing.T) {
 	if err := e.pod("tt-0", "tt", func(p *corev1.Pod) { p.Spec.NodeName = "plain" }); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, "tt-0", metav1.GetOptions{})
 		if err != nil {
 			return err

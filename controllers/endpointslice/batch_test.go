@@ -11,7 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // TestPodChangesBatched drives the handlers directly, on a fake clock: a
@@ -40,7 +40,7 @@ func TestPodChangesBatched(t *testing.T) {
 		t.Fatalf("%d Services queued before the batch period", n)
 	}
 	clk.Step(time.Second)
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if n := c.queue.Len(); n != 1 {
 			return fmt.Errorf("%d Services queued after the batch period, want 1", n)
 		}

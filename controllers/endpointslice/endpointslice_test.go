@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func TestServiceLifecycle(t *testing.T) {
@@ -72,7 +72,7 @@ func TestServiceLifecycle(t *testing.T) {
 	e.waitReadyPods("web", names("web", 5)[1:]...)
 
 	// A pod whose labels stop matching leaves.
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, "web-001", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -84,7 +84,7 @@ func TestServiceLifecycle(t *testing.T) {
 	e.waitReadyPods("web", names("web", 5)[2:]...)
 
 	// The Service's labels follow onto its slices.
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		s, err := e.Client.Core.Services("default").Get(e.Ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -136,7 +136,7 @@ func TestEndpointConditions(t *testing.T) {
 			e.setStatus(n, fmt.Sprintf("10.9.0.%d", i+1), n != "notready")
 		}
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, "finished", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -391,7 +391,7 @@ func TestScaleUpWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ss []discoveryv1.EndpointSlice
-	controllertest.Eventually(t, 3*time.Minute, func() error {
+	clustertest.Eventually(t, 3*time.Minute, func() error {
 		ss = e.slices("scale")
 		ready := 0
 		for _, s := range ss {
@@ -411,7 +411,7 @@ func TestScaleUpWrites(t *testing.T) {
 	for i := range ss {
 		listedRV = max(listedRV, rvOf(&ss[i]))
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if lastRV.Load() < listedRV {
 			return fmt.Errorf("watch at revision %d, slices at %d", lastRV.Load(), listedRV)
 		}

@@ -14,13 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 60 * time.Second
 
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	t *testing.T
 }
 
@@ -28,7 +28,7 @@ type env struct {
 // controller; mod may change its Config.
 func newEnv(t *testing.T, nodes int, mod func(*Config)) *env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
+	e := clustertest.New(t, clustertest.Options{Nodes: nodes})
 	inf := client.NewInformers(e.Config)
 	cfg := Config{Client: e.Client, Informers: inf, Logger: e.Log}
 	if mod != nil {
@@ -108,7 +108,7 @@ func (e *env) setStatus(name, ip string, ready bool) {
 // since.
 func (e *env) setStatusAt(name, ip string, ready bool, since time.Time) {
 	e.t.Helper()
-	controllertest.Eventually(e.t, waitFor, func() error {
+	clustertest.Eventually(e.t, waitFor, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -158,7 +158,7 @@ func endpoints(ss []discoveryv1.EndpointSlice) []endpointState {
 func (e *env) waitSlices(svc string, check func([]discoveryv1.EndpointSlice) error) []discoveryv1.EndpointSlice {
 	e.t.Helper()
 	var got []discoveryv1.EndpointSlice
-	controllertest.Eventually(e.t, waitFor, func() error {
+	clustertest.Eventually(e.t, waitFor, func() error {
 		got = e.slices(svc)
 		return check(got)
 	})

@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/endpoints"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 60 * time.Second
 
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	t *testing.T
 }
 
@@ -26,7 +26,7 @@ type env struct {
 // default).
 func newEnv(t *testing.T, workers int) *env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log, Workers: workers})
 	if err != nil {
@@ -86,7 +86,7 @@ func (e *env) mirroredSlices(name string) []discoveryv1.EndpointSlice {
 func (e *env) waitMirrored(name string, n int) []discoveryv1.EndpointSlice {
 	e.t.Helper()
 	var ss []discoveryv1.EndpointSlice
-	controllertest.Eventually(e.t, waitFor, func() error {
+	clustertest.Eventually(e.t, waitFor, func() error {
 		ss = e.mirroredSlices(name)
 		got := 0
 		for _, s := range ss {
@@ -126,7 +126,7 @@ func TestMirroring(t *testing.T) {
 	e.waitMirrored("ext", 1)
 
 	// A skip-mirror label removes what was mirrored.
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		ep, err := e.Client.Core.Endpoints("default").Get(e.Ctx, "ext", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -152,7 +152,7 @@ func TestMirroringMax1000PerSubset(t *testing.T) {
 	e.service("big", nil)
 	e.endpoints("big", 1001, nil)
 	e.waitMirrored("big", 1000)
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		evs, err := e.Client.Core.Events("default").List(e.Ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

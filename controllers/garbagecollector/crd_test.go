@@ -9,13 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // Custom objects are owners and dependents like built-in ones: the
 // collector finds their resource in discovery.
 func TestCustomObjectsOwnAndAreOwned(t *testing.T) {
-	e := &env{Env: controllertest.New(t, controllertest.Options{})}
+	e := &env{Env: clustertest.New(t, clustertest.Options{})}
 	widgets := dynamic.NewForConfigOrDie(e.Config).Resource(e.CreateCRD("example.com", "widgets", "Widget")).Namespace("default")
 	widget := func(name string, owners []metav1.OwnerReference) *unstructured.Unstructured {
 		w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": name}}}
@@ -34,7 +34,7 @@ func TestCustomObjectsOwnAndAreOwned(t *testing.T) {
 	owner := e.configMap("default", "owner", nil)
 	widget("dependent", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", false)})
 	e.delete("default", "owner", metav1.DeletePropagationBackground)
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if _, err := widgets.Get(e.Ctx, "dependent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("widget still there (%v)", err)
 		}

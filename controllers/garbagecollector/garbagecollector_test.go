@@ -16,21 +16,21 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const timeout = 30 * time.Second
 
 // env is a running API server with the collector on it.
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	gc *Controller
 }
 
 // start starts the API server and the collector.
 func start(t *testing.T) *env {
 	t.Helper()
-	e := &env{Env: controllertest.New(t, controllertest.Options{})}
+	e := &env{Env: clustertest.New(t, clustertest.Options{})}
 	e.run()
 	return e
 }
@@ -89,7 +89,7 @@ func (e *env) delete(ns, name string, policy metav1.DeletionPropagation) {
 
 func (e *env) waitGone(ns string, names ...string) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, timeout, func() error {
+	clustertest.Eventually(e.T, timeout, func() error {
 		for _, n := range names {
 			if _, err := e.get(ns, n); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("configmap %s/%s still there (%v)", ns, n, err)
@@ -102,7 +102,7 @@ func (e *env) waitGone(ns string, names ...string) {
 // waitOwners waits until ns/name has exactly the owners named.
 func (e *env) waitOwners(ns, name string, want ...string) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, timeout, func() error {
+	clustertest.Eventually(e.T, timeout, func() error {
 		cm, err := e.get(ns, name)
 		if err != nil {
 			return err
@@ -190,7 +190,7 @@ func TestForeground(t *testing.T) {
 	e.delete("default", "owner", metav1.DeletePropagationForeground)
 	// Every dependent is deleted; the held one stays, deleting.
 	e.waitGone("default", "free")
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		cm, err := e.get("default", "blocking")
 		if err != nil || cm.DeletionTimestamp == nil {
 			return fmt.Errorf("blocking dependent not deleting: %v", err)
@@ -218,7 +218,7 @@ func TestForegroundNonBlockingDependentDoesNotHold(t *testing.T) {
 	e.waitGone("default", "owner")
 	// The dependent's delete may come just after the owner is gone (it
 	// does not block it), but it comes.
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		cm, err := e.get("default", "free")
 		if err != nil {
 			return fmt.Errorf("held non-blocking dependent: %w", err)
@@ -269,7 +269,7 @@ func TestClusterScopedOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitGone("other", "dep")
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if _, err := e.Client.Coordination.Leases(corev1.NamespaceNodeLease).Get(e.Ctx, "owner-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("lease of a deleted node: %v", err)
 		}
@@ -310,7 +310,7 @@ func TestInvalidNamespaceOwner(t *testing.T) {
 // kubectl get events -A --field-selector=reason=OwnerRefInvalidNamespace.
 func (e *env) waitEvent(ns string, uid types.UID) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, timeout, func() error {
+	clustertest.Eventually(e.T, timeout, func() error {
 		list, err := e.Client.Core.Events("").List(e.Ctx, metav1.ListOptions{FieldSelector: "reason=OwnerRefInvalidNamespace"})
 		if err != nil {
 			return err
@@ -327,7 +327,7 @@ func (e *env) waitEvent(ns string, uid types.UID) {
 // Garbage from before the collector started is collected when it starts;
 // dependents of live owners are left alone.
 func TestCollectsOnStart(t *testing.T) {
-	e := &env{Env: controllertest.New(t, controllertest.Options{})}
+	e := &env{Env: clustertest.New(t, clustertest.Options{})}
 	owner := e.configMap("default", "owner", nil)
 	gone := e.configMap("default", "gone", nil)
 	e.configMap("default", "live-dep", []metav1.OwnerReference{ownedBy(owner, "ConfigMap", true), ownedBy(gone, "ConfigMap", true)})
@@ -347,7 +347,7 @@ func TestUnknownOwnerKind(t *testing.T) {
 	dep := e.configMap("default", "dep", []metav1.OwnerReference{unknown, absent})
 	// It is retried (quietly, with back-off) until discovery knows the kind.
 	ref := objectRef{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), kind: "ConfigMap", namespace: "default", name: "dep", uid: dep.UID}
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if e.gc.attemptToDelete.NumRequeues(ref) < 2 {
 			return errors.New("dependent not retried yet")
 		}
@@ -368,7 +368,7 @@ func TestUnknownOwnerKind(t *testing.T) {
 // but events.
 func TestRediscovery(t *testing.T) {
 	e := start(t)
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if e.gc.monitorCount() == 0 {
 			return errors.New("no monitors yet")
 		}
@@ -443,7 +443,7 @@ func TestForegroundTree(t *testing.T) {
 	if err := e.Client.Apps.Deployments("default").Delete(e.Ctx, "d", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		for _, name := range []string{"p-1", "p-2"} {
 			if _, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("pod %s: %v", name, err)
@@ -461,7 +461,7 @@ func TestForegroundTree(t *testing.T) {
 	if _, err := e.Client.Core.Pods("default").Patch(e.Ctx, "p-held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if _, err := e.Client.Core.Pods("default").Get(e.Ctx, "p-held", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod: %v", err)
 		}

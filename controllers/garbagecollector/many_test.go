@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // Background deletion of an owner of 2,000 dependents: logs how long the
@@ -38,7 +38,7 @@ func TestBackgroundCascadeOfMany(t *testing.T) {
 	wg.Wait()
 	begin := time.Now()
 	e.delete("default", "owner", "")
-	controllertest.Eventually(t, 2*time.Minute, func() error {
+	clustertest.Eventually(t, 2*time.Minute, func() error {
 		list, err := e.Client.Core.ConfigMaps("default").List(e.Ctx, metav1.ListOptions{LabelSelector: "many=yes"})
 		if err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func TestName(t *testing.T) {
@@ -67,7 +67,7 @@ func TestSort(t *testing.T) {
 // collision count goes up until a free name is found; equal data reuses
 // the existing revision.
 func TestCreateCollision(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	parent := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "1234"}}
 	kind := appsv1.SchemeGroupVersion.WithKind("StatefulSet")
 	var count int32

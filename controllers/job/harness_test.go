@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 60 * time.Second
@@ -19,13 +19,13 @@ const waitFor = 60 * time.Second
 // harness is a running API server with simulated nodes and the Job
 // controller, on a short back-off.
 type harness struct {
-	*controllertest.Env
+	*clustertest.Env
 	t *testing.T
 }
 
 func newHarness(t *testing.T, backoff time.Duration) *harness {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log, Backoff: backoff, MaxBackoff: 8 * backoff})
 	if err != nil {
@@ -104,7 +104,7 @@ func (h *harness) running(j *batchv1.Job) []corev1.Pod {
 func (h *harness) waitRunning(j *batchv1.Job, n int) []corev1.Pod {
 	h.t.Helper()
 	var pods []corev1.Pod
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		pods = h.running(j)
 		if len(pods) != n {
 			return fmt.Errorf("job %s: %d running pods, want %d", j.Name, len(pods), n)
@@ -118,7 +118,7 @@ func (h *harness) waitRunning(j *batchv1.Job, n int) []corev1.Pod {
 // or Failed with the exit code, plus any pod conditions given.
 func (h *harness) finish(p corev1.Pod, exitCode int32, conds ...corev1.PodCondition) {
 	h.t.Helper()
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		cur, err := h.Client.Core.Pods(p.Namespace).Get(h.Ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -154,7 +154,7 @@ func (h *harness) finish(p corev1.Pod, exitCode int32, conds ...corev1.PodCondit
 func (h *harness) waitCondition(name string, t batchv1.JobConditionType) *batchv1.Job {
 	h.t.Helper()
 	var j *batchv1.Job
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		j = h.job(name)
 		if c := conditionOf(j, t); c != nil {
 			return nil
@@ -168,7 +168,7 @@ func (h *harness) waitCondition(name string, t batchv1.JobConditionType) *batchv
 func (h *harness) waitStatus(name string, check func(*batchv1.Job) error) *batchv1.Job {
 	h.t.Helper()
 	var j *batchv1.Job
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		j = h.job(name)
 		if err := check(j); err != nil {
 			return fmt.Errorf("%w; status %+v", err, j.Status)

@@ -10,7 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func indexed(completions, parallelism int32) func(*batchv1.Job) {
@@ -33,7 +33,7 @@ func (h *harness) byIndex(j *batchv1.Job) map[int]corev1.Pod {
 func (h *harness) waitIndexes(j *batchv1.Job, want ...int) map[int]corev1.Pod {
 	h.t.Helper()
 	var pods map[int]corev1.Pod
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		pods = h.byIndex(j)
 		got := []int{}
 		for ix := range pods {
@@ -152,7 +152,7 @@ func TestMaxFailedIndexes(t *testing.T) {
 	if j.Status.FailedIndexes == nil || *j.Status.FailedIndexes != "2" {
 		t.Errorf("failedIndexes %v, want 2", j.Status.FailedIndexes)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.running(j)); n != 0 {
 			return fmt.Errorf("%d pods still running", n)
 		}
@@ -180,7 +180,7 @@ func TestSuccessPolicy(t *testing.T) {
 	if j.Status.CompletedIndexes != "0" || j.Status.Succeeded != 1 || j.Status.Active != 0 {
 		t.Errorf("completedIndexes %q succeeded %d active %d, want 0, 1, 0", j.Status.CompletedIndexes, j.Status.Succeeded, j.Status.Active)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.running(j)); n != 0 {
 			return fmt.Errorf("%d pods still running", n)
 		}

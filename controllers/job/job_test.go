@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // A Job with completions 4 and parallelism 2 keeps two pods running,
@@ -72,7 +72,7 @@ func TestCompletionsWithParallelism(t *testing.T) {
 	if len(pods) != 4 {
 		t.Errorf("%d pods, want 4 (no more created than completions)", len(pods))
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		for _, p := range h.pods(j) {
 			if hasTrackingFinalizer(&p) {
 				return fmt.Errorf("pod %s still has the tracking finalizer", p.Name)
@@ -125,7 +125,7 @@ func TestBackoffLimitExceeded(t *testing.T) {
 	if j.Status.Failed != 3 || j.Status.Active != 0 || j.Status.CompletionTime != nil {
 		t.Errorf("status failed %d active %d completionTime %v, want 3, 0, none", j.Status.Failed, j.Status.Active, j.Status.CompletionTime)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.running(j)); n != 0 {
 			return fmt.Errorf("%d pods still running", n)
 		}

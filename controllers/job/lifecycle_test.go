@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // A Job active longer than activeDeadlineSeconds fails with reason
@@ -29,7 +29,7 @@ func TestActiveDeadline(t *testing.T) {
 	if took := c.LastTransitionTime.Sub(j.Status.StartTime.Time); took < 2*time.Second {
 		t.Errorf("failed %s after start, before the 2 s deadline", took)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.pods(j)); n != 0 {
 			return fmt.Errorf("%d pods left", n)
 		}
@@ -64,7 +64,7 @@ func TestSuspendResume(t *testing.T) {
 		return fmt.Errorf("not resumed")
 	})
 	h.setSuspend("susp", true)
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		if n := len(h.pods(j)); n != 0 {
 			return fmt.Errorf("%d pods left after suspension", n)
 		}
@@ -103,7 +103,7 @@ func TestBackoffLimitOnFailure(t *testing.T) {
 	}))
 	p := h.waitRunning(j, 1)[0]
 	restart := func(n int32) {
-		controllertest.Eventually(t, waitFor, func() error {
+		clustertest.Eventually(t, waitFor, func() error {
 			cur, err := h.Client.Core.Pods("default").Get(h.Ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -143,7 +143,7 @@ func TestManagedByOther(t *testing.T) {
 
 func (h *harness) setSuspend(name string, v bool) {
 	h.t.Helper()
-	controllertest.Eventually(h.t, waitFor, func() error {
+	clustertest.Eventually(h.t, waitFor, func() error {
 		j := h.job(name)
 		j.Spec.Suspend = ptr(v)
 		_, err := h.Client.Batch.Jobs("default").Update(h.Ctx, j, metav1.UpdateOptions{})
@@ -227,10 +227,10 @@ func TestDeletedJobReleasesPods(t *testing.T) {
 	h.waitRunning(j, 2)
 	background := metav1.DeletePropagationBackground // no garbage collector runs here: the pods stay
 	// The API server may answer a delete racing a status write with 409.
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		return h.Client.Batch.Jobs("default").Delete(h.Ctx, "gone", metav1.DeleteOptions{PropagationPolicy: &background})
 	})
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		list, err := h.Client.Core.Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
 		if err != nil {
 			return err
@@ -263,7 +263,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		j.Spec.ManualSelector = ptr(true)
 		j.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "adopt"}}
 	}))
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -280,7 +280,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		return nil
 	})
 	// Relabelled out of the selector, it is released and replaced.
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -289,7 +289,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		_, err = h.Client.Core.Pods("default").Update(h.Ctx, p, metav1.UpdateOptions{})
 		return err
 	})
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		p, err := h.Client.Core.Pods("default").Get(h.Ctx, "stray", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -300,7 +300,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		return nil
 	})
 	var replacement corev1.Pod
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		list, err := h.Client.Core.Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: "app=adopt"})
 		if err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 var disruption = corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler"}
@@ -66,7 +66,7 @@ func TestPodFailurePolicyIgnoreAndCount(t *testing.T) {
 	first := h.waitRunning(j, 1)[0]
 	h.finish(first, 137, disruption)
 	var second corev1.Pod
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		pods := h.running(j)
 		if len(pods) != 1 || pods[0].Name == first.Name {
 			return fmt.Errorf("no replacement for the ignored failure yet")

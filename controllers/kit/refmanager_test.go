@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 var rsKind = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
@@ -190,7 +190,7 @@ func TestRefManagerPatches(t *testing.T) {
 // should, with finalizers, leave other controllers' objects alone, and a
 // failed recheck of the owner stops adoption.
 func TestRefManagerAgainstAPIServer(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	owner := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default", UID: "owner-uid"}}
 	kind := appsv1.SchemeGroupVersion.WithKind("DaemonSet")
 	other := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "other", UID: "other-uid", Controller: ptr(true), BlockOwnerDeletion: ptr(true)}

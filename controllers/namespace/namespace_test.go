@@ -15,12 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
-func start(t *testing.T) *controllertest.Env {
+func start(t *testing.T) *clustertest.Env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{RESTConfig: e.Config, Client: e.Client, Informers: inf, Logger: e.Log})
 	if err != nil {
@@ -35,16 +35,16 @@ func start(t *testing.T) *controllertest.Env {
 	return e
 }
 
-func createNamespace(t *testing.T, e *controllertest.Env, name string) {
+func createNamespace(t *testing.T, e *clustertest.Env, name string) {
 	t.Helper()
 	if _, err := e.Client.Core.Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func waitNamespaceGone(t *testing.T, e *controllertest.Env, name string, timeout time.Duration) {
+func waitNamespaceGone(t *testing.T, e *clustertest.Env, name string, timeout time.Duration) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		ns, err := e.Client.Core.Namespaces().Get(e.Ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -119,7 +119,7 @@ func TestNamespaceDeletionRemovesContent(t *testing.T) {
 	if _, err := e.Client.Apps.ReplicaSets("bystander").Get(e.Ctx, "rs", metav1.GetOptions{}); err != nil {
 		t.Errorf("object of another namespace: %v", err)
 	}
-	controllertest.Eventually(t, 5*time.Second, func() error {
+	clustertest.Eventually(t, 5*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		want := []corev1.NamespaceCondition{
@@ -161,7 +161,7 @@ func TestNamespaceWaitsForFinalizers(t *testing.T) {
 		corev1.NamespaceDeletionContentFailure: {Type: corev1.NamespaceDeletionContentFailure, Status: corev1.ConditionFalse, Reason: "ContentDeleted",
 			Message: "All content successfully deleted, may be waiting on finalization"},
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		ns, err := e.Client.Core.Namespaces().Get(e.Ctx, "held", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -12,27 +12,27 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/ephemeral"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/volumeprotection"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // storageEnv runs the API server, the scheduler and simulated nodes, and
 // the storage controllers, as the controller manager does.
 type storageEnv struct {
-	*controllertest.Env
+	*clustertest.Env
 	dataDir string
 }
 
 func newStorageEnv(t *testing.T, nodes int) *storageEnv {
 	t.Helper()
-	return startControllers(controllertest.New(t, controllertest.Options{Nodes: nodes}))
+	return startControllers(clustertest.New(t, clustertest.Options{Nodes: nodes}))
 }
 
 // startControllers runs the storage controllers against e.
-func startControllers(e *controllertest.Env) *storageEnv {
+func startControllers(e *clustertest.Env) *storageEnv {
 	t := e.T
 	t.Helper()
 	se := &storageEnv{Env: e, dataDir: t.TempDir()}
@@ -142,7 +142,7 @@ func (e *storageEnv) createPod(p *corev1.Pod) {
 func (e *storageEnv) waitClaim(name string, what string, ok func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.T.Helper()
 	var pvc *corev1.PersistentVolumeClaim
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		var err error
 		if pvc, err = e.Client.Core.PersistentVolumeClaims("default").Get(e.Ctx, name, metav1.GetOptions{}); err != nil {
 			return err
@@ -158,7 +158,7 @@ func (e *storageEnv) waitClaim(name string, what string, ok func(*corev1.Persist
 func (e *storageEnv) waitVolume(name string, what string, ok func(*corev1.PersistentVolume) bool) *corev1.PersistentVolume {
 	e.T.Helper()
 	var pv *corev1.PersistentVolume
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		var err error
 		if pv, err = e.Client.Core.PersistentVolumes().Get(e.Ctx, name, metav1.GetOptions{}); err != nil {
 			return err
@@ -176,7 +176,7 @@ func bound(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == 
 // waitEvent waits for an event with reason about the named object.
 func (e *storageEnv) waitEvent(kind, name, reason string) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		list, err := e.Client.Core.Events("").List(e.Ctx, metav1.ListOptions{FieldSelector: fields.Set{"involvedObject.name": name}.String()})
 		if err != nil {
 			return err
@@ -193,7 +193,7 @@ func (e *storageEnv) waitEvent(kind, name, reason string) {
 func (e *storageEnv) waitPodNode(name string) string {
 	e.T.Helper()
 	var node string
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/pvbinder"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const (
@@ -34,7 +34,7 @@ const (
 // volume and its directory.
 func TestDynamicProvisioningWaitsForFirstConsumer(t *testing.T) {
 	e := newStorageEnv(t, 3)
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		_, err := e.Client.Storage.StorageClasses().Get(e.Ctx, localpath.DefaultClassName, metav1.GetOptions{})
 		return err
 	})
@@ -90,7 +90,7 @@ func TestDynamicProvisioningWaitsForFirstConsumer(t *testing.T) {
 	if err := e.Client.Core.PersistentVolumeClaims("default").Delete(e.Ctx, "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		if _, err := e.Client.Core.PersistentVolumes().Get(e.Ctx, pvName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("volume still there (%v)", err)
 		}
@@ -104,7 +104,7 @@ func TestDynamicProvisioningWaitsForFirstConsumer(t *testing.T) {
 // TestDefaultClassIsNotOverwritten: a local-path class the user changed
 // stays as it is, and its reclaim policy is what provisioned volumes get.
 func TestDefaultClassIsNotOverwritten(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	retain := corev1.PersistentVolumeReclaimRetain
 	mine := localpath.DefaultClass()
 	mine.ReclaimPolicy = &retain
@@ -238,7 +238,7 @@ func TestReclaimRetainAndProtection(t *testing.T) {
 	if err := e.Client.Core.PersistentVolumeClaims("default").Delete(e.Ctx, "marker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		_, err := e.Client.Core.PersistentVolumeClaims("default").Get(e.Ctx, "marker", metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("unused claim still there (%v)", err)
@@ -257,7 +257,7 @@ func TestReclaimRetainAndProtection(t *testing.T) {
 	// The pod goes: the claim goes, the volume is Released and, Retain
 	// notwithstanding, goes too since the user deleted it.
 	e.deletePodNow("user")
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		if _, err := e.Client.Core.PersistentVolumeClaims("default").Get(e.Ctx, "data", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("claim still there (%v)", err)
 		}
@@ -346,7 +346,7 @@ func TestSchedulerWaitsForClaims(t *testing.T) {
 
 func (e *storageEnv) waitUnschedulable(name, msg string) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -363,7 +363,7 @@ func (e *storageEnv) waitUnschedulable(name, msg string) {
 // TestDefaultClassAssignedLater: a claim made while there was no
 // default class gets the default once one exists.
 func TestDefaultClassAssignedLater(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	binder, err := pvbinder.New(pvbinder.Config{Client: e.Client, Informers: inf, Logger: e.Log})
 	if err != nil {

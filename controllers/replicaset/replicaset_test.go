@@ -18,21 +18,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const ns = "default"
 
 // env is a running API server with simulated nodes and the controller.
 type env struct {
-	*controllertest.Env
+	*clustertest.Env
 	pods cache.SharedIndexInformer
 }
 
 func start(t *testing.T, nodes int) *env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{Nodes: nodes})
+	e := clustertest.New(t, clustertest.Options{Nodes: nodes})
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
 	if err != nil {
@@ -81,7 +81,7 @@ func (e *env) scale(name string, n int32) {
 	e.T.Helper()
 	// As kubectl scale: read the scale, write it back, again on a
 	// conflict with the controller's status writes.
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		sc, err := e.Client.Apps.ReplicaSets(ns).GetScale(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -112,7 +112,7 @@ func (e *env) ownedPods(rs *appsv1.ReplicaSet) []corev1.Pod {
 // waitStatus waits until rs's status, generation observed, is want.
 func (e *env) waitStatus(name string, want appsv1.ReplicaSetStatus) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		rs := e.get(name)
 		got := rs.Status
 		got.Conditions = nil
@@ -157,7 +157,7 @@ func TestCreateAndScale(t *testing.T) {
 	e.waitStatus("web", settled(5))
 	e.scale("web", 1)
 	e.waitStatus("web", settled(1))
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if n := len(e.ownedPods(rs)); n != 1 {
 			return fmt.Errorf("%d pods", n)
 		}
@@ -176,7 +176,7 @@ func TestReplacesDeletedPod(t *testing.T) {
 	if err := e.Client.Core.Pods(ns).Delete(e.Ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		pods := e.ownedPods(rs)
 		if len(pods) != 2 {
 			return fmt.Errorf("%d pods", len(pods))
@@ -259,7 +259,7 @@ func TestAdoptAndRelease(t *testing.T) {
 	if _, err := e.Client.Core.Pods(ns).Update(e.Ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		p, err := e.Client.Core.Pods(ns).Get(e.Ctx, "stray", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -334,7 +334,7 @@ func TestReplicaFailureCondition(t *testing.T) {
 	e := start(t, 1)
 	setPodQuota(e.Env, 1)
 	e.create(newRS("web", 3, map[string]string{"app": "web"}))
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		rs := e.get("web")
 		for _, c := range rs.Status.Conditions {
 			if c.Type == appsv1.ReplicaSetReplicaFailure && c.Status == corev1.ConditionTrue && c.Reason == "FailedCreate" && strings.Contains(c.Message, "exceeded quota") {
@@ -345,7 +345,7 @@ func TestReplicaFailureCondition(t *testing.T) {
 	})
 	setPodQuota(e.Env, 3)
 	e.waitStatus("web", settled(3))
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if c := e.get("web").Status.Conditions; len(c) != 0 {
 			return fmt.Errorf("conditions %+v", c)
 		}
@@ -355,7 +355,7 @@ func TestReplicaFailureCondition(t *testing.T) {
 
 // setPodQuota creates or raises a ResourceQuota of n pods in ns. With no
 // quota controller running, admission charges status.used itself.
-func setPodQuota(e *controllertest.Env, n int64) {
+func setPodQuota(e *clustertest.Env, n int64) {
 	e.T.Helper()
 	quotas := e.Client.Core.ResourceQuotas(ns)
 	hard := corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(n, resource.DecimalSI)}
@@ -375,7 +375,7 @@ func setPodQuota(e *controllertest.Env, n int64) {
 		e.T.Fatal(err)
 	}
 	// Admission writes status.used as pods come: retry on conflicts.
-	controllertest.Eventually(e.T, 10*time.Second, func() error {
+	clustertest.Eventually(e.T, 10*time.Second, func() error {
 		q, err := quotas.Get(e.Ctx, "pods", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -408,7 +408,7 @@ func TestDeletesWorstPodsFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	controllertest.Eventually(t, 20*time.Second, func() error {
+	clustertest.Eventually(t, 20*time.Second, func() error {
 		var names []string
 		for _, p := range e.ownedPods(rs) {
 			names = append(names, p.Name)

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/resourcequota"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func resources(kv ...string) corev1.ResourceList {
@@ -26,10 +26,10 @@ func resources(kv ...string) corev1.ResourceList {
 	return l
 }
 
-type env struct{ *controllertest.Env }
+type env struct{ *clustertest.Env }
 
 func newEnv(t *testing.T) *env {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	inf := client.NewInformers(e.Config)
 	c, err := resourcequota.New(resourcequota.Config{Client: e.Client, Informers: inf, RESTConfig: e.Config, Logger: e.Log})
 	if err != nil {
@@ -54,7 +54,7 @@ func (e *env) quota(name string, hard corev1.ResourceList, scopes ...corev1.Reso
 	}, metav1.CreateOptions{}); err != nil {
 		e.T.Fatal(err)
 	}
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		q, err := e.Client.Core.ResourceQuotas("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -69,7 +69,7 @@ func (e *env) quota(name string, hard corev1.ResourceList, scopes ...corev1.Reso
 // waitUsed waits until the quota's used is want.
 func (e *env) waitUsed(name string, want corev1.ResourceList) {
 	e.T.Helper()
-	controllertest.Eventually(e.T, 30*time.Second, func() error {
+	clustertest.Eventually(e.T, 30*time.Second, func() error {
 		q, err := e.Client.Core.ResourceQuotas("default").Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

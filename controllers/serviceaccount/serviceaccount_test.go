@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const waitFor = 30 * time.Second
@@ -26,9 +26,9 @@ const testCA = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----
 type runner interface{ Run(context.Context) error }
 
 // start runs the API server and the controller build makes.
-func start(t *testing.T, build func(serviceaccount.Config) (runner, error)) *controllertest.Env {
+func start(t *testing.T, build func(serviceaccount.Config) (runner, error)) *clustertest.Env {
 	t.Helper()
-	e := controllertest.New(t, controllertest.Options{WithoutServiceAccounts: true})
+	e := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
 	inf := client.NewInformers(e.Config)
 	c, err := build(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log, RootCA: []byte(testCA)})
 	if err != nil {
@@ -48,7 +48,7 @@ func start(t *testing.T, build func(serviceaccount.Config) (runner, error)) *con
 	return e
 }
 
-func createNamespace(t *testing.T, e *controllertest.Env, name string) {
+func createNamespace(t *testing.T, e *clustertest.Env, name string) {
 	t.Helper()
 	if _, err := e.Client.Core.Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -57,12 +57,12 @@ func createNamespace(t *testing.T, e *controllertest.Env, name string) {
 
 // terminate deletes a namespace; with no namespace controller running it
 // stays Terminating.
-func terminate(t *testing.T, e *controllertest.Env, name string) {
+func terminate(t *testing.T, e *clustertest.Env, name string) {
 	t.Helper()
 	if err := e.Client.Core.Namespaces().Delete(e.Ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		ns, err := e.Client.Core.Namespaces().Get(e.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -84,8 +84,8 @@ func TestDefaultServiceAccount(t *testing.T) {
 	}
 	createNamespace(t, e, "team-a")
 	createNamespace(t, e, "doomed")
-	controllertest.Eventually(t, waitFor, sas("team-a"))
-	controllertest.Eventually(t, waitFor, sas("doomed"))
+	clustertest.Eventually(t, waitFor, sas("team-a"))
+	clustertest.Eventually(t, waitFor, sas("doomed"))
 
 	// Deleted: made again, a new object.
 	old, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.GetOptions{})
@@ -95,7 +95,7 @@ func TestDefaultServiceAccount(t *testing.T) {
 	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		sa, err := e.Client.Core.ServiceAccounts("team-a").Get(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -116,7 +116,7 @@ func TestDefaultServiceAccount(t *testing.T) {
 	if err := e.Client.Core.ServiceAccounts("team-a").Delete(e.Ctx, serviceaccount.DefaultServiceAccountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, waitFor, sas("team-a"))
+	clustertest.Eventually(t, waitFor, sas("team-a"))
 	if err := sas("doomed")(); !apierrors.IsNotFound(err) {
 		t.Fatalf("default account in a terminating namespace: %v, want it not made again", err)
 	}
@@ -136,7 +136,7 @@ func TestRootCAPublisher(t *testing.T) {
 	// writes it, other than uid old.
 	published := func(ns string, old types.UID) {
 		t.Helper()
-		controllertest.Eventually(t, waitFor, func() error {
+		clustertest.Eventually(t, waitFor, func() error {
 			cm, err := e.Client.Core.ConfigMaps(ns).Get(e.Ctx, serviceaccount.RootCACertConfigMapName, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -197,7 +197,7 @@ func TestRootCAPublisher(t *testing.T) {
 }
 
 func TestRootCAPublisherNeedsCA(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	if _, err := serviceaccount.NewRootCAPublisher(serviceaccount.Config{Client: e.Client, Informers: client.NewInformers(e.Config)}); err == nil {
 		t.Fatal("publisher built without a CA")
 	}
@@ -208,7 +208,7 @@ func TestRootCAPublisherNeedsCA(t *testing.T) {
 // nor decodes other ConfigMaps, and a For informer of the kind is a
 // different one.
 func TestRootCAPublisherWatchesOnlyCAConfigMaps(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{WithoutServiceAccounts: true})
+	e := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
 	if _, err := e.Client.Core.ConfigMaps("default").Create(e.Ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-settings"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRootCAPublisherWatchesOnlyCAConfigMaps(t *testing.T) {
 	if cmInf == inf.For(&corev1.ConfigMap{}) {
 		t.Fatal("For and ForFields gave the same informer")
 	}
-	controllertest.Eventually(t, waitFor, func() error {
+	clustertest.Eventually(t, waitFor, func() error {
 		names := map[string]bool{}
 		for _, o := range cmInf.GetStore().List() {
 			names[o.(*corev1.ConfigMap).Name] = true

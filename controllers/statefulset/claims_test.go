@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // owners is a claim's ownerReferences as "Kind/name/uid" (controller
@@ -45,7 +45,7 @@ func TestClaims(t *testing.T) {
 		{del, del, []string{"set"}, []string{"pod"}},
 	} {
 		t.Run(fmt.Sprintf("whenDeleted %s whenScaled %s", tc.whenDeleted, tc.whenScaled), func(t *testing.T) {
-			e := controllertest.New(t, controllertest.Options{Nodes: 2, Storage: true})
+			e := clustertest.New(t, clustertest.Options{Nodes: 2, Storage: true})
 			inf := start(t, e)
 			// Every pod must find its claims there when it is created.
 			log := watchPods(t, inf, func(event string, p *corev1.Pod, _ map[string]*corev1.Pod) string {
@@ -98,7 +98,7 @@ func TestClaims(t *testing.T) {
 				for _, w := range c.want {
 					want = append(want, ref[w])
 				}
-				controllertest.Eventually(t, timeout, func() error {
+				clustertest.Eventually(t, timeout, func() error {
 					pvc, err := e.Client.Core.PersistentVolumeClaims("default").Get(e.Ctx, c.name, metav1.GetOptions{})
 					if err != nil {
 						return err
@@ -117,14 +117,14 @@ func TestClaims(t *testing.T) {
 // holds back the pod's successor until the garbage collector removes it
 // (played here by the test), so the new pod never mounts the old data.
 func TestStaleClaimBlocksPod(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1, Storage: true})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1, Storage: true})
 	start(t, e)
 	create(t, e, newSet(1, claimTemplate, func(s *appsv1.StatefulSet) {
 		s.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{WhenScaled: appsv1.DeletePersistentVolumeClaimRetentionPolicyType}
 	}))
 	waitPods(t, e, nil, "web-0")
 	modify(t, e, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr[int32](0) })
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		pvc, err := e.Client.Core.PersistentVolumeClaims("default").Get(e.Ctx, "data-web-0", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -139,7 +139,7 @@ func TestStaleClaimBlocksPod(t *testing.T) {
 	})
 	modify(t, e, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr[int32](1) })
 	// The set has seen the scale up and holds the pod back.
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		if s := getSet(t, e); s.Status.ObservedGeneration != s.Generation {
 			return fmt.Errorf("observedGeneration %d of %d", s.Status.ObservedGeneration, s.Generation)
 		}
@@ -170,7 +170,7 @@ func TestClaimsWithGarbageCollector(t *testing.T) {
 		whenDeleted, whenScaled appsv1.PersistentVolumeClaimRetentionPolicyType
 	}{{retain, retain}, {del, retain}, {retain, del}, {del, del}} {
 		t.Run(fmt.Sprintf("whenDeleted %s whenScaled %s", tc.whenDeleted, tc.whenScaled), func(t *testing.T) {
-			e := controllertest.New(t, controllertest.Options{Nodes: 2, Storage: true})
+			e := clustertest.New(t, clustertest.Options{Nodes: 2, Storage: true})
 			start(t, e)
 			gc, err := garbagecollector.New(garbagecollector.Config{RESTConfig: e.Config, Client: e.Client, Logger: e.Log})
 			if err != nil {
@@ -191,7 +191,7 @@ func TestClaimsWithGarbageCollector(t *testing.T) {
 			}
 			waitGone := func(name string) {
 				t.Helper()
-				controllertest.Eventually(t, timeout, func() error {
+				clustertest.Eventually(t, timeout, func() error {
 					if exists(name) {
 						return fmt.Errorf("%s still there", name)
 					}
@@ -210,7 +210,7 @@ func TestClaimsWithGarbageCollector(t *testing.T) {
 			// A delete racing the controller's status write can get a 409
 			// from bonsai's store (its reads lag a pending group commit);
 			// retry as a client would.
-			controllertest.Eventually(t, timeout, func() error {
+			clustertest.Eventually(t, timeout, func() error {
 				err := e.Client.Apps.StatefulSets("default").Delete(e.Ctx, "web", metav1.DeleteOptions{})
 				if err != nil && !apierrors.IsConflict(err) {
 					t.Fatal(err)

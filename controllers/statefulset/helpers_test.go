@@ -16,14 +16,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/kubelet/simulator"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const timeout = 60 * time.Second
 
 // start runs the controller in e and returns its informers (started).
-func start(t *testing.T, e *controllertest.Env) *client.Informers {
+func start(t *testing.T, e *clustertest.Env) *client.Informers {
 	t.Helper()
 	inf := client.NewInformers(e.Config)
 	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
@@ -78,7 +78,7 @@ func claimTemplate(s *appsv1.StatefulSet) {
 	}}
 }
 
-func create(t *testing.T, e *controllertest.Env, s *appsv1.StatefulSet) *appsv1.StatefulSet {
+func create(t *testing.T, e *clustertest.Env, s *appsv1.StatefulSet) *appsv1.StatefulSet {
 	t.Helper()
 	out, err := e.Client.Apps.StatefulSets(s.Namespace).Create(e.Ctx, s, metav1.CreateOptions{})
 	if err != nil {
@@ -88,9 +88,9 @@ func create(t *testing.T, e *controllertest.Env, s *appsv1.StatefulSet) *appsv1.
 }
 
 // modify reads, changes and writes set web, retrying on conflict.
-func modify(t *testing.T, e *controllertest.Env, mod func(*appsv1.StatefulSet)) {
+func modify(t *testing.T, e *clustertest.Env, mod func(*appsv1.StatefulSet)) {
 	t.Helper()
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		s, err := e.Client.Apps.StatefulSets("default").Get(e.Ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -101,7 +101,7 @@ func modify(t *testing.T, e *controllertest.Env, mod func(*appsv1.StatefulSet)) 
 	})
 }
 
-func getSet(t *testing.T, e *controllertest.Env) *appsv1.StatefulSet {
+func getSet(t *testing.T, e *clustertest.Env) *appsv1.StatefulSet {
 	t.Helper()
 	s, err := e.Client.Apps.StatefulSets("default").Get(e.Ctx, "web", metav1.GetOptions{})
 	if err != nil {
@@ -110,7 +110,7 @@ func getSet(t *testing.T, e *controllertest.Env) *appsv1.StatefulSet {
 	return s
 }
 
-func pods(t *testing.T, e *controllertest.Env) map[string]corev1.Pod {
+func pods(t *testing.T, e *clustertest.Env) map[string]corev1.Pod {
 	t.Helper()
 	list, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	if err != nil {
@@ -125,12 +125,12 @@ func pods(t *testing.T, e *controllertest.Env) map[string]corev1.Pod {
 
 // waitPods waits until exactly the named pods exist, Running and Ready,
 // each passing check (may be nil), and returns them.
-func waitPods(t *testing.T, e *controllertest.Env, check func(*corev1.Pod) error, names ...string) map[string]corev1.Pod {
+func waitPods(t *testing.T, e *clustertest.Env, check func(*corev1.Pod) error, names ...string) map[string]corev1.Pod {
 	t.Helper()
 	want := slices.Clone(names)
 	sort.Strings(want)
 	var got map[string]corev1.Pod
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		got = pods(t, e)
 		var have []string
 		for name, p := range got {

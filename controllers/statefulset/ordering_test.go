@@ -11,14 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/kit"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // OrderedReady creates web-1 only once web-0 is Running and Ready, and so
 // on; each pod has its stable identity.
 func TestOrderedCreation(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	inf := start(t, e)
 	log := watchPods(t, inf, func(event string, p *corev1.Pod, all map[string]*corev1.Pod) string {
 		if event != "add" {
@@ -41,7 +41,7 @@ func TestOrderedCreation(t *testing.T) {
 	}
 
 	var status appsv1.StatefulSetStatus
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		status = getSet(t, e).Status
 		if status.ReadyReplicas != 3 || status.AvailableReplicas != 3 || status.CurrentReplicas != 3 || status.UpdatedReplicas != 3 || status.Replicas != 3 || status.ObservedGeneration != 1 {
 			return fmt.Errorf("status %+v", status)
@@ -69,7 +69,7 @@ func TestOrderedCreation(t *testing.T) {
 // Parallel creates every pod at once, without waiting for readiness, and
 // spec.ordinals.start moves the names.
 func TestParallel(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	inf := start(t, e)
 	allAtOnce := make(chan struct{}, 1)
 	watchPods(t, inf, func(event string, p *corev1.Pod, all map[string]*corev1.Pod) string {
@@ -101,7 +101,7 @@ func TestParallel(t *testing.T) {
 // OrderedReady scales down from the highest ordinal, one pod at a time:
 // each deletion starts only once the pod above is gone.
 func TestScaleDownInReverse(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	inf := start(t, e)
 	create(t, e, newSet(4))
 	waitPods(t, e, nil, "web-0", "web-1", "web-2", "web-3")
@@ -126,7 +126,7 @@ func TestScaleDownInReverse(t *testing.T) {
 	modify(t, e, func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr[int32](1) })
 	waitPods(t, e, nil, "web-0")
 	// The list can be ahead of the informer: wait for its last event.
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		if len(deleted) < 3 {
@@ -146,7 +146,7 @@ func TestScaleDownInReverse(t *testing.T) {
 
 // A deleted pod and a failed pod come back with the same name.
 func TestRecreate(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	create(t, e, newSet(2))
 	before := waitPods(t, e, nil, "web-0", "web-1")
@@ -171,7 +171,7 @@ func TestRecreate(t *testing.T) {
 // replaced (OnDelete: a rolling update would replace it, as it has no
 // revision label).
 func TestAdoptsOrphan(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	start(t, e)
 	orphan, err := e.Client.Core.Pods("default").Create(e.Ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-0", Labels: map[string]string{"app": "web"}},
@@ -200,7 +200,7 @@ func TestAdoptsOrphan(t *testing.T) {
 // Ready replicas become available minReadySeconds later, and OrderedReady
 // waits for availability before the next pod.
 func TestMinReadySeconds(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	start(t, e)
 	create(t, e, newSet(2, func(s *appsv1.StatefulSet) { s.Spec.MinReadySeconds = 3 }))
 	waitStatus(t, e, func(st appsv1.StatefulSetStatus) error {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func setImage(img string) func(*appsv1.StatefulSet) {
@@ -27,10 +27,10 @@ func partition(n int32) func(*appsv1.StatefulSet) {
 
 // waitStatus waits until the set's status, seen at its generation,
 // passes check.
-func waitStatus(t *testing.T, e *controllertest.Env, check func(appsv1.StatefulSetStatus) error) appsv1.StatefulSetStatus {
+func waitStatus(t *testing.T, e *clustertest.Env, check func(appsv1.StatefulSetStatus) error) appsv1.StatefulSetStatus {
 	t.Helper()
 	var st appsv1.StatefulSetStatus
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		s := getSet(t, e)
 		st = s.Status
 		if st.ObservedGeneration != s.Generation {
@@ -42,7 +42,7 @@ func waitStatus(t *testing.T, e *controllertest.Env, check func(appsv1.StatefulS
 }
 
 // recreatedOrder records the order in which pods come back at a new image.
-func recreatedOrder(t *testing.T, e *controllertest.Env, img string) func() []string {
+func recreatedOrder(t *testing.T, e *clustertest.Env, img string) func() []string {
 	var order []string
 	log := watchPods(t, start(t, e), func(event string, p *corev1.Pod, _ map[string]*corev1.Pod) string {
 		if event == "add" && p.Spec.Containers[0].Image == img {
@@ -61,7 +61,7 @@ func recreatedOrder(t *testing.T, e *controllertest.Env, img string) func() []st
 // at the partition; lowering it finishes the update, which then becomes
 // the current revision.
 func TestPartitionedRollingUpdate(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	order := recreatedOrder(t, e, "busybox:2")
 	create(t, e, newSet(3, partition(1)))
 	waitPods(t, e, nil, "web-0", "web-1", "web-2")
@@ -74,7 +74,7 @@ func TestPartitionedRollingUpdate(t *testing.T) {
 
 	modify(t, e, setImage("busybox:2"))
 	waitPods(t, e, nil, "web-0", "web-1", "web-2")
-	controllertest.Eventually(t, timeout, func() error {
+	clustertest.Eventually(t, timeout, func() error {
 		ps := pods(t, e)
 		for name, img := range map[string]string{"web-0": "busybox:1", "web-1": "busybox:2", "web-2": "busybox:2"} {
 			p, ok := ps[name]
@@ -118,7 +118,7 @@ func TestPartitionedRollingUpdate(t *testing.T) {
 
 // maxUnavailable lets that many pods be replaced at once, never more.
 func TestRollingUpdateMaxUnavailable(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	inf := start(t, e)
 	armed, worst := false, 0
 	log := watchPods(t, inf, func(_ string, _ *corev1.Pod, all map[string]*corev1.Pod) string {
@@ -154,7 +154,7 @@ func TestRollingUpdateMaxUnavailable(t *testing.T) {
 // OnDelete leaves pods alone until they are deleted; each comes back at
 // the update revision.
 func TestOnDelete(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	create(t, e, newSet(2, func(s *appsv1.StatefulSet) {
 		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
@@ -180,7 +180,7 @@ func TestOnDelete(t *testing.T) {
 // undo (the revision's data patched onto the set) brings an old one back
 // as the newest revision, and the pods with it.
 func TestHistoryAndRollback(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 2})
+	e := clustertest.New(t, clustertest.Options{Nodes: 2})
 	start(t, e)
 	set := create(t, e, newSet(2))
 	waitPods(t, e, nil, "web-0", "web-1")

@@ -12,15 +12,15 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/controllers/garbagecollector"
 	"bonsai.dev/bonsai/controllers/job"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // Finished Jobs are deleted once their TTL after the finish has passed,
 // by the controller's clock; Jobs without a TTL, or not finished, stay.
 func TestDeletesExpiredJobs(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	start := time.Now().Truncate(time.Second)
 	clk := clocktesting.NewFakeClock(start)
 	inf := client.NewInformers(e.Config)
@@ -80,7 +80,7 @@ func TestDeletesExpiredJobs(t *testing.T) {
 		}
 	}
 	// Step the clock until the controller has queued the short TTL.
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		if clk.Since(start) < 10*time.Second {
 			clk.Step(time.Second)
 		}
@@ -90,7 +90,7 @@ func TestDeletesExpiredJobs(t *testing.T) {
 		t.Errorf("short deleted at +%s, before its 10 s TTL", clk.Since(start))
 	}
 	exists("long", "forever", "running")
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		if clk.Since(start) < 100*time.Second {
 			clk.Step(10 * time.Second)
 		}
@@ -106,7 +106,7 @@ func TestDeletesExpiredJobs(t *testing.T) {
 // completes is deleted once its TTL (here 1 s, on the real clock) has
 // passed, and its pods after it (background propagation).
 func TestDeletesCompletedJobWithJobController(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	gc, err := garbagecollector.New(garbagecollector.Config{RESTConfig: e.Config, Client: e.Client, Logger: e.Log})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestDeletesCompletedJobWithJobController(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Play the kubelet: the pod succeeds once it runs.
-	controllertest.Eventually(t, 60*time.Second, func() error {
+	clustertest.Eventually(t, 60*time.Second, func() error {
 		pods, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
 		if err != nil {
 			return err
@@ -149,7 +149,7 @@ func TestDeletesCompletedJobWithJobController(t *testing.T) {
 		_, err = e.Client.Core.Pods("default").UpdateStatus(e.Ctx, &p, metav1.UpdateOptions{})
 		return err
 	})
-	controllertest.Eventually(t, 60*time.Second, func() error {
+	clustertest.Eventually(t, 60*time.Second, func() error {
 		j, err := e.Client.Batch.Jobs("default").Get(e.Ctx, "once", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -159,7 +159,7 @@ func TestDeletesCompletedJobWithJobController(t *testing.T) {
 		}
 		return fmt.Errorf("job still there, conditions %+v", j.Status.Conditions)
 	})
-	controllertest.Eventually(t, 60*time.Second, func() error {
+	clustertest.Eventually(t, 60*time.Second, func() error {
 		pods, err := e.Client.Core.Pods("default").List(e.Ctx, metav1.ListOptions{LabelSelector: batchv1.ControllerUidLabel + "=" + string(j.UID)})
 		if err != nil {
 			return err

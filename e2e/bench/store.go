@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // storeParams size the store workload; -quick shrinks it.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // webhookSuite measures what an admission webhook adds to a create: the

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 const testImage = "bonsai.test/busybox:1"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"bonsai.dev/bonsai/e2e/testenv"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 func TestLogFileFormatAndRotation(t *testing.T) {

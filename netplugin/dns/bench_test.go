@@ -14,7 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // benchClients is how many clients query at once, each with one query
@@ -26,7 +26,7 @@ const benchClients = 8
 // ClusterIP and 100 headless Services of 3 endpoints served. Targets on a
 // 2-core machine: ≥ 20,000 queries/s, p99 ≤ 2 ms.
 func BenchmarkServeUDP(b *testing.B) {
-	e := controllertest.New(b, controllertest.Options{})
+	e := clustertest.New(b, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	s := startServer(b, inf, startStub(b).addr, nil)
 	inf.Start(e.Ctx)
@@ -40,7 +40,7 @@ func BenchmarkServeUDP(b *testing.B) {
 			[]discoveryv1.EndpointPort{port("http", corev1.ProtocolTCP, 8080)},
 			endpoint(fmt.Sprintf("10.42.%d.1", i), ptr(true), ""), endpoint(fmt.Sprintf("10.42.%d.2", i), ptr(true), ""), endpoint(fmt.Sprintf("10.42.%d.3", i), ptr(true), ""))
 	}
-	controllertest.Eventually(b, 30*time.Second, func() error {
+	clustertest.Eventually(b, 30*time.Second, func() error {
 		if m := exchange(b, s.address, "udp", "hl-99.default.svc.cluster.local.", dns.TypeA, 0); len(m.Answer) != 3 {
 			return fmt.Errorf("hl-99 not served yet")
 		}

@@ -13,14 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // EnsureService creates kube-system/kube-dns as k3s and kubeadm do, keeps
 // an existing one, refuses one at another address; the DNS server then
 // answers for itself (DNS-02, DNS-08).
 func TestEnsureService(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	s := startServer(t, inf, startStub(t).addr, nil)
 	inf.Start(e.Ctx)
@@ -68,7 +68,7 @@ func TestEnsureService(t *testing.T) {
 		t.Errorf("EnsureService at another address: %v", err)
 	}
 
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		m := exchange(t, s.address, "udp", "kube-dns.kube-system.svc.cluster.local.", dns.TypeA, 0)
 		if got := rrStrings(m.Answer); !cmp.Equal(got, []string{"kube-dns.kube-system.svc.cluster.local. 5 IN A 10.43.0.10"}) {
 			return fmt.Errorf("kube-dns answers %v", got)

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const soaLine = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5"
@@ -34,13 +34,13 @@ func endpoint(ip string, ready *bool, hostname string) discoveryv1.Endpoint {
 // zoneEnv is an API server with the objects of TestZone, informers
 // synced past all of them, a stub upstream and a server on 127.0.0.1.
 type zoneEnv struct {
-	e    *controllertest.Env
+	e    *clustertest.Env
 	addr string
 	stub *stubUpstream
 }
 
 func newZoneEnv(t *testing.T) *zoneEnv {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	stub := startStub(t)
 	// Cached upstream TTLs must not count down between the UDP and TCP
@@ -87,7 +87,7 @@ func newZoneEnv(t *testing.T) *zoneEnv {
 	z.namespace("zz-last")
 	z.service("zz-last", "last", corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "p", Port: 1, Protocol: corev1.ProtocolTCP}}})
 	z.slice("zz-last", "last-1", "last", discoveryv1.AddressTypeIPv4, nil, endpoint("10.42.9.9", ptr(true), ""))
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		if m := exchange(t, z.addr, "udp", "last.zz-last.svc.cluster.local.", dns.TypeA, 0); len(m.Answer) != 1 {
 			return fmt.Errorf("last object not served yet: %s", dns.RcodeToString[m.Rcode])
 		}
@@ -295,7 +295,7 @@ func TestZoneFollowsTheAPI(t *testing.T) {
 
 func waitRcode(t *testing.T, addr, name string, qtype uint16, rcode int) {
 	t.Helper()
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if m := exchange(t, addr, "udp", name, qtype, 0); m.Rcode != rcode {
 			return fmt.Errorf("%s %s: %s, want %s", dns.TypeToString[qtype], name, dns.RcodeToString[m.Rcode], dns.RcodeToString[rcode])
 		}
@@ -307,7 +307,7 @@ func waitRcode(t *testing.T, addr, name string, qtype uint16, rcode int) {
 // without EDNS0 gets TC and the TCP retry gets them all; an EDNS0 buffer
 // of 4096 gets them all over UDP.
 func TestZoneTruncation(t *testing.T) {
-	e := controllertest.New(t, controllertest.Options{})
+	e := clustertest.New(t, clustertest.Options{})
 	inf := client.NewInformers(e.Config)
 	s := startServer(t, inf, startStub(t).addr, nil)
 	inf.Start(e.Ctx)
@@ -319,7 +319,7 @@ func TestZoneTruncation(t *testing.T) {
 	}
 	z.slice("default", "many-1", "many", discoveryv1.AddressTypeIPv4, nil, eps...)
 	const name = "many.default.svc.cluster.local."
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if m := exchange(t, z.addr, "tcp", name, dns.TypeA, 0); len(m.Answer) != 60 {
 			return fmt.Errorf("%d addresses over TCP", len(m.Answer))
 		}

@@ -16,15 +16,15 @@ import (
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
 	"bonsai.dev/bonsai/netplugin"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // runEnv is an enforcer made by New and driven by Run from a real API
 // server, programming a test node's namespace.
 type runEnv struct {
 	*testNode
-	api    *controllertest.Env
+	api    *clustertest.Env
 	netpol networkingclient.NetworkingV1Interface
 	cancel context.CancelFunc
 	done   chan error
@@ -33,7 +33,7 @@ type runEnv struct {
 func newRunEnv(t *testing.T, brnf string) *runEnv {
 	t.Helper()
 	requireRoot(t)
-	api := controllertest.New(t, controllertest.Options{})
+	api := clustertest.New(t, clustertest.Options{})
 	n := newTestNode(t, brnf)
 	np, err := networkingclient.NewForConfig(api.Config)
 	must(t, "networking client", err)
@@ -174,7 +174,7 @@ func TestRun(t *testing.T) {
 	if _, err := r.api.Client.Core.Pods("default").Update(ctx, backend, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		return probe(r.pods["default/backend"].ns, db.ip, "default/db", "tcp/6379")
 	})
 	other, err := r.api.Client.Core.Namespaces().Get(ctx, "other", metav1.GetOptions{})
@@ -185,7 +185,7 @@ func TestRun(t *testing.T) {
 	if _, err := r.api.Client.Core.Namespaces().Update(ctx, other, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 10*time.Second, func() error {
+	clustertest.Eventually(t, 10*time.Second, func() error {
 		if probe(r.pods["other/client"].ns, db.ip, "default/db", "tcp/6379") == nil {
 			return fmt.Errorf("other/client still reaches db")
 		}

@@ -17,7 +17,7 @@ import (
 
 // requireRoot skips a test that needs to make network namespaces, links
 // and nftables tables when it cannot, and fails it in CI, where a missing
-// prerequisite must not pass for a success (as e2e/testenv.Require).
+// prerequisite must not pass for a success (as testsupport/testenv.Require).
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() == 0 {

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/client"
-	"bonsai.dev/bonsai/controllers/controllertest"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // TestRun drives the proxier through New and Run from a real API server:
@@ -25,7 +25,7 @@ import (
 // the node's address as ingress and are served there.
 func TestRun(t *testing.T) {
 	requireRoot(t)
-	e := controllertest.New(t, controllertest.Options{Nodes: 1})
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	e.WaitNodesReady(1)
 	node, err := e.Client.Core.Nodes().Get(e.Ctx, "sim-0", metav1.GetOptions{})
 	if err != nil {
@@ -73,7 +73,7 @@ func TestRun(t *testing.T) {
 	waitElems := func(want ...string) {
 		t.Helper()
 		slices.Sort(want)
-		controllertest.Eventually(t, 30*time.Second, func() error {
+		clustertest.Eventually(t, 30*time.Second, func() error {
 			_, got, err := kernelView(ns, table)
 			if err != nil {
 				return err
@@ -104,7 +104,7 @@ func TestRun(t *testing.T) {
 		keys = append(keys, fmt.Sprintf("%x", e.key))
 	}
 	// The built-in load balancer gives it the node's address.
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		got, err := e.Client.Core.Services("default").Get(e.Ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -173,7 +173,7 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		got, err := e.Client.Core.Services("default").Get(e.Ctx, "second", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -201,7 +201,7 @@ func TestRun(t *testing.T) {
 	if _, err := e.Client.Core.Services("default").Update(e.Ctx, second, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		got, err := e.Client.Core.Services("default").Get(e.Ctx, "second", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -224,7 +224,7 @@ func TestRun(t *testing.T) {
 	if err := e.Client.Core.Services("default").Delete(e.Ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 30*time.Second, func() error {
+	clustertest.Eventually(t, 30*time.Second, func() error {
 		got, err := e.Client.Core.Services("default").Get(e.Ctx, "third", metav1.GetOptions{})
 		if err != nil {
 			return err

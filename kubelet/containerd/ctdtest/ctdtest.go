@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"bonsai.dev/bonsai/e2e/testenv"
 	"bonsai.dev/bonsai/kubelet/containerd"
+	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
 // Image is the busybox test image every Start imports.

@@ -1,10 +1,10 @@
-// Package controllertest starts what a controller's integration test runs
+// Package clustertest starts what a controller's integration test runs
 // against: the real API server in-process over a badger store in a temp
 // dir, the serviceaccount controller and, on request, the scheduler, node
 // IPAM and simulated nodes, so
 // that pods a controller creates are scheduled and go Running and Ready
 // as on a cluster. Nothing here is a fake of a Kubernetes component.
-package controllertest
+package clustertest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controllertest
+package clustertest
 
 import (
 	"fmt"
