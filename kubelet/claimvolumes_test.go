@@ -13,30 +13,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/kubelet/cri"
-	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // TestClaimVolumeMountsBoundVolume: a claim volume waits for its claim
 // to be Bound, then mounts the volume's hostPath directory (made if
 // missing), read-only when the pod asks.
 func TestClaimVolumeMountsBoundVolume(t *testing.T) {
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := apiserver.New(apiserver.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	admin := kubernetes.NewForConfigOrDie(srv.ClientConfig(&authn.User{Name: "admin", Groups: []string{authn.GroupMasters}}))
-	agent, err := NewClient(srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}}))
+	admin := kubernetes.NewForConfigOrDie(api.ConfigFor(&authn.User{Name: "admin", Groups: []string{authn.GroupMasters}}))
+	agent, err := NewClient(api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
-	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 func TestLeaseRetryBackoff(t *testing.T) {
@@ -39,17 +38,8 @@ func TestLeaseRetryBackoff(t *testing.T) {
 }
 
 func TestRegistersNodeAndRenewsLease(t *testing.T) {
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := apiserver.New(apiserver.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	restCfg := srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
+	restCfg := api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
 	cs := kubernetes.NewForConfigOrDie(restCfg)
 	agentClient, err := NewClient(restCfg)
 	if err != nil {
@@ -183,17 +173,8 @@ func waitForLease(t *testing.T, cs kubernetes.Interface, renewed time.Time) *coo
 // heartbeats to the simulator: it starts no lease renewer of its own. A
 // later start with a real runtime takes the node back.
 func TestSimulatedRuntimeHandsNodeToSimulator(t *testing.T) {
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := apiserver.New(apiserver.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	restCfg := srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
+	restCfg := api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
 	cs := kubernetes.NewForConfigOrDie(restCfg)
 	agentClient, err := NewClient(restCfg)
 	if err != nil {

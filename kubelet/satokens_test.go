@@ -16,9 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
-	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // tokenEnv is an API server with a pod "web" in the default namespace
@@ -32,17 +31,8 @@ type tokenEnv struct {
 
 func newTokenEnv(t *testing.T) *tokenEnv {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := apiserver.New(apiserver.Config{Store: st})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); st.Close() })
-	cfg := srv.ClientConfig(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
+	cfg := api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
 	c, err := NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -17,9 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"bonsai.dev/bonsai/apiserver"
-	"bonsai.dev/bonsai/apiserver/authn"
-	"bonsai.dev/bonsai/store"
+	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 // env is a real API server in-process over a badger store in a temp dir,
@@ -38,21 +36,12 @@ type env struct {
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// newAPI starts a real API server in-process; it stops when the test
-// ends.
+// newAPI starts a real API server in-process, and nothing beside it; it
+// stops when the test ends. The config reaches it as the controller
+// manager.
 func newAPI(t *testing.T) *rest.Config {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := apiserver.New(apiserver.Config{Store: st})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); st.Close() })
-	return srv.ClientConfig(&authn.User{Name: "system:kube-controller-manager", Groups: []string{authn.GroupAuthenticated}})
+	return clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true}).Config
 }
 
 func newEnv(t *testing.T, mod func(*Config)) *env {
