@@ -1,9 +1,12 @@
-// Package clustertest starts what a controller's integration test runs
-// against: the real API server in-process over a badger store in a temp
-// dir, the serviceaccount controller and, on request, the scheduler, node
-// IPAM and simulated nodes, so
-// that pods a controller creates are scheduled and go Running and Ready
-// as on a cluster. Nothing here is a fake of a Kubernetes component.
+// Package clustertest starts what an integration test of a controller, a
+// network component or the kubelet runs against: the real API server
+// in-process over a badger store in a temp dir, the serviceaccount
+// controller and, on request, the scheduler, node IPAM, simulated nodes
+// and the storage controllers, so that pods a controller creates are
+// scheduled and go Running and Ready as on a cluster. Nothing here is a
+// fake of a Kubernetes component. A package it starts (the scheduler, the
+// simulator, those controllers) cannot use it in its internal tests: that
+// would be an import cycle.
 package clustertest
 
 import (

@@ -3,11 +3,14 @@
 // etcd, Debian's docker-registry, a system bus with systemd-logind (and a
 // systemd stand-in that shuts nothing down), and the test admission webhook
 // with its certificates. It finds or builds the oldest and newest kubectl,
-// builds the busybox test image, ends the containerd shims and containers a
-// test leaves behind, and decides what a missing prerequisite means: a skip
-// on a developer's machine, a failure under CI=true. A containerd of a
-// test's own is kubelet/containerd/ctdtest's. Only tests, the bench and
-// test helpers import it; bonsai's own packages must not.
+// builds the busybox test image, mounts tmpfs file systems a test may fill,
+// floods a running server with node and user clients (the overload test),
+// ends the containerd shims and containers a test leaves behind, and
+// decides what a missing prerequisite means: a skip on a developer's
+// machine, a failure under CI=true. A containerd of a test's own is
+// kubelet/containerd/ctdtest's, an in-process cluster
+// testsupport/clustertest's. Only tests, the bench and test helpers import
+// it; bonsai's own packages must not.
 package testenv
 
 import (
