@@ -36,9 +36,9 @@ type netpolParams struct {
 
 func netpolParamsFor(quick bool) netpolParams {
 	if quick {
-		return netpolParams{samples: 10, selecting: 100, policies: 200, pods: 200, throughputFor: time.Second, throughputTimes: 1}
+		return netpolParams{samples: 10, selecting: 100, policies: 200, pods: 200, throughputFor: time.Second, throughputTimes: 2}
 	}
-	return netpolParams{samples: 40, selecting: 100, policies: 1000, pods: 1000, throughputFor: 2 * time.Second, throughputTimes: 3}
+	return netpolParams{samples: 40, selecting: 100, policies: 1000, pods: 1000, throughputFor: time.Second, throughputTimes: 7}
 }
 
 type netpolResults struct {
@@ -114,18 +114,6 @@ func netpolSuite(ctx context.Context, b *bench) ([]Row, error) {
 	defer stopServer()
 	clientNS := netnsPath(n, client)
 
-	b.logf("netpol: throughput with no policy")
-	bare, err := throughput(ctx, clientNS, serverAddr, p)
-	if err != nil {
-		return rows(), err
-	}
-	res.bare = num(bare)
-	connBare, err := connectRate(ctx, clientNS, serverAddr, p)
-	if err != nil {
-		return rows(), err
-	}
-	res.connBare = num(connBare)
-
 	b.logf("netpol: %d policy writes timed to enforcement", p.samples)
 	var took []time.Duration
 	nps := n.cs.NetworkingV1().NetworkPolicies("np")
@@ -168,16 +156,44 @@ func netpolSuite(ctx context.Context, b *bench) ([]Row, error) {
 	if err := sleep(ctx, 500*time.Millisecond); err != nil {
 		return rows(), err
 	}
-	policed, err := throughput(ctx, clientNS, serverAddr, p)
+	// The same rounds to a pod no policy selects, alternating with the
+	// policed one's, so that the machine's other load falls on both.
+	open, err := netpolPod(ctx, n, "open")
 	if err != nil {
 		return rows(), err
 	}
-	res.policed, res.ratio = num(policed), num(100*policed/bare)
-	connPoliced, err := connectRate(ctx, clientNS, serverAddr, p)
+	openAddr := net.JoinHostPort(open.Status.PodIP, "5001")
+	stopOpen, err := sinkIn(netnsPath(n, open), ":5001")
 	if err != nil {
 		return rows(), err
 	}
-	res.connPoliced, res.connRatio = num(connPoliced), num(100*connPoliced/connBare)
+	defer stopOpen()
+	// Each round measures both pods back to back; the rows are medians
+	// over the rounds, the ratios medians of each round's ratio.
+	var bare, policed, connBare, connPoliced, ratio, connRatio []float64
+	for range p.throughputTimes {
+		tb, err := throughput(ctx, clientNS, openAddr, p.throughputFor)
+		if err != nil {
+			return rows(), err
+		}
+		tp, err := throughput(ctx, clientNS, serverAddr, p.throughputFor)
+		if err != nil {
+			return rows(), err
+		}
+		cb, err := connectRate(ctx, clientNS, openAddr, p.throughputFor)
+		if err != nil {
+			return rows(), err
+		}
+		cp, err := connectRate(ctx, clientNS, serverAddr, p.throughputFor)
+		if err != nil {
+			return rows(), err
+		}
+		bare, policed, ratio = append(bare, tb), append(policed, tp), append(ratio, 100*tp/tb)
+		connBare, connPoliced, connRatio = append(connBare, cb), append(connPoliced, cp), append(connRatio, 100*cp/cb)
+	}
+	res.bare, res.policed, res.ratio = num(median(bare)), num(median(policed)), num(median(ratio))
+	res.connBare, res.connPoliced, res.connRatio = num(median(connBare)), num(median(connPoliced)), num(median(connRatio))
+	b.noteOnce("netpol-throughput", "netpol: throughput and connection setup: %d rounds, each 1 s to a pod that %d policies select and 1 s to a pod on the same node that none does; rows are medians over the rounds, ratios the median of each round's ratio", p.throughputTimes, p.selecting)
 	if err := nps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return rows(), err
 	}
@@ -351,63 +367,52 @@ func untilReach(ctx context.Context, path, addr string, reach bool, start time.T
 	}
 }
 
-// throughput sends as much as it can over one TCP connection for the
-// round's length, a few rounds, and returns the best, in MB/s.
-func throughput(ctx context.Context, path, addr string, p netpolParams) (float64, error) {
-	var best float64
+// throughput sends as much as it can over one TCP connection for d and
+// returns the rate, in MB/s.
+func throughput(ctx context.Context, path, addr string, d time.Duration) (float64, error) {
 	buf := bytes.Repeat([]byte{'x'}, 256<<10)
-	for range p.throughputTimes {
-		c, err := dialFrom(path, addr, 2*time.Second)
+	c, err := dialFrom(path, addr, 2*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	var sent int64
+	start := time.Now()
+	for time.Since(start) < d && ctx.Err() == nil {
+		n, err := c.Write(buf)
+		sent += int64(n)
 		if err != nil {
 			return 0, err
 		}
-		var sent int64
-		start := time.Now()
-		for time.Since(start) < p.throughputFor && ctx.Err() == nil {
-			n, err := c.Write(buf)
-			sent += int64(n)
-			if err != nil {
-				c.Close()
-				return 0, err
-			}
-		}
-		took := time.Since(start)
-		c.Close()
-		best = max(best, float64(sent)/(1<<20)/took.Seconds())
 	}
-	return best, ctx.Err()
+	return float64(sent) / (1 << 20) / time.Since(start).Seconds(), ctx.Err()
 }
 
 // connectRate opens and closes connections one after another from the
-// client's namespace for the round's length, a few rounds, and returns
-// the best rate: what a policy costs the first packet of a connection,
-// where the kernel's conntrack has not yet seen it.
-func connectRate(ctx context.Context, path, addr string, p netpolParams) (float64, error) {
-	var best float64
-	for range p.throughputTimes {
-		var n int
-		var took time.Duration
-		err := inPodNetns(path, func() error {
-			start := time.Now()
-			for took = 0; took < p.throughputFor && ctx.Err() == nil; took = time.Since(start) {
-				c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
-				if err != nil {
-					return err
-				}
-				// A reset rather than a FIN: no TIME_WAIT, so a round
-				// never runs out of the namespace's ephemeral ports.
-				c.(*net.TCPConn).SetLinger(0)
-				c.Close()
-				n++
+// client's namespace for d and returns the rate: what a policy costs the
+// first packet of a connection, which conntrack has not seen yet.
+func connectRate(ctx context.Context, path, addr string, d time.Duration) (float64, error) {
+	var n int
+	var took time.Duration
+	err := inPodNetns(path, func() error {
+		start := time.Now()
+		for ; took < d && ctx.Err() == nil; took = time.Since(start) {
+			c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return 0, err
+			// A reset rather than a FIN: no TIME_WAIT, so a round
+			// never runs out of the namespace's ephemeral ports.
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+			n++
 		}
-		best = max(best, float64(n)/took.Seconds())
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	return best, ctx.Err()
+	return float64(n) / took.Seconds(), ctx.Err()
 }
 
 // allowClient is the i-th of the policies that select the server and
@@ -537,4 +542,10 @@ func fullSyncTook(logPath string) (time.Duration, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %q line with took= in %s", netpol.FullSyncLog, logPath)
+}
+
+// median of xs, sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
