@@ -141,7 +141,13 @@ func (s *Store) Status(ctx context.Context) (*Status, error) {
 // maxPasses bounds a re-encryption: each pass rewrites what the one
 // before left behind (a write that had its key before a rotation and
 // landed after the pass went by).
-const maxPasses = 5
+const maxPasses = 10
+
+// conflictWait is how long a pass whose rewrites met other writers
+// waits before the next, doubled each pass (at most a second): a
+// conflict is a write queued in the store but not yet durable, which the
+// next pass's read would not see yet.
+const conflictWait = 10 * time.Millisecond
 
 // Reencrypt rewrites, through via (the API server's store, so that its
 // caches hear of the writes), every stored value of a listed resource
@@ -160,7 +166,7 @@ func (s *Store) reencrypt(ctx context.Context, via store.Store) (int, error) {
 	rewritten := 0
 	for pass := 0; pass < maxPasses; pass++ {
 		cfg := s.cfg.Load()
-		stale := 0
+		stale, conflicts := 0, 0
 		var failed []error
 		err := s.scan(ctx, cfg, func(kv store.KeyValue, r *rule) error {
 			if r == nil || r.current(kv.Value) {
@@ -177,6 +183,7 @@ func (s *Store) reencrypt(ctx context.Context, via store.Store) (int, error) {
 			case err == nil:
 				rewritten++
 			case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+				conflicts++
 			case ctx.Err() != nil:
 				return err
 			default:
@@ -192,6 +199,13 @@ func (s *Store) reencrypt(ctx context.Context, via store.Store) (int, error) {
 		}
 		if stale == 0 {
 			return rewritten, nil
+		}
+		if conflicts > 0 {
+			select {
+			case <-time.After(min(conflictWait<<pass, time.Second)):
+			case <-ctx.Done():
+				return rewritten, ctx.Err()
+			}
 		}
 	}
 	return rewritten, fmt.Errorf("values were still written with other keys after %d passes; run it again", maxPasses)
