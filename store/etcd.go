@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -268,6 +269,9 @@ func (s *etcdStore) Create(ctx context.Context, key string, value []byte) (uint6
 		Then(put).
 		Commit()
 	if err != nil {
+		if rev, ok := s.appliedAnyway(ctx, err, key, value, 0); ok {
+			return rev, nil
+		}
 		return 0, s.writeErr(key, value, err)
 	}
 	if !resp.Succeeded {
@@ -293,6 +297,9 @@ func (s *etcdStore) Update(ctx context.Context, key string, value []byte, rev ui
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
+		if rev, ok := s.appliedAnyway(ctx, err, key, value, rev); ok {
+			return rev, nil
+		}
 		return 0, s.writeErr(key, value, err)
 	}
 	if !resp.Succeeded {
@@ -345,6 +352,29 @@ func (s *etcdStore) writeErr(key string, value []byte, err error) error {
 		return fmt.Errorf("%w (%v)", &ValueTooLargeError{Key: key, Size: len(value), Limit: s.opts.MaxValueBytes}, err)
 	}
 	return mapEtcdErr(err)
+}
+
+// appliedAnyway tells a put that etcd applied and then answered NOSPACE
+// from one it refused: etcd applies the write whose apply finds the
+// backend over its quota, raises the alarm and answers NOSPACE (only the
+// writes after it are refused unapplied). Such a write is durable, so it
+// is acknowledged as written: the key holds exactly its value, created
+// by it (a create: after is 0) or modified after the revision it
+// replaced (an update).
+func (s *etcdStore) appliedAnyway(ctx context.Context, err error, key string, value []byte, after uint64) (uint64, bool) {
+	if !isNoSpace(err) {
+		return 0, false
+	}
+	resp, gerr := s.cli.Get(ctx, key)
+	if gerr != nil || len(resp.Kvs) != 1 {
+		return 0, false
+	}
+	kv := resp.Kvs[0]
+	if !bytes.Equal(kv.Value, value) || uint64(kv.ModRevision) <= after || (after == 0 && kv.CreateRevision != kv.ModRevision) {
+		return 0, false
+	}
+	s.log.Warn("etcd applied a write and then answered NOSPACE: the write is kept; writes after it are refused", "key", key, "revision", kv.ModRevision)
+	return uint64(kv.ModRevision), true
 }
 
 func isNoSpace(err error) bool {
