@@ -46,7 +46,26 @@ func newRootCmd(stdout, stderr io.Writer, run func(context.Context, *serverConfi
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout))
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (bonsai images, token, secrets-encrypt) fail on a word that is none of
+// them, as the root does, rather than print its help and exit 0; alone,
+// it still prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknownSubcommands(c)
+	}
+	if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		}
+	}
 }
 
 func newServerCmd(stderr io.Writer, run func(context.Context, *serverConfig, io.Writer) error) *cobra.Command {

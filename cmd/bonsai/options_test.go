@@ -768,3 +768,24 @@ func TestSecretsEncryptCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownSubcommands: a word that is no subcommand of a command that
+// groups others fails in one line, as at the root; alone, such a command
+// prints its help and succeeds.
+func TestUnknownSubcommands(t *testing.T) {
+	for _, args := range [][]string{{"bogus"}, {"images", "bogus"}, {"token", "bogus"}, {"secrets-encrypt", "bogus"}} {
+		var out bytes.Buffer
+		root := newRootCmd(&out, &out, nil)
+		root.SetArgs(args)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), `unknown command "bogus"`) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v, want one line: unknown command \"bogus\"", args, err)
+		}
+	}
+	var out bytes.Buffer
+	root := newRootCmd(&out, &out, nil)
+	root.SetArgs([]string{"secrets-encrypt"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "Available Commands") {
+		t.Errorf("secrets-encrypt alone: %v, output %q, want its help", err, out.String())
+	}
+}
