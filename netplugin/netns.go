@@ -128,12 +128,25 @@ func netlinkHandleIn(path string) (*netlink.Handle, error) {
 // inNetns runs fn on a thread inside the namespace at path. Goroutines that
 // fn starts run elsewhere (in the host namespace); sockets that fn creates
 // stay in the pod's namespace.
-func inNetns(path string, fn func() error) error {
+func inNetns(path string, fn func() error) error { return InNetns(path, fn) }
+
+// InNetns runs fn on a thread inside the network namespace at path;
+// sockets fn creates stay there, goroutines it starts do not.
+func InNetns(path string, fn func() error) error {
 	target, err := netns.GetFromPath(path)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", path, err)
 	}
 	defer target.Close()
+	if err := Within(target, fn); err != nil {
+		return fmt.Errorf("netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// Within runs fn on a thread inside ns, and returns the thread to its
+// namespace after (a thread that cannot return ends with its goroutine).
+func Within(ns netns.NsHandle, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -144,14 +157,14 @@ func inNetns(path string, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(target); err != nil {
+		if err := netns.Set(ns); err != nil {
 			runtime.UnlockOSThread() // a failed setns leaves the thread where it was
-			errc <- fmt.Errorf("enter netns %s: %w", path, err)
+			errc <- fmt.Errorf("enter netns: %w", err)
 			return
 		}
 		fnErr := fn()
 		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("leave netns %s: %w", path, err)
+			errc <- fmt.Errorf("leave netns: %w", err)
 			return // still locked: the thread exits with this goroutine
 		}
 		runtime.UnlockOSThread()

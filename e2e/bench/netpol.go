@@ -9,19 +9,18 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/netpol"
 )
 
@@ -275,39 +274,7 @@ func netnsPath(n *realNode, p *corev1.Pod) string {
 
 // inPodNetns runs fn on a thread inside the network namespace at path;
 // sockets it makes stay there.
-func inPodNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- err
-			return // still locked: the thread dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
+func inPodNetns(path string, fn func() error) error { return netplugin.InNetns(path, fn) }
 
 // sinkIn listens in a pod's namespace and reads every connection to the
 // end: the throughput's server.

@@ -23,6 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"bonsai.dev/bonsai/netplugin"
 )
 
 // requireRoot skips a test that needs to make network namespaces, links
@@ -81,32 +83,7 @@ func newNetns(t *testing.T) netns.NsHandle {
 }
 
 // inNS runs fn on a thread inside ns; sockets fn makes stay there.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- err
-			return // still locked: the thread dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
+func inNS(ns netns.NsHandle, fn func() error) error { return netplugin.Within(ns, fn) }
 
 func sysctlIn(t *testing.T, ns netns.NsHandle, key, value string) {
 	t.Helper()
