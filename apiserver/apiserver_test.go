@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -1466,6 +1467,42 @@ func TestSharedFramesKeepEachWatchersType(t *testing.T) {
 		}
 		if typ != s.want {
 			t.Errorf("%s watcher got %s, want %s", s.name, typ, s.want)
+		}
+	}
+}
+
+// TestWatchParameterSpellings: ?watch= is read as kube-apiserver's
+// parameter codec reads it: the Python client's watch=True is a watch,
+// as are TRUE, t, yes and the empty value; false and 0 in any case are a
+// list.
+func TestWatchParameterSpellings(t *testing.T) {
+	e := newTestEnv(t)
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	if _, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, cm("spell", map[string]string{"a": "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value string
+		watch bool
+	}{{"True", true}, {"TRUE", true}, {"t", true}, {"yes", true}, {"", true}, {"False", false}, {"FALSE", false}, {"0", false}} {
+		req, _ := http.NewRequestWithContext(e.ctx, "GET", srv.URL+"/api/v1/namespaces/default/configmaps?timeoutSeconds=1&watch="+tc.value, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var first struct {
+			Kind string          `json:"kind"`
+			Type string          `json:"type"`
+			Obj  json.RawMessage `json:"object"`
+		}
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&first); err != nil {
+			t.Fatalf("watch=%q: %v in %.200s", tc.value, err, body)
+		}
+		if gotWatch := first.Type == "ADDED" && len(first.Obj) > 0; gotWatch != tc.watch || (!tc.watch && first.Kind != "ConfigMapList") {
+			t.Errorf("watch=%q: answered %.120s, want a watch %v", tc.value, body, tc.watch)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // deleteOptions reads DeleteOptions from the body (as kubectl sends them)
@@ -40,13 +42,7 @@ func deleteOptions(r *http.Request, res *resource) (*metav1.DeleteOptions, error
 		p := metav1.DeletionPropagation(v)
 		opts.PropagationPolicy = &p
 	}
-	if v := q.Get("orphanDependents"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid orphanDependents %q", v))
-		}
-		opts.OrphanDependents = &b
-	}
+	opts.OrphanDependents = params.BoolPtr(q, "orphanDependents")
 	if dry, err := dryRun(r); err != nil {
 		return nil, err
 	} else if dry {

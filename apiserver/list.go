@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -77,16 +78,8 @@ func parseListOptions(r *http.Request, res *resource, watch bool) (listOptions, 
 			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid timeoutSeconds %q", v))
 		}
 	}
-	if v := q.Get("allowWatchBookmarks"); v != "" {
-		o.bookmarks, _ = strconv.ParseBool(v)
-	}
-	if v := q.Get("sendInitialEvents"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid sendInitialEvents %q", v))
-		}
-		o.sendInitial = &b
-	}
+	o.bookmarks = params.Bool(q, "allowWatchBookmarks")
+	o.sendInitial = params.BoolPtr(q, "sendInitialEvents")
 	var errs field.ErrorList
 	if watch {
 		errs = o.watchErrors()

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -148,8 +149,7 @@ func (s *Server) labelRequest(r *http.Request) (l requestLabelValues, watch bool
 	l[6] = metricsComponent
 	watchParam := false
 	if strings.Contains(r.URL.RawQuery, "watch") {
-		w := r.URL.Query().Get("watch")
-		watchParam = w == "true" || w == "1"
+		watchParam = params.Bool(r.URL.Query(), "watch")
 	}
 	ri, ok := parseResourcePath(r.Method, r.URL.Path, watchParam)
 	var res *resource

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"strconv"
 	"sync"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -22,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	aggapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	"sigs.k8s.io/yaml"
+
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // applyPatch applies a PATCH body to old (nil when the object does not
@@ -162,13 +163,7 @@ func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *re
 	if manager == "" {
 		return nil, false, apierrors.NewBadRequest("PATCH requests of type application/apply-patch+yaml must specify a fieldManager")
 	}
-	force := false
-	if f := q.Get("force"); f != "" {
-		var err error
-		if force, err = strconv.ParseBool(f); err != nil {
-			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("invalid force value %q", f))
-		}
-	}
+	force := params.Bool(q, "force")
 	// A configuration sent as JSON, as client-go and kubectl send it, is
 	// measured before the YAML decoder builds it; one in YAML, once it
 	// is JSON.

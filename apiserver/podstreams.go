@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // The pod subresources that reach the pod's kubelet: the API server looks
@@ -132,20 +134,6 @@ func (s *Server) getPod(ctx context.Context, res *resource, ri requestInfo) (*co
 	return obj.(*corev1.Pod), nil
 }
 
-// queryBool reads a boolean query parameter as Kubernetes' parameter
-// codec does.
-func queryBool(q url.Values, name string) (bool, error) {
-	v := q.Get(name)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, apierrors.NewBadRequest(fmt.Sprintf("%s: invalid value %q: %v", name, v, err))
-	}
-	return b, nil
-}
-
 func queryInt(q url.Values, name string) (*int64, error) {
 	v := q.Get(name)
 	if v == "" {
@@ -166,9 +154,7 @@ func podLogOptions(q url.Values, podName string) (*corev1.PodLogOptions, bool, e
 		name string
 		dst  *bool
 	}{{"follow", &opts.Follow}, {"previous", &opts.Previous}, {"timestamps", &opts.Timestamps}, {"insecureSkipTLSVerifyBackend", &opts.InsecureSkipTLSVerifyBackend}} {
-		if *b.dst, err = queryBool(q, b.name); err != nil {
-			return nil, false, err
-		}
+		*b.dst = params.Bool(q, b.name)
 	}
 	if opts.SinceSeconds, err = queryInt(q, "sinceSeconds"); err != nil {
 		return nil, false, err

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -31,7 +32,7 @@ import (
 // that names a resource.
 func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ri, ok := parseResourcePath(r.Method, r.URL.Path, q.Get("watch") == "true" || q.Get("watch") == "1")
+	ri, ok := parseResourcePath(r.Method, r.URL.Path, params.Bool(q, "watch"))
 	if !ok {
 		writeError(w, notFoundPath())
 		return

@@ -28,6 +28,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // Admission webhooks: MutatingWebhookConfiguration and
@@ -392,11 +393,7 @@ func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
 	bools := func(names ...string) ([]bool, error) {
 		out := make([]bool, len(names))
 		for i, n := range names {
-			b, err := queryBool(q, n)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = b
+			out[i] = params.Bool(q, n)
 		}
 		return out, nil
 	}

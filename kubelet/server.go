@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/kubelet/cri"
 )
 
@@ -316,13 +317,7 @@ func parseLogQuery(r *http.Request) (logOptions, bool, error) {
 	opts := logOptions{tail: -1}
 	var previous bool
 	var err error
-	boolParam := func(name string, dst *bool) {
-		if v := q.Get(name); v != "" && err == nil {
-			if *dst, err = strconv.ParseBool(v); err != nil {
-				err = fmt.Errorf("%s: %q is not a boolean", name, v)
-			}
-		}
-	}
+	boolParam := func(name string, dst *bool) { *dst = params.Bool(q, name) }
 	intParam := func(name string, dst *int64) bool {
 		v := q.Get(name)
 		if v == "" || err != nil {

@@ -2,13 +2,13 @@ package authz
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/fields"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // namespaceSubresources are subresources of a Namespace itself, not
@@ -61,7 +61,7 @@ func RequestAttributes(r *http.Request, u *authn.User) Attributes {
 	}
 	a.Resource = parts[0]
 	q := r.URL.Query()
-	watch, _ := strconv.ParseBool(q.Get("watch"))
+	watch := params.Bool(q, "watch")
 	switch {
 	case pathVerb == "proxy":
 		a.Verb = pathVerb
