@@ -75,9 +75,9 @@ func (k *kernelTables) setElems(elems []elem, add bool) {
 		for chunk := range slices.Chunk(bySet[sk], elemsPerMessage) {
 			m := elemsMessage(sk.fam, k.name, sk.set, chunk, add)
 			if add {
-				k.conn.post = append(k.conn.post, m)
+				k.conn.Post = append(k.conn.Post, m)
 			} else {
-				k.conn.pre = append(k.conn.pre, m)
+				k.conn.Pre = append(k.conn.Pre, m)
 			}
 		}
 	}
@@ -98,7 +98,7 @@ func (k *kernelTables) replace(all []objects) error {
 		c.AddTable(k.tables[fam])
 		for _, name := range slices.Sorted(maps.Keys(k.sets[fam])) {
 			if err := c.AddSet(k.sets[fam][name], nil); err != nil {
-				c.discard()
+				c.Discard()
 				return fmt.Errorf("add set %s: %w", name, err)
 			}
 		}
@@ -147,7 +147,7 @@ func (k *kernelTables) update(changes []change) error {
 }
 
 func (k *kernelTables) flush() error {
-	if err := k.conn.flush(); err != nil {
+	if err := k.conn.Commit(); err != nil {
 		return fmt.Errorf("write nftables tables ip and bridge %s: %w", k.name, err)
 	}
 	return nil
@@ -159,7 +159,7 @@ func (k *kernelTables) delete() error {
 		k.conn.AddTable(k.tables[fam])
 		k.conn.DelTable(k.tables[fam])
 	}
-	if err := k.conn.flush(); err != nil {
+	if err := k.conn.Commit(); err != nil {
 		return fmt.Errorf("delete nftables tables ip and bridge %s: %w", k.name, err)
 	}
 	return nil

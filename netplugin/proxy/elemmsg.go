@@ -103,9 +103,3 @@ func elemsMessage(table, set string, elems []elem, add bool) mnl.Message {
 	}
 	return mnl.Message{Header: mnl.Header{Type: mnl.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ), Flags: flags}, Data: a.b}
 }
-
-// batchMessage is the message that begins (or ends) a transaction.
-func batchMessage(typ int) mnl.Message {
-	return mnl.Message{Header: mnl.Header{Type: mnl.HeaderType(typ), Flags: mnl.Request},
-		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}} // res_id, big-endian
-}

@@ -105,9 +105,9 @@ func (k *kernelTable) setElems(elems []elem, add bool) {
 		for chunk := range slices.Chunk(bySet[name], elemsPerMessage) {
 			m := elemsMessage(k.table.Name, name, chunk, add)
 			if add {
-				k.conn.post = append(k.conn.post, m)
+				k.conn.Post = append(k.conn.Post, m)
 			} else {
-				k.conn.pre = append(k.conn.pre, m)
+				k.conn.Pre = append(k.conn.Pre, m)
 			}
 		}
 	}
@@ -129,7 +129,7 @@ func (k *kernelTable) replace(all []objects) error {
 	c.AddTable(k.table)
 	for _, name := range slices.Sorted(maps.Keys(k.maps)) {
 		if err := c.AddSet(k.maps[name], nil); err != nil {
-			c.discard()
+			c.Discard()
 			return fmt.Errorf("add map %s: %w", name, err)
 		}
 	}
@@ -148,7 +148,7 @@ func (k *kernelTable) replace(all []objects) error {
 	for _, o := range all {
 		for _, s := range o.sets {
 			if err := k.addSet(s); err != nil {
-				c.discard()
+				c.Discard()
 				return err
 			}
 		}
@@ -207,7 +207,7 @@ func (k *kernelTable) update(changes []change) error {
 	}
 	for _, s := range d.addSets {
 		if err := k.addSet(s); err != nil {
-			k.conn.discard()
+			k.conn.Discard()
 			return err
 		}
 	}
@@ -251,7 +251,7 @@ func (k *kernelTable) update(changes []change) error {
 }
 
 func (k *kernelTable) flush() error {
-	if err := k.conn.flush(); err != nil {
+	if err := k.conn.Commit(); err != nil {
 		return fmt.Errorf("write nftables table ip %s: %w", k.table.Name, err)
 	}
 	return nil
@@ -261,7 +261,7 @@ func (k *kernelTable) flush() error {
 func (k *kernelTable) delete() error {
 	k.conn.AddTable(k.table)
 	k.conn.DelTable(k.table)
-	if err := k.conn.flush(); err != nil {
+	if err := k.conn.Commit(); err != nil {
 		return fmt.Errorf("delete nftables table ip %s: %w", k.table.Name, err)
 	}
 	return nil

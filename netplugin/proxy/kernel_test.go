@@ -858,7 +858,7 @@ func TestDiscardedTransaction(t *testing.T) {
 	// chain that does not exist, and an element of a map that does not.
 	p.table.addRules("no-such-chain", []*rule{newRule().drop()})
 	p.table.setElems([]elem{{set: "no-such-map", key: []byte{1, 2, 3, 4}}}, true)
-	p.table.conn.discard()
+	p.table.conn.Discard()
 	p.set(t, newService("other", "10.96.0.11", 80), newSlice("other", "other-1", 8080, readyEP("10.200.0.11", testNode)))
 	checkKernelView(t, p)
 }

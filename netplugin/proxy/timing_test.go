@@ -45,7 +45,7 @@ func TestSyncTiming(t *testing.T) {
 	// One ack for the whole transaction, nothing echoed: the library
 	// asks for every rule back, which would make the kernel dump each
 	// one onto the socket.
-	if n := p.table.conn.replies; n != 1 {
+	if n := p.table.conn.Replies(); n != 1 {
 		t.Errorf("the full sync's transaction was answered with %d messages, want 1 (its ack)", n)
 	}
 	chains, _ := mustKernelView(t, p.ns, testTable)

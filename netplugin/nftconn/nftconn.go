@@ -1,4 +1,8 @@
-package netpol
+// Package nftconn sends nftables transactions built with
+// github.com/google/nftables to the kernel in one sendmsg with one
+// acknowledgement: the service proxy and the network policy enforcer
+// write their tables through it.
+package nftconn
 
 import (
 	"encoding/binary"
@@ -11,15 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nftConn builds nftables messages with github.com/google/nftables and
+// Conn builds nftables messages with github.com/google/nftables and
 // sends each transaction to the kernel itself, asking for one
-// acknowledgement instead of one per message, as the service proxy's
-// does (netplugin/proxy/batch.go, whose reasons hold here too).
+// acknowledgement instead of one per message.
 //
 // The library sets NLM_F_ACK on every message and then reads the acks
-// one by one: for a full sync of 1,000 policies that is thousands of
-// replies, and reading them takes longer than the kernel takes to apply
-// the whole transaction. The kernel applies a batch synchronously inside sendmsg
+// one by one: for a full sync of 1,000 Services that is ~10,000 replies,
+// and reading them took longer than the kernel took to apply the whole
+// transaction. The kernel applies a batch synchronously inside sendmsg
 // and reports every failing message whether or not it asked for an ack,
 // so one ack, on the last message, says the whole batch is in. Nor is
 // anything echoed.
@@ -28,14 +31,14 @@ import (
 // hands the finished batch to capture, which keeps it and answers each
 // of the library's reads with an ack, and commit then sends the batch on
 // a real netlink socket.
-type nftConn struct {
+type Conn struct {
 	*nftables.Conn
 	netnsFD int // < 0: the caller's namespace
 	nl      *mnl.Conn
 	batch   []mnl.Message
-	// pre and post are messages built here (see elemsMessage) that go
+	// Pre and Post are messages built here (see elemsMessage) that go
 	// first and last in the next transaction.
-	pre, post []mnl.Message
+	Pre, Post []mnl.Message
 	seq       uint32 // the number of the last message sent
 	// replies is how many messages the kernel answered the last
 	// transaction with: one ack when nothing is echoed.
@@ -44,19 +47,19 @@ type nftConn struct {
 
 // socketBuffer is the send and receive buffer the connection asks for: a
 // transaction goes out in one sendmsg, which must fit the send buffer (a
-// full sync of 1,000 policies is a few MB). The kernel allocates only
-// what is used.
+// full sync of 1,000 Services or policies × 10 endpoints is a few MB). The kernel
+// allocates only what is used.
 const socketBuffer = 128 << 20
 
 // commitTimeout bounds the wait for the kernel's answer, which is queued
 // before sendmsg returns: it matters only if the kernel says nothing at
-// all, which would otherwise hang the syncer.
+// all, which would otherwise hang the writer.
 const commitTimeout = 10 * time.Second
 
-// openConn opens an nftables connection, in the network namespace fd
+// Open opens an nftables connection, in the network namespace fd
 // when fd >= 0 (tests), else in the caller's.
-func openConn(netnsFD int) (*nftConn, error) {
-	c := &nftConn{netnsFD: netnsFD}
+func Open(netnsFD int) (*Conn, error) {
+	c := &Conn{netnsFD: netnsFD}
 	conn, err := nftables.New(nftables.WithTestDial(c.capture))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables connection: %w", err)
@@ -70,7 +73,7 @@ func openConn(netnsFD int) (*nftConn, error) {
 
 // capture receives the library's batch (req) and, on each read the
 // library makes (req nil), an ack.
-func (c *nftConn) capture(req []mnl.Message) ([]mnl.Message, error) {
+func (c *Conn) capture(req []mnl.Message) ([]mnl.Message, error) {
 	if req == nil {
 		return []mnl.Message{{Header: mnl.Header{Type: mnl.Error}, Data: make([]byte, 20)}}, nil
 	}
@@ -78,7 +81,7 @@ func (c *nftConn) capture(req []mnl.Message) ([]mnl.Message, error) {
 	return nil, nil
 }
 
-func (c *nftConn) dial() (*mnl.Conn, error) {
+func (c *Conn) dial() (*mnl.Conn, error) {
 	if c.nl != nil {
 		return c.nl, nil
 	}
@@ -110,11 +113,11 @@ func (c *nftConn) dial() (*mnl.Conn, error) {
 	return nl, nil
 }
 
-// flush sends what the library built as one transaction and waits for
+// Commit sends what the library built as one transaction and waits for
 // the kernel's verdict on it.
-func (c *nftConn) flush() error {
-	pre, post := c.pre, c.post
-	c.pre, c.post = nil, nil
+func (c *Conn) Commit() error {
+	pre, post := c.Pre, c.Post
+	c.Pre, c.Post = nil, nil
 	if err := c.Conn.Flush(); err != nil { // into c.batch
 		c.batch = nil
 		return err
@@ -163,11 +166,11 @@ func (c *nftConn) flush() error {
 	}
 }
 
-// discard drops what was queued for the next transaction, when building
+// Discard drops what was queued for the next transaction, when building
 // it failed: a later transaction must not carry half of this one.
-func (c *nftConn) discard() {
+func (c *Conn) Discard() {
 	_ = c.Conn.Flush() // into c.batch, not to the kernel
-	c.batch, c.pre, c.post = nil, nil, nil
+	c.batch, c.Pre, c.Post = nil, nil, nil
 }
 
 // send writes msgs to the kernel in one write, numbering them, and
@@ -176,10 +179,10 @@ func (c *nftConn) discard() {
 // then copy them all into a buffer grown as it goes.
 //
 // The library asks for every new rule to be echoed back (for its
-// handle, which is never used here): the kernel would build a full dump
+// handle, which the writers never use): the kernel would build a full dump
 // of each rule and queue it on this socket. Only the last message before
 // batch end asks for an ack.
-func (c *nftConn) send(nl *mnl.Conn, msgs []mnl.Message) (uint32, error) {
+func (c *Conn) send(nl *mnl.Conn, msgs []mnl.Message) (uint32, error) {
 	const headerLen = 16
 	size := 0
 	for _, m := range msgs {
@@ -220,11 +223,21 @@ func (c *nftConn) send(nl *mnl.Conn, msgs []mnl.Message) (uint32, error) {
 func nlmsgAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
 // Close closes the netlink socket; the next flush opens another.
-func (c *nftConn) Close() error {
+func (c *Conn) Close() error {
 	if c.nl == nil {
 		return nil
 	}
 	err := c.nl.Close()
 	c.nl = nil
 	return err
+}
+
+// Replies is how many messages the kernel answered the last transaction
+// with: one acknowledgement when nothing is echoed.
+func (c *Conn) Replies() int { return c.replies }
+
+// batchMessage is the message that begins (or ends) a transaction.
+func batchMessage(typ int) mnl.Message {
+	return mnl.Message{Header: mnl.Header{Type: mnl.HeaderType(typ), Flags: mnl.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}} // res_id, big-endian
 }
