@@ -22,7 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/client-go/kubernetes/scheme"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -73,16 +75,16 @@ func readAllInto(b []byte, r io.Reader) ([]byte, error) {
 func bodyToJSON(r *http.Request, body []byte) ([]byte, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
-	case "application/yaml", "application/apply-patch+yaml":
+	case "application/yaml":
 		j, err := yaml.YAMLToJSON(body)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("error converting YAML to JSON: %v", err))
 		}
 		return j, nil
-	case "", "application/json", "application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "*/*":
+	case "", "application/json":
 		return body, nil
 	}
-	return nil, unsupportedMediaType(ct)
+	return nil, unsupportedMediaType(builtinBodyTypes)
 }
 
 var (
@@ -150,17 +152,6 @@ const (
 	validationWarn   fieldValidation = "Warn"
 	validationStrict fieldValidation = "Strict"
 )
-
-func parseFieldValidation(r *http.Request) (fieldValidation, error) {
-	switch v := r.URL.Query().Get("fieldValidation"); v {
-	case "":
-		return validationWarn, nil
-	case "Ignore", "Warn", "Strict":
-		return fieldValidation(v), nil
-	default:
-		return "", apierrors.NewBadRequest(fmt.Sprintf("fieldValidation must be one of Ignore, Warn or Strict, got %q", v))
-	}
-}
 
 // decodeInto decodes a JSON request body into obj, reporting unknown and
 // duplicate fields per fieldValidation: Strict fails with 400, Warn adds a
@@ -587,6 +578,9 @@ const (
 	// client-go's metadata client (the garbage collector's, say) asks for
 	// first.
 	outPartialMetadataProtobuf
+	// outTableYAML and outPartialMetadataYAML are the same shapes in YAML.
+	outTableYAML
+	outPartialMetadataYAML
 )
 
 // protobuf says whether the format is written in Kubernetes' protobuf.
@@ -596,63 +590,118 @@ func (f outputFormat) protobuf() bool {
 
 // metadataOnly says whether objects go out as PartialObjectMetadata.
 func (f outputFormat) metadataOnly() bool {
-	return f == outPartialMetadata || f == outPartialMetadataProtobuf
+	return f == outPartialMetadata || f == outPartialMetadataProtobuf || f == outPartialMetadataYAML
 }
 
+// table says whether objects go out as rows of a Table.
+func (f outputFormat) table() bool { return f == outTable || f == outTableYAML }
+
 // encoding is how writeObject writes an object of the format once it has
-// its shape (a table, a PartialObjectMetadata): JSON or protobuf.
+// its shape (a table, a PartialObjectMetadata): JSON, YAML or protobuf.
 func (f outputFormat) encoding() outputFormat {
-	if f.protobuf() {
+	switch {
+	case f.protobuf():
 		return outProtobuf
+	case f == outYAML || f == outTableYAML || f == outPartialMetadataYAML:
+		return outYAML
 	}
 	return outJSON
 }
 
 const protobufContentType = "application/vnd.kubernetes.protobuf"
 
-// negotiate picks the response format from Accept, as kube-apiserver
-// would; protobuf-only clients get 406.
-func negotiate(r *http.Request) (outputFormat, error) {
+// servedMediaTypes are the media types responses take, in kube-apiserver's
+// order (the first is what a client without Accept gets); JSON and
+// protobuf also frame watch streams.
+var servedMediaTypes = []runtime.SerializerInfo{
+	{MediaType: "application/json", MediaTypeType: "application", MediaTypeSubType: "json", EncodesAsText: true, StreamSerializer: &runtime.StreamSerializerInfo{EncodesAsText: true}},
+	{MediaType: "application/yaml", MediaTypeType: "application", MediaTypeSubType: "yaml", EncodesAsText: true},
+	{MediaType: protobufContentType, MediaTypeType: "application", MediaTypeSubType: "vnd.kubernetes.protobuf", StreamSerializer: &runtime.StreamSerializerInfo{}},
+}
+
+// mediaRestrictions are what an endpoint serves besides its objects as
+// they are, as kube-apiserver's request scope says: Tables in JSON or
+// YAML, PartialObjectMetadata in any form; custom objects themselves
+// have no protobuf form.
+type mediaRestrictions struct{ custom bool }
+
+func (m mediaRestrictions) AllowsMediaTypeTransform(mimeType, mimeSubType string, gvk *schema.GroupVersionKind) bool {
+	if gvk == nil {
+		return !m.custom || mimeSubType != "vnd.kubernetes.protobuf"
+	}
+	if gvk.Group != metav1.GroupName || (gvk.Version != "v1" && gvk.Version != "v1beta1") {
+		return false
+	}
+	switch gvk.Kind {
+	case "Table":
+		return mimeType == "application" && (mimeSubType == "json" || mimeSubType == "yaml")
+	case "PartialObjectMetadata", "PartialObjectMetadataList":
+		return true
+	}
+	return false
+}
+
+func (mediaRestrictions) AllowsServerVersion(v string) bool {
+	return v == metav1.SchemeGroupVersion.Version
+}
+func (mediaRestrictions) AllowsStreamSchema(s string) bool { return s == "watch" }
+
+// notAcceptable is the 406 listing what an endpoint serves, as
+// kube-apiserver words it.
+func notAcceptable(stream bool) error {
+	var types []string
+	for _, info := range servedMediaTypes {
+		switch {
+		case !stream:
+			types = append(types, info.MediaType)
+		case info.StreamSerializer != nil:
+			types = append(types, info.MediaType+";stream=watch")
+		}
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+		Message: "only the following media types are accepted: " + strings.Join(types, ", ")}}
+}
+
+// negotiate picks the response format from Accept with kube-apiserver's
+// own negotiation: q-values, wildcards, as=Table and
+// as=PartialObjectMetadata conversions, stream=watch. A watch needs a
+// format that frames a stream: the chosen one, or 406.
+func negotiate(r *http.Request, res *resource, watch bool) (outputFormat, error) {
 	accept := r.Header.Get("Accept")
 	if accept == "" {
 		return outJSON, nil
 	}
-	for _, part := range strings.Split(accept, ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		switch mt {
-		case "application/json", "*/*", "application/*":
-			switch params["as"] {
-			case "":
-				return outJSON, nil
-			case "Table":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
-					return outTable, nil
-				}
-			case "PartialObjectMetadata", "PartialObjectMetadataList":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
-					return outPartialMetadata, nil
-				}
-			}
-		case "application/yaml":
-			if params["as"] == "" {
-				return outYAML, nil
-			}
-		case protobufContentType:
-			switch params["as"] {
-			case "":
-				return outProtobuf, nil
-			case "PartialObjectMetadata", "PartialObjectMetadataList":
-				if params["g"] == "meta.k8s.io" && (params["v"] == "v1" || params["v"] == "v1beta1") {
-					return outPartialMetadataProtobuf, nil
-				}
-			}
-		}
+	m, ok := negotiation.NegotiateMediaTypeOptions(accept, servedMediaTypes, mediaRestrictions{custom: res != nil && res.custom != nil})
+	if !ok {
+		return 0, notAcceptable(false)
 	}
-	return 0, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
-		Message: "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io"}}
+	if watch && m.Accepted.StreamSerializer == nil {
+		return 0, notAcceptable(true)
+	}
+	yaml, pb := m.Accepted.MediaTypeSubType == "yaml", m.Accepted.MediaTypeSubType == "vnd.kubernetes.protobuf"
+	switch {
+	case m.Convert == nil:
+	case m.Convert.Kind == "Table":
+		if yaml {
+			return outTableYAML, nil
+		}
+		return outTable, nil
+	default: // PartialObjectMetadata, PartialObjectMetadataList
+		switch {
+		case yaml:
+			return outPartialMetadataYAML, nil
+		case pb:
+			return outPartialMetadataProtobuf, nil
+		}
+		return outPartialMetadata, nil
+	}
+	switch {
+	case yaml:
+		return outYAML, nil
+	case pb:
+		return outProtobuf, nil
+	}
+	return outJSON, nil
 }
 
 // writeObject writes obj with the given HTTP code in the negotiated format.
@@ -708,6 +757,20 @@ func qualified(res *resource) schema.GroupResource {
 }
 
 // storeError maps a store error to the API error kube-apiserver returns.
+// tooLargeResourceVersion is the 504 of a read from a revision the store
+// has not reached, with the cause client-go's reflector looks for
+// (apierrors.IsTooLargeResourceVersion) before it falls back to a
+// list from the latest revision.
+func tooLargeResourceVersion(asked, current uint64) error {
+	msg := "Too large resource version"
+	if asked > 0 {
+		msg = fmt.Sprintf("Too large resource version: %d, current: %d", asked, current)
+	}
+	err := apierrors.NewTimeoutError(msg, 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
+}
+
 func storeError(err error, res *resource, name string) error {
 	gr := qualified(res)
 	switch {
@@ -720,7 +783,7 @@ func storeError(err error, res *resource, name string) error {
 	case errors.Is(err, store.ErrCompacted):
 		return apierrors.NewResourceExpired("The resourceVersion for the provided list is too old.")
 	case errors.Is(err, store.ErrFutureRevision):
-		return apierrors.NewTimeoutError("Too large resource version", 1)
+		return tooLargeResourceVersion(0, 0)
 	case errors.Is(err, store.ErrInvalidContinue):
 		return apierrors.NewBadRequest("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
 	case errors.Is(err, store.ErrInvalidKey):
@@ -767,14 +830,65 @@ func metaOf(obj runtime.Object) (metav1.Object, error) {
 	return m, nil
 }
 
-func unsupportedMediaType(ct string) error {
+// unsupportedMediaType is the 415 of a body in a media type the
+// endpoint does not read, listing those it does, as kube-apiserver words
+// it.
+func unsupportedMediaType(accepted []string) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got %q)", ct)}}
+		Message: "the body of the request was in an unknown format - accepted media types include: " + strings.Join(accepted, ", ")}}
 }
 
-// customUnsupportedMediaType is 415 for a patch type custom objects do not
-// take (strategic merge), listing the ones they do, as upstream does.
-func customUnsupportedMediaType(ct string) error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got %q)", ct)}}
+// The patch types an endpoint takes, in kube-apiserver's order: custom
+// objects have no patch strategies to merge by.
+var (
+	builtinPatchTypes = []string{string(types.JSONPatchType), string(types.MergePatchType), string(types.StrategicMergePatchType), string(types.ApplyYAMLPatchType)}
+	customPatchTypes  = []string{string(types.JSONPatchType), string(types.MergePatchType), string(types.ApplyYAMLPatchType)}
+)
+
+// patchTypeOf is a PATCH's Content-Type without its parameters (a
+// charset), read as kube-apiserver reads it.
+func patchTypeOf(r *http.Request) types.PatchType {
+	ct := r.Header.Get("Content-Type")
+	if i := strings.Index(ct, ";"); i > 0 {
+		ct = ct[:i]
+	}
+	return types.PatchType(ct)
+}
+
+// patchType is a PATCH's patch type, or 415 when the endpoint does not
+// take it.
+func patchType(r *http.Request, res *resource) (types.PatchType, error) {
+	pt := patchTypeOf(r)
+	accepted := builtinPatchTypes
+	if res.custom != nil {
+		accepted = customPatchTypes
+	}
+	if !slices.Contains(accepted, string(pt)) {
+		return "", unsupportedMediaType(accepted)
+	}
+	return pt, nil
+}
+
+// The media types a create's or update's body may take; custom objects
+// have no protobuf.
+var (
+	builtinBodyTypes = []string{"application/json", "application/yaml", protobufContentType}
+	customBodyTypes  = []string{"application/json", "application/yaml"}
+)
+
+// checkBodyMediaType answers 415 for a create's or an update's body in a
+// media type the endpoint does not read; no Content-Type means JSON.
+func checkBodyMediaType(r *http.Request, res *resource) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	accepted := builtinBodyTypes
+	if res != nil && res.custom != nil {
+		accepted = customBodyTypes
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && slices.Contains(accepted, mt) {
+		return nil
+	}
+	return unsupportedMediaType(accepted)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -617,33 +616,4 @@ func objectMetaApplySchema() spec.Schema {
 	}}}
 	md.AddExtension("x-kubernetes-preserve-unknown-fields", true)
 	return md
-}
-
-// customMediaTypes: custom objects have no protobuf form. A client that
-// accepts something else gets that (client-go asks for protobuf first,
-// then JSON); one that accepts only protobuf gets 406, and a protobuf
-// body 415, as upstream answers.
-func customMediaTypes(r *http.Request) error {
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == protobufContentType {
-		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnsupportedMediaType, Reason: metav1.StatusReasonUnsupportedMediaType,
-			Message: fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got %q)", ct)}}
-	}
-	accept := r.Header.Get("Accept")
-	if accept == "" {
-		return nil
-	}
-	var kept []string
-	for _, part := range strings.Split(accept, ",") {
-		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err == nil && mt == protobufContentType {
-			continue
-		}
-		kept = append(kept, part)
-	}
-	if len(kept) == 0 {
-		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
-			Message: "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io"}}
-	}
-	r.Header.Set("Accept", strings.Join(kept, ","))
-	return nil
 }

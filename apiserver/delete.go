@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,13 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"bonsai.dev/bonsai/apiserver/params"
 )
 
-// deleteOptions reads DeleteOptions from the body (as kubectl sends them)
-// or from the query, and validates them.
+// deleteOptions reads DeleteOptions as kube-apiserver does: from the
+// body when there is one (as kubectl sends them), else from the query,
+// then validates them.
 func deleteOptions(r *http.Request, res *resource) (*metav1.DeleteOptions, error) {
 	opts := &metav1.DeleteOptions{}
 	body, err := readBody(r)
@@ -26,45 +26,21 @@ func deleteOptions(r *http.Request, res *resource) (*metav1.DeleteOptions, error
 		return nil, err
 	}
 	if len(body) > 0 {
+		if err := checkBodyMediaType(r, nil); err != nil {
+			return nil, err
+		}
 		if err := decodeRequest(nil, r, body, opts, validationIgnore); err != nil {
 			return nil, err
 		}
-	}
-	q := r.URL.Query()
-	if v := q.Get("gracePeriodSeconds"); v != "" {
-		g, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid gracePeriodSeconds %q", v))
-		}
-		opts.GracePeriodSeconds = &g
-	}
-	if v := q.Get("propagationPolicy"); v != "" {
-		p := metav1.DeletionPropagation(v)
-		opts.PropagationPolicy = &p
-	}
-	opts.OrphanDependents = params.BoolPtr(q, "orphanDependents")
-	if dry, err := dryRun(r); err != nil {
+	} else if opts, err = params.Delete(r.URL.Query()); err != nil {
 		return nil, err
-	} else if dry {
-		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	var errs field.ErrorList
-	if opts.OrphanDependents != nil && opts.PropagationPolicy != nil {
-		errs = append(errs, field.Invalid(field.NewPath("propagationPolicy"), *opts.PropagationPolicy, "orphanDependents and deletionPropagation cannot be both set"))
+	if err := params.ValidateDelete(opts); err != nil {
+		return nil, err
 	}
-	if p := opts.PropagationPolicy; p != nil && *p != metav1.DeletePropagationOrphan && *p != metav1.DeletePropagationBackground && *p != metav1.DeletePropagationForeground {
-		errs = append(errs, field.NotSupported(field.NewPath("propagationPolicy"), *p, []string{string(metav1.DeletePropagationForeground), string(metav1.DeletePropagationBackground), string(metav1.DeletePropagationOrphan), "nil"}))
-	}
+	// A negative grace period means one second, as in kube-apiserver.
 	if g := opts.GracePeriodSeconds; g != nil && *g < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("gracePeriodSeconds"), *g, "must be greater than or equal to 0"))
-	}
-	for _, d := range opts.DryRun {
-		if d != metav1.DryRunAll {
-			errs = append(errs, field.NotSupported(field.NewPath("dryRun"), d, []string{metav1.DryRunAll}))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("DeleteOptions").GroupKind(), "", errs)
+		opts.GracePeriodSeconds = ptr.To[int64](1)
 	}
 	return opts, nil
 }
@@ -84,7 +60,7 @@ type deletionBlocker interface {
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, false)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // Limits bounds what clients may hold of the server at once, as
@@ -164,6 +165,14 @@ func tooManyRequests(w http.ResponseWriter, message string) {
 		Details: &metav1.StatusDetails{RetryAfterSeconds: 1}})
 }
 
+// noWatchTimeout says whether a watch leaves its end to the server:
+// timeoutSeconds absent or 0, as kube-apiserver reads it. A value that
+// does not parse is the watch handler's to answer.
+func noWatchTimeout(r *http.Request) bool {
+	t, err := params.Int64Ptr(r.URL.Query(), "timeoutSeconds")
+	return err == nil && (t == nil || *t == 0)
+}
+
 // withFlowControl takes a seat of the request's priority level for a
 // non-long-running request, bounds its time, caps a user's watches, and
 // gives a watch without timeoutSeconds a random end in
@@ -182,7 +191,7 @@ func (s *Server) withFlowControl(next http.Handler) http.Handler {
 				}
 				defer f.endWatch(u.Name)
 			}
-			if a.Verb == "watch" && r.URL.Query().Get("timeoutSeconds") == "" {
+			if a.Verb == "watch" && noWatchTimeout(r) {
 				d := f.limits.MinRequestTimeout + rand.N(f.limits.MinRequestTimeout)
 				ctx, cancel := context.WithTimeout(r.Context(), d)
 				defer cancel()

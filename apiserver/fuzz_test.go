@@ -11,12 +11,12 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -103,16 +103,16 @@ func checkAnswer(t *testing.T, req *http.Request, code int, hdr http.Header, bod
 	if ct := hdr.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Status as %q", req.Method, req.URL, ct)
 	}
-	if code >= 500 && !tooLargeResourceVersion(code, &st) {
+	if code >= 500 && !isTooLargeResourceVersion(code, &st) {
 		t.Fatalf("%s %s: %d %s: %s", req.Method, req.URL, code, st.Reason, st.Message)
 	}
 }
 
-// tooLargeResourceVersion is the one 5xx a client can cause on purpose:
-// kube-apiserver answers a list from a future resourceVersion with 504,
-// and client-go's reflector relies on that answer.
-func tooLargeResourceVersion(code int, st *metav1.Status) bool {
-	return code == http.StatusGatewayTimeout && st.Reason == metav1.StatusReasonTimeout && strings.HasPrefix(st.Message, "Too large resource version")
+// isTooLargeResourceVersion is the one 5xx a client can cause on
+// purpose: kube-apiserver answers a list from a future resourceVersion
+// with 504, and client-go's reflector relies on that answer and its cause.
+func isTooLargeResourceVersion(code int, st *metav1.Status) bool {
+	return code == http.StatusGatewayTimeout && st.Reason == metav1.StatusReasonTimeout && apierrors.HasStatusCause(&apierrors.StatusError{ErrStatus: *st}, metav1.CauseTypeResourceVersionTooLarge)
 }
 
 var (

@@ -42,14 +42,17 @@ type listOptions struct {
 // checks it as kube-apiserver does: the rules for resourceVersionMatch and
 // sendInitialEvents differ between the two.
 func parseListOptions(r *http.Request, res *resource, watch bool) (listOptions, error) {
-	q := r.URL.Query()
 	var o listOptions
-	var err error
-	if o.labels, err = labels.Parse(q.Get("labelSelector")); err != nil {
-		return o, apierrors.NewBadRequest(fmt.Sprintf("unable to parse requirement: %v", err))
+	opts, err := params.List(r.URL.Query())
+	if err != nil {
+		return o, err
 	}
-	if o.fields, err = fields.ParseSelector(q.Get("fieldSelector")); err != nil {
-		return o, apierrors.NewBadRequest(fmt.Sprintf("invalid field selector: %v", err))
+	o.labels, o.fields = opts.LabelSelector, opts.FieldSelector
+	if o.labels == nil {
+		o.labels = labels.Everything()
+	}
+	if o.fields == nil {
+		o.fields = fields.Everything()
 	}
 	for _, req := range o.fields.Requirements() {
 		if !res.supportsField(req.Field) {
@@ -57,29 +60,21 @@ func parseListOptions(r *http.Request, res *resource, watch bool) (listOptions, 
 		}
 	}
 	o.filtering = !o.labels.Empty() || !o.fields.Empty()
-	if v := q.Get("limit"); v != "" {
-		if o.limit, err = strconv.ParseInt(v, 10, 64); err != nil || o.limit < 0 {
-			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid limit %q", v))
-		}
-	}
-	o.cont = q.Get("continue")
-	o.rv = q.Get("resourceVersion")
-	o.rvMatch = metav1.ResourceVersionMatch(q.Get("resourceVersionMatch"))
+	// A negative limit asks for no paging, as in kube-apiserver.
+	o.limit = max(opts.Limit, 0)
+	o.cont, o.rv, o.rvMatch = opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch
 	if o.rv != "" {
 		if o.resourceVersion, err = strconv.ParseUint(o.rv, 10, 64); err != nil {
-			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version: %q", o.rv))
+			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version: %v", field.Invalid(field.NewPath("resourceVersion"), o.rv, err.Error())))
 		}
 	}
 	if o.cont != "" && o.rv != "" && o.rv != "0" {
 		return o, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 	}
-	if v := q.Get("timeoutSeconds"); v != "" {
-		if o.timeoutSeconds, err = strconv.ParseInt(v, 10, 64); err != nil || o.timeoutSeconds < 0 {
-			return o, apierrors.NewBadRequest(fmt.Sprintf("invalid timeoutSeconds %q", v))
-		}
+	if opts.TimeoutSeconds != nil {
+		o.timeoutSeconds = *opts.TimeoutSeconds
 	}
-	o.bookmarks = params.Bool(q, "allowWatchBookmarks")
-	o.sendInitial = params.BoolPtr(q, "sendInitialEvents")
+	o.bookmarks, o.sendInitial = opts.AllowWatchBookmarks, opts.SendInitialEvents
 	var errs field.ErrorList
 	if watch {
 		errs = o.watchErrors()
@@ -164,7 +159,7 @@ func (res *resource) matches(o *listOptions, obj runtime.Object) bool {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, false)
 	if err != nil {
 		return err
 	}
@@ -177,16 +172,16 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, re
 	if err != nil {
 		return err
 	}
-	switch format {
-	case outTable:
+	switch {
+	case format.table():
 		t, err := s.table(r, res, items, lm.ResourceVersion, lm.Continue)
 		if err != nil {
 			return err
 		}
 		t.ListMeta.RemainingItemCount = lm.RemainingItemCount
-		writeObject(w, http.StatusOK, t, outJSON)
+		writeObject(w, http.StatusOK, t, format.encoding())
 		return nil
-	case outPartialMetadata, outPartialMetadataProtobuf:
+	case format.metadataOnly():
 		pl := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"}, ListMeta: lm}
 		pl.Items = make([]metav1.PartialObjectMetadata, 0, len(items))
 		for _, it := range items {
@@ -223,7 +218,7 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 			o.rvMatch == "" && o.resourceVersion > 0 && o.limit > 0:
 			so.Revision = o.resourceVersion
 		case o.resourceVersion > current:
-			return nil, metav1.ListMeta{}, apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", o.resourceVersion, current), 1)
+			return nil, metav1.ListMeta{}, tooLargeResourceVersion(o.resourceVersion, current)
 		}
 	}
 	// Without filtering the store pages for us; with it, read in chunks

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"sync"
 
@@ -15,32 +14,28 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/applyconfigurations"
 	"k8s.io/client-go/kubernetes/scheme"
 	aggapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	"sigs.k8s.io/yaml"
-
-	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // applyPatch applies a PATCH body to old (nil when the object does not
 // exist: only apply may create). conditional reports whether the patch
 // pins a resourceVersion.
-func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, fv fieldValidation, manager string) (runtime.Object, bool, error) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/apply-patch+yaml" {
-		return s.applyServerSide(w, r, res, ri, old, body, fv)
+func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, o writeOptions, manager string) (runtime.Object, bool, error) {
+	fv, pt := o.fv, o.patchType
+	if pt == types.ApplyYAMLPatchType {
+		return s.applyServerSide(w, r, res, ri, old, body, o)
 	}
 	if old == nil {
 		return nil, false, apierrors.NewNotFound(qualified(res), ri.name)
 	}
-	if r.URL.Query().Get("force") != "" {
-		return nil, false, apierrors.NewBadRequest("force is only allowed for apply patches")
-	}
-	if ct == "application/merge-patch+json" || ct == "application/strategic-merge-patch+json" {
-		if err := s.checkPatchFloor(res, ri, body, ct == "application/strategic-merge-patch+json", ct == "application/merge-patch+json"); err != nil {
+	if pt == types.MergePatchType || pt == types.StrategicMergePatchType {
+		if err := s.checkPatchFloor(res, ri, body, pt == types.StrategicMergePatchType, pt == types.MergePatchType); err != nil {
 			return nil, false, err
 		}
 	}
@@ -48,7 +43,7 @@ func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resourc
 	if err != nil {
 		return nil, false, apierrors.NewInternalError(err)
 	}
-	patched, _, err := s.patchJSON(r, res, ri, current, body, res.newObject())
+	patched, err := s.patchJSON(r, res, ri, current, body, res.newObject())
 	if err != nil {
 		return nil, false, err
 	}
@@ -80,40 +75,39 @@ func (s *Server) applyPatch(w http.ResponseWriter, r *http.Request, res *resourc
 
 // patchJSON applies a JSON, merge or strategic merge patch to current;
 // dataStruct is the Go type strategic merge patch reads its merge keys from.
-func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, current, body []byte, dataStruct any) ([]byte, string, error) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+func (s *Server) patchJSON(r *http.Request, res *resource, ri requestInfo, current, body []byte, dataStruct any) ([]byte, error) {
+	pt, err := patchType(r, res)
+	if err != nil {
+		return nil, err
+	}
 	var patched []byte
-	var err error
-	switch ct {
-	case "application/json-patch+json":
+	switch pt {
+	case types.JSONPatchType:
 		p, err := jsonpatch.DecodePatch(body)
 		if err != nil {
-			return nil, ct, apierrors.NewBadRequest(err.Error())
+			return nil, apierrors.NewBadRequest(err.Error())
 		}
 		if len(p) > maxJSONPatchOperations {
-			return nil, ct, tooManyJSONPatchOperations(len(p))
+			return nil, tooManyJSONPatchOperations(len(p))
 		}
 		if patched, err = applyJSONPatch(p, current); err != nil {
 			// kube-apiserver names neither resource nor object here, and
 			// drops the patch library's message: clients print the same.
-			return nil, ct, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
+			return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
 		}
-	case "application/merge-patch+json":
+	case types.MergePatchType:
 		if patched, err = jsonpatch.MergePatch(current, body); err != nil {
-			return nil, ct, apierrors.NewBadRequest(err.Error())
+			return nil, apierrors.NewBadRequest(err.Error())
 		}
-	case "application/strategic-merge-patch+json":
-		if res.custom != nil {
-			// Custom objects have no patch strategies to merge by.
-			return nil, ct, customUnsupportedMediaType(ct)
-		}
+	case types.StrategicMergePatchType:
 		if patched, err = strategicpatch.StrategicMergePatch(current, body, dataStruct); err != nil {
-			return nil, ct, apierrors.NewBadRequest(err.Error())
+			return nil, apierrors.NewBadRequest(err.Error())
 		}
 	default:
-		return nil, ct, unsupportedMediaType(ct)
+		// Apply is not a patch of JSON.
+		return nil, unsupportedMediaType(builtinPatchTypes[:3])
 	}
-	return patched, ct, nil
+	return patched, nil
 }
 
 // checkPatchFloor refuses a merge patch, strategic merge patch or apply
@@ -157,13 +151,9 @@ func applyJSONPatch(p jsonpatch.Patch, doc []byte) (out []byte, err error) {
 
 // applyServerSide runs server-side apply through Kubernetes' own field
 // manager, so ownership and conflicts are exactly upstream's.
-func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, fv fieldValidation) (runtime.Object, bool, error) {
-	q := r.URL.Query()
-	manager := q.Get("fieldManager")
-	if manager == "" {
-		return nil, false, apierrors.NewBadRequest("PATCH requests of type application/apply-patch+yaml must specify a fieldManager")
-	}
-	force := params.Bool(q, "force")
+func (s *Server) applyServerSide(w http.ResponseWriter, r *http.Request, res *resource, ri requestInfo, old runtime.Object, body []byte, o writeOptions) (runtime.Object, bool, error) {
+	// The options' validation made sure apply names its manager.
+	fv, manager, force := o.fv, o.manager, o.force
 	// A configuration sent as JSON, as client-go and kubectl send it, is
 	// measured before the YAML decoder builds it; one in YAML, once it
 	// is JSON.

@@ -134,46 +134,11 @@ func (s *Server) getPod(ctx context.Context, res *resource, ri requestInfo) (*co
 	return obj.(*corev1.Pod), nil
 }
 
-func queryInt(q url.Values, name string) (*int64, error) {
-	v := q.Get(name)
-	if v == "" {
-		return nil, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s: invalid value %q: %v", name, v, err))
-	}
-	return &n, nil
-}
-
 // podLogOptions decodes and validates the query of pods/log.
 func podLogOptions(q url.Values, podName string) (*corev1.PodLogOptions, bool, error) {
-	opts := &corev1.PodLogOptions{Container: q.Get("container")}
-	var err error
-	for _, b := range []struct {
-		name string
-		dst  *bool
-	}{{"follow", &opts.Follow}, {"previous", &opts.Previous}, {"timestamps", &opts.Timestamps}, {"insecureSkipTLSVerifyBackend", &opts.InsecureSkipTLSVerifyBackend}} {
-		*b.dst = params.Bool(q, b.name)
-	}
-	if opts.SinceSeconds, err = queryInt(q, "sinceSeconds"); err != nil {
+	opts, err := params.PodLog(q)
+	if err != nil {
 		return nil, false, err
-	}
-	if opts.TailLines, err = queryInt(q, "tailLines"); err != nil {
-		return nil, false, err
-	}
-	if opts.LimitBytes, err = queryInt(q, "limitBytes"); err != nil {
-		return nil, false, err
-	}
-	if v := q.Get("sinceTime"); v != "" {
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("sinceTime: invalid value %q: %v", v, err))
-		}
-		opts.SinceTime = &metav1.Time{Time: t}
-	}
-	if v := q.Get("stream"); v != "" {
-		opts.Stream = &v
 	}
 	var errs field.ErrorList
 	if opts.TailLines != nil && *opts.TailLines < 0 {

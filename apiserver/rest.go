@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/store"
@@ -41,12 +41,6 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	if res == nil || (ri.namespace != "" && !res.namespaced) {
 		writeError(w, notFoundPath())
 		return
-	}
-	if res.custom != nil {
-		if err := customMediaTypes(r); err != nil {
-			writeError(w, err)
-			return
-		}
 	}
 	if ri.subresource != "" && !res.hasSubresource(ri.subresource) {
 		writeError(w, notFoundPath())
@@ -186,7 +180,7 @@ func (s *Server) getStored(ctx context.Context, res *resource, namespace, name s
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, false)
 	if err != nil {
 		return err
 	}
@@ -200,14 +194,14 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, ri requestInfo, res
 // respond writes one object in the negotiated format.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, code int, res *resource, obj runtime.Object, format outputFormat) error {
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
-	switch format {
-	case outTable:
+	switch {
+	case format.table():
 		t, err := s.table(r, res, []runtime.Object{obj}, "", "")
 		if err != nil {
 			return err
 		}
-		writeObject(w, code, t, outJSON)
-	case outPartialMetadata, outPartialMetadataProtobuf:
+		writeObject(w, code, t, format.encoding())
+	case format.metadataOnly():
 		writeObject(w, code, partialMetadata(obj), format.encoding())
 	default:
 		writeObject(w, code, obj, format)
@@ -228,17 +222,6 @@ func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
 		}
 	}
 	return p
-}
-
-// dryRun parses ?dryRun: only "All" is defined.
-func dryRun(r *http.Request) (bool, error) {
-	vals := r.URL.Query()["dryRun"]
-	for _, v := range vals {
-		if v != "All" {
-			return false, apierrors.NewBadRequest(fmt.Sprintf("Invalid dry run value: %q (supported: All)", v))
-		}
-	}
-	return len(vals) > 0, nil
 }
 
 // generateNameChars is the alphabet Kubernetes uses for generated name
@@ -263,32 +246,99 @@ func generateName(base string) string {
 }
 
 // writeParams are what every write request carries besides its body's
-// object: the response format, field validation, dry run and the body.
+// object: the response format, its options and the body.
 type writeParams struct {
 	format outputFormat
-	fv     fieldValidation
-	dry    bool
-	body   []byte
+	writeOptions
+	body []byte
 }
 
-func parseWrite(r *http.Request) (writeParams, error) {
+// writeOptions are a write's query options (CreateOptions, UpdateOptions
+// or PatchOptions) as bonsai uses them.
+type writeOptions struct {
+	fv  fieldValidation
+	dry bool
+	// manager is the fieldManager the client sent, "" when none.
+	manager string
+	force   bool
+	// patchType is a PATCH's Content-Type, without its parameters.
+	patchType types.PatchType
+}
+
+// fieldManager is the manager the write's fields are recorded under:
+// the client's, or one derived from its user agent.
+func (o writeOptions) fieldManager(r *http.Request) string {
+	if o.manager != "" {
+		return o.manager
+	}
+	return userAgentManager(r)
+}
+
+// parseWriteOptions decodes and checks a create's (POST), update's (PUT)
+// or patch's (PATCH) options as kube-apiserver does: a value that does not
+// convert is a 400, one that breaks the options' rules a 422.
+func parseWriteOptions(r *http.Request, pt types.PatchType) (writeOptions, error) {
+	q := r.URL.Query()
+	var o writeOptions
+	var dry []string
+	var fv string
+	switch r.Method {
+	case http.MethodPost:
+		c, err := params.Create(q)
+		if err != nil {
+			return o, err
+		}
+		dry, fv, o.manager = c.DryRun, c.FieldValidation, c.FieldManager
+	case http.MethodPatch:
+		p, err := params.Patch(q, pt)
+		if err != nil {
+			return o, err
+		}
+		dry, fv, o.manager, o.force, o.patchType = p.DryRun, p.FieldValidation, p.FieldManager, ptr.Deref(p.Force, false), pt
+	default:
+		u, err := params.Update(q)
+		if err != nil {
+			return o, err
+		}
+		dry, fv, o.manager = u.DryRun, u.FieldValidation, u.FieldManager
+	}
+	o.dry = len(dry) > 0
+	o.fv = validationWarn
+	if fv != "" {
+		o.fv = fieldValidation(fv)
+	}
+	return o, nil
+}
+
+// parseWrite reads what a write request carries, in kube-apiserver's
+// order: the patch type (415), the response format (406), the body's
+// media type (415), the body, then the options (400, 422).
+func parseWrite(r *http.Request, res *resource) (writeParams, error) {
 	var p writeParams
+	var pt types.PatchType
 	var err error
-	if p.format, err = negotiate(r); err != nil {
+	if r.Method == http.MethodPatch {
+		if pt, err = patchType(r, res); err != nil {
+			return p, err
+		}
+	}
+	if p.format, err = negotiate(r, res, false); err != nil {
 		return p, err
 	}
-	if p.fv, err = parseFieldValidation(r); err != nil {
+	if r.Method != http.MethodPatch {
+		if err := checkBodyMediaType(r, res); err != nil {
+			return p, err
+		}
+	}
+	if p.body, err = readBody(r); err != nil {
 		return p, err
 	}
-	if p.dry, err = dryRun(r); err != nil {
-		return p, err
-	}
-	p.body, err = readBody(r)
+	p.writeOptions, err = parseWriteOptions(r, pt)
 	return p, err
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	p, err := parseWrite(r)
+	p, err := parseWrite(r, res)
 	if err != nil {
 		return err
 	}
@@ -327,7 +377,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 			mi, _ := metaOf(in)
 			mi.SetName(newGeneratedName(mi.GetGenerateName()))
 		}
-		out, err := s.createObject(r.Context(), wc, in, fieldManager(r), false)
+		out, err := s.createObject(r.Context(), wc, in, p.fieldManager(r), false)
 		if generated && apierrors.IsAlreadyExists(err) && attempt < 7 {
 			continue
 		}
@@ -467,10 +517,9 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
 }
 
-func fieldManager(r *http.Request) string {
-	if fm := r.URL.Query().Get("fieldManager"); fm != "" {
-		return fm
-	}
+// userAgentManager is the field manager of a write whose client named
+// none.
+func userAgentManager(r *http.Request) string {
 	// Kubernetes derives a manager from the user agent's program name.
 	ua := r.UserAgent()
 	for i, c := range ua {
@@ -509,13 +558,13 @@ func waitToRetry(ctx context.Context, attempt int) error {
 // resourceVersion precondition.
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	p, err := parseWrite(r)
+	p, err := parseWrite(r, res)
 	if err != nil {
 		return err
 	}
 	format, fv, dry, body := p.format, p.fv, p.dry, p.body
 	wc := &writeCtx{s: s, res: res, dryRun: dry}
-	manager := fieldManager(r)
+	manager := p.fieldManager(r)
 	for attempt := 0; ; attempt++ {
 		old, kv, err := s.getStored(r.Context(), res, ri.namespace, ri.name)
 		rev := kv.Revision
@@ -528,7 +577,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		var conditional bool
 		applied := isApply(r)
 		if r.Method == http.MethodPatch {
-			obj, conditional, err = s.applyPatch(w, r, res, ri, old, body, fv, manager)
+			obj, conditional, err = s.applyPatch(w, r, res, ri, old, body, p.writeOptions, manager)
 			if err != nil {
 				return err
 			}
@@ -806,6 +855,5 @@ func heldFromDeletion(res *resource, obj runtime.Object, m metav1.Object) bool {
 }
 
 func isApply(r *http.Request) bool {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return r.Method == http.MethodPatch && ct == "application/apply-patch+yaml"
+	return r.Method == http.MethodPatch && patchTypeOf(r) == types.ApplyYAMLPatchType
 }

@@ -21,7 +21,7 @@ func (s *Server) serveReview(w http.ResponseWriter, r *http.Request, ri requestI
 	if ri.verb != "create" || ri.name != "" || ri.subresource != "" {
 		return methodNotSupported(res, ri.verb)
 	}
-	p, err := parseWrite(r)
+	p, err := parseWrite(r, res)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
@@ -77,7 +78,7 @@ func setReplicas(res *resource, obj runtime.Object, n int32) error {
 // serveScale serves the scale subresource (get, update, patch) of
 // workloads, so kubectl scale works.
 func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, false)
 	if err != nil {
 		return err
 	}
@@ -86,8 +87,20 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 	// controller's status update) applies it again to the object read
 	// afresh.
 	var body []byte
+	var opts writeOptions
 	if ri.verb == "update" || ri.verb == "patch" {
+		var pt types.PatchType
+		if ri.verb == "patch" {
+			if pt, err = patchType(r, res); err != nil {
+				return err
+			}
+		} else if err := checkBodyMediaType(r, nil); err != nil {
+			return err
+		}
 		if body, err = readBody(r); err != nil {
+			return err
+		}
+		if opts, err = parseWriteOptions(r, pt); err != nil {
 			return err
 		}
 	}
@@ -111,7 +124,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		var next autoscalingv1.Scale
 		if ri.verb == "patch" {
 			cur, _ := json.Marshal(sc)
-			patched, _, err := s.patchJSON(r, res, ri, cur, body, &autoscalingv1.Scale{})
+			patched, err := s.patchJSON(r, res, ri, cur, body, &autoscalingv1.Scale{})
 			if err != nil {
 				return err
 			}
@@ -125,10 +138,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		if conditional {
 			return apierrors.NewConflict(qualified(res), ri.name, fmt.Errorf(optimisticLockMsg))
 		}
-		dry, err := dryRun(r)
-		if err != nil {
-			return err
-		}
+		dry := opts.dry
 		// Admission sees the Scale (kind autoscaling/v1 Scale, the
 		// workload's resource, subresource scale, operation UPDATE);
 		// the workload's update that follows is not admitted again.
@@ -148,7 +158,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		if err := setReplicas(res, updated, next.Spec.Replicas); err != nil {
 			return apierrors.NewInternalError(err)
 		}
-		out, err := s.updateObject(adm.written(ctx), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, fieldManager(r), false, false)
+		out, err := s.updateObject(adm.written(ctx), wc, requestInfo{namespace: ri.namespace, name: ri.name}, updated, obj, rev, opts.fieldManager(r), false, false)
 		if apierrors.IsConflict(err) && attempt < maxUnconditionalRetries {
 			if err := waitToRetry(r.Context(), attempt); err != nil {
 				return err

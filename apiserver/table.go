@@ -20,12 +20,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
+
+	"bonsai.dev/bonsai/apiserver/params"
 )
 
 // printer renders one kind's rows: columns (priority 1 is -o wide only)
@@ -1189,15 +1190,13 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 	if res.custom != nil {
 		p = res.custom.printer
 	}
-	include := metav1.IncludeMetadata
-	switch v := r.URL.Query().Get("includeObject"); v {
-	case "", "Metadata":
-	case "None":
-		include = metav1.IncludeNone
-	case "Object":
-		include = metav1.IncludeObject
-	default:
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("includeObject: unsupported value %q", v))
+	opts, err := params.Table(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	include := opts.IncludeObject
+	if include == "" {
+		include = metav1.IncludeMetadata
 	}
 	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"}, ColumnDefinitions: p.columns}
 	t.ResourceVersion, t.Continue = rv, cont

@@ -39,7 +39,7 @@ var tokenRequestKind = schema.GroupKind{Group: "authentication.k8s.io", Kind: "T
 // a secret or a node when asked, for the asked audiences (default the API
 // server's) and lifetime.
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, false)
 	if err != nil {
 		return err
 	}

@@ -35,12 +35,9 @@ type watchEvent struct {
 }
 
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r)
+	format, err := negotiate(r, res, true)
 	if err != nil {
 		return err
-	}
-	if format == outYAML {
-		format = outJSON
 	}
 	o, err := parseListOptions(r, res, true)
 	if err != nil {
@@ -57,7 +54,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if res.custom != nil {
 		gone = res.custom.gone
 	}
-	if o.timeoutSeconds > 0 {
+	// A negative timeout ends the watch at once, as in kube-apiserver.
+	if o.timeoutSeconds != 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(o.timeoutSeconds)*time.Second)
 		defer cancel()

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -252,9 +251,11 @@ func (s *Server) admitSubresource(ctx context.Context, wc *writeCtx, op admissio
 // it reads the request's dryRun and runs the mutating webhooks; the
 // caller validates obj, then runs validate.
 func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri requestInfo, kind schema.GroupVersionKind, obj runtime.Object) (adm subresourceAdmission, dry bool, err error) {
-	if dry, err = dryRun(r); err != nil {
+	opts, err := params.Create(r.URL.Query())
+	if err != nil {
 		return adm, false, err
 	}
+	dry = len(opts.DryRun) > 0
 	// The object is in the request's namespace, as kube-apiserver's
 	// create handler makes it before admission.
 	if m, err := metaOf(obj); err == nil && m.GetNamespace() == "" {
@@ -390,33 +391,16 @@ func (s *Server) runValidatingWebhooks(ctx context.Context, a *admissionAttrs) e
 // connectOptions reads the options of a pods/exec, attach or portforward
 // request from its query, as kube-apiserver decodes them before admission.
 func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
-	bools := func(names ...string) ([]bool, error) {
-		out := make([]bool, len(names))
-		for i, n := range names {
-			out[i] = params.Bool(q, n)
-		}
-		return out, nil
-	}
 	var opts runtime.Object
 	switch subresource {
-	case "exec", "attach":
-		b, err := bools("stdin", "stdout", "stderr", "tty")
+	case "exec":
+		opts = params.PodExec(q)
+	case "attach":
+		opts = params.PodAttach(q)
+	case "portforward":
+		o, err := params.PodPortForward(q)
 		if err != nil {
 			return nil, err
-		}
-		if subresource == "exec" {
-			opts = &corev1.PodExecOptions{Container: q.Get("container"), Command: q["command"], Stdin: b[0], Stdout: b[1], Stderr: b[2], TTY: b[3]}
-		} else {
-			opts = &corev1.PodAttachOptions{Container: q.Get("container"), Stdin: b[0], Stdout: b[1], Stderr: b[2], TTY: b[3]}
-		}
-	case "portforward":
-		o := &corev1.PodPortForwardOptions{}
-		for _, p := range q["ports"] {
-			n, err := strconv.ParseInt(p, 10, 32)
-			if err != nil {
-				return nil, apierrors.NewBadRequest(fmt.Sprintf("ports: invalid value %q: must be between 1 and 65535", p))
-			}
-			o.Ports = append(o.Ports, int32(n))
 		}
 		opts = o
 	default:

@@ -12,7 +12,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -313,49 +312,39 @@ func waitingMessage(reason string) string {
 // parseLogQuery reads the containerLogs query: follow, previous,
 // timestamps, tailLines, limitBytes, sinceSeconds, sinceTime and stream.
 func parseLogQuery(r *http.Request) (logOptions, bool, error) {
-	q := r.URL.Query()
 	opts := logOptions{tail: -1}
-	var previous bool
-	var err error
-	boolParam := func(name string, dst *bool) { *dst = params.Bool(q, name) }
-	intParam := func(name string, dst *int64) bool {
-		v := q.Get(name)
-		if v == "" || err != nil {
-			return false
+	o, err := params.PodLog(r.URL.Query())
+	if err != nil {
+		return opts, false, err
+	}
+	opts.follow, opts.timestamps = o.Follow, o.Timestamps
+	if o.TailLines != nil {
+		if opts.tail = *o.TailLines; opts.tail < 0 {
+			return opts, false, errors.New("tailLines: must be greater than or equal to 0")
 		}
-		if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
-			err = fmt.Errorf("%s: %q is not an integer", name, v)
-			return false
+	}
+	if o.LimitBytes != nil {
+		if opts.limitBytes = *o.LimitBytes; opts.limitBytes < 1 {
+			return opts, false, errors.New("limitBytes: must be greater than 0")
 		}
-		return true
 	}
-	boolParam("follow", &opts.follow)
-	boolParam("previous", &previous)
-	boolParam("timestamps", &opts.timestamps)
-	if intParam("tailLines", &opts.tail) && opts.tail < 0 {
-		return opts, false, errors.New("tailLines: must be greater than or equal to 0")
-	}
-	if intParam("limitBytes", &opts.limitBytes) && opts.limitBytes < 1 {
-		return opts, false, errors.New("limitBytes: must be greater than 0")
-	}
-	var sinceSeconds int64
-	if intParam("sinceSeconds", &sinceSeconds) {
-		if sinceSeconds < 1 {
+	if o.SinceSeconds != nil {
+		if *o.SinceSeconds < 1 {
 			return opts, false, errors.New("sinceSeconds: must be greater than 0")
 		}
-		opts.since = time.Now().Add(-time.Duration(sinceSeconds) * time.Second)
+		opts.since = time.Now().Add(-time.Duration(*o.SinceSeconds) * time.Second)
 	}
-	if v := q.Get("sinceTime"); v != "" && err == nil {
-		t, perr := time.Parse(time.RFC3339, v)
-		if perr != nil {
-			return opts, false, fmt.Errorf("sinceTime: %q is not an RFC 3339 time", v)
-		}
-		if sinceSeconds > 0 {
+	if o.SinceTime != nil {
+		if o.SinceSeconds != nil {
 			return opts, false, errors.New("at most one of `sinceTime` or `sinceSeconds` may be specified")
 		}
-		opts.since = t
+		opts.since = o.SinceTime.Time
 	}
-	switch v := q.Get("stream"); v {
+	var stream string
+	if o.Stream != nil {
+		stream = *o.Stream
+	}
+	switch v := stream; v {
 	case "", corev1.LogStreamAll:
 	case corev1.LogStreamStdout:
 		opts.stream = "stdout"
@@ -364,7 +353,7 @@ func parseLogQuery(r *http.Request) (logOptions, bool, error) {
 	default:
 		return opts, false, fmt.Errorf("stream: %q is not one of All, Stdout, Stderr", v)
 	}
-	return opts, previous, err
+	return opts, o.Previous, nil
 }
 
 // flushWriter sends each write to the client at once: kubectl logs -f
