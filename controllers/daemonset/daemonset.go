@@ -104,32 +104,21 @@ func New(cfg Config) (*Controller, error) {
 	c.nodeLister = corelisters.NewNodeLister(nodeInf.GetIndexer())
 	c.synced = []cache.InformerSynced{dsInf.HasSynced, revInf.HasSynced, podInf.HasSynced, nodeInf.HasSynced}
 
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{dsInf, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueue,
-			UpdateFunc: func(_, cur any) { c.enqueue(cur) },
-			DeleteFunc: c.enqueue,
-		}},
-		{revInf, cache.ResourceEventHandlerFuncs{
+	err := worker.AddHandlers("daemonset",
+		worker.Handler{Informer: dsInf, Handler: worker.EnqueueChanges(c.queue)},
+		worker.Handler{Informer: revInf, Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueOwner,
 			UpdateFunc: func(_, cur any) { c.enqueueOwner(cur) },
 			DeleteFunc: c.enqueueOwner,
 		}},
-		{podInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
-		{nodeInf, cache.ResourceEventHandlerFuncs{
+		worker.Handler{Informer: podInf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
+		worker.Handler{Informer: nodeInf, Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.enqueueAll() },
 			UpdateFunc: c.updateNode,
 			DeleteFunc: func(any) { c.enqueueAll() },
 		}},
-	} {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return nil, fmt.Errorf("daemonset: add event handler: %w", err)
-		}
-	}
-	return c, nil
+	)
+	return c, err
 }
 
 // Run works until ctx ends.
@@ -140,9 +129,7 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
+	worker.Enqueue(c.queue, obj)
 }
 
 func (c *Controller) enqueueAfter(ds *appsv1.DaemonSet, d time.Duration) {

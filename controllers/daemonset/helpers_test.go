@@ -25,17 +25,9 @@ const timeout = 60 * time.Second
 // start runs the controller in e and returns its informers (started).
 func start(t *testing.T, e *clustertest.Env) *client.Informers {
 	t.Helper()
-	inf := client.NewInformers(e.Config)
-	c, err := New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(e.Ctx)
-	go func() {
-		if err := c.Run(e.Ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	inf, _ := clustertest.Start(e, func(inf *client.Informers) (*Controller, error) {
+		return New(Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	})
 	return inf
 }
 

@@ -96,20 +96,12 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandlerFuncs
-	}{
-		{c.dInf, cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: func(_, cur any) { c.enqueue(cur) }, DeleteFunc: c.enqueue}},
-		{c.rsInf, cache.ResourceEventHandlerFuncs{AddFunc: c.addReplicaSet, UpdateFunc: c.updateReplicaSet, DeleteFunc: c.deleteReplicaSet}},
-		{c.podInf, cache.ResourceEventHandlerFuncs{DeleteFunc: c.deletePod}},
-	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	err := worker.AddHandlers("deployment",
+		worker.Handler{Informer: c.dInf, Handler: worker.EnqueueChanges(c.queue)},
+		worker.Handler{Informer: c.rsInf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addReplicaSet, UpdateFunc: c.updateReplicaSet, DeleteFunc: c.deleteReplicaSet}},
+		worker.Handler{Informer: c.podInf, Handler: cache.ResourceEventHandlerFuncs{DeleteFunc: c.deletePod}},
+	)
+	return c, err
 }
 
 // Run waits for the caches, then syncs Deployments until ctx ends.

@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -124,11 +125,7 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onPod,
-		UpdateFunc: c.onPodUpdate,
-		DeleteFunc: c.onPod,
-	}); err != nil {
+	if _, err := c.pods.AddEventHandler(servicepods.PodHandler(c.services.GetIndexer(), c.log, c.enqueueBatched)); err != nil {
 		return nil, err
 	}
 	// An Endpoints deleted by someone else comes back if its Service
@@ -167,44 +164,12 @@ func (c *Controller) queueLeftovers() {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
+	worker.Enqueue(c.queue, obj)
 }
 
-func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
-	return p
-}
-
-func (c *Controller) onPod(obj any) {
-	p := podOf(obj)
-	if p == nil {
-		return
-	}
-	keys, err := servicepods.ServicesForPod(c.services.GetIndexer(), p)
-	if err != nil {
-		c.log.Error("finding the Services of a pod", "pod", p.Namespace+"/"+p.Name, "err", err)
-		return
-	}
-	for key := range keys {
-		c.queue.AddAfter(key, c.cfg.EndpointUpdatesBatchPeriod)
-	}
-}
-
-func (c *Controller) onPodUpdate(old, cur any) {
-	o, n := podOf(old), podOf(cur)
-	if o == nil || n == nil {
-		return
-	}
-	keys, err := servicepods.ServicesToUpdateOnPodChange(c.services.GetIndexer(), o, n)
-	if err != nil {
-		c.log.Error("finding the Services of a pod", "pod", n.Namespace+"/"+n.Name, "err", err)
-		return
-	}
+// enqueueBatched queues Services after a pod change, after the batch
+// period so that the changes of several pods share one write.
+func (c *Controller) enqueueBatched(keys sets.Set[string]) {
 	for key := range keys {
 		c.queue.AddAfter(key, c.cfg.EndpointUpdatesBatchPeriod)
 	}

@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/servicepods"
 	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
@@ -35,7 +36,7 @@ func TestPodChangesBatched(t *testing.T) {
 		}
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", Labels: map[string]string{"app": "web"}}}
-	c.onPod(p)
+	servicepods.PodHandler(c.services.GetIndexer(), c.log, c.enqueueBatched).OnAdd(p, false)
 	if n := c.queue.Len(); n != 0 {
 		t.Fatalf("%d Services queued before the batch period", n)
 	}

@@ -137,11 +137,7 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onPod,
-		UpdateFunc: c.onPodUpdate,
-		DeleteFunc: c.onPod,
-	}); err != nil {
+	if _, err := c.pods.AddEventHandler(servicepods.PodHandler(c.services.GetIndexer(), c.log, c.enqueueBatched)); err != nil {
 		return nil, err
 	}
 	if _, err := c.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{

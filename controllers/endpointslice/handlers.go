@@ -1,18 +1,15 @@
 package endpointslice
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 
-	"bonsai.dev/bonsai/controllers/servicepods"
+	"bonsai.dev/bonsai/controllers/worker"
 )
 
 func (c *Controller) enqueueService(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
+	worker.Enqueue(c.queue, obj)
 }
 
 // enqueueBatched queues Services after a pod change, after the batch
@@ -21,44 +18,6 @@ func (c *Controller) enqueueBatched(keys sets.Set[string]) {
 	for key := range keys {
 		c.queue.AddAfter(key, c.cfg.EndpointUpdatesBatchPeriod)
 	}
-}
-
-func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
-	return p
-}
-
-// onPod queues the Services that select a pod added or deleted.
-func (c *Controller) onPod(obj any) {
-	p := podOf(obj)
-	if p == nil {
-		return
-	}
-	keys, err := servicepods.ServicesForPod(c.services.GetIndexer(), p)
-	if err != nil {
-		c.log.Error("finding the Services of a pod", "pod", p.Namespace+"/"+p.Name, "err", err)
-		return
-	}
-	c.enqueueBatched(keys)
-}
-
-// onPodUpdate queues only the Services whose endpoints the change may
-// alter, so that status noise (container restarts counts, conditions
-// other than Ready) costs nothing.
-func (c *Controller) onPodUpdate(old, cur any) {
-	o, n := podOf(old), podOf(cur)
-	if o == nil || n == nil {
-		return
-	}
-	keys, err := servicepods.ServicesToUpdateOnPodChange(c.services.GetIndexer(), o, n)
-	if err != nil {
-		c.log.Error("finding the Services of a pod", "pod", n.Namespace+"/"+n.Name, "err", err)
-		return
-	}
-	c.enqueueBatched(keys)
 }
 
 // managedKey is the key of the Service a slice of this controller's

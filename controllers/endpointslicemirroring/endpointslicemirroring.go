@@ -157,9 +157,7 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
+	worker.Enqueue(c.queue, obj)
 }
 
 // mirroredKey is the Endpoints key of a slice this controller mirrored,

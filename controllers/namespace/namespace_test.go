@@ -21,17 +21,9 @@ import (
 func start(t *testing.T) *clustertest.Env {
 	t.Helper()
 	e := clustertest.New(t, clustertest.Options{})
-	inf := client.NewInformers(e.Config)
-	c, err := New(Config{RESTConfig: e.Config, Client: e.Client, Informers: inf, Logger: e.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf.Start(e.Ctx)
-	go func() {
-		if err := c.Run(e.Ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	clustertest.Start(e, func(inf *client.Informers) (*Controller, error) {
+		return New(Config{RESTConfig: e.Config, Client: e.Client, Informers: inf, Logger: e.Log})
+	})
 	return e
 }
 

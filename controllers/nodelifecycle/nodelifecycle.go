@@ -19,6 +19,7 @@ package nodelifecycle
 
 import (
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/worker"
 	"fmt"
 
 	"context"
@@ -242,9 +243,7 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) enqueuePod(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.podQueue.Add(key)
-	}
+	worker.Enqueue(c.podQueue, obj)
 }
 
 func (c *Controller) enqueueNodePods(obj any) {

@@ -10,6 +10,7 @@ package servicepods
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,4 +184,48 @@ func podEndpointsChanged(old, cur *corev1.Pod) (podChanged, labelsChanged bool) 
 		!slices.Equal(old.Status.PodIPs, cur.Status.PodIPs) ||
 		old.Spec.NodeName != cur.Spec.NodeName
 	return podChanged, labelsChanged
+}
+
+// PodHandler is the pod informer's handler of a controller that keeps
+// something per Service (Endpoints, EndpointSlices): it passes enqueue
+// the keys of the Services a pod's addition, change or deletion may
+// concern; a change that touches no endpoint passes none.
+func PodHandler(services cache.Indexer, log *slog.Logger, enqueue func(keys sets.Set[string])) cache.ResourceEventHandlerFuncs {
+	failed := func(p *corev1.Pod, err error) {
+		log.Error("finding the Services of a pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+	onPod := func(obj any) {
+		p := podOf(obj)
+		if p == nil {
+			return
+		}
+		if keys, err := ServicesForPod(services, p); err != nil {
+			failed(p, err)
+		} else {
+			enqueue(keys)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: onPod,
+		UpdateFunc: func(old, cur any) {
+			o, n := podOf(old), podOf(cur)
+			if o == nil || n == nil {
+				return
+			}
+			if keys, err := ServicesToUpdateOnPodChange(services, o, n); err != nil {
+				failed(n, err)
+			} else {
+				enqueue(keys)
+			}
+		},
+		DeleteFunc: onPod,
+	}
+}
+
+func podOf(obj any) *corev1.Pod {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, _ := obj.(*corev1.Pod)
+	return p
 }

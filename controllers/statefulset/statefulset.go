@@ -91,25 +91,14 @@ func New(cfg Config) (*Controller, error) {
 	c.pvcLister = corelisters.NewPersistentVolumeClaimLister(pvcInf.GetIndexer())
 	c.synced = []cache.InformerSynced{setInf.HasSynced, revInf.HasSynced, podInf.HasSynced, pvcInf.HasSynced}
 
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{setInf, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueue,
-			UpdateFunc: func(_, cur any) { c.enqueue(cur) },
-			DeleteFunc: c.enqueue,
-		}},
-		{podInf, cache.ResourceEventHandlerFuncs{AddFunc: c.onPodAdd, UpdateFunc: c.onPodUpdate, DeleteFunc: c.onPodDelete}},
+	err := worker.AddHandlers("statefulset",
+		worker.Handler{Informer: setInf, Handler: worker.EnqueueChanges(c.queue)},
+		worker.Handler{Informer: podInf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.onPodAdd, UpdateFunc: c.onPodUpdate, DeleteFunc: c.onPodDelete}},
 		// A claim released by the garbage collector unblocks a pod
 		// waiting on a stale one.
-		{pvcInf, cache.ResourceEventHandlerFuncs{DeleteFunc: c.onClaimDelete}},
-	} {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return nil, fmt.Errorf("statefulset: add event handler: %w", err)
-		}
-	}
-	return c, nil
+		worker.Handler{Informer: pvcInf, Handler: cache.ResourceEventHandlerFuncs{DeleteFunc: c.onClaimDelete}},
+	)
+	return c, err
 }
 
 // Run works until ctx ends.
@@ -120,9 +109,7 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
+	worker.Enqueue(c.queue, obj)
 }
 
 func (c *Controller) enqueueAfter(set *appsv1.StatefulSet, d time.Duration) {

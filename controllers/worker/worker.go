@@ -97,3 +97,38 @@ type Prefixed struct {
 	Prefix string
 	Sync   func(context.Context, string) error
 }
+
+// Handler is an informer and what it tells of its objects' changes.
+type Handler struct {
+	Informer cache.SharedIndexInformer
+	Handler  cache.ResourceEventHandler
+}
+
+// AddHandlers adds each handler to its informer; kind names the
+// controller in the error.
+func AddHandlers(kind string, hs ...Handler) error {
+	for _, h := range hs {
+		if _, err := h.Informer.AddEventHandler(h.Handler); err != nil {
+			return fmt.Errorf("%s: add event handler: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+// Enqueue adds obj's namespace/name key to q; a deleted object's
+// tombstone gives its key too.
+func Enqueue(q workqueue.TypedInterface[string], obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		q.Add(key)
+	}
+}
+
+// EnqueueChanges is the handler that enqueues the key of every object
+// added, updated or deleted.
+func EnqueueChanges(q workqueue.TypedInterface[string]) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { Enqueue(q, obj) },
+		UpdateFunc: func(_, cur any) { Enqueue(q, cur) },
+		DeleteFunc: func(obj any) { Enqueue(q, obj) },
+	}
+}

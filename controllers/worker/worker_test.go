@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -135,5 +139,29 @@ func TestByPrefix(t *testing.T) {
 	want := []string{"claim:ns/a", "volume:pv-1", "other:plain"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("routed %v, want %v", got, want)
+	}
+}
+
+// EnqueueChanges queues the key of what was added, updated and deleted,
+// a tombstone's included, and nothing for what has no key.
+func TestEnqueueChanges(t *testing.T) {
+	q := workqueue.NewTyped[string]()
+	defer q.ShutDown()
+	h := EnqueueChanges(q)
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	}
+	h.OnAdd(cm("a"), false)
+	h.OnUpdate(cm("a"), cm("b"))
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: cm("c")})
+	h.OnAdd("not an object", false)
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
+		q.Done(k)
+	}
+	if want := []string{"ns/a", "ns/b", "ns/c"}; !slices.Equal(got, want) {
+		t.Errorf("queued %v, want %v", got, want)
 	}
 }

@@ -141,20 +141,34 @@ func (e *Env) startNodes() {
 	}
 }
 
-// startServiceAccounts runs the serviceaccount controller on its own
-// informers.
-func (e *Env) startServiceAccounts() {
+// Runner is a controller: it works until its context ends.
+type Runner interface{ Run(context.Context) error }
+
+// Start builds a controller on informers of its own, starts them and
+// runs the controller until the test ends; a Run that fails before then
+// fails the test. It returns the informers and the controller.
+func Start[C Runner](e *Env, build func(*client.Informers) (C, error)) (*client.Informers, C) {
+	e.T.Helper()
 	inf := client.NewInformers(e.Config)
-	c, err := serviceaccount.New(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	c, err := build(inf)
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	inf.Start(e.Ctx)
 	go func() {
 		if err := c.Run(e.Ctx); err != nil && e.Ctx.Err() == nil {
-			e.Log.Error("serviceaccount controller stopped", "err", err)
+			e.T.Errorf("%T stopped: %v", c, err)
 		}
 	}()
+	return inf, c
+}
+
+// startServiceAccounts runs the serviceaccount controller on its own
+// informers.
+func (e *Env) startServiceAccounts() {
+	Start(e, func(inf *client.Informers) (*serviceaccount.Controller, error) {
+		return serviceaccount.New(serviceaccount.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	})
 }
 
 // startStorage runs the storage controllers on their own informers.
