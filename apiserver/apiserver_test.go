@@ -1076,6 +1076,74 @@ func TestBookmarksFollowStoreProgress(t *testing.T) {
 	}
 }
 
+// TestBookmarkBeforeWatchTimeout: a watch that allows bookmarks gets one
+// two seconds before its timeoutSeconds end it, as from kube-apiserver,
+// however rare periodic bookmarks are; one that does not allow them gets
+// none. (The Python client's watch.stream(..., timeout_seconds=...) saw
+// no bookmark at all from bonsai.)
+func TestBookmarkBeforeWatchTimeout(t *testing.T) {
+	e := newTestEnv(t)
+	e.s.bookmarkEvery = time.Hour
+	cm, err := e.cs.CoreV1().ConfigMaps("default").Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		bookmarks []time.Duration
+		rv        string
+		took      time.Duration
+	}
+	run := func(allow bool) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			var r result
+			start := time.Now()
+			timeout := int64(3)
+			w, err := e.cs.CoreV1().ConfigMaps("default").Watch(e.ctx, metav1.ListOptions{
+				AllowWatchBookmarks: allow, ResourceVersion: cm.ResourceVersion, TimeoutSeconds: &timeout})
+			if err != nil {
+				t.Error(err)
+				ch <- r
+				return
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Bookmark {
+					r.bookmarks = append(r.bookmarks, time.Since(start))
+					r.rv = ev.Object.(*corev1.ConfigMap).ResourceVersion
+				} else {
+					t.Errorf("watch from the object's own revision: unexpected %s event", ev.Type)
+				}
+			}
+			r.took = time.Since(start)
+			ch <- r
+		}()
+		return ch
+	}
+	with, without := run(true), run(false)
+	r := <-with
+	if len(r.bookmarks) != 1 || r.bookmarks[0] < 500*time.Millisecond || r.bookmarks[0] > r.took {
+		t.Errorf("allowWatchBookmarks, timeoutSeconds=3: bookmarks at %v, watch ended after %v; want one about 1s in", r.bookmarks, r.took)
+	}
+	if rv, _ := strconv.ParseUint(r.rv, 10, 64); len(r.bookmarks) > 0 && rv < mustParseUint(t, cm.ResourceVersion) {
+		t.Errorf("bookmark resourceVersion %s is older than the watch's start %s", r.rv, cm.ResourceVersion)
+	}
+	if r.took < 2500*time.Millisecond {
+		t.Errorf("watch with timeoutSeconds=3 ended after %v", r.took)
+	}
+	if r := <-without; len(r.bookmarks) != 0 {
+		t.Errorf("a watch without allowWatchBookmarks got bookmarks at %v", r.bookmarks)
+	}
+}
+
+func mustParseUint(t *testing.T, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestTerminatingNamespaceWaitsForFinalize: a Terminating namespace goes
 // only once spec.finalizers is empty (the namespace controller's
 // /finalize), not on any other update.

@@ -25,6 +25,10 @@ import (
 // gets one.
 const defaultBookmarkInterval = 30 * time.Second
 
+// bookmarkBeforeTimeout is how long before timeoutSeconds ends a watch
+// that asked for bookmarks it gets its last one (kube-apiserver's figure).
+const bookmarkBeforeTimeout = 2 * time.Second
+
 // initialEventsEndAnnotation marks the bookmark that ends a watch's initial
 // events (sendInitialEvents=true), as client-go's watch-list expects.
 const initialEventsEndAnnotation = "k8s.io/initial-events-end"
@@ -54,10 +58,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	if res.custom != nil {
 		gone = res.custom.gone
 	}
+	var deadline time.Time
 	// A negative timeout ends the watch at once, as in kube-apiserver.
 	if o.timeoutSeconds != 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(o.timeoutSeconds)*time.Second)
+		deadline = time.Now().Add(time.Duration(o.timeoutSeconds) * time.Second)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	// Initial state: synthetic ADDED events for what exists now, unless the
@@ -133,11 +139,37 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 			return nil
 		}
 	}
-	var tick <-chan time.Time
+	var tick, beforeEnd <-chan time.Time
 	if o.bookmarks {
 		t := time.NewTicker(s.bookmarkEvery)
 		defer t.Stop()
 		tick = t.C
+		// As kube-apiserver does, one more bookmark shortly before
+		// timeoutSeconds ends the watch: the client's next watch then
+		// resumes from the latest revision, however quiet the resource
+		// was. Clients that watch with short timeouts (the Python
+		// client's watch.stream with timeout_seconds, scripts polling in
+		// a loop) would otherwise never see a bookmark at all.
+		if !deadline.IsZero() {
+			if d := time.Until(deadline) - bookmarkBeforeTimeout; d > 0 {
+				t := time.NewTimer(d)
+				defer t.Stop()
+				beforeEnd = t.C
+			}
+		}
+	}
+	// progress sends a bookmark at the latest revision this watch has
+	// seen everything up to.
+	progress := func() bool {
+		// With nothing left to deliver, the watch has seen everything
+		// up to the store's progress, even if its resource was quiet:
+		// the bookmark says so, and a resume from it needs no re-list
+		// after the old revision is compacted.
+		sw.more = len(sw2.Events()) > 0
+		if p := sw2.Progress(); p > last && !sw.more {
+			last = p
+		}
+		return sw.bookmark(last, false)
 	}
 	for {
 		select {
@@ -148,15 +180,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 		case <-gone:
 			return nil
 		case <-tick:
-			// With nothing left to deliver, the watch has seen everything
-			// up to the store's progress, even if its resource was quiet:
-			// the bookmark says so, and a resume from it needs no re-list
-			// after the old revision is compacted.
-			sw.more = len(sw2.Events()) > 0
-			if p := sw2.Progress(); p > last && !sw.more {
-				last = p
+			if !progress() {
+				return nil
 			}
-			if !sw.bookmark(last, false) {
+		case <-beforeEnd:
+			if !progress() {
 				return nil
 			}
 		case ev, ok := <-sw2.Events():
