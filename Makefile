@@ -26,9 +26,10 @@ CGO_ENABLED ?= 0
 # (containerd, runc, nftables, iproute2 as those parts land); DEPS are what
 # the tests and benchmarks need: everything bonsai needs plus its real
 # peers and test fixtures (etcd-server, busybox-static, dbus-daemon and
-# systemd-logind for graceful node shutdown, ...).
+# systemd-logind for graceful node shutdown, the official Python client
+# and node for the JavaScript one in the client matrix, ...).
 RUN_DEPS := containerd runc
-DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd)
+DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd python3-kubernetes nodejs)
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
@@ -44,8 +45,13 @@ go-check:
 build: go-check
 	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bonsai
 
+# npm installs the JavaScript client (e2e/testdata/clients/package-lock.json)
+# when the client test first runs. Debian's nodejs comes without npm, which
+# is Debian's package npm; NodeSource's nodejs carries its own npm and
+# conflicts with Debian's, so npm is installed only when none is on PATH.
 deps:
 	@bash scripts/install-deps.sh $(DEPS)
+	@command -v npm >/dev/null || bash scripts/install-deps.sh npm
 
 run-deps:
 	@bash scripts/install-deps.sh $(RUN_DEPS)

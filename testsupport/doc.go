@@ -3,8 +3,9 @@
 // code itself; its packages are:
 //
 //   - testenv: the real programs tests and the bench run against (etcd, a
-//     registry, logind, the test webhook, kubectl, the busybox image,
-//     tmpfs mounts, the overload flood) and Require, which makes a missing
+//     registry, logind, the test webhook, kubectl, the official Python
+//     and JavaScript clients, the busybox image, tmpfs mounts, the
+//     overload flood) and Require, which makes a missing
 //     prerequisite a skip on a developer's machine and a failure under
 //     CI=true. Of bonsai it imports only apiserver/pki.
 //   - clustertest: the in-process cluster harness, a real API server over

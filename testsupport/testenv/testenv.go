@@ -3,8 +3,9 @@
 // etcd, Debian's docker-registry, a system bus with systemd-logind (and a
 // systemd stand-in that shuts nothing down), and the test admission webhook
 // with its certificates. It finds or builds the oldest and newest kubectl,
-// builds the busybox test image, mounts tmpfs file systems a test may fill,
-// floods a running server with node and user clients (the overload test),
+// finds the official Python client and installs the pinned JavaScript one
+// with npm, builds the busybox test image, mounts tmpfs file systems a
+// test may fill, floods a running server with node and user clients (the overload test),
 // ends the containerd shims and containers a test leaves behind, and
 // decides what a missing prerequisite means: a skip on a developer's
 // machine, a failure under CI=true. A containerd of a test's own is

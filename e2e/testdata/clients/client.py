@@ -1,0 +1,383 @@
+"""The official Python client (Debian's python3-kubernetes) against bonsai.
+
+Run by e2e/clients_test.go with KUBECONFIG, BONSAI_NS (a namespace of its
+own), BONSAI_POD (a running busybox pod there whose container "main"
+printed log-1 and log-2, prints "tick N" twice a second and serves
+hello-pf over HTTP on 8080) and BONSAI_IMAGE. Every check prints one line;
+a mismatch prints FAIL with what was expected and what came, and the
+script exits 1 after running the other checks.
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from kubernetes import client, config, dynamic, watch
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import portforward, stream
+
+NS = os.environ["BONSAI_NS"]
+POD = os.environ["BONSAI_POD"]
+IMAGE = os.environ["BONSAI_IMAGE"]
+
+config.load_kube_config()
+api = client.ApiClient()
+core = client.CoreV1Api(api)
+apps = client.AppsV1Api(api)
+
+failures = []
+
+
+class Mismatch(Exception):
+    pass
+
+
+def expect(cond, what, got=None):
+    if not cond:
+        raise Mismatch(what if got is None else "%s; got %r" % (what, got))
+
+
+def check(fn):
+    """Runs one check, records its failure and goes on with the next."""
+    start = time.time()
+    try:
+        fn()
+        print("ok   %-22s %.2fs" % (fn.__name__, time.time() - start), flush=True)
+    except Mismatch as e:
+        failures.append(fn.__name__)
+        print("FAIL %-22s %s" % (fn.__name__, e), flush=True)
+    except ApiException as e:
+        failures.append(fn.__name__)
+        print("FAIL %-22s HTTP %s %s: %s" % (fn.__name__, e.status, e.reason, e.body), flush=True)
+    except Exception:
+        failures.append(fn.__name__)
+        print("FAIL %-22s %s" % (fn.__name__, traceback.format_exc()), flush=True)
+
+
+def api_error(fn, *args, **kwargs):
+    """Calls fn and returns the ApiException it must raise."""
+    try:
+        fn(*args, **kwargs)
+    except (ApiException, dynamic.exceptions.DynamicApiError) as e:
+        return e
+    raise Mismatch("%s succeeded; an error was expected" % fn.__name__)
+
+
+def wait_for(what, cond, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        last = cond()
+        if last:
+            return last
+        if time.time() > deadline:
+            raise Mismatch("not %s within %ds" % (what, timeout))
+        time.sleep(0.2)
+
+
+def configmap(name, labels=None, data=None):
+    return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data)
+
+
+def crud():
+    created = core.create_namespaced_config_map(NS, configmap("cm-a", {"app": "clients", "tier": "a"}, {"k": "v1"}))
+    expect(created.metadata.uid and created.metadata.resource_version, "create: uid and resourceVersion set", created.metadata)
+    got = core.read_namespaced_config_map("cm-a", NS)
+    expect(got.data == {"k": "v1"} and got.metadata.uid == created.metadata.uid, "get: the created object", got)
+    got.data["k"] = "v2"
+    replaced = core.replace_namespaced_config_map("cm-a", NS, got)
+    expect(replaced.data == {"k": "v2"}, "replace: data k=v2", replaced.data)
+    expect(int(replaced.metadata.resource_version) > int(created.metadata.resource_version),
+           "replace: a newer resourceVersion", (created.metadata.resource_version, replaced.metadata.resource_version))
+    # A replace from a stale resourceVersion is a conflict.
+    got.data["k"] = "v3"
+    e = api_error(core.replace_namespaced_config_map, "cm-a", NS, got)
+    body = json.loads(e.body)
+    expect(e.status == 409 and body["reason"] == "Conflict", "stale replace: 409 Conflict", (e.status, body))
+
+
+def lists():
+    core.create_namespaced_config_map(NS, configmap("cm-b", {"app": "clients", "tier": "b"}))
+    names = lambda l: sorted(i.metadata.name for i in l.items)
+    l = core.list_namespaced_config_map(NS, label_selector="app=clients")
+    expect(names(l) == ["cm-a", "cm-b"], "labelSelector app=clients: cm-a, cm-b", names(l))
+    l = core.list_namespaced_config_map(NS, label_selector="app=clients,tier!=a")
+    expect(names(l) == ["cm-b"], "labelSelector app=clients,tier!=a: cm-b", names(l))
+    l = core.list_namespaced_config_map(NS, field_selector="metadata.name=cm-a")
+    expect(names(l) == ["cm-a"], "fieldSelector metadata.name=cm-a", names(l))
+    expect(l.metadata.resource_version, "list: a resourceVersion", l.metadata)
+    l = core.list_namespaced_pod(NS, field_selector="status.phase=Running")
+    expect(names(l) == [POD], "pods fieldSelector status.phase=Running", names(l))
+    # Paging: limit and continue.
+    l = core.list_namespaced_config_map(NS, label_selector="app=clients", limit=1)
+    expect(len(l.items) == 1 and l.metadata._continue, "limit=1: one item and a continue token", l.metadata)
+    rest = core.list_namespaced_config_map(NS, label_selector="app=clients", limit=1, _continue=l.metadata._continue)
+    expect(names(rest) == ["cm-b"], "the continued page: cm-b", names(rest))
+
+
+def watches():
+    rv = core.list_namespaced_config_map(NS).metadata.resource_version
+    events = []
+    started = threading.Event()
+
+    def run():
+        w = watch.Watch()
+        started.set()
+        for ev in w.stream(core.list_namespaced_config_map, NS, label_selector="app=clients",
+                           resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=20):
+            if ev["type"] == "BOOKMARK":
+                continue
+            events.append((ev["type"], ev["object"].metadata.name, ev["object"].metadata.resource_version,
+                           (ev["object"].data or {}).get("k")))
+            if ev["type"] == "DELETED":
+                w.stop()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    started.wait()
+    core.create_namespaced_config_map(NS, configmap("cm-w", {"app": "clients"}, {"k": "1"}))
+    core.patch_namespaced_config_map("cm-w", NS, {"data": {"k": "2"}})
+    core.delete_namespaced_config_map("cm-w", NS)
+    th.join(25)
+    expect(not th.is_alive(), "the watch saw DELETED of cm-w within 25s", events)
+    # From a resourceVersion: only what happened after it, not cm-a and
+    # cm-b, which were there before.
+    expect([(t, n, k) for t, n, _, k in events] == [("ADDED", "cm-w", "1"), ("MODIFIED", "cm-w", "2"), ("DELETED", "cm-w", "2")],
+           "ADDED, MODIFIED, DELETED of cm-w only", events)
+    rvs = [int(r) for _, _, r, _ in events]
+    expect(rvs == sorted(rvs) and rvs[0] > int(rv), "increasing resourceVersions after the list's", (rv, rvs))
+
+
+def bookmarks():
+    # kube-apiserver sends a watch that allows bookmarks one shortly before
+    # its timeoutSeconds end it, so that the client can resume from there.
+    rv = core.list_namespaced_config_map(NS).metadata.resource_version
+    w = watch.Watch()
+    got = []
+    start = time.time()
+    for ev in w.stream(core.list_namespaced_config_map, NS, resource_version=rv,
+                       allow_watch_bookmarks=True, timeout_seconds=4):
+        got.append(ev)
+    took = time.time() - start
+    expect(took < 8, "the watch ended by timeoutSeconds=4", took)
+    marks = [ev for ev in got if ev["type"] == "BOOKMARK"]
+    expect(marks, "a BOOKMARK before timeoutSeconds=4 ended the watch", [ev["type"] for ev in got])
+    obj = marks[0]["raw_object"]
+    expect(obj.get("kind") == "ConfigMap" and int(obj["metadata"]["resourceVersion"]) >= int(rv),
+           "a bookmark: a ConfigMap with only a resourceVersion not older than the list's", obj)
+
+
+def patches():
+    dep = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="patched", labels={"app": "clients"}),
+        spec=client.V1DeploymentSpec(
+            replicas=0,
+            selector=client.V1LabelSelector(match_labels={"app": "patched"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "patched"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="a", image=IMAGE, command=["sleep", "3600"])]))))
+    apps.create_namespaced_deployment(NS, dep)
+    # Strategic merge (a dict body): containers merge by name.
+    d = apps.patch_namespaced_deployment("patched", NS, {"spec": {"template": {"spec": {"containers": [
+        {"name": "b", "image": IMAGE, "command": ["sleep", "3600"]}]}}}})
+    names = [c.name for c in d.spec.template.spec.containers]
+    expect(sorted(names) == ["a", "b"], "strategic merge patch: containers a and b merged by name", names)
+    # JSON patch (a list body).
+    d = apps.patch_namespaced_deployment("patched", NS, [
+        {"op": "test", "path": "/spec/replicas", "value": 0},
+        {"op": "add", "path": "/metadata/labels/json", "value": "patched"}])
+    expect(d.metadata.labels.get("json") == "patched", "JSON patch: label json=patched", d.metadata.labels)
+    e = api_error(apps.patch_namespaced_deployment, "patched", NS, [{"op": "test", "path": "/spec/replicas", "value": 5}])
+    expect(e.status == 422, "a failed JSON patch test op: 422", (e.status, e.body))
+    # Merge patch (through the dynamic client, as Ansible's kubernetes.core
+    # does): a list is replaced whole.
+    dyn = dynamic.DynamicClient(api)
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    d = dyn.patch(deployments, name="patched", namespace=NS, content_type="application/merge-patch+json",
+                  body={"spec": {"template": {"spec": {"containers": [{"name": "c", "image": IMAGE}]}}}})
+    names = [c["name"] for c in d.to_dict()["spec"]["template"]["spec"]["containers"]]
+    expect(names == ["c"], "merge patch: containers replaced by [c]", names)
+    # Server-side apply with a field manager, the body in YAML. (22.6's
+    # dynamic server_side_apply cannot send a dict with this content type:
+    # its REST layer only encodes bodies of JSON content types.)
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+
+    def apply(manager, owned, force=None):
+        body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  owned: %s\n" % owned
+        resp = dyn.request("patch", cms.path(name="applied", namespace=NS), body=body,
+                           content_type="application/apply-patch+yaml", field_manager=manager, force_conflicts=force,
+                           serialize=False)
+        return json.loads(resp.data)
+
+    applied = apply("py-apply", "py")
+    managers = [(m["manager"], m["operation"]) for m in applied["metadata"].get("managedFields", [])]
+    expect(applied["data"] == {"owned": "py"} and ("py-apply", "Apply") in managers,
+           "apply: data owned=py, managed by py-apply (Apply)", (applied["data"], managers))
+    e = api_error(apply, "other", "other")
+    body = json.loads(e.body)
+    expect(e.status == 409 and body["reason"] == "Conflict" and "py-apply" in body["message"],
+           "a conflicting apply by another manager: 409 Conflict naming py-apply", (e.status, body))
+    forced = apply("other", "other", force=True)
+    expect(forced["data"] == {"owned": "other"}, "a forced apply takes the field", forced["data"])
+
+
+def replicaset_of(dep_name):
+    for rs in apps.list_namespaced_replica_set(NS).items:
+        for ref in rs.metadata.owner_references or []:
+            if ref.kind == "Deployment" and ref.name == dep_name:
+                return rs
+    return None
+
+
+def deletes():
+    deps = ["orphan", "background", "foreground"]
+    for name in deps:
+        apps.create_namespaced_deployment(NS, client.V1Deployment(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1DeploymentSpec(
+                replicas=0,
+                selector=client.V1LabelSelector(match_labels={"del": name}),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels={"del": name}),
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image=IMAGE)])))))
+    rs = {name: wait_for("a ReplicaSet owned by Deployment " + name, lambda: replicaset_of(name)) for name in deps}
+
+    def gone(read, name):
+        try:
+            read(name, NS)
+            return False
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+
+    # Orphan: the ReplicaSet stays, without its owner reference.
+    apps.delete_namespaced_deployment("orphan", NS, body=client.V1DeleteOptions(propagation_policy="Orphan"))
+    wait_for("Deployment orphan gone", lambda: gone(apps.read_namespaced_deployment, "orphan"))
+    left = wait_for("ReplicaSet of orphan without owner references",
+                    lambda: (lambda r: r if not r.metadata.owner_references else None)(
+                        apps.read_namespaced_replica_set(rs["orphan"].metadata.name, NS)))
+    expect(left.metadata.deletion_timestamp is None, "the orphaned ReplicaSet is not being deleted", left.metadata)
+    # Background: the Deployment goes at once, the ReplicaSet after it.
+    apps.delete_namespaced_deployment("background", NS, propagation_policy="Background")
+    expect(gone(apps.read_namespaced_deployment, "background"), "Deployment background gone at once")
+    wait_for("ReplicaSet of background deleted", lambda: gone(apps.read_namespaced_replica_set, rs["background"].metadata.name))
+    # Foreground: the Deployment stays, marked, until its ReplicaSet is gone.
+    resp = apps.delete_namespaced_deployment("foreground", NS, propagation_policy="Foreground", _preload_content=False)
+    obj = json.loads(resp.data)
+    expect(obj.get("kind") == "Deployment" and obj["metadata"].get("deletionTimestamp")
+           and "foregroundDeletion" in obj["metadata"].get("finalizers", []),
+           "foreground delete answers the Deployment with deletionTimestamp and the foregroundDeletion finalizer", obj.get("metadata"))
+    wait_for("ReplicaSet of foreground deleted", lambda: gone(apps.read_namespaced_replica_set, rs["foreground"].metadata.name))
+    wait_for("Deployment foreground deleted", lambda: gone(apps.read_namespaced_deployment, "foreground"))
+    apps.delete_namespaced_replica_set(rs["orphan"].metadata.name, NS)
+
+
+def errors():
+    e = api_error(core.read_namespaced_config_map, "missing", NS)
+    body = json.loads(e.body)
+    expect(e.status == 404 and e.reason == "Not Found", "get missing: 404 Not Found", (e.status, e.reason))
+    expect(body.get("kind") == "Status" and body.get("reason") == "NotFound" and body.get("code") == 404
+           and body.get("details", {}).get("name") == "missing" and body["details"].get("kind") == "configmaps",
+           "get missing: Status NotFound with details name=missing kind=configmaps", body)
+    e = api_error(core.create_namespaced_config_map, NS, configmap("cm-a"))
+    body = json.loads(e.body)
+    expect(e.status == 409 and body.get("reason") == "AlreadyExists" and body.get("details", {}).get("name") == "cm-a",
+           "create existing: 409 AlreadyExists for cm-a", (e.status, body))
+    e = api_error(core.create_namespaced_config_map, NS, configmap("Not_Valid"))
+    body = json.loads(e.body)
+    causes = body.get("details", {}).get("causes", [])
+    expect(e.status == 422 and e.reason == "Unprocessable Entity" and body.get("reason") == "Invalid",
+           "invalid name: 422 Invalid", (e.status, e.reason, body))
+    expect(body["details"].get("kind") == "ConfigMap" and body["details"].get("name") == "Not_Valid"
+           and any(c.get("field") == "metadata.name" and c.get("reason") == "FieldValueInvalid" for c in causes),
+           "invalid name: details kind=ConfigMap name=Not_Valid, a FieldValueInvalid cause on metadata.name", body.get("details"))
+    e = api_error(core.read_namespaced_pod_log, POD, NS, container="nope")
+    expect(e.status == 400, "log of a missing container: 400", (e.status, e.body))
+
+
+def logs():
+    text = core.read_namespaced_pod_log(POD, NS, container="main")
+    expect(text.startswith("log-1\nlog-2\n"), "log: log-1, log-2 first", text[:40])
+    text = core.read_namespaced_pod_log(POD, NS, container="main", tail_lines=1)
+    expect(text.count("\n") == 1 and text.startswith("tick "), "tailLines=1: one tick line", text)
+    resp = core.read_namespaced_pod_log(POD, NS, container="main", follow=True, _preload_content=False)
+    lines, buf, start = [], b"", time.time()
+    try:
+        for chunk in resp.stream(1024, decode_content=False):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                lines.append(line.decode())
+            ticks = [l for l in lines if l.startswith("tick ")]
+            # More lines than the log held when the request was made: the
+            # follow streams what the container writes meanwhile.
+            if len(ticks) >= 2 and time.time() - start > 1.2:
+                break
+            if time.time() - start > 10:
+                break
+    finally:
+        resp.release_conn()
+    expect(lines[:2] == ["log-1", "log-2"], "follow: log-1, log-2 first", lines[:4])
+    ticks = [int(l.split()[1]) for l in lines if l.startswith("tick ")]
+    expect(len(ticks) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks))) and time.time() - start > 1.2,
+           "follow: tick lines in order, still coming after 1.2s", lines[-5:])
+    # watch.Watch().stream on the log call follows it line by line (it
+    # sends follow=True), as kopf and many scripts tail a pod's log.
+    w, got = watch.Watch(), []
+    for line in w.stream(core.read_namespaced_pod_log, POD, NS, container="main", tail_lines=1, _request_timeout=10):
+        got.append(line)
+        if len(got) >= 3:
+            w.stop()
+    expect(len(got) == 3 and all(l.startswith("tick ") for l in got), "Watch().stream of the log: three tick lines", got)
+
+
+def execs():
+    out = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main", command=["hostname"],
+                 stderr=True, stdin=False, stdout=True, tty=False)
+    expect(out == POD + "\n", "exec hostname", out)
+    ws = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main",
+                command=["sh", "-c", "echo to-out; echo to-err >&2; exit 3"],
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    ws.run_forever(timeout=20)
+    expect(not ws.is_open(), "exec ended within 20s")
+    out, err = ws.read_stdout(), ws.read_stderr()
+    expect(out == "to-out\n" and err == "to-err\n", "exec: stdout and stderr apart", (out, err))
+    expect(ws.returncode == 3, "exec: exit status 3", ws.returncode)
+    # stdin: head exits after the one line it reads.
+    ws = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main", command=["head", "-n1"],
+                stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+    ws.write_stdin("from-stdin\n")
+    ws.run_forever(timeout=20)
+    out = ws.read_stdout()
+    expect(out == "from-stdin\n", "exec -i: stdin echoed", out)
+    expect(ws.returncode == 0, "exec -i: exit status 0", ws.returncode)
+
+
+def portforwards():
+    pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="8080")
+    s = pf.socket(8080)
+    s.settimeout(20)
+    s.sendall(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    expect(data.startswith(b"HTTP/1.") and b" 200 " in data.split(b"\r\n")[0] and data.endswith(b"hello-pf\n"),
+           "port-forward GET: 200 and hello-pf", data[:200])
+    expect(pf.error(8080) is None, "port-forward: nothing on the error channel", pf.error(8080))
+    pf.close()
+
+
+for fn in (crud, lists, watches, bookmarks, patches, deletes, errors, logs, execs, portforwards):
+    check(fn)
+if failures:
+    print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
+    sys.exit(1)
+print("python client: all checks passed")
