@@ -268,6 +268,52 @@ async function patches() {
   expect(forced.data.owned === 'other', 'a forced apply takes the field', forced.data);
 }
 
+// generic: KubernetesObjectApi, the client's kind-agnostic API (what
+// "apply a YAML file" tools use): it finds each kind's resource through
+// discovery, then creates, reads, applies, lists and deletes.
+async function generic() {
+  const objs = k8s.KubernetesObjectApi.makeApiClient(kc);
+  const spec = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'generic', namespace: NS, labels: { app: 'generic' } }, data: { a: '1' } };
+  const created = await objs.create(spec);
+  expect(created.metadata.uid && created.data.a === '1', 'generic create', created);
+  const read = await objs.read({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'generic', namespace: NS } });
+  expect(read.metadata.uid === created.metadata.uid, 'generic read', read.metadata);
+  const applied = await objs.patch({ ...spec, data: { a: '2' } }, undefined, undefined, 'js-generic', true, k8s.PatchStrategy.ServerSideApply);
+  expect(applied.data.a === '2' && (applied.metadata.managedFields || []).some((m) => m.manager === 'js-generic' && m.operation === 'Apply'),
+    'generic apply: a=2, managed by js-generic', applied);
+  const l = await objs.list('apps/v1', 'Deployment', NS, undefined, undefined, undefined, undefined, 'app=clients');
+  expect(JSON.stringify(names(l)) === '["patched"]', 'generic list of apps/v1 Deployments with app=clients', names(l));
+  const st = await objs.delete({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'generic', namespace: NS } });
+  expect(st.status === 'Success' && st.details.name === 'generic' && st.details.kind === 'configmaps' && st.details.uid === created.metadata.uid,
+    'generic delete: a Success Status with details name, kind, uid', st);
+}
+
+// subresources: the scale subresource, as autoscalers and "kubectl
+// scale"-like tools use it, on a Deployment whose pods can land on no node.
+async function subresources() {
+  await apps.createNamespacedDeployment({
+    namespace: NS,
+    body: {
+      metadata: { name: 'scaled' },
+      spec: {
+        replicas: 0,
+        selector: { matchLabels: { app: 'scaled' } },
+        template: { metadata: { labels: { app: 'scaled' } }, spec: { nodeSelector: { 'bonsai.test/nowhere': 'true' }, containers: [{ name: 'c', image: IMAGE }] } },
+      },
+    },
+  });
+  let sc = await apps.readNamespacedDeploymentScale({ name: 'scaled', namespace: NS });
+  // autoscaling/v1 omits replicas: 0.
+  expect(sc.kind === 'Scale' && !sc.spec.replicas && sc.status.selector === 'app=scaled', 'read scale: Scale, no replicas, selector app=scaled', sc);
+  sc = await apps.replaceNamespacedDeploymentScale({ name: 'scaled', namespace: NS, body: { metadata: { name: 'scaled', namespace: NS }, spec: { replicas: 2 } } });
+  expect(sc.kind === 'Scale' && sc.spec.replicas === 2, 'replace scale: replicas 2', sc);
+  const d = await apps.readNamespacedDeployment({ name: 'scaled', namespace: NS });
+  expect(d.spec.replicas === 2, 'the Deployment scaled to 2', d.spec);
+  const st = await apps.readNamespacedDeploymentStatus({ name: 'scaled', namespace: NS });
+  expect(st.metadata.name === 'scaled' && st.status, 'read status: the Deployment', st.metadata);
+  await apps.deleteNamespacedDeployment({ name: 'scaled', namespace: NS });
+}
+
 async function replicaSetOf(dep) {
   const l = await apps.listNamespacedReplicaSet({ namespace: NS });
   return l.items.find((rs) => (rs.metadata.ownerReferences || []).some((r) => r.kind === 'Deployment' && r.name === dep));
@@ -404,6 +450,30 @@ async function execs() {
   expect(r.stdout === 'from-stdin\n' && r.status.status === 'Success', 'exec -i cat: stdin echoed, then Success', r);
 }
 
+async function attachAndTTY() {
+  // attach: the container's own output as it comes.
+  const out = collect();
+  const ws = await new k8s.Attach(kc).attach(NS, POD, 'main', out, null, null, false);
+  try {
+    await waitFor('two tick lines through attach', () => out.text().split('\n').filter((l) => l.startsWith('tick ')).length >= 2, 5000);
+  } finally {
+    ws.close();
+  }
+  // exec with a TTY: the client sends the size of a resizable stdout on
+  // the resize channel.
+  const tty = collect();
+  tty.rows = 24;
+  tty.columns = 100;
+  const r = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Mismatch(`exec -t: no status within 20s; stdout ${JSON.stringify(tty.text())}`)), 20000);
+    new k8s.Exec(kc).exec(NS, POD, 'main', ['sh', '-c', 'sleep 0.5; stty size'], tty, null, null, true, (status) => {
+      clearTimeout(timer);
+      setImmediate(() => resolve({ stdout: tty.text(), status }));
+    }).catch(reject);
+  });
+  expect(r.stdout === '24 100\r\n' && r.status.status === 'Success', 'exec -t: stty size reports the size the client sent', r);
+}
+
 async function portforwards() {
   // The client's usual shape: a local listener whose connections are
   // forwarded, one WebSocket each.
@@ -434,7 +504,7 @@ async function portforwards() {
   }
 }
 
-for (const fn of [crud, lists, watches, informer, bookmarks, patches, deletes, errors, logs, execs, portforwards]) {
+for (const fn of [crud, lists, watches, informer, bookmarks, patches, generic, subresources, deletes, errors, logs, execs, attachAndTTY, portforwards]) {
   await check(fn);
 }
 if (failures.length > 0) {

@@ -224,6 +224,60 @@ def patches():
     expect(forced["data"] == {"owned": "other"}, "a forced apply takes the field", forced["data"])
 
 
+def subresources():
+    # The scale subresource, as autoscalers and "kubectl scale"-like
+    # scripts use it, on a Deployment whose pods can land on no node.
+    apps.create_namespaced_deployment(NS, client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="scaled"),
+        spec=client.V1DeploymentSpec(
+            replicas=0,
+            selector=client.V1LabelSelector(match_labels={"app": "scaled"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "scaled"}),
+                spec=client.V1PodSpec(node_selector={"bonsai.test/nowhere": "true"},
+                                      containers=[client.V1Container(name="c", image=IMAGE)])))))
+    sc = apps.read_namespaced_deployment_scale("scaled", NS)
+    # autoscaling/v1 omits replicas: 0.
+    expect(sc.kind == "Scale" and not sc.spec.replicas and sc.status.selector == "app=scaled",
+           "read scale: Scale, no replicas, selector app=scaled", sc)
+    sc = apps.patch_namespaced_deployment_scale("scaled", NS, {"spec": {"replicas": 2}})
+    expect(sc.kind == "Scale" and sc.spec.replicas == 2, "patch scale: replicas 2", sc)
+    d = apps.read_namespaced_deployment("scaled", NS)
+    expect(d.spec.replicas == 2, "the Deployment scaled to 2", d.spec.replicas)
+    st = apps.read_namespaced_deployment_status("scaled", NS)
+    expect(st.metadata.name == "scaled" and st.status is not None, "read status: the Deployment", st.metadata)
+    apps.delete_namespaced_deployment("scaled", NS)
+
+
+def options():
+    # dryRun=All: the answer is the object as it would be, nothing is kept.
+    dry = core.create_namespaced_config_map(NS, configmap("dry", data={"k": "v"}), dry_run="All")
+    expect(dry.metadata.name == "dry" and dry.data == {"k": "v"}, "dryRun create answers the object", dry.metadata)
+    e = api_error(core.read_namespaced_config_map, "dry", NS)
+    expect(e.status == 404, "dryRun create kept nothing", e.status)
+    # fieldValidation=Strict: an unknown field is a 400 naming it.
+    dyn = dynamic.DynamicClient(api)
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    e = api_error(dyn.request, "post", cms.path(namespace=NS), serialize=False,
+                  body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "strict"}, "bogus": 1},
+                  query_params=[("fieldValidation", "Strict")])
+    body = json.loads(e.body)
+    expect(e.status == 400 and body.get("reason") == "BadRequest" and 'unknown field "bogus"' in body.get("message", ""),
+           "fieldValidation=Strict: 400 BadRequest naming the unknown field", (e.status, body))
+    # A delete answers a Success Status naming what went.
+    cm = core.create_namespaced_config_map(NS, configmap("to-delete"))
+    st = core.delete_namespaced_config_map("to-delete", NS)
+    expect(st.status == "Success" and st.details.name == "to-delete" and st.details.kind == "configmaps"
+           and st.details.uid == cm.metadata.uid, "delete: a Success Status with details name, kind, uid", st)
+    # deletecollection with a label selector.
+    core.create_namespaced_config_map(NS, configmap("col-1", {"col": "yes"}))
+    core.create_namespaced_config_map(NS, configmap("col-2", {"col": "yes"}))
+    core.delete_collection_namespaced_config_map(NS, label_selector="col=yes")
+    left = core.list_namespaced_config_map(NS, label_selector="col=yes").items
+    expect(not left and core.read_namespaced_config_map("cm-a", NS), "deletecollection col=yes: those gone, cm-a kept",
+           [i.metadata.name for i in left])
+
+
 def replicaset_of(dep_name):
     for rs in apps.list_namespaced_replica_set(NS).items:
         for ref in rs.metadata.owner_references or []:
@@ -357,6 +411,22 @@ def execs():
     expect(ws.returncode == 0, "exec -i: exit status 0", ws.returncode)
 
 
+def attach_and_tty():
+    # attach: the container's own output as it comes.
+    ws = stream(core.connect_get_namespaced_pod_attach, POD, NS, container="main",
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    lines = [ws.readline_stdout(timeout=5) for _ in range(2)]
+    ws.close()
+    expect(all(l and l.startswith("tick ") for l in lines), "attach: two tick lines from the container", lines)
+    # exec with a TTY, sized through the resize channel (4).
+    ws = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main", command=["sh", "-c", "sleep 0.5; stty size"],
+                stderr=False, stdin=True, stdout=True, tty=True, _preload_content=False)
+    ws.write_channel(4, json.dumps({"Width": 100, "Height": 24}))
+    ws.run_forever(timeout=20)
+    out = ws.read_stdout()
+    expect(out == "24 100\r\n", "exec -t: stty size reports the size sent on the resize channel", out)
+
+
 def portforwards():
     pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="8080")
     s = pf.socket(8080)
@@ -373,9 +443,16 @@ def portforwards():
            "port-forward GET: 200 and hello-pf", data[:200])
     expect(pf.error(8080) is None, "port-forward: nothing on the error channel", pf.error(8080))
     pf.close()
+    # Nothing listens on port 9: the error channel says why.
+    # (The kubelet dials when the stream opens, as kube's does, so the
+    # error may close the local socket before anything is sent.)
+    pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="9")
+    wait_for("an error on port 9's error channel", lambda: pf.error(9), timeout=10)
+    expect("refused" in pf.error(9), "port-forward to a closed port: connection refused on the error channel", pf.error(9))
+    pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, deletes, errors, logs, execs, portforwards):
+for fn in (crud, lists, watches, bookmarks, patches, subresources, options, deletes, errors, logs, execs, attach_and_tty, portforwards):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
