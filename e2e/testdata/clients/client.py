@@ -10,6 +10,7 @@ script exits 1 after running the other checks.
 
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -278,6 +279,121 @@ def options():
            [i.metadata.name for i in left])
 
 
+def more_patches():
+    # Strategic merge directives and merge-patch nulls, on the Deployment
+    # patches() made (containers: [c]).
+    apps.patch_namespaced_deployment("patched", NS, {"spec": {"template": {"spec": {"containers": [
+        {"name": "d", "image": IMAGE}]}}}})
+    d = apps.patch_namespaced_deployment("patched", NS, {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "$patch": "delete"}]}}}})
+    names = [c.name for c in d.spec.template.spec.containers]
+    expect(names == ["d"], "strategic merge $patch: delete removes container c", names)
+    dyn = dynamic.DynamicClient(api)
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    d = dyn.patch(deployments, name="patched", namespace=NS, content_type="application/merge-patch+json",
+                  body={"metadata": {"labels": {"json": None}}}).to_dict()
+    expect("json" not in d["metadata"]["labels"] and d["metadata"]["labels"].get("app") == "clients",
+           "merge patch null removes the label json, keeps app", d["metadata"]["labels"])
+    # A JSON patch against a stale resourceVersion: 409.
+    e = api_error(apps.patch_namespaced_deployment, "patched", NS, [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "1"},
+        {"op": "add", "path": "/metadata/labels/stale", "value": "x"}])
+    expect(e.status == 409, "a JSON patch from a stale resourceVersion: 409 Conflict", (e.status, e.body))
+
+
+def custom_resources():
+    ext = client.ApiextensionsV1Api(api)
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets-py.clients.bonsai.test"},
+        "spec": {"group": "clients.bonsai.test", "scope": "Namespaced",
+                 "names": {"plural": "widgets-py", "singular": "widget-py", "kind": "WidgetPy", "listKind": "WidgetPyList"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                                   "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}}}]}}
+    ext.create_custom_resource_definition(crd)
+
+    def established():
+        c = ext.read_custom_resource_definition("widgets-py.clients.bonsai.test")
+        return any(x.type == "Established" and x.status == "True" for x in (c.status.conditions or []))
+    wait_for("the CRD Established", established, timeout=20)
+    co = client.CustomObjectsApi(api)
+    g, v, pl = "clients.bonsai.test", "v1", "widgets-py"
+
+    def create():
+        return co.create_namespaced_custom_object(g, v, NS, pl, {
+            "apiVersion": g + "/v1", "kind": "WidgetPy", "metadata": {"name": "w1", "labels": {"app": "clients"}}, "spec": {"size": 1}})
+    # The API may need a moment after Established to serve the new kind.
+    deadline = time.time() + 10
+    while True:
+        try:
+            create()
+            break
+        except ApiException as e:
+            if e.status != 404 or time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    rv = co.list_namespaced_custom_object(g, v, NS, pl)["metadata"]["resourceVersion"]
+    events = []
+
+    def run():
+        w = watch.Watch()
+        for ev in w.stream(co.list_namespaced_custom_object, g, v, NS, pl, resource_version=rv, timeout_seconds=15):
+            events.append((ev["type"], ev["object"]["metadata"]["name"], ev["object"].get("spec", {}).get("size"),
+                           ev["object"].get("status", {}).get("phase")))
+            if ev["type"] == "DELETED":
+                w.stop()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    o = co.patch_namespaced_custom_object(g, v, NS, pl, "w1", {"spec": {"size": 2}})
+    expect(o["spec"]["size"] == 2, "custom object merge patch: size 2", o)
+    o = co.patch_namespaced_custom_object_status(g, v, NS, pl, "w1", {"status": {"phase": "Ready"}, "spec": {"size": 9}})
+    expect(o["status"]["phase"] == "Ready" and o["spec"]["size"] == 2, "status patch: phase Ready, spec untouched", o)
+    e = api_error(co.create_namespaced_custom_object, g, v, NS, pl, {
+        "apiVersion": g + "/v1", "kind": "WidgetPy", "metadata": {"name": "w2"}, "spec": {"size": "big"}})
+    body = json.loads(e.body)
+    expect(e.status == 422 and body.get("reason") == "Invalid" and any(
+        c.get("field") == "spec.size" for c in body.get("details", {}).get("causes", [])),
+        "a custom object failing its schema: 422 Invalid on spec.size", body)
+    l = co.list_namespaced_custom_object(g, v, NS, pl, label_selector="app=clients")
+    expect([i["metadata"]["name"] for i in l["items"]] == ["w1"] and l["kind"] == "WidgetPyList", "list custom objects", l)
+    co.delete_namespaced_custom_object(g, v, NS, pl, "w1")
+    th.join(20)
+    expect([e[:2] for e in events] == [("MODIFIED", "w1"), ("MODIFIED", "w1"), ("DELETED", "w1")]
+           and events[0][2] == 2 and events[1][3] == "Ready", "watch of custom objects: MODIFIED, MODIFIED (status), DELETED", events)
+    ext.delete_custom_resource_definition("widgets-py.clients.bonsai.test")
+
+
+def evictions():
+    # Eviction, as drain scripts do it, of a pod that can land on no node.
+    core.create_namespaced_pod(NS, client.V1Pod(metadata=client.V1ObjectMeta(name="evictee"), spec=client.V1PodSpec(
+        node_selector={"bonsai.test/nowhere": "true"}, containers=[client.V1Container(name="c", image=IMAGE)])))
+    core.create_namespaced_pod_eviction("evictee", NS, client.V1Eviction(metadata=client.V1ObjectMeta(name="evictee", namespace=NS)))
+    wait_for("the evicted pod gone", lambda: _gone(core.read_namespaced_pod, "evictee"), timeout=20)
+    e = api_error(core.create_namespaced_pod_eviction, "evictee", NS, client.V1Eviction(metadata=client.V1ObjectMeta(name="evictee", namespace=NS)))
+    expect(e.status == 404, "evicting a missing pod: 404", (e.status, e.body))
+    # A delete with a precondition on a wrong uid: 409 Conflict.
+    cm = core.create_namespaced_config_map(NS, configmap("precond"))
+    e = api_error(core.delete_namespaced_config_map, "precond", NS,
+                  body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="00000000-0000-0000-0000-000000000000")))
+    body = json.loads(e.body)
+    expect(e.status == 409 and body.get("reason") == "Conflict" and "Precondition failed" in body.get("message", ""),
+           "delete with a wrong uid precondition: 409 Conflict, Precondition failed", body)
+    core.delete_namespaced_config_map("precond", NS, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=cm.metadata.uid)))
+
+
+def _gone(read, name):
+    try:
+        read(name, NS)
+        return False
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+
+
 def replicaset_of(dep_name):
     for rs in apps.list_namespaced_replica_set(NS).items:
         for ref in rs.metadata.owner_references or []:
@@ -351,6 +467,11 @@ def errors():
            "invalid name: details kind=ConfigMap name=Not_Valid, a FieldValueInvalid cause on metadata.name", body.get("details"))
     e = api_error(core.read_namespaced_pod_log, POD, NS, container="nope")
     expect(e.status == 400, "log of a missing container: 400", (e.status, e.body))
+    e = api_error(core.read_namespaced_pod_log, POD, NS, container="main", previous=True)
+    expect(e.status == 400 and "previous terminated container" in e.body, "previous log of a container never restarted: 400", (e.status, e.body))
+    e = api_error(stream, core.connect_get_namespaced_pod_exec, POD, NS, container="nope", command=["true"],
+                  stderr=True, stdin=False, stdout=True, tty=False)
+    expect("400" in str(e.reason), "exec in a missing container: the handshake answers 400", e.reason)
 
 
 def logs():
@@ -358,6 +479,10 @@ def logs():
     expect(text.startswith("log-1\nlog-2\n"), "log: log-1, log-2 first", text[:40])
     text = core.read_namespaced_pod_log(POD, NS, container="main", tail_lines=1)
     expect(text.count("\n") == 1 and text.startswith("tick "), "tailLines=1: one tick line", text)
+    text = core.read_namespaced_pod_log(POD, NS, container="main", tail_lines=1, timestamps=True)
+    expect(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z tick \d+\n$", text), "timestamps=True: an RFC 3339 time before the line", text)
+    text = core.read_namespaced_pod_log(POD, NS, container="main", limit_bytes=3)
+    expect(text == "log", "limitBytes=3", text)
     resp = core.read_namespaced_pod_log(POD, NS, container="main", follow=True, _preload_content=False)
     lines, buf, start = [], b"", time.time()
     try:
@@ -452,7 +577,7 @@ def portforwards():
     pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, subresources, options, deletes, errors, logs, execs, attach_and_tty, portforwards):
+for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, logs, execs, attach_and_tty, portforwards):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
