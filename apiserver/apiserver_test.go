@@ -1135,6 +1135,58 @@ func TestBookmarkBeforeWatchTimeout(t *testing.T) {
 	}
 }
 
+// TestWatchSelectorLeaveSendsPreviousObject: an object that stops matching
+// a watch's selector is DELETED for it as it was before the change (the
+// labels the watcher selected it by, the data it last saw) at the
+// change's resourceVersion, as kube-apiserver sends it. bonsai sent the
+// object as changed, whose labels the watch did not select (the official
+// Python client's watch.stream(label_selector=...) saw it).
+func TestWatchSelectorLeaveSendsPreviousObject(t *testing.T) {
+	e := newTestEnv(t)
+	// Over HTTP, as other clients watch: not the in-process hand-over.
+	srv := httptest.NewServer(e.s.Handler())
+	defer srv.Close()
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for _, format := range []string{"json", "protobuf"} {
+		t.Run(format, func(t *testing.T) {
+			cfg := &rest.Config{Host: srv.URL}
+			if format == "protobuf" {
+				cfg.ContentType = "application/vnd.kubernetes.protobuf"
+			}
+			cs := kubernetes.NewForConfigOrDie(cfg)
+			name := "leaving-" + format
+			cm, err := cms.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "in"}}, Data: map[string]string{"k": "1"}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := cs.CoreV1().ConfigMaps("default").Watch(e.ctx, metav1.ListOptions{LabelSelector: "app=in", ResourceVersion: cm.ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			cm.Labels["app"] = "out"
+			cm.Data["k"] = "2"
+			out, err := cms.Update(e.ctx, cm, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ev := <-w.ResultChan():
+				got, ok := ev.Object.(*corev1.ConfigMap)
+				if ev.Type != watch.Deleted || !ok {
+					t.Fatalf("event %s %T, want DELETED of the ConfigMap", ev.Type, ev.Object)
+				}
+				if got.Labels["app"] != "in" || got.Data["k"] != "1" || got.ResourceVersion != out.ResourceVersion {
+					t.Errorf("DELETED on leaving the selector: labels %v data %v resourceVersion %s; want app=in, k=1 (as before the change) at %s",
+						got.Labels, got.Data, got.ResourceVersion, out.ResourceVersion)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event for the ConfigMap leaving the selector")
+			}
+		})
+	}
+}
+
 func mustParseUint(t *testing.T, s string) uint64 {
 	t.Helper()
 	n, err := strconv.ParseUint(s, 10, 64)

@@ -200,16 +200,22 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 				return nil
 			}
 			last = ev.Revision
-			typ, shared, err := s.filterEvent(res, &o, ev)
+			typ, shared, left, err := s.filterEvent(res, &o, ev)
 			if err != nil {
 				sw.sendStatus(apierrors.NewInternalError(err))
 				return nil
 			}
 			sw.more = len(sw2.Events()) > 0
-			if shared != nil && !sw.sendShared(typ, shared) {
-				return nil
-			}
-			if shared == nil && !sw.more {
+			switch {
+			case left != nil:
+				if !sw.send(typ, left.DeepCopyObject()) {
+					return nil
+				}
+			case shared != nil:
+				if !sw.sendShared(typ, shared) {
+					return nil
+				}
+			case !sw.more:
 				sw.flush() // what an earlier event left buffered
 			}
 		}
@@ -217,15 +223,18 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 }
 
 // filterEvent turns a store event into the watch event this watcher sees:
-// with selectors, an object that starts or stops matching is ADDED or
-// DELETED, and one that never matches is nothing (nil). The returned event
-// is shared with other watchers and must not be changed.
-func (s *Server) filterEvent(res *resource, o *listOptions, ev store.Event) (watch.EventType, *sharedEvent, error) {
+// with selectors, an object that starts matching is ADDED, one that never
+// matches is nothing (nil, nil). The returned event is shared with other
+// watchers and must not be changed. An object that stops matching is
+// DELETED with left set instead: the object as it was before the change,
+// which the watcher last saw and whose labels and fields match its
+// selectors, at the change's revision, as kube-apiserver sends it (left
+// is shared too: the watcher sends a copy).
+func (s *Server) filterEvent(res *resource, o *listOptions, ev store.Event) (typ watch.EventType, shared *sharedEvent, left runtime.Object, err error) {
 	e := s.events.get(res, ev)
 	if e.err != nil {
-		return "", nil, e.err
+		return "", nil, nil, e.err
 	}
-	var typ watch.EventType
 	switch ev.Type {
 	case store.Added:
 		typ = watch.Added
@@ -235,29 +244,29 @@ func (s *Server) filterEvent(res *resource, o *listOptions, ev store.Event) (wat
 		typ = watch.Deleted
 	}
 	if !o.filtering {
-		return typ, e, nil
+		return typ, e, nil, nil
 	}
 	cur := res.matches(o, e.obj)
 	if ev.Type != store.Modified {
 		if !cur {
-			return "", nil, nil
+			return "", nil, nil, nil
 		}
-		return typ, e, nil
+		return typ, e, nil, nil
 	}
 	prev, err := e.previous(res, ev)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	was := res.matches(o, prev)
 	switch {
 	case was && cur:
-		return watch.Modified, e, nil
+		return watch.Modified, e, nil, nil
 	case was:
-		return watch.Deleted, e, nil
+		return watch.Deleted, nil, prev, nil
 	case cur:
-		return watch.Added, e, nil
+		return watch.Added, e, nil, nil
 	}
-	return "", nil, nil
+	return "", nil, nil, nil
 }
 
 // watchStream writes one watch's events.
