@@ -132,8 +132,8 @@ def watches():
             if ev["type"] == "BOOKMARK":
                 continue
             events.append((ev["type"], ev["object"].metadata.name, ev["object"].metadata.resource_version,
-                           (ev["object"].data or {}).get("k")))
-            if ev["type"] == "DELETED":
+                           (ev["object"].data or {}).get("k"), (ev["object"].metadata.labels or {}).get("app")))
+            if [e[0] for e in events].count("DELETED") == 2:
                 w.stop()
 
     th = threading.Thread(target=run, daemon=True)
@@ -141,14 +141,22 @@ def watches():
     started.wait()
     core.create_namespaced_config_map(NS, configmap("cm-w", {"app": "clients"}, {"k": "1"}))
     core.patch_namespaced_config_map("cm-w", NS, {"data": {"k": "2"}})
+    # Leaving the selector is a DELETED for this watch, coming back an ADDED.
+    core.patch_namespaced_config_map("cm-w", NS, {"metadata": {"labels": {"app": "elsewhere"}}, "data": {"k": "3"}})
+    core.patch_namespaced_config_map("cm-w", NS, {"metadata": {"labels": {"app": "clients"}}, "data": {"k": "4"}})
     core.delete_namespaced_config_map("cm-w", NS)
     th.join(25)
     expect(not th.is_alive(), "the watch saw DELETED of cm-w within 25s", events)
     # From a resourceVersion: only what happened after it, not cm-a and
     # cm-b, which were there before.
-    expect([(t, n, k) for t, n, _, k in events] == [("ADDED", "cm-w", "1"), ("MODIFIED", "cm-w", "2"), ("DELETED", "cm-w", "2")],
-           "ADDED, MODIFIED, DELETED of cm-w only", events)
-    rvs = [int(r) for _, _, r, _ in events]
+    # The DELETED for leaving the selector carries the object as it was
+    # (k=2, app=clients: what the watcher last saw) at the revision of the
+    # change, as kube-apiserver sends it.
+    got = [(t, n, k, app) for t, n, _, k, app in events]
+    want = [("ADDED", "cm-w", "1", "clients"), ("MODIFIED", "cm-w", "2", "clients"), ("DELETED", "cm-w", "2", "clients"),
+            ("ADDED", "cm-w", "4", "clients"), ("DELETED", "cm-w", "4", "clients")]
+    expect(got == want, "ADDED, MODIFIED, DELETED (left the selector), ADDED (back), DELETED of cm-w only", events)
+    rvs = [int(r) for _, _, r, _, _ in events]
     expect(rvs == sorted(rvs) and rvs[0] > int(rv), "increasing resourceVersions after the list's", (rv, rvs))
 
 
@@ -474,6 +482,28 @@ def errors():
     expect("400" in str(e.reason), "exec in a missing container: the handshake answers 400", e.reason)
 
 
+def auth_errors():
+    # A ServiceAccount's token (TokenRequest) authenticates; RBAC grants it
+    # nothing, so a list is 403 Forbidden with upstream's message.
+    core.create_namespaced_service_account(NS, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
+    tr = core.create_namespaced_service_account_token("nobody", NS, client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)))
+    expect(tr.status.token, "TokenRequest: a token", tr.status)
+    cfg = client.Configuration.get_default_copy()
+    cfg.cert_file = cfg.key_file = None
+    cfg.api_key = {"authorization": "Bearer " + tr.status.token}
+    as_sa = client.CoreV1Api(client.ApiClient(cfg))
+    e = api_error(as_sa.list_namespaced_secret, NS)
+    body = json.loads(e.body)
+    want = 'secrets is forbidden: User "system:serviceaccount:%s:nobody" cannot list resource "secrets" in API group "" in the namespace "%s"' % (NS, NS)
+    expect(e.status == 403 and body.get("reason") == "Forbidden" and body.get("message") == want
+           and body.get("details", {}).get("kind") == "secrets", "a ServiceAccount without RBAC: 403 Forbidden", body)
+    cfg.api_key = {"authorization": "Bearer not-a-token"}
+    e = api_error(client.CoreV1Api(client.ApiClient(cfg)).list_namespaced_secret, NS)
+    body = json.loads(e.body)
+    expect(e.status == 401 and body.get("reason") == "Unauthorized" and body.get("code") == 401, "a bad token: 401 Unauthorized", body)
+
+
 def logs():
     text = core.read_namespaced_pod_log(POD, NS, container="main")
     expect(text.startswith("log-1\nlog-2\n"), "log: log-1, log-2 first", text[:40])
@@ -577,7 +607,7 @@ def portforwards():
     pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, logs, execs, attach_and_tty, portforwards):
+for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, portforwards):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
