@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -1184,6 +1185,32 @@ func TestWatchSelectorLeaveSendsPreviousObject(t *testing.T) {
 				t.Fatal("no event for the ConfigMap leaving the selector")
 			}
 		})
+	}
+}
+
+// TestTooLargeResourceVersionCause: a list from a resourceVersion the store
+// has not reached is a 504 Timeout with the ResourceVersionTooLarge cause,
+// as from kube-apiserver: the cause is what clients match, not the
+// message.
+func TestTooLargeResourceVersionCause(t *testing.T) {
+	e := newTestEnv(t)
+	l, err := e.cs.CoreV1().ConfigMaps("default").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := strconv.FormatUint(mustParseUint(t, l.ResourceVersion)+1000, 10)
+	for _, o := range []metav1.ListOptions{
+		{ResourceVersion: future},
+		{ResourceVersion: future, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan},
+		{ResourceVersion: future, ResourceVersionMatch: metav1.ResourceVersionMatchExact},
+		{ResourceVersion: future, Limit: 1},
+	} {
+		_, err := e.cs.CoreV1().ConfigMaps("default").List(e.ctx, o)
+		var st apierrors.APIStatus
+		if !errors.As(err, &st) || st.Status().Code != http.StatusGatewayTimeout || !apierrors.IsTimeout(err) ||
+			!apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) || st.Status().Details.RetryAfterSeconds != 1 {
+			t.Errorf("list %+v: %#v, want a 504 Timeout with a ResourceVersionTooLarge cause, retry after 1s", o, err)
+		}
 	}
 }
 

@@ -756,7 +756,6 @@ func qualified(res *resource) schema.GroupResource {
 	return schema.GroupResource{Group: res.gvr.Group, Resource: res.gvr.Resource}
 }
 
-// storeError maps a store error to the API error kube-apiserver returns.
 // tooLargeResourceVersion is the 504 of a read from a revision the store
 // has not reached, with the cause client-go's reflector looks for
 // (apierrors.IsTooLargeResourceVersion) before it falls back to a
@@ -771,6 +770,7 @@ func tooLargeResourceVersion(asked, current uint64) error {
 	return err
 }
 
+// storeError maps a store error to the API error kube-apiserver returns.
 func storeError(err error, res *resource, name string) error {
 	gr := qualified(res)
 	switch {
