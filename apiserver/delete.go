@@ -275,7 +275,14 @@ func equalStrings(a, b []string) bool {
 	return true
 }
 
+// deleteCollection deletes what a list with the request's options finds
+// and answers that list, as kube-apiserver does: the objects as they
+// were listed, in a list of their kind.
 func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	format, err := negotiate(r, res, false)
+	if err != nil {
+		return err
+	}
 	opts, err := deleteOptions(r, res)
 	if err != nil {
 		return err
@@ -284,15 +291,14 @@ func (s *Server) deleteCollection(w http.ResponseWriter, r *http.Request, ri req
 	if err != nil {
 		return err
 	}
-	items, _, err := s.listObjects(r.Context(), res, ri.namespace, lo)
+	items, lm, err := s.listObjects(r.Context(), res, ri.namespace, lo)
 	if err != nil {
 		return err
 	}
 	if err := s.deleteEach(r.Context(), res, items, opts); err != nil {
 		return err
 	}
-	writeStatus(w, &metav1.Status{Code: http.StatusOK})
-	return nil
+	return s.writeList(w, r, res, format, items, lm)
 }
 
 // deleteCollectionWorkers delete a collection's objects in parallel, as

@@ -172,6 +172,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, re
 	if err != nil {
 		return err
 	}
+	return s.writeList(w, r, res, format, items, lm)
+}
+
+// writeList answers items as a list of res's kind in format (a Table or
+// PartialObjectMetadataList when asked for).
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, res *resource, format outputFormat, items []runtime.Object, lm metav1.ListMeta) error {
 	switch {
 	case format.table():
 		t, err := s.table(r, res, items, lm.ResourceVersion, lm.Continue)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -237,5 +238,43 @@ func TestDeleteRacingWrites(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: delete racing 8 writers: %v", round, err)
 		}
+	}
+}
+
+// TestDeleteCollectionAnswersTheList: deletecollection answers a list of
+// the kind with what it deleted, as listed, as kube-apiserver does (the
+// clients' typed calls read it as a Status; their raw answers are the
+// list). bonsai answered a bare Success Status.
+func TestDeleteCollectionAnswersTheList(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for _, name := range []string{"a", "b", "keep"} {
+		c := cm(name, nil)
+		if name != "keep" {
+			c.Labels = map[string]string{"doomed": "yes"}
+		}
+		if _, err := cms.Create(e.ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := e.cs.CoreV1().RESTClient().Delete().Namespace("default").Resource("configmaps").
+		Param("labelSelector", "doomed=yes").Do(e.ctx).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.ConfigMapList
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got.Items {
+		names = append(names, c.Name)
+	}
+	if got.Kind != "ConfigMapList" || got.APIVersion != "v1" || got.ResourceVersion == "" || !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("deletecollection answered %s %s resourceVersion %q items %v; want a ConfigMapList of a and b", got.APIVersion, got.Kind, got.ResourceVersion, names)
+	}
+	left, err := cms.List(e.ctx, metav1.ListOptions{})
+	if err != nil || len(left.Items) != 1 || left.Items[0].Name != "keep" {
+		t.Errorf("after deletecollection: %v %v", left, err)
 	}
 }
