@@ -273,6 +273,14 @@ def options():
     body = json.loads(e.body)
     expect(e.status == 400 and body.get("reason") == "BadRequest" and 'unknown field "bogus"' in body.get("message", ""),
            "fieldValidation=Strict: 400 BadRequest naming the unknown field", (e.status, body))
+    # A list from a resourceVersion not reached yet: 504 Timeout with the
+    # ResourceVersionTooLarge cause.
+    rv = int(core.list_namespaced_config_map(NS).metadata.resource_version)
+    e = api_error(core.list_namespaced_config_map, NS, resource_version=str(rv + 100000), resource_version_match="NotOlderThan")
+    body = json.loads(e.body)
+    expect(e.status == 504 and body.get("reason") == "Timeout" and any(
+        c.get("reason") == "ResourceVersionTooLarge" for c in body.get("details", {}).get("causes", [])),
+        "a list from a future resourceVersion: 504 Timeout, cause ResourceVersionTooLarge", (e.status, body))
     # A delete answers a Success Status naming what went.
     cm = core.create_namespaced_config_map(NS, configmap("to-delete"))
     st = core.delete_namespaced_config_map("to-delete", NS)
@@ -281,7 +289,10 @@ def options():
     # deletecollection with a label selector.
     core.create_namespaced_config_map(NS, configmap("col-1", {"col": "yes"}))
     core.create_namespaced_config_map(NS, configmap("col-2", {"col": "yes"}))
-    core.delete_collection_namespaced_config_map(NS, label_selector="col=yes")
+    resp = core.delete_collection_namespaced_config_map(NS, label_selector="col=yes", _preload_content=False)
+    deleted = json.loads(resp.data)
+    expect(deleted.get("kind") == "ConfigMapList" and sorted(i["metadata"]["name"] for i in deleted["items"]) == ["col-1", "col-2"],
+           "deletecollection answers a ConfigMapList of what it deleted", deleted)
     left = core.list_namespaced_config_map(NS, label_selector="col=yes").items
     expect(not left and core.read_namespaced_config_map("cm-a", NS), "deletecollection col=yes: those gone, cm-a kept",
            [i.metadata.name for i in left])
