@@ -45,7 +45,8 @@ func TestClients(t *testing.T) {
 		e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "streams", Namespace: s.ns}, Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{Name: "main", Command: sh(
-				"echo log-1; echo log-2; mkdir -p /tmp/www; echo hello-pf > /tmp/www/index.html; httpd -p 8080 -h /tmp/www; " +
+				"echo log-1; echo log-2; mkdir -p /tmp/www; echo hello-pf > /tmp/www/index.html; " +
+					"head -c 1048576 /dev/zero | tr '\\0' b > /tmp/www/big; httpd -p 8080 -h /tmp/www; " +
 					"i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.5; done")}},
 		}})
 	}

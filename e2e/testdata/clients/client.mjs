@@ -4,7 +4,7 @@
 // Run by e2e/clients_test.go with node, KUBECONFIG, BONSAI_NS (a namespace
 // of its own), BONSAI_POD (a running busybox pod there whose container
 // "main" printed log-1 and log-2, prints "tick N" twice a second and serves
-// hello-pf over HTTP on 8080) and BONSAI_IMAGE. Every check prints one
+// hello-pf as /index.html and 1 MiB of "b" as /big over HTTP on 8080) and BONSAI_IMAGE. Every check prints one
 // line; a mismatch prints FAIL with what was expected and what came, and
 // the script exits 1 after running the other checks.
 import * as k8s from '@kubernetes/client-node';
@@ -436,6 +436,9 @@ function run(command, stdin) {
 async function execs() {
   let r = await run(['hostname']);
   expect(r.stdout === `${POD}\n` && r.status.status === 'Success', 'exec hostname: the pod name and Success', r);
+  r = await run(['sh', '-c', "head -c 1048576 /dev/zero | tr '\\0' a"]);
+  expect(r.stdout.length === 1048576 && /^a+$/.test(r.stdout) && r.status.status === 'Success', 'exec: 1 MiB of stdout',
+    [r.stdout.length, r.stdout.slice(0, 10), r.status]);
   r = await run(['sh', '-c', 'echo to-out; echo to-err >&2; exit 3']);
   expect(r.stdout === 'to-out\n' && r.stderr === 'to-err\n', 'exec: stdout and stderr apart', r);
   const exit = ((r.status.details || {}).causes || []).find((c) => c.reason === 'ExitCode');
@@ -482,23 +485,35 @@ async function portforwards() {
     pf.portForward(NS, POD, [8080], sock, null, sock).catch((e) => sock.destroy(e));
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  try {
-    const body = await new Promise((resolve, reject) => {
-      const c = net.connect(server.address().port, '127.0.0.1');
-      const chunks = [];
-      c.setTimeout(20000, () => { c.destroy(); reject(new Mismatch(`port-forward: no answer within 20s: ${Buffer.concat(chunks)}`)); });
-      c.on('data', (d) => {
-        chunks.push(d);
-        if (Buffer.concat(chunks).toString().endsWith('hello-pf\n')) {
-          c.end();
-          resolve(Buffer.concat(chunks).toString());
-        }
-      });
-      c.on('error', reject);
-      c.on('end', () => resolve(Buffer.concat(chunks).toString()));
-      c.write('GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n');
+  const get = (path, size) => new Promise((resolve, reject) => {
+    const c = net.connect(server.address().port, '127.0.0.1');
+    const chunks = [];
+    let n = 0;
+    c.setTimeout(20000, () => { c.destroy(); reject(new Mismatch(`port-forward GET ${path}: no whole answer within 20s: ${n} bytes`)); });
+    c.on('data', (d) => {
+      chunks.push(d);
+      n += d.length;
+      // httpd answers HTTP/1.0 with a Content-Length; the forwarded
+      // connection is not closed by the client's side, so stop when the
+      // body is whole.
+      const all = Buffer.concat(chunks);
+      const at = all.indexOf('\r\n\r\n');
+      if (at >= 0 && all.length - at - 4 >= size) {
+        c.destroy();
+        resolve(all);
+      }
     });
-    expect(/^HTTP\/1\.[01] 200 /.test(body) && body.endsWith('hello-pf\n'), 'port-forward GET: 200 and hello-pf', body.slice(0, 200));
+    c.on('error', reject);
+    c.on('end', () => resolve(Buffer.concat(chunks)));
+    c.write(`GET ${path} HTTP/1.0\r\nHost: pod\r\n\r\n`);
+  });
+  try {
+    let res = (await get('/index.html', 9)).toString();
+    expect(/^HTTP\/1\.[01] 200 /.test(res) && res.endsWith('\r\n\r\nhello-pf\n'), 'port-forward GET: 200 and hello-pf', res.slice(0, 200));
+    res = await get('/big', 1048576);
+    const body = res.subarray(res.indexOf('\r\n\r\n') + 4);
+    expect(/^HTTP\/1\.[01] 200 /.test(res.toString('latin1', 0, 20)) && body.length === 1048576 && body.every((b) => b === 98),
+      'port-forward: 1 MiB GET', [res.toString('latin1', 0, 60), body.length]);
   } finally {
     server.close();
   }

@@ -3,7 +3,7 @@
 Run by e2e/clients_test.go with KUBECONFIG, BONSAI_NS (a namespace of its
 own), BONSAI_POD (a running busybox pod there whose container "main"
 printed log-1 and log-2, prints "tick N" twice a second and serves
-hello-pf over HTTP on 8080) and BONSAI_IMAGE. Every check prints one line;
+hello-pf as /index.html and 1 MiB of "b" as /big over HTTP on 8080) and BONSAI_IMAGE. Every check prints one line;
 a mismatch prints FAIL with what was expected and what came, and the
 script exits 1 after running the other checks.
 """
@@ -31,6 +31,32 @@ core = client.CoreV1Api(api)
 apps = client.AppsV1Api(api)
 
 failures = []
+
+# Known gaps: checks of bonsai behaviour that is wrong and is being fixed
+# elsewhere. Such a check prints GAP while bonsai still fails it, and fails
+# once bonsai passes it, so that the gap is taken off this list.
+#   ports-comma: pods/portforward?ports=8080,9 (the Python client's
+#   portforward(ports="8080,9") sends one comma-separated value);
+#   kube-apiserver's query parameter codec splits it into two ports, bonsai
+#   answers 400 'ports: invalid value "8080,9"' (apiserver/params, the
+#   lead's query parameter decoding).
+KNOWN_GAPS = {"ports-comma"}
+
+
+def known_gap(name, fn):
+    """Runs fn, a check of the known gap name."""
+    if name not in KNOWN_GAPS:
+        fn()
+        return
+    try:
+        fn()
+    except Mismatch as e:
+        print("GAP  %-22s %s" % (name, e), flush=True)
+        return
+    except ApiException as e:
+        print("GAP  %-22s HTTP %s %s" % (name, e.status, e.reason), flush=True)
+        return
+    raise Mismatch("known gap %s passes now: take it off KNOWN_GAPS" % name)
 
 
 class Mismatch(Exception):
@@ -593,6 +619,78 @@ def attach_and_tty():
     expect(out == "24 100\r\n", "exec -t: stty size reports the size sent on the resize channel", out)
 
 
+def big_streams():
+    # 1 MiB out of exec: many WebSocket frames, in order, none lost.
+    ws = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main",
+                command=["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' a"],
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    ws.run_forever(timeout=30)
+    out = ws.read_stdout()
+    expect(len(out) == 1048576 and set(out) == {"a"}, "exec: 1 MiB of stdout", (len(out), set(out)))
+    # 256 KiB into exec's stdin.
+    ws = stream(core.connect_get_namespaced_pod_exec, POD, NS, container="main", command=["sh", "-c", "head -c 262144 | wc -c"],
+                stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+    for _ in range(16):
+        ws.write_stdin("x" * 16384)
+    ws.run_forever(timeout=30)
+    out = ws.read_stdout()
+    expect(out.strip() == "262144", "exec: 256 KiB through stdin", out)
+    # 1 MiB through port-forward.
+    pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="8080")
+    data = http_get(pf.socket(8080), "/big")
+    body = data.split(b"\r\n\r\n", 1)[-1]
+    expect(b" 200 " in data.split(b"\r\n")[0] and body == b"b" * 1048576, "port-forward: 1 MiB GET on 8080",
+           (data[:100], len(body)))
+    pf.close()
+
+    # Two ports on one port-forward: the page from the one, an error from
+    # the other.
+    def two_ports():
+        pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="8080,9")
+        data = http_get(pf.socket(8080), "/index.html")
+        expect(data.endswith(b"\r\n\r\nhello-pf\n"), "port-forward ports=8080,9: hello-pf from 8080", data[:200])
+        wait_for("an error on port 9's error channel", lambda: pf.error(9), timeout=10)
+        expect("refused" in pf.error(9) and pf.error(8080) is None, "port-forward: port 9 refused, 8080 without error",
+               (pf.error(9), pf.error(8080)))
+        pf.close()
+    known_gap("ports-comma", two_ports)
+
+
+def http_get(s, path):
+    """GETs path over s, a port-forward's socket, and returns the answer."""
+    s.settimeout(20)
+    s.sendall(b"GET " + path.encode() + b" HTTP/1.0\r\nHost: pod\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return data
+
+
+def watch_burst():
+    # A burst of writes reaches a watch whole and in order.
+    rv = core.list_namespaced_config_map(NS).metadata.resource_version
+    got = []
+
+    def run():
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespaced_config_map, NS, label_selector="burst=yes", resource_version=rv, timeout_seconds=30):
+            got.append((ev["type"], ev["object"].metadata.name))
+            if len(got) == 100:
+                w.stop()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    for i in range(100):
+        core.create_namespaced_config_map(NS, configmap("burst-%03d" % i, {"burst": "yes"}))
+    th.join(30)
+    expect(got == [("ADDED", "burst-%03d" % i) for i in range(100)], "100 ADDED in order", got[:3] + ["..."] + got[-3:])
+    core.delete_collection_namespaced_config_map(NS, label_selector="burst=yes")
+
+
 def portforwards():
     pf = portforward(core.connect_get_namespaced_pod_portforward, POD, NS, ports="8080")
     s = pf.socket(8080)
@@ -618,7 +716,7 @@ def portforwards():
     pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, portforwards):
+for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, big_streams, watch_burst, portforwards):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
