@@ -31,6 +31,8 @@ var subresourceInfo = map[string]struct {
 	"attach":              {gvk: schema.GroupVersionKind{Version: "v1", Kind: "PodAttachOptions"}, verbs: metav1.Verbs{"create", "get"}},
 	"portforward":         {gvk: schema.GroupVersionKind{Version: "v1", Kind: "PodPortForwardOptions"}, verbs: metav1.Verbs{"create", "get"}},
 	"token":               {gvk: schema.GroupVersionKind{Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest"}, verbs: metav1.Verbs{"create"}},
+	// proxy's kind is the parent's: PodProxyOptions, ServiceProxyOptions.
+	"proxy": {verbs: metav1.Verbs{"create", "delete", "get", "patch", "update"}},
 }
 
 func (r *resource) verbs() metav1.Verbs {
@@ -44,6 +46,9 @@ func (r *resource) verbs() metav1.Verbs {
 }
 
 func subKind(r *resource, sub string) schema.GroupVersionKind {
+	if sub == "proxy" {
+		return schema.GroupVersionKind{Version: "v1", Kind: r.kind + "ProxyOptions"}
+	}
 	gvk := subresourceInfo[sub].gvk
 	if gvk.Kind == "" {
 		return r.gvk()

@@ -16,6 +16,9 @@ type requestInfo struct {
 	namespace   string
 	name        string
 	subresource string
+	// proxyPath is what follows .../<name>/proxy in a pods/proxy or
+	// services/proxy request ("/" and below), passed on as the path.
+	proxyPath string
 }
 
 // namespaceSubresources are the subresources of a namespace itself, which
@@ -46,6 +49,15 @@ func parseResourcePath(method, path string, watchParam bool) (requestInfo, bool)
 		if len(parts) > 2 && !namespaceSubresources[parts[2]] {
 			ri.namespace, parts = parts[1], parts[2:]
 		}
+	}
+	if len(parts) > 3 && parts[2] == "proxy" {
+		// <resource>/<name>/proxy/<path>: the rest is the proxied path,
+		// a trailing slash included.
+		ri.proxyPath = "/" + strings.Join(parts[3:], "/")
+		if strings.HasSuffix(path, "/") {
+			ri.proxyPath += "/"
+		}
+		parts = parts[:3]
 	}
 	for _, p := range parts {
 		if p == "" {

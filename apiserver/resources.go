@@ -202,8 +202,8 @@ func builtinResources() []*resource {
 		// core/v1
 		{gvr: gvr("", "v1", "namespaces"), kind: "Namespace", shortNames: []string{"ns"}, subresources: []string{"status", "finalize"}, strategy: namespaceStrategy{}, fields: fieldsNamespace},
 		{gvr: gvr("", "v1", "nodes"), kind: "Node", shortNames: []string{"no"}, subresources: []string{"status"}, strategy: nodeStrategy{}, fields: fieldsNode},
-		{gvr: gvr("", "v1", "pods"), kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: all, subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward"}, strategy: podStrategy{}, returnDeleted: true, fields: fieldsPod},
-		{gvr: gvr("", "v1", "services"), kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: all, subresources: []string{"status"}, strategy: serviceStrategy{}, noCollection: true},
+		{gvr: gvr("", "v1", "pods"), kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: all, subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward", "proxy"}, strategy: podStrategy{}, returnDeleted: true, fields: fieldsPod},
+		{gvr: gvr("", "v1", "services"), kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: all, subresources: []string{"status", "proxy"}, strategy: serviceStrategy{}, noCollection: true},
 		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
 		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
 		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},

@@ -106,6 +106,8 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo
 		return methodNotSupported(res, ri.verb)
 	case "exec", "attach", "portforward":
 		return s.serveConnect(w, r, ri, res)
+	case "proxy":
+		return s.serveProxy(w, r, ri, res)
 	case "ephemeralcontainers":
 		switch ri.verb {
 		case "get":
