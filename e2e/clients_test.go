@@ -42,7 +42,7 @@ func TestClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		grace := int64(1)
-		e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "streams", Namespace: s.ns}, Spec: corev1.PodSpec{
+		e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "streams", Namespace: s.ns, Labels: map[string]string{"app": "streams"}}, Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{Name: "main", Command: sh(
 				"echo log-1; echo log-2; mkdir -p /tmp/www; echo hello-pf > /tmp/www/index.html; " +

@@ -2,9 +2,10 @@
 // package-lock.json pins) against bonsai.
 //
 // Run by e2e/clients_test.go with node, KUBECONFIG, BONSAI_NS (a namespace
-// of its own), BONSAI_POD (a running busybox pod there whose container
-// "main" printed log-1 and log-2, prints "tick N" twice a second and serves
-// hello-pf as /index.html and 1 MiB of "b" as /big over HTTP on 8080) and BONSAI_IMAGE. Every check prints one
+// of its own), BONSAI_POD (a running busybox pod there, labelled
+// app=streams, whose container "main" printed log-1 and log-2, prints
+// "tick N" twice a second and serves hello-pf as /index.html and 1 MiB of
+// "b" as /big over HTTP on 8080) and BONSAI_IMAGE. Every check prints one
 // line; a mismatch prints FAIL with what was expected and what came, and
 // the script exits 1 after running the other checks.
 import * as k8s from '@kubernetes/client-node';
@@ -519,7 +520,25 @@ async function portforwards() {
   }
 }
 
-for (const fn of [crud, lists, watches, informer, bookmarks, patches, generic, subresources, deletes, errors, logs, execs, attachAndTTY, portforwards]) {
+async function proxies() {
+  const text = await core.connectGetNamespacedPodProxyWithPath({ name: `${POD}:8080`, namespace: NS, path: 'index.html' });
+  expect(text === 'hello-pf\n', 'pods/proxy GET index.html', text);
+  await core.createNamespacedService({
+    namespace: NS,
+    body: { metadata: { name: 'web' }, spec: { selector: { app: 'streams' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] } },
+  });
+  const got = await waitFor('services/proxy to answer', async () => {
+    try {
+      return await core.connectGetNamespacedServiceProxyWithPath({ name: 'web:http', namespace: NS, path: 'index.html' });
+    } catch (e) {
+      if (e instanceof k8s.ApiException && e.code === 503) return null;
+      throw e;
+    }
+  }, 20000);
+  expect(got === 'hello-pf\n', 'services/proxy GET index.html through port http', got);
+}
+
+for (const fn of [crud, lists, watches, informer, bookmarks, patches, generic, subresources, deletes, errors, logs, execs, attachAndTTY, portforwards, proxies]) {
   await check(fn);
 }
 if (failures.length > 0) {

@@ -1,11 +1,12 @@
 """The official Python client (Debian's python3-kubernetes) against bonsai.
 
 Run by e2e/clients_test.go with KUBECONFIG, BONSAI_NS (a namespace of its
-own), BONSAI_POD (a running busybox pod there whose container "main"
-printed log-1 and log-2, prints "tick N" twice a second and serves
-hello-pf as /index.html and 1 MiB of "b" as /big over HTTP on 8080) and BONSAI_IMAGE. Every check prints one line;
-a mismatch prints FAIL with what was expected and what came, and the
-script exits 1 after running the other checks.
+own), BONSAI_POD (a running busybox pod there, labelled app=streams, whose
+container "main" printed log-1 and log-2, prints "tick N" twice a second
+and serves hello-pf as /index.html and 1 MiB of "b" as /big over HTTP on
+8080) and BONSAI_IMAGE. Every check prints one line; a mismatch prints FAIL
+with what was expected and what came, and the script exits 1 after running
+the other checks.
 """
 
 import json
@@ -656,6 +657,27 @@ def big_streams():
     known_gap("ports-comma", two_ports)
 
 
+def proxies():
+    # pods/proxy and services/proxy to the pod's httpd, as dashboards reach
+    # what runs in a cluster.
+    text = core.connect_get_namespaced_pod_proxy_with_path(POD + ":8080", NS, "index.html")
+    expect(text == "hello-pf\n", "pods/proxy GET index.html", text)
+    core.create_namespaced_service(NS, client.V1Service(metadata=client.V1ObjectMeta(name="web"), spec=client.V1ServiceSpec(
+        selector={"app": "streams"}, ports=[client.V1ServicePort(name="http", port=80, target_port=8080)])))
+
+    def through_service():
+        try:
+            return core.connect_get_namespaced_service_proxy_with_path("web:http", NS, "index.html")
+        except ApiException as e:
+            if e.status == 503:  # no endpoints yet
+                return None
+            raise
+    text = wait_for("services/proxy to answer", through_service, timeout=20)
+    expect(text == "hello-pf\n", "services/proxy GET index.html through port http", text)
+    e = api_error(core.connect_get_namespaced_pod_proxy_with_path, POD + ":8080", NS, "missing")
+    expect(e.status == 404, "pods/proxy of a missing page: the pod's 404", (e.status, e.body))
+
+
 def http_get(s, path):
     """GETs path over s, a port-forward's socket, and returns the answer."""
     s.settimeout(20)
@@ -716,7 +738,7 @@ def portforwards():
     pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, big_streams, watch_burst, portforwards):
+for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, big_streams, watch_burst, portforwards, proxies):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
