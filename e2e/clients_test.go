@@ -97,8 +97,11 @@ func TestClients(t *testing.T) {
 				defer cancel()
 				cmd := exec.CommandContext(ctx, s.cmd, args[s.name]...)
 				cmd.Dir = t.TempDir()
+				// HOME and TMPDIR in the test's own dir: the clients
+				// cache there (the Python dynamic client's discovery
+				// file goes to the temp dir), and it is removed after.
 				cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "BONSAI_NS="+s.ns, "BONSAI_POD=streams", "BONSAI_IMAGE="+podImage,
-					"HOME="+cmd.Dir)
+					"HOME="+cmd.Dir, "TMPDIR="+cmd.Dir)
 				var out bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &out
 				start := time.Now()
