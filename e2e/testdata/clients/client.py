@@ -9,6 +9,7 @@ with what was expected and what came, and the script exits 1 after running
 the other checks.
 """
 
+import datetime
 import json
 import os
 import re
@@ -440,6 +441,47 @@ def _gone(read, name):
         raise
 
 
+def cluster_scoped():
+    # A namespace's life seen by a cluster-wide watch: ADDED, MODIFIED
+    # (Terminating) and DELETED once the namespace controller emptied it.
+    name = NS + "-tmp"
+    rv = core.list_namespace().metadata.resource_version
+    events = []
+
+    def run():
+        w = watch.Watch()
+        for ev in w.stream(core.list_namespace, field_selector="metadata.name=" + name, resource_version=rv, timeout_seconds=30):
+            events.append((ev["type"], ev["object"].status.phase))
+            if ev["type"] == "DELETED":
+                w.stop()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"clients": "tmp"})))
+    core.create_namespaced_config_map(name, configmap("inside"))
+    expect([n.metadata.name for n in core.list_namespace(label_selector="clients=tmp").items] == [name],
+           "list namespaces by label", None)
+    core.delete_namespace(name)
+    th.join(30)
+    types = [t for t, _ in events]
+    expect(types[0] == "ADDED" and types[-1] == "DELETED" and ("MODIFIED", "Terminating") in events,
+           "namespace watch: ADDED, MODIFIED Terminating, DELETED", events)
+    # generateName, and a Lease with MicroTime fields as Python writes them.
+    cm = core.create_namespaced_config_map(NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(generate_name="gen-")))
+    expect(cm.metadata.name.startswith("gen-") and len(cm.metadata.name) == 9, "generateName gen-: gen- and 5 characters", cm.metadata.name)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    lease = client.CoordinationV1Api(api).create_namespaced_lease(NS, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="py-lease"), spec=client.V1LeaseSpec(holder_identity="py", renew_time=now, lease_duration_seconds=10)))
+    expect(lease.spec.renew_time == now and lease.spec.holder_identity == "py", "a Lease keeps its renewTime to the microsecond",
+           (lease.spec.renew_time, now))
+    # A core Event about the pod, found by its involvedObject.
+    core.create_namespaced_event(NS, client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name="py-"), involved_object=client.V1ObjectReference(kind="Pod", name=POD, namespace=NS),
+        reason="Checked", message="by the Python client", type="Normal", first_timestamp=now, last_timestamp=now, count=1))
+    evs = core.list_namespaced_event(NS, field_selector="involvedObject.name=%s,reason=Checked" % POD).items
+    expect(len(evs) == 1 and evs[0].message == "by the Python client", "the Event found by involvedObject.name and reason", evs)
+
+
 def replicaset_of(dep_name):
     for rs in apps.list_namespaced_replica_set(NS).items:
         for ref in rs.metadata.owner_references or []:
@@ -738,7 +780,7 @@ def portforwards():
     pf.close()
 
 
-for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, big_streams, watch_burst, portforwards, proxies):
+for fn in (crud, lists, watches, bookmarks, patches, more_patches, subresources, options, custom_resources, cluster_scoped, evictions, deletes, errors, auth_errors, logs, execs, attach_and_tty, big_streams, watch_burst, portforwards, proxies):
     check(fn)
 if failures:
     print("python client: %d failed: %s" % (len(failures), ", ".join(failures)))
