@@ -273,6 +273,11 @@ async function patches() {
 // "apply a YAML file" tools use): it finds each kind's resource through
 // discovery, then creates, reads, applies, lists and deletes.
 async function generic() {
+  // Health and version, as dashboards check a cluster first.
+  const health = new k8s.Health(kc);
+  expect(await health.readyz({}) && await health.livez({}), 'readyz and livez');
+  const v = await kc.makeApiClient(k8s.VersionApi).getCode();
+  expect(v.major === '1' && /^v1\.\d+\./.test(v.gitVersion), 'version: major 1, a v1.x gitVersion', v);
   const objs = k8s.KubernetesObjectApi.makeApiClient(kc);
   const spec = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'generic', namespace: NS, labels: { app: 'generic' } }, data: { a: '1' } };
   const created = await objs.create(spec);
