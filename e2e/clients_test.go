@@ -86,7 +86,11 @@ func TestClients(t *testing.T) {
 		"python":     {"-u", pyScript},
 		"javascript": {filepath.Join(jsDir, "client.mjs")},
 	}
-	t.Logf("python3-kubernetes %s, %s", pyVersion, modules)
+	nodeVersion, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", node, err)
+	}
+	t.Logf("python3-kubernetes %s; node %s with %s", pyVersion, strings.TrimSpace(string(nodeVersion)), modules)
 
 	kubeconfig := filepath.Join(e.s.dataDir, "kubeconfig.yaml")
 	t.Run("clients", func(t *testing.T) {

@@ -58,10 +58,14 @@ func NodeClientCacheDir(lock []byte) (string, error) {
 // against their integrity hashes, no install scripts) into a cache dir,
 // unless they are there already, and returns the node binary and the
 // node_modules directory. Node and npm are Debian's nodejs and npm (or
-// NodeSource's nodejs, which carries npm).
+// NodeSource's nodejs, which carries npm); BONSAI_NODE names another node
+// binary to run the scripts with (an older or newer release).
 func NodeModules(t testing.TB, srcDir string) (node, modules string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
+	if env := os.Getenv("BONSAI_NODE"); env != "" {
+		node, err = env, nil
+	}
 	Require(t, err == nil, "node (Debian package nodejs): %v", err)
 	npm, err := exec.LookPath("npm")
 	Require(t, err == nil, "npm (Debian package npm): %v", err)
