@@ -37,12 +37,7 @@ failures = []
 # Known gaps: checks of bonsai behaviour that is wrong and is being fixed
 # elsewhere. Such a check prints GAP while bonsai still fails it, and fails
 # once bonsai passes it, so that the gap is taken off this list.
-#   ports-comma: pods/portforward?ports=8080,9 (the Python client's
-#   portforward(ports="8080,9") sends one comma-separated value);
-#   kube-apiserver's query parameter codec splits it into two ports, bonsai
-#   answers 400 'ports: invalid value "8080,9"' (apiserver/params, the
-#   lead's query parameter decoding).
-KNOWN_GAPS = {"ports-comma"}
+KNOWN_GAPS = set()
 
 
 def known_gap(name, fn):
