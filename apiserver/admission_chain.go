@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +53,7 @@ func (s *Server) newAdmissionChain() *admission.Chain {
 		admission.DefaultTolerationSeconds{},
 		admission.DefaultStorageClass{StorageClasses: s.storageClasses},
 		admission.StorageObjectInUseProtection{},
+		admission.DefaultIngressClass{IngressClasses: listAll[*networkingv1.IngressClass](s, gvr("networking.k8s.io", "v1", "ingressclasses"))},
 		podSecurity{s},
 		mutatingWebhook{s},
 		admission.PrepareStep(admission.Update),
@@ -106,6 +108,22 @@ func (s *Server) storageClasses(ctx context.Context) ([]*storagev1.StorageClass,
 		out[i] = o.(*storagev1.StorageClass)
 	}
 	return out, nil
+}
+
+// listAll lists every object of a resource, for plugins that look at
+// the cluster's classes (DefaultIngressClass).
+func listAll[T runtime.Object](s *Server, r schema.GroupVersionResource) func(context.Context) ([]T, error) {
+	return func(ctx context.Context) ([]T, error) {
+		items, _, err := s.listObjects(ctx, s.reg.byGVR[r], "", listOptions{labels: labels.Everything(), fields: fields.Everything()})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]T, len(items))
+		for i, o := range items {
+			out[i] = o.(T)
+		}
+		return out, nil
+	}
 }
 
 // ---- NamespaceLifecycle
