@@ -23,6 +23,7 @@ const (
 	UserSimulator = "system:bonsai-simulator"
 	UserDNS       = "system:bonsai-dns"
 	UserNetpol    = "system:bonsai-netpol"
+	UserIngress   = "system:bonsai-ingress"
 )
 
 var (
@@ -187,6 +188,17 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 		clusterRole("system:bonsai:netpol", nil,
 			rule([]string{"list", "watch"}, "", "pods", "namespaces"),
 			rule([]string{"list", "watch"}, "networking.k8s.io", "networkpolicies")),
+		// The built-in Ingress controller: what it routes to, the TLS
+		// Secrets it serves, its IngressClass, the status of what it
+		// serves and Warning events on what it cannot.
+		clusterRole("system:bonsai:ingress", nil,
+			rule(readVerbs, "networking.k8s.io", "ingresses", "ingressclasses"),
+			rule([]string{"create"}, "networking.k8s.io", "ingressclasses"),
+			rule([]string{"update"}, "networking.k8s.io", "ingresses/status"),
+			rule(readVerbs, "", "services", "secrets", "nodes"),
+			rule(readVerbs, "discovery.k8s.io", "endpointslices"),
+			rule([]string{"create", "patch", "update"}, "", "events"),
+			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events")),
 		// What the node simulator needs beyond the node role: after a
 		// restart it lists the node Leases once instead of reading each.
 		clusterRole("system:bonsai:simulator", nil,
@@ -228,6 +240,7 @@ func DefaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
 		clusterRoleBinding("system:kube-dns", "system:kube-dns", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "kube-dns", Namespace: "kube-system"}),
 		clusterRoleBinding("system:bonsai:dns", "system:coredns", user(UserDNS)),
 		clusterRoleBinding("system:bonsai:netpol", "system:bonsai:netpol", user(UserNetpol)),
+		clusterRoleBinding("system:bonsai:ingress", "system:bonsai:ingress", user(UserIngress)),
 		// Simulated nodes are kubelets for many node names at once: they
 		// get the node role without the Node authorizer's per-node limits.
 		clusterRoleBinding("system:bonsai:simulator", "system:node", user(UserSimulator)),
