@@ -120,17 +120,24 @@ func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, e
 		"--config", emptyConfig(t),
 	}
 	// The control plane alone, unless the test picks a node runtime.
-	agent, kubeletPort, rootDir := false, false, false
+	agent, kubeletPort, rootDir, ingress := false, false, false, false
 	for _, a := range extra {
 		agent = agent || strings.HasPrefix(a, "--runtime")
 		kubeletPort = kubeletPort || strings.HasPrefix(a, "--kubelet-port")
 		rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
+		ingress = ingress || strings.HasPrefix(a, "--ingress-") || strings.HasPrefix(a, "--disable-ingress")
 	}
 	if !agent {
 		args = append(args, "--disable-agent")
 	} else if !kubeletPort {
 		// Not 10250: a real kubelet or another test may have it.
 		args = append(args, "--kubelet-port", fmt.Sprint(freePort(t)))
+	}
+	if agent && !ingress {
+		// Not 80 and 443: the host's own web server, or another
+		// test's bonsai, may have them. Tests of the Ingress
+		// controller give free ports.
+		args = append(args, "--disable-ingress")
 	}
 	if agent && !rootDir {
 		// Not /var/lib/kubelet: the device manager deletes the sockets

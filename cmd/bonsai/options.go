@@ -72,6 +72,10 @@ type serverOptions struct {
 	nodeCIDRMaskSize  int
 	simulatedNodes    int
 	kubeletPort       int
+	disableIngress    bool
+	ingressBind       string
+	ingressHTTPPort   int
+	ingressHTTPSPort  int
 	nodeLifecycle     nodeLifecycleOptions
 	schedulerConfig   string
 	disableScheduler  bool
@@ -161,6 +165,10 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 0, "graceful node shutdown: how long this host's node delays a system shutdown (a logind delay lock) to stop its pods; 0 = off (the kubelet's shutdownGracePeriod)")
 	fs.DurationVar(&o.shutdownCritical, "shutdown-grace-period-critical-pods", 0, "of --shutdown-grace-period, the last part, kept for pods of system-critical priority; less than it (the kubelet's shutdownGracePeriodCriticalPods)")
 	fs.StringSliceVar(&o.shutdownByPrio, "shutdown-grace-period-by-pod-priority", nil, "graceful node shutdown in phases by pod priority, instead of the two flags above: priority=period, repeatable; pods stop lowest priority first, each phase within its period (the kubelet's shutdownGracePeriodByPodPriority) (default none)")
+	fs.BoolVar(&o.disableIngress, "disable-ingress", false, "do not run the built-in Ingress controller, which serves the Ingresses of IngressClass bonsai on this host's ports 80 and 443 (it never runs with --disable-agent) (default false)")
+	fs.StringVar(&o.ingressBind, "ingress-bind-address", "", "IP address the built-in Ingress controller listens on (default: --bind-address)")
+	fs.IntVar(&o.ingressHTTPPort, "ingress-http-port", 80, "port the built-in Ingress controller serves HTTP on; 0: no HTTP")
+	fs.IntVar(&o.ingressHTTPSPort, "ingress-https-port", 443, "port the built-in Ingress controller serves HTTPS on; 0: no HTTPS")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
 }
 
@@ -224,6 +232,9 @@ type serverConfig struct {
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
 	KubeletPort    int
+	// Ingress is the built-in Ingress controller's listeners; it runs
+	// when Ingress.Enabled (never without the agent).
+	Ingress ingressConfig
 	// NodeLifecycle tunes the node lifecycle controller and pod GC.
 	NodeLifecycle nodeLifecycleConfig
 	// Scheduler is --scheduler-config, read and checked; zero without it.
@@ -395,6 +406,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
 	}
 	if err := o.validateNode(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateIngress(c); err != nil {
 		return nil, err
 	}
 	if err := o.validateSimulated(c); err != nil {
@@ -775,4 +789,54 @@ func (o *serverOptions) shutdownGroups() ([]kubelet.ShutdownGroup, error) {
 		return nil, fmt.Errorf("graceful node shutdown: %v", err)
 	}
 	return groups, nil
+}
+
+// ingressConfig is where the built-in Ingress controller listens.
+type ingressConfig struct {
+	Enabled             bool
+	BindAddress         netip.Addr
+	HTTPPort, HTTPSPort int
+}
+
+func (o *serverOptions) validateIngress(c *serverConfig) error {
+	c.Ingress = ingressConfig{BindAddress: c.BindAddress, HTTPPort: o.ingressHTTPPort, HTTPSPort: o.ingressHTTPSPort}
+	if o.ingressBind != "" {
+		addr, err := netip.ParseAddr(o.ingressBind)
+		if err != nil || addr.Zone() != "" {
+			return fmt.Errorf("--ingress-bind-address %q: not an IP address", o.ingressBind)
+		}
+		c.Ingress.BindAddress = addr.Unmap()
+	}
+	for _, f := range []struct {
+		name string
+		port int
+	}{{"--ingress-http-port", o.ingressHTTPPort}, {"--ingress-https-port", o.ingressHTTPSPort}} {
+		if f.port < 0 || f.port > 65535 {
+			return fmt.Errorf("%s %d: must be between 0 (off) and 65535", f.name, f.port)
+		}
+		if f.port == 0 {
+			continue
+		}
+		shared := sameListenAddress(c.Ingress.BindAddress, c.BindAddress)
+		if f.port == o.port && shared {
+			return fmt.Errorf("%s %d: the API server listens there (--https-listen-port)", f.name, f.port)
+		}
+		if f.port == o.kubeletPort && !o.disableAgent && shared {
+			return fmt.Errorf("%s %d: the kubelet API listens there (--kubelet-port)", f.name, f.port)
+		}
+	}
+	if o.ingressHTTPPort != 0 && o.ingressHTTPPort == o.ingressHTTPSPort {
+		return fmt.Errorf("--ingress-http-port and --ingress-https-port: both %d", o.ingressHTTPPort)
+	}
+	if o.ingressHTTPPort == 0 && o.ingressHTTPSPort == 0 && !o.disableIngress {
+		return errors.New("--ingress-http-port and --ingress-https-port are both 0: use --disable-ingress to run no Ingress controller")
+	}
+	c.Ingress.Enabled = !o.disableIngress && !o.disableAgent
+	return nil
+}
+
+// sameListenAddress reports whether listeners on a and b at one port
+// would collide.
+func sameListenAddress(a, b netip.Addr) bool {
+	return a == b || a.IsUnspecified() || b.IsUnspecified()
 }

@@ -87,6 +87,7 @@ func TestServerDefaults(t *testing.T) {
 		CNIBinDirs:       []string{"/opt/cni/bin"},
 		NodeCIDRMaskSize: 24,
 		KubeletPort:      10250,
+		Ingress:          ingressConfig{Enabled: true, BindAddress: netip.MustParseAddr("0.0.0.0"), HTTPPort: 80, HTTPSPort: 443},
 		NodeLifecycle:    defaultNodeLifecycle,
 
 		MaxEndpointsPerSlice: 100,
@@ -174,6 +175,7 @@ func TestServerFlags(t *testing.T) {
 		MaxPods:         50,
 		PodMaxPids:      1024,
 		KubeletPort:     11250,
+		Ingress:         ingressConfig{BindAddress: netip.MustParseAddr("::1"), HTTPPort: 80, HTTPSPort: 443},
 		RuntimeEndpoint: "/run/k3s/containerd/containerd.sock",
 		PodBridge:       "edge0",
 		PodNetwork:      "cni",
@@ -304,6 +306,13 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "70000"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--kubelet-port", "6443"}, []string{"--kubelet-port", "--https-listen-port"}},
+		{[]string{"--ingress-http-port", "-1"}, []string{"--ingress-http-port", "between 0 (off) and 65535"}},
+		{[]string{"--ingress-https-port", "65536"}, []string{"--ingress-https-port", "between 0 (off) and 65535"}},
+		{[]string{"--ingress-http-port", "6443"}, []string{"--ingress-http-port 6443", "--https-listen-port"}},
+		{[]string{"--ingress-https-port", "10250"}, []string{"--ingress-https-port 10250", "--kubelet-port"}},
+		{[]string{"--ingress-http-port", "8080", "--ingress-https-port", "8080"}, []string{"both 8080"}},
+		{[]string{"--ingress-http-port", "0", "--ingress-https-port", "0"}, []string{"--disable-ingress"}},
+		{[]string{"--ingress-bind-address", "eth0"}, []string{"--ingress-bind-address", "not an IP address"}},
 		{[]string{"--container-runtime-endpoint", "containerd.sock"}, []string{"--container-runtime-endpoint", "absolute"}},
 		{[]string{"--node-monitor-period", "0s"}, []string{"--node-monitor-period", "positive"}},
 		{[]string{"--node-monitor-period", "5"}, []string{"--node-monitor-period"}},
@@ -467,6 +476,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 		`--scheduler-config string`, `--disable-scheduler`, `--admission-control-config-file string`,
 		`--encryption-provider-config string`, `--secrets-encryption`,
+		`--disable-ingress`, `--ingress-bind-address string`, `--ingress-http-port int`, `(default 80)`, `--ingress-https-port int`, `(default 443)`,
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)

@@ -77,6 +77,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		}
 		defer kubeletLn.Close()
 	}
+	var ingressLns ingressListeners
+	if cfg.Ingress.Enabled {
+		if ingressLns, err = listenIngress(cfg.Ingress); err != nil {
+			return err
+		}
+		defer ingressLns.Close()
+	}
 
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -170,12 +177,12 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// Ports this process serves on the node: a hostPort DNAT rule
 		// for one would take its traffic.
 		Limits: cfg.Limits,
-		ReservedHostPorts: []core.ReservedPort{
+		ReservedHostPorts: append([]core.ReservedPort{
 			{Port: int32(cfg.Port), Protocol: corev1.ProtocolTCP, For: "the API server"},
 			{Port: int32(cfg.KubeletPort), Protocol: corev1.ProtocolTCP, For: "the kubelet API"},
 			{Port: 53, Protocol: corev1.ProtocolUDP, For: "cluster DNS"},
 			{Port: 53, Protocol: corev1.ProtocolTCP, For: "cluster DNS"},
-		},
+		}, reservedIngressPorts(cfg.Ingress)...),
 		// Kept in <data-dir>/tls: tokens outlive restarts.
 		ServiceAccountKey: certs.ServiceAccountKey,
 		// Aggregated API servers trust the front-proxy CA's client, and
@@ -233,6 +240,10 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
+	waitIngress := func() {}
+	if cfg.Ingress.Enabled {
+		waitIngress = startIngress(ctx, cfg, api, ingressLns, log)
+	}
 	// Start-up (certificates, type registration, bootstrap writes) leaves
 	// garbage the steady state never needs; hand it back to the OS once
 	// the server is quiet rather than whenever the scavenger gets to it.
@@ -260,6 +271,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err
 		}
+	}
+	if ctx.Err() != nil {
+		waitIngress() // it stops with ctx
 	}
 	stopAgent()
 	storeOpen = false

@@ -332,10 +332,11 @@ func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string, extra 
 			"--https-listen-port", strconv.Itoa(port),
 			"--bind-address", "127.0.0.1",
 			"--config", cfgFile}
-		agent, rootDir := false, false
+		agent, rootDir, ingress := false, false, false
 		for _, a := range extra {
 			agent = agent || strings.HasPrefix(a, "--runtime")
 			rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
+			ingress = ingress || strings.HasPrefix(a, "--ingress-") || strings.HasPrefix(a, "--disable-ingress")
 		}
 		if !agent {
 			args = append(args, "--disable-agent")
@@ -343,6 +344,11 @@ func startBonsai(ctx context.Context, b *bench, bin, cfgFile, dir string, extra 
 			// Not /var/lib/kubelet: the device manager empties its
 			// device-plugins directory of sockets.
 			args = append(args, "--kubelet-root-dir", filepath.Join(dir, "kubelet"))
+		}
+		if agent && !ingress {
+			// Not 80 and 443, which the host or another bonsai may
+			// have; the ingress rows give free ports.
+			args = append(args, "--disable-ingress")
 		}
 		cmd := execCommand(ctx, bin, append(args, extra...)...)
 		cmd.Stdout, cmd.Stderr = logf, logf

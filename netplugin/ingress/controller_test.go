@@ -407,7 +407,9 @@ func TestController(t *testing.T) {
 			pool := x509.NewCertPool()
 			pool.AppendCertsFromPEM(crt)
 			tr := &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "https-example.foo.com"},
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", e.https) }}
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return (&net.Dialer{}).DialContext(ctx, "tcp", e.https)
+				}}
 			defer tr.CloseIdleConnections()
 			resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://https-example.foo.com/x")
 			if err != nil {

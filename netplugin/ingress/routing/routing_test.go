@@ -225,4 +225,3 @@ func TestHost(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
