@@ -29,7 +29,7 @@ CGO_ENABLED ?= 0
 # systemd-logind for graceful node shutdown, the official Python client
 # and node for the JavaScript one in the client matrix, ...).
 RUN_DEPS := containerd runc
-DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd python3-kubernetes nodejs)
+DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd python3-kubernetes nodejs curl)
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
