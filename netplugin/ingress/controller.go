@@ -95,7 +95,7 @@ type Controller struct {
 	status   map[string][]networkingv1.IngressLoadBalancerIngress // Ingress key → what its status should be; nil: none of ours
 	statusQ  workqueue.TypedRateLimitingInterface[string]
 
-	transport   *http.Transport
+	transport   *upstreamTransport
 	proxy       *httputil.ReverseProxy
 	defaultCert *tls.Certificate
 	servers     []*http.Server
@@ -172,25 +172,20 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	c.transport = &http.Transport{
-		Proxy:                 nil, // never an HTTP proxy from the environment
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   320, // ingress-nginx's upstream-keepalive-connections
-		IdleConnTimeout:       60 * time.Second,
-		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass as they are: no gzip added, none taken off.
-		DisableCompression: true,
-	}
+	c.transport = newUpstreamTransport(cfg.DialTimeout, cfg.ResponseHeaderTimeout)
 	c.proxy = &httputil.ReverseProxy{
 		Rewrite:      c.rewrite,
 		Transport:    roundTripper{c},
 		ErrorHandler: c.proxyError,
 		ErrorLog:     slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-		// Responses stream: a flush after every write of a response
-		// of unknown length (ReverseProxy's own rule), and at least
-		// every 100 ms otherwise.
-		FlushInterval: 100 * time.Millisecond,
+		// Responses stream: ReverseProxy flushes after every write of
+		// a response of unknown length or of text/event-stream; one of
+		// known length goes out as its buffer fills.
+		FlushInterval: 0,
+		// Without a pool every response would allocate its own 32 KB
+		// copy buffer, which at thousands of requests a second is
+		// most of what the garbage collector sees.
+		BufferPool: copyBuffers{},
 	}
 	return c, nil
 }
@@ -217,6 +212,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	close(c.built)
 	go c.buildLoop(ctx)
 	go c.statusLoop(ctx)
+	go c.transport.sweep(ctx)
 	errs := make(chan error, 2)
 	for _, l := range []struct {
 		ln    net.Listener
@@ -265,7 +261,7 @@ func (c *Controller) shutdown() {
 			s.Close()
 		}
 	}
-	c.transport.CloseIdleConnections()
+	c.transport.closeIdle(true)
 }
 
 func (c *Controller) newServer(https bool) *http.Server {

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -82,7 +83,7 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	for i := 0; ; i++ {
 		addr := up.addrs[(start+i)%n]
 		req.URL.Host = addr
-		resp, err := rt.c.transport.RoundTrip(req)
+		resp, err := rt.c.transport.roundTrip(req, addr, body)
 		if err == nil {
 			return resp, nil
 		}
@@ -132,3 +133,11 @@ func (c *Controller) proxyError(w http.ResponseWriter, r *http.Request, err erro
 	c.log.Debug("proxy error", "upstream", up.name, "host", r.Host, "path", r.URL.Path, "status", status, "err", err)
 	http.Error(w, strconv.Itoa(status)+" "+http.StatusText(status)+": backend "+up.name+": "+what, status)
 }
+
+// copyBuffers are the proxy's 32 KB body copy buffers, reused.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
