@@ -30,6 +30,10 @@ CGO_ENABLED ?= 0
 # and node for the JavaScript one in the client matrix, ...).
 RUN_DEPS := containerd runc
 DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-registry containernetworking-plugins iptables dbus-daemon systemd python3-kubernetes nodejs curl)
+# BENCH_DEPS are what only the benchmarks need: nginx, the reverse proxy
+# the built-in Ingress controller is measured against. Kept out of `make
+# test`, whose machines need no web server started on port 80.
+BENCH_DEPS := nginx
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
@@ -69,6 +73,7 @@ test: deps vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: deps go-check
+	@bash scripts/install-deps.sh $(BENCH_DEPS)
 	@$(GO) build -o bin/bonsai-bench ./e2e/bench
 	@bin/bonsai-bench $(BENCH_FLAGS)
 

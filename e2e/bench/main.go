@@ -49,6 +49,7 @@ var suites = []suite{
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},
 	{name: "flood", about: "overload: Lease renewals of 100 nodes while 200 clients flood creates", run: floodSuite},
 	{name: "netpol", about: "network policies on a real node: a write to enforcement, a full sync of many, their cost to a pod's throughput", run: netpolSuite},
+	{name: "ingress", about: "the built-in Ingress controller on a real node against Debian's nginx as a reverse proxy to the same pod: requests/s and added p99, HTTP and TLS; Ingress change to served; RSS of 100 Ingresses", run: ingressSuite},
 	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 }
 
