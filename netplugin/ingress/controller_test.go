@@ -95,6 +95,9 @@ var backendPort = func() int {
 
 var nextBackendIP atomic.Int32
 
+// streamGo lets a backend's streamed response go on.
+var streamGo = make(chan struct{}, 1)
+
 // freeAddr is a loopback address at backendPort where nothing listens.
 func freeAddr() string {
 	return fmt.Sprintf("127.0.1.%d:%d", nextBackendIP.Add(1), backendPort)
@@ -119,6 +122,16 @@ func backend(t *testing.T, name string) string {
 			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 			brw.Flush()
 			io.Copy(conn, brw)
+			return
+		}
+		if r.URL.Path == "/foo/stream" {
+			// A chunk, then the rest once the client saw it.
+			w.Header().Set("Trailer", "X-Checksum")
+			fmt.Fprint(w, "first;")
+			w.(http.Flusher).Flush()
+			<-streamGo
+			fmt.Fprint(w, "second")
+			w.Header().Set("X-Checksum", "42")
 			return
 		}
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -376,6 +389,24 @@ func TestController(t *testing.T) {
 		line, err := br.ReadString('\n')
 		if line != "ping\n" {
 			t.Errorf("echo %q %v", line, err)
+		}
+	})
+	t.Run("response streams, trailers pass", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", "http://"+e.http+"/foo/stream", nil)
+		req.Host = "foo.bar.com"
+		resp, err := client1.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first;" {
+			t.Fatalf("first chunk %q %v", buf, err)
+		}
+		streamGo <- struct{}{}
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil || string(rest) != "second" || resp.Trailer.Get("X-Checksum") != "42" {
+			t.Errorf("rest %q, trailer %v, %v", rest, resp.Trailer, err)
 		}
 	})
 	t.Run("large body streams", func(t *testing.T) {
