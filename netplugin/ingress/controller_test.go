@@ -259,7 +259,8 @@ func TestController(t *testing.T) {
 		return nil
 	})
 
-	e.service("service1", backend(t, "one"))
+	one := backend(t, "one")
+	e.service("service1", one)
 	e.service("service2", backend(t, "two-a"), backend(t, "two-b"))
 	fanout := e.create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "simple-fanout-example"},
 		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{rules("foo.bar.com",
@@ -391,7 +392,7 @@ func TestController(t *testing.T) {
 			t.Errorf("echo %q %v", line, err)
 		}
 	})
-	t.Run("response streams, trailers pass", func(t *testing.T) {
+	t.Run("response streams, trailers pass, changes leave it be", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", "http://"+e.http+"/foo/stream", nil)
 		req.Host = "foo.bar.com"
 		resp, err := client1.Do(req)
@@ -403,7 +404,18 @@ func TestController(t *testing.T) {
 		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first;" {
 			t.Fatalf("first chunk %q %v", buf, err)
 		}
+		// Meanwhile the configuration changes, and the endpoint leaves
+		// the Service: the request in flight goes on.
+		e.create(&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "midway"},
+			Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{rules("midway.example", path("/", networkingv1.PathTypePrefix, "service2", port80))}}})
+		e.slice("service1")
+		e.eventually("midway.example", "/", "two-")
+		e.eventually("foo.bar.com", "/foo", "503 Service Unavailable")
 		streamGo <- struct{}{}
+		defer func() {
+			e.slice("service1", one)
+			e.eventually("foo.bar.com", "/foo", "one")
+		}()
 		rest, err := io.ReadAll(resp.Body)
 		if err != nil || string(rest) != "second" || resp.Trailer.Get("X-Checksum") != "42" {
 			t.Errorf("rest %q, trailer %v, %v", rest, resp.Trailer, err)
