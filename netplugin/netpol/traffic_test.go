@@ -2,6 +2,7 @@ package netpol
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -432,31 +433,33 @@ func TestSpoofedSources(t *testing.T) {
 			outside := newUDPSink(t, n.outside, ":9998")
 
 			// The real frontend gets in.
-			must(t, "send", sendUDP(frontend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999)))
-			if !inDB.got(t) {
-				t.Fatal("frontend's own datagram did not reach db")
+			if !inDB.reached(t, frontend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999), true) {
+				t.Fatal("frontend's own datagrams did not reach db")
 			}
 			// backend, saying it is frontend, does not.
-			must(t, "send", sendUDP(backend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999)))
-			if inDB.got(t) {
+			if inDB.reached(t, backend.ns, frontend.ip, netip.AddrPortFrom(db.ip, 9999), false) {
 				t.Error("backend, with frontend's address, reached db, which admits frontend alone")
 			}
 			// Nor does backend, which may send nothing, get out as a
 			// pod no policy holds.
-			must(t, "send", sendUDP(backend.ns, plain.ip, netip.AddrPortFrom(netip.MustParseAddr(outsideIP), 9998)))
-			if outside.got(t) {
+			toOutside := netip.AddrPortFrom(netip.MustParseAddr(outsideIP), 9998)
+			if outside.reached(t, backend.ns, plain.ip, toOutside, false) {
 				t.Error("backend, isolated for egress, got out with plain/frontend's address")
 			}
-			must(t, "send", sendUDP(plain.ns, plain.ip, netip.AddrPortFrom(netip.MustParseAddr(outsideIP), 9998)))
-			if !outside.got(t) {
-				t.Error("plain/frontend's own datagram did not get out")
+			if !outside.reached(t, plain.ns, plain.ip, toOutside, true) {
+				t.Error("plain/frontend's own datagrams did not get out")
 			}
 		})
 	}
 }
 
-// udpSink is a UDP socket in a namespace that notes what arrives.
-type udpSink struct{ c chan struct{} }
+// udpSink is a UDP socket in a namespace that notes what arrives: each
+// datagram carries a tag, so that a late copy of an earlier probe's is
+// not taken for the current one's.
+type udpSink struct {
+	c    chan string
+	tags atomic.Uint32
+}
 
 func newUDPSink(t *testing.T, ns netns.NsHandle, addr string) *udpSink {
 	t.Helper()
@@ -466,42 +469,74 @@ func newUDPSink(t *testing.T, ns netns.NsHandle, addr string) *udpSink {
 		return err
 	}))
 	t.Cleanup(func() { pc.Close() })
-	s := &udpSink{c: make(chan struct{}, 16)}
+	s := &udpSink{c: make(chan string, 64)}
 	go func() {
 		buf := make([]byte, 64)
 		for {
-			if _, _, err := pc.ReadFrom(buf); err != nil {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
 				return
 			}
-			s.c <- struct{}{}
+			select {
+			case s.c <- string(buf[:n]):
+			default: // nobody waits for that many
+			}
 		}
 	}()
 	return s
 }
 
-// got says whether a datagram arrived within probeTimeout.
-func (s *udpSink) got(t *testing.T) bool {
+// reached sends datagrams from ns with the source address src to dst
+// and says whether one arrived. One expected to pass is sent again
+// every 200 ms for up to 5 s (the first may wait for the neighbour to
+// answer ARP, a second on a busy machine); one expected to be dropped is
+// sent three times and waited for probeTimeout after the last.
+func (s *udpSink) reached(t *testing.T, ns netns.NsHandle, src netip.Addr, dst netip.AddrPort, expected bool) bool {
 	t.Helper()
-	select {
-	case <-s.c:
-		return true
-	case <-time.After(probeTimeout):
-		return false
+	tag := fmt.Sprintf("probe-%d", s.tags.Add(1))
+	sends, every, wait := 3, 100*time.Millisecond, probeTimeout
+	if expected {
+		sends, every, wait = 25, 200*time.Millisecond, 200*time.Millisecond
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	sent := 0
+	var last <-chan time.Time
+	send := func() {
+		must(t, "send", sendUDP(ns, src, dst, tag))
+		if sent++; sent == sends {
+			last = time.After(wait)
+		}
+	}
+	send()
+	for {
+		select {
+		case got := <-s.c:
+			if got == tag {
+				return true
+			}
+		case <-tick.C:
+			if sent < sends {
+				send()
+			}
+		case <-last:
+			return false
+		}
 	}
 }
 
 // sendUDP sends one datagram from ns with the source address src,
 // whatever the sender's own, through a raw socket.
-func sendUDP(ns netns.NsHandle, src netip.Addr, dst netip.AddrPort) error {
-	pkt := make([]byte, 20+8+4)
+func sendUDP(ns netns.NsHandle, src netip.Addr, dst netip.AddrPort, payload string) error {
+	pkt := make([]byte, 20+8+len(payload))
 	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
 	s, d := src.As4(), dst.Addr().As4()
 	copy(pkt[12:], s[:])
 	copy(pkt[16:], d[:])
 	binary.BigEndian.PutUint16(pkt[20:], 40001)
 	binary.BigEndian.PutUint16(pkt[22:], dst.Port())
-	binary.BigEndian.PutUint16(pkt[24:], 8+4) // the checksum stays 0: none
-	copy(pkt[28:], "ping")
+	binary.BigEndian.PutUint16(pkt[24:], uint16(8+len(payload))) // the checksum stays 0: none
+	copy(pkt[28:], payload)
 	return inNS(ns, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		if err != nil {
