@@ -7,6 +7,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // deleteForbidden refuses the deletions the server itself refuses (its
@@ -20,9 +22,9 @@ func deleteForbidden(res *resource, name string) error {
 }
 
 // configMapStrategy validates ConfigMap keys and size as Kubernetes does.
-type configMapStrategy struct{ defaultStrategy }
+type configMapStrategy struct{ registry.DefaultStrategy }
 
-func (configMapStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (configMapStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*corev1.ConfigMap)
 	errs, total := validateDataKeys(c.Data, field.NewPath("data"))
 	binErrs, binTotal := validateDataKeys(c.BinaryData, field.NewPath("binaryData"))
@@ -38,8 +40,8 @@ func (configMapStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	return errs
 }
 
-func (st configMapStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st configMapStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	c, o := obj.(*corev1.ConfigMap), old.(*corev1.ConfigMap)
 	if o.Immutable != nil && *o.Immutable {
 		if c.Immutable == nil || !*c.Immutable {

@@ -148,7 +148,7 @@ func (s *Server) ensureCurrent(ctx context.Context, obj runtime.Object, g schema
 	if !update(cur) {
 		return nil
 	}
-	wc := &writeCtx{s: s, res: res}
+	wc := s.newWriteCtx(res, false)
 	if _, err := s.updateObject(ctx, wc, requestInfo{namespace: m.GetNamespace(), name: m.GetName()}, cur, old, rev, "bonsai", false, false); err != nil {
 		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
 	}
@@ -166,7 +166,7 @@ func (s *Server) ensure(ctx context.Context, obj runtime.Object, g schema.GroupV
 		return err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
-	wc := &writeCtx{s: s, res: res}
+	wc := s.newWriteCtx(res, false)
 	if _, err := s.createObject(ctx, wc, obj, "bonsai", false); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
 	}

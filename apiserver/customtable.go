@@ -20,10 +20,10 @@ func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) pri
 	if len(columns) == 0 {
 		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: objectMetaDoc["creationTimestamp"]}}
 	}
-	p := printer{columns: cols(nameCol)}
+	p := printer{Columns: cols(nameCol)}
 	paths := make([]*jsonpath.JSONPath, len(columns))
 	for i, c := range columns {
-		p.columns = append(p.columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
+		p.Columns = append(p.Columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
 		jp := jsonpath.New(c.Name)
 		if err := jp.Parse(fmt.Sprintf("{%s}", c.JSONPath)); err == nil {
 			paths[i] = jp
@@ -31,7 +31,7 @@ func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) pri
 		// The CRD's validation refuses a path that does not parse; a
 		// column without one shows nothing.
 	}
-	p.cells = func(o runtime.Object) []any {
+	p.Cells = func(o runtime.Object) []any {
 		u := o.(*unstructured.Unstructured)
 		cells := []any{u.GetName()}
 		var buf bytes.Buffer

@@ -15,13 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// defaulter applies Kubernetes' defaults to built-in objects, as the
-// generated SetDefaults_* functions of kube-apiserver do. It is also the
-// field manager's defaulter, so server-side apply compares defaulted
-// objects, as upstream does.
-type defaulter struct{}
-
-func (defaulter) Default(obj runtime.Object) {
+// legacyDefault applies Kubernetes' defaults to the built-in objects whose
+// kinds have no defaulter of their own yet, as the generated SetDefaults_*
+// functions of kube-apiserver do.
+func legacyDefault(obj runtime.Object) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		defaultPodSpec(&o.Spec)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -33,7 +34,7 @@ type resource struct {
 	// createOnly: a review kind (SubjectAccessReview, TokenReview ...)
 	// that is only ever created, answered and never stored.
 	createOnly bool
-	strategy   strategy
+	strategy   registry.Strategy
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool
@@ -50,6 +51,13 @@ type resource struct {
 	storedAs               schema.GroupVersionResource
 	storage                *resource
 	toStorage, fromStorage func(runtime.Object) runtime.Object
+
+	// def is the kind's description, which strategies see.
+	def *registry.Kind
+	// printer gives the table columns (nil: upstream's default).
+	printer *registry.Printer
+	// defaulter applies the kind's defaults.
+	defaulter defaulterFunc
 
 	// custom is set for the versions of CustomResourceDefinitions: their
 	// objects are unstructured, checked against the CRD's schema.
@@ -114,8 +122,8 @@ func (r *resource) newList() runtime.Object {
 	return obj
 }
 
-// registry indexes the resource table.
-type registry struct {
+// resourceIndex indexes the resource table.
+type resourceIndex struct {
 	byGVR  map[schema.GroupVersionResource]*resource
 	groups []apiGroup // in discovery order
 }
@@ -126,8 +134,8 @@ type apiGroup struct {
 	versions []string
 }
 
-func newRegistry(resources []*resource) *registry {
-	reg := &registry{byGVR: map[schema.GroupVersionResource]*resource{}}
+func newRegistry(resources []*resource) *resourceIndex {
+	reg := &resourceIndex{byGVR: map[schema.GroupVersionResource]*resource{}}
 	seen := map[string]int{}
 	for _, r := range resources {
 		if r.listKind == "" {
@@ -137,7 +145,11 @@ func newRegistry(resources []*resource) *registry {
 			r.singular = strings.ToLower(r.kind)
 		}
 		if r.strategy == nil {
-			r.strategy = defaultStrategy{}
+			r.strategy = registry.DefaultStrategy{}
+		}
+		if r.def == nil {
+			r.def = &registry.Kind{GVR: r.gvr, Kind: r.kind, ListKind: r.listKind, Singular: r.singular, Namespaced: r.namespaced,
+				ShortNames: r.shortNames, Categories: r.categories, Subresources: r.subresources, Strategy: r.strategy, Fields: r.fields}
 		}
 		reg.byGVR[r.gvr] = r
 		i, ok := seen[r.gvr.Group]
@@ -160,7 +172,7 @@ func newRegistry(resources []*resource) *registry {
 }
 
 // resourcesIn lists a group version's resources sorted by name.
-func (reg *registry) resourcesIn(gv schema.GroupVersion) []*resource {
+func (reg *resourceIndex) resourcesIn(gv schema.GroupVersion) []*resource {
 	var out []*resource
 	for gvr, r := range reg.byGVR {
 		if gvr.GroupVersion() == gv {
@@ -171,7 +183,7 @@ func (reg *registry) resourcesIn(gv schema.GroupVersion) []*resource {
 	return out
 }
 
-func (reg *registry) group(name string) (apiGroup, bool) {
+func (reg *resourceIndex) group(name string) (apiGroup, bool) {
 	for _, g := range reg.groups {
 		if g.name == name {
 			return g, true
@@ -193,78 +205,145 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: group, Version: version, Resource: res}
 }
 
-// builtinResources is the table of built-in kinds bonsai serves. Group order
+// builtinKinds is the table of built-in kinds bonsai serves. Group order
 // is discovery order, as kube-apiserver lists them.
-func builtinResources() []*resource {
+func builtinKinds() []registry.Kind {
 	all := []string{"all"}
 	apiExtensions := []string{"api-extensions"}
-	return []*resource{
+	return []registry.Kind{
 		// core/v1
-		{gvr: gvr("", "v1", "namespaces"), kind: "Namespace", shortNames: []string{"ns"}, subresources: []string{"status", "finalize"}, strategy: namespaceStrategy{}, fields: fieldsNamespace},
-		{gvr: gvr("", "v1", "nodes"), kind: "Node", shortNames: []string{"no"}, subresources: []string{"status"}, strategy: nodeStrategy{}, fields: fieldsNode},
-		{gvr: gvr("", "v1", "pods"), kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: all, subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward"}, strategy: podStrategy{}, returnDeleted: true, fields: fieldsPod},
-		{gvr: gvr("", "v1", "services"), kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: all, subresources: []string{"status"}, strategy: serviceStrategy{}, noCollection: true},
-		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
-		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
-		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},
-		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}, subresources: []string{"token"}},
-		{gvr: gvr("", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}, fields: fieldsEvent},
-		{gvr: gvr("", "v1", "limitranges"), kind: "LimitRange", namespaced: true, shortNames: []string{"limits"}},
-		{gvr: gvr("", "v1", "resourcequotas"), kind: "ResourceQuota", namespaced: true, shortNames: []string{"quota"}, subresources: []string{"status"}},
-		{gvr: gvr("", "v1", "podtemplates"), kind: "PodTemplate", namespaced: true},
-		{gvr: gvr("", "v1", "persistentvolumes"), kind: "PersistentVolume", shortNames: []string{"pv"}, subresources: []string{"status"}, strategy: persistentVolumeStrategy{}},
-		{gvr: gvr("", "v1", "persistentvolumeclaims"), kind: "PersistentVolumeClaim", namespaced: true, shortNames: []string{"pvc"}, subresources: []string{"status"}, strategy: claimStrategy{}},
-		{gvr: gvr("", "v1", "replicationcontrollers"), kind: "ReplicationController", namespaced: true, shortNames: []string{"rc"}, categories: all, subresources: []string{"status", "scale"}},
+		{GVR: gvr("", "v1", "namespaces"), Kind: "Namespace", ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"}, Strategy: namespaceStrategy{}, Fields: fieldsNamespace},
+		{GVR: gvr("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status"}, Strategy: nodeStrategy{}, Fields: fieldsNode},
+		{GVR: gvr("", "v1", "pods"), Kind: "Pod", Namespaced: true, ShortNames: []string{"po"}, Categories: all, Subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward"}, Strategy: podStrategy{}, ReturnDeleted: true, Fields: fieldsPod},
+		{GVR: gvr("", "v1", "services"), Kind: "Service", Namespaced: true, ShortNames: []string{"svc"}, Categories: all, Subresources: []string{"status"}, Strategy: serviceStrategy{}, NoCollection: true},
+		{GVR: gvr("", "v1", "endpoints"), Kind: "Endpoints", ListKind: "EndpointsList", Singular: "endpoints", Namespaced: true, ShortNames: []string{"ep"}, AllowCreateOnUpdate: true},
+		{GVR: gvr("", "v1", "configmaps"), Kind: "ConfigMap", Namespaced: true, ShortNames: []string{"cm"}, Strategy: configMapStrategy{}},
+		{GVR: gvr("", "v1", "secrets"), Kind: "Secret", Namespaced: true, Strategy: secretStrategy{}, Fields: fieldsSecret},
+		{GVR: gvr("", "v1", "serviceaccounts"), Kind: "ServiceAccount", Namespaced: true, ShortNames: []string{"sa"}, Subresources: []string{"token"}},
+		{GVR: gvr("", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"}, Fields: fieldsEvent},
+		{GVR: gvr("", "v1", "limitranges"), Kind: "LimitRange", Namespaced: true, ShortNames: []string{"limits"}},
+		{GVR: gvr("", "v1", "resourcequotas"), Kind: "ResourceQuota", Namespaced: true, ShortNames: []string{"quota"}, Subresources: []string{"status"}},
+		{GVR: gvr("", "v1", "podtemplates"), Kind: "PodTemplate", Namespaced: true},
+		{GVR: gvr("", "v1", "persistentvolumes"), Kind: "PersistentVolume", ShortNames: []string{"pv"}, Subresources: []string{"status"}, Strategy: persistentVolumeStrategy{}},
+		{GVR: gvr("", "v1", "persistentvolumeclaims"), Kind: "PersistentVolumeClaim", Namespaced: true, ShortNames: []string{"pvc"}, Subresources: []string{"status"}, Strategy: claimStrategy{}},
+		{GVR: gvr("", "v1", "replicationcontrollers"), Kind: "ReplicationController", Namespaced: true, ShortNames: []string{"rc"}, Categories: all, Subresources: []string{"status", "scale"}},
 		// apps/v1
-		{gvr: gvr("apps", "v1", "deployments"), kind: "Deployment", namespaced: true, shortNames: []string{"deploy"}, categories: all, subresources: []string{"status", "scale"}, strategy: deploymentStrategy{}},
-		{gvr: gvr("apps", "v1", "replicasets"), kind: "ReplicaSet", namespaced: true, shortNames: []string{"rs"}, categories: all, subresources: []string{"status", "scale"}, strategy: replicaSetStrategy{}},
-		{gvr: gvr("apps", "v1", "statefulsets"), kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"}, categories: all, subresources: []string{"status", "scale"}, strategy: statefulSetStrategy{}},
-		{gvr: gvr("apps", "v1", "daemonsets"), kind: "DaemonSet", namespaced: true, shortNames: []string{"ds"}, categories: all, subresources: []string{"status"}, strategy: daemonSetStrategy{}},
-		{gvr: gvr("apps", "v1", "controllerrevisions"), kind: "ControllerRevision", namespaced: true},
+		{GVR: gvr("apps", "v1", "deployments"), Kind: "Deployment", Namespaced: true, ShortNames: []string{"deploy"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: deploymentStrategy{}},
+		{GVR: gvr("apps", "v1", "replicasets"), Kind: "ReplicaSet", Namespaced: true, ShortNames: []string{"rs"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: replicaSetStrategy{}},
+		{GVR: gvr("apps", "v1", "statefulsets"), Kind: "StatefulSet", Namespaced: true, ShortNames: []string{"sts"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: statefulSetStrategy{}},
+		{GVR: gvr("apps", "v1", "daemonsets"), Kind: "DaemonSet", Namespaced: true, ShortNames: []string{"ds"}, Categories: all, Subresources: []string{"status"}, Strategy: daemonSetStrategy{}},
+		{GVR: gvr("apps", "v1", "controllerrevisions"), Kind: "ControllerRevision", Namespaced: true},
 		// events.k8s.io/v1 shows the core Events.
-		{gvr: gvr("events.k8s.io", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"},
-			storedAs: gvr("", "v1", "events"), toStorage: eventToCore, fromStorage: eventFromCore},
+		{GVR: gvr("events.k8s.io", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"},
+			StoredAs: gvr("", "v1", "events"), ToStorage: eventToCore, FromStorage: eventFromCore},
 		// batch/v1
-		{gvr: gvr("batch", "v1", "jobs"), kind: "Job", namespaced: true, categories: all, subresources: []string{"status"}, strategy: jobStrategy{}},
-		{gvr: gvr("batch", "v1", "cronjobs"), kind: "CronJob", namespaced: true, shortNames: []string{"cj"}, categories: all, subresources: []string{"status"}, strategy: cronJobStrategy{}},
+		{GVR: gvr("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: all, Subresources: []string{"status"}, Strategy: jobStrategy{}},
+		{GVR: gvr("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: all, Subresources: []string{"status"}, Strategy: cronJobStrategy{}},
 		// coordination.k8s.io/v1
-		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true, strategy: leaseStrategy{}},
+		{GVR: gvr("coordination.k8s.io", "v1", "leases"), Kind: "Lease", Namespaced: true, Strategy: leaseStrategy{}},
 		// discovery.k8s.io/v1
-		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true, strategy: endpointSliceStrategy{}},
+		{GVR: gvr("discovery.k8s.io", "v1", "endpointslices"), Kind: "EndpointSlice", Namespaced: true, Strategy: endpointSliceStrategy{}},
 		// networking.k8s.io/v1
-		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},
-		{gvr: gvr("networking.k8s.io", "v1", "ipaddresses"), kind: "IPAddress", shortNames: []string{"ip"}, strategy: ipAddressStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "networkpolicies"), kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}, strategy: networkPolicyStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "servicecidrs"), kind: "ServiceCIDR", subresources: []string{"status"}, strategy: serviceCIDRStrategy{}},
+		{GVR: gvr("networking.k8s.io", "v1", "ingresses"), Kind: "Ingress", Namespaced: true, ShortNames: []string{"ing"}, Subresources: []string{"status"}, Strategy: ingressStrategy{}},
+		{GVR: gvr("networking.k8s.io", "v1", "ingressclasses"), Kind: "IngressClass"},
+		{GVR: gvr("networking.k8s.io", "v1", "ipaddresses"), Kind: "IPAddress", ShortNames: []string{"ip"}, Strategy: ipAddressStrategy{}},
+		{GVR: gvr("networking.k8s.io", "v1", "networkpolicies"), Kind: "NetworkPolicy", Namespaced: true, ShortNames: []string{"netpol"}, Strategy: networkPolicyStrategy{}},
+		{GVR: gvr("networking.k8s.io", "v1", "servicecidrs"), Kind: "ServiceCIDR", Subresources: []string{"status"}, Strategy: serviceCIDRStrategy{}},
 		// policy/v1
-		{gvr: gvr("policy", "v1", "poddisruptionbudgets"), kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}, subresources: []string{"status"}, strategy: pdbStrategy{}},
+		{GVR: gvr("policy", "v1", "poddisruptionbudgets"), Kind: "PodDisruptionBudget", Namespaced: true, ShortNames: []string{"pdb"}, Subresources: []string{"status"}, Strategy: pdbStrategy{}},
 		// scheduling.k8s.io/v1
-		{gvr: gvr("scheduling.k8s.io", "v1", "priorityclasses"), kind: "PriorityClass", shortNames: []string{"pc"}, strategy: priorityClassStrategy{}},
+		{GVR: gvr("scheduling.k8s.io", "v1", "priorityclasses"), Kind: "PriorityClass", ShortNames: []string{"pc"}, Strategy: priorityClassStrategy{}},
 		// storage.k8s.io/v1
-		{gvr: gvr("storage.k8s.io", "v1", "storageclasses"), kind: "StorageClass", shortNames: []string{"sc"}},
+		{GVR: gvr("storage.k8s.io", "v1", "storageclasses"), Kind: "StorageClass", ShortNames: []string{"sc"}},
 		// admissionregistration.k8s.io/v1
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), kind: "MutatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), kind: "ValidatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), kind: "ValidatingAdmissionPolicy", categories: apiExtensions, subresources: []string{"status"}, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), kind: "ValidatingAdmissionPolicyBinding", categories: apiExtensions, strategy: admissionConfigStrategy{}},
+		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
+		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
+		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), Kind: "ValidatingAdmissionPolicy", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: admissionConfigStrategy{}},
+		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), Kind: "ValidatingAdmissionPolicyBinding", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		// node.k8s.io/v1
-		{gvr: gvr("node.k8s.io", "v1", "runtimeclasses"), kind: "RuntimeClass"},
+		{GVR: gvr("node.k8s.io", "v1", "runtimeclasses"), Kind: "RuntimeClass"},
 		// rbac.authorization.k8s.io/v1
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), kind: "ClusterRoleBinding", strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), kind: "ClusterRole", strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), kind: "RoleBinding", namespaced: true, strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "roles"), kind: "Role", namespaced: true, strategy: rbacStrategy{}},
+		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}},
+		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), Kind: "ClusterRole", Strategy: rbacStrategy{}},
+		{GVR: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), Kind: "RoleBinding", Namespaced: true, Strategy: rbacStrategy{}},
+		{GVR: gvr("rbac.authorization.k8s.io", "v1", "roles"), Kind: "Role", Namespaced: true, Strategy: rbacStrategy{}},
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
-		{gvr: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), kind: "SelfSubjectReview", createOnly: true},
-		{gvr: gvr("authentication.k8s.io", "v1", "tokenreviews"), kind: "TokenReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), kind: "LocalSubjectAccessReview", namespaced: true, createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
+		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
+		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), Kind: "LocalSubjectAccessReview", Namespaced: true, CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), Kind: "SelfSubjectAccessReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), Kind: "SelfSubjectRulesReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), Kind: "SubjectAccessReview", CreateOnly: true},
 		// apiregistration.k8s.io/v1
-		{gvr: apiServiceGVR, kind: "APIService", categories: apiExtensions, subresources: []string{"status"}, strategy: apiServiceStrategy{}},
+		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}},
 		// apiextensions.k8s.io/v1
-		{gvr: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), kind: "CustomResourceDefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"}, subresources: []string{"status"}, strategy: crdStrategy{}},
+		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"}, Strategy: crdStrategy{}},
+	}
+}
+
+// builtinResources is the server's resource table for builtinKinds.
+func builtinResources() []*resource {
+	kinds := builtinKinds()
+	out := make([]*resource, len(kinds))
+	for i := range kinds {
+		out[i] = newResource(&kinds[i])
+	}
+	return out
+}
+
+// newResource makes k's entry of the resource table.
+func newResource(k *registry.Kind) *resource {
+	r := &resource{
+		gvr: k.GVR, kind: k.Kind, listKind: k.ListKind, singular: k.Singular, namespaced: k.Namespaced,
+		shortNames: k.ShortNames, categories: k.Categories, subresources: k.Subresources,
+		noCollection: k.NoCollection, createOnly: k.CreateOnly, strategy: k.Strategy,
+		returnDeleted: k.ReturnDeleted, allowCreateOnUpdate: k.AllowCreateOnUpdate, fields: k.Fields,
+		storedAs: k.StoredAs, toStorage: k.ToStorage, fromStorage: k.FromStorage,
+		def: k, printer: k.Printer, defaulter: k.Defaulter,
+	}
+	if r.printer == nil {
+		r.printer = printerFor(k.GVR.GroupResource())
+	}
+	if r.defaulter == nil {
+		r.defaulter = legacyDefault
+	}
+	if r.listKind == "" {
+		k.ListKind = r.kind + "List"
+	}
+	if r.singular == "" {
+		k.Singular = strings.ToLower(r.kind)
+	}
+	if r.strategy == nil {
+		k.Strategy = registry.DefaultStrategy{}
+	}
+	return r
+}
+
+// defaulterFunc applies a kind's defaults; it is also the field
+// manager's defaulter, so server-side apply compares defaulted objects,
+// as upstream does.
+type defaulterFunc func(runtime.Object)
+
+// Default applies the defaults, if the kind has any.
+func (f defaulterFunc) Default(obj runtime.Object) {
+	if f != nil {
+		f(obj)
+	}
+}
+
+// bindStrategies gives the strategies of the kinds the server itself
+// serves (CustomResourceDefinitions, APIServices) the server they check
+// groups against.
+func (s *Server) bindStrategies() {
+	for _, r := range s.reg.byGVR {
+		switch r.strategy.(type) {
+		case crdStrategy:
+			r.strategy = crdStrategy{s: s}
+		case apiServiceStrategy:
+			r.strategy = apiServiceStrategy{s: s}
+		default:
+			continue
+		}
+		r.def.Strategy = r.strategy
 	}
 }

@@ -329,7 +329,7 @@ func (s *Server) repairEvent(ctx context.Context, controller string, obj runtime
 	}
 	res := s.reg.byGVR[gvr("", "v1", "events")]
 	ev.GetObjectKind().SetGroupVersionKind(res.gvk())
-	if _, err := s.createObject(ctx, &writeCtx{s: s, res: res}, ev, controller, false); err != nil {
+	if _, err := s.createObject(ctx, s.newWriteCtx(res, false), ev, controller, false); err != nil {
 		s.log.Warn("service repair event not recorded", "reason", reason, "message", msg, "err", err)
 	}
 	s.log.Info("service allocation repair", "reason", reason, "message", msg)

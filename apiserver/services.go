@@ -12,13 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // serviceStrategy allocates cluster IPs and node ports and validates
 // Services as kube-apiserver does.
-type serviceStrategy struct{ defaultStrategy }
+type serviceStrategy struct{ registry.DefaultStrategy }
 
-func (serviceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (serviceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	svc := obj.(*corev1.Service)
 	svc.Status = corev1.ServiceStatus{}
 	// clusterIP and clusterIPs[0] are one field, whichever the client set.
@@ -30,12 +32,12 @@ func (serviceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	errs := validateServiceSpec(w, svc)
 	errs = append(errs, initIPFamilies(w, svc)...)
 	if len(errs) > 0 {
-		return invalid(w.res, svc.Name, errs)
+		return w.Invalid(svc.Name, errs)
 	}
-	return w.s.allocateService(context.Background(), w, svc, nil)
+	return allocateService(context.Background(), w, svc, nil)
 }
 
-func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (serviceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	svc, o := obj.(*corev1.Service), old.(*corev1.Service)
 	svc.Status = o.Status
 	// What the server allocated stays when the client leaves it out, as
@@ -83,12 +85,12 @@ func (serviceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) er
 	errs := validateServiceSpec(w, svc)
 	errs = append(errs, initIPFamilies(w, svc)...)
 	if len(errs) > 0 {
-		return invalid(w.res, svc.Name, errs)
+		return w.Invalid(svc.Name, errs)
 	}
-	return w.s.allocateService(context.Background(), w, svc, o)
+	return allocateService(context.Background(), w, svc, o)
 }
 
-func (serviceStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (serviceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	svc, o := obj.(*corev1.Service), old.(*corev1.Service)
 	var errs field.ErrorList
 	if o.Spec.ClusterIP != "" && svc.Spec.Type != corev1.ServiceTypeExternalName && o.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != o.Spec.ClusterIP {
@@ -108,11 +110,11 @@ func needsHealthCheck(s *corev1.Service) bool {
 	return s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 }
 
-func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
+func validateServiceSpec(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
 	p := field.NewPath("spec")
 	var errs field.ErrorList
 	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
-		r := w.s.cfg.NodePortRange
+		r := w.Env.NodePortRange
 		if !needsHealthCheck(svc) {
 			errs = append(errs, field.Forbidden(p.Child("healthCheckNodePort"), "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
 		} else if int(hc) < r.Base || int(hc) > r.Max {
@@ -166,7 +168,7 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		}
 		seen[key] = true
 		if port.NodePort != 0 {
-			r := w.s.cfg.NodePortRange
+			r := w.Env.NodePortRange
 			np := corev1.ServicePort{NodePort: port.NodePort, Protocol: port.Protocol}
 			if nodePorts[np] {
 				errs = append(errs, field.Duplicate(pp.Child("nodePort"), port.NodePort))
@@ -204,7 +206,7 @@ func validateServiceSpec(w *writeCtx, svc *corev1.Service) field.ErrorList {
 		switch {
 		case err != nil:
 			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
-		case !w.s.cfg.ServiceCIDR.Contains(addr):
+		case !w.Env.ServiceCIDR.Contains(addr):
 			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, fmt.Sprintf("failed to allocate IP %s: the provided network does not match the current range", ip)))
 		}
 	}
@@ -237,12 +239,12 @@ func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
 // initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
 // the cluster cannot give, as kube-apiserver does: bonsai's service range
 // has one family, so a Service may not require two.
-func initIPFamilies(w *writeCtx, svc *corev1.Service) field.ErrorList {
+func initIPFamilies(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
 	family := corev1.IPv4Protocol
-	if w.s.cfg.ServiceCIDR.Addr().Is6() {
+	if w.Env.ServiceCIDR.Addr().Is6() {
 		family = corev1.IPv6Protocol
 	}
 	other := map[corev1.IPFamily]corev1.IPFamily{corev1.IPv4Protocol: corev1.IPv6Protocol, corev1.IPv6Protocol: corev1.IPv4Protocol}
@@ -304,8 +306,8 @@ func initIPFamilies(w *writeCtx, svc *corev1.Service) field.ErrorList {
 // needs and old (nil on create) does not hold, and arranges with w that
 // they are given back if the write fails and that what old held and svc
 // no longer does is given back once the write is stored.
-func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *corev1.Service) error {
-	res := w.res
+func allocateService(ctx context.Context, w *registry.WriteCtx, svc, old *corev1.Service) error {
+	s := w.Env.Services
 	ctx = context.WithoutCancel(ctx)
 	var oldIPs []netip.Addr
 	var oldPorts []int32
@@ -319,20 +321,20 @@ func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *cor
 		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
 		switch {
 		case svc.Spec.ClusterIP == "":
-			if ip, err = s.takeNextIP(ctx, svc, w.dryRun); err != nil {
+			if ip, err = s.TakeNextIP(ctx, svc, w.DryRun); err != nil {
 				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
 			}
-			w.onFailure(func() error { return s.releaseIP(ctx, ip, svc.Namespace, svc.Name) })
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
 		case err != nil || containsAddr(oldIPs, ip):
 			// Validation has refused a malformed IP; a held one stays.
 		default:
-			if err := s.takeIP(ctx, ip, svc, w.dryRun); err != nil {
-				if errors.Is(err, errIPAllocated) {
-					return invalid(res, svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
+			if err := s.TakeIP(ctx, ip, svc, w.DryRun); err != nil {
+				if errors.Is(err, registry.ErrIPAllocated) {
+					return w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
 				}
 				return apierrors.NewInternalError(err)
 			}
-			w.onFailure(func() error { return s.releaseIP(ctx, ip, svc.Namespace, svc.Name) })
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
 		}
 		svc.Spec.ClusterIP = ip.String()
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
@@ -340,7 +342,7 @@ func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *cor
 		// Headless: nothing to allocate.
 		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
 	}
-	kept, err := s.allocateNodePorts(ctx, w, svc, oldPorts)
+	kept, err := allocateNodePorts(ctx, w, svc, oldPorts)
 	if err != nil {
 		return err
 	}
@@ -351,12 +353,12 @@ func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *cor
 	newIPs := serviceIPs(svc)
 	for _, ip := range oldIPs {
 		if !containsAddr(newIPs, ip) {
-			w.onSuccess(func() error { return s.releaseIP(ctx, ip, old.Namespace, old.Name) })
+			w.OnSuccess(func() error { return s.ReleaseIP(ctx, ip, old.Namespace, old.Name) })
 		}
 	}
 	for _, p := range oldPorts {
 		if !containsPort(kept, p) {
-			w.onSuccess(func() error { return s.releaseNodePort(ctx, p, old) })
+			w.OnSuccess(func() error { return s.ReleaseNodePort(ctx, p, old) })
 		}
 	}
 	return nil
@@ -366,7 +368,8 @@ func (s *Server) allocateService(ctx context.Context, w *writeCtx, svc, old *cor
 // ports that lack one a free port (a port number served over several
 // protocols shares one node port, as upstream). It returns the node ports
 // svc holds after the write.
-func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1.Service, oldPorts []int32) ([]int32, error) {
+func allocateNodePorts(ctx context.Context, w *registry.WriteCtx, svc *corev1.Service, oldPorts []int32) ([]int32, error) {
+	s := w.Env.Services
 	if svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		for i := range svc.Spec.Ports {
 			svc.Spec.Ports[i].NodePort = 0
@@ -379,20 +382,20 @@ func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1
 			continue
 		}
 		if !containsPort(oldPorts, sp.NodePort) {
-			if err := s.recordNodePort(ctx, sp.NodePort, svc, w.dryRun); err != nil {
-				if errors.Is(err, errPortAllocated) {
-					return nil, invalid(w.res, svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Index(i).Child("nodePort"), sp.NodePort, err.Error())})
+			if err := s.RecordNodePort(ctx, sp.NodePort, svc, w.DryRun); err != nil {
+				if errors.Is(err, registry.ErrPortAllocated) {
+					return nil, w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Index(i).Child("nodePort"), sp.NodePort, err.Error())})
 				}
 				return nil, apierrors.NewInternalError(err)
 			}
 			p := sp.NodePort
-			w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+			w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
 		}
 		held = append(held, sp.NodePort)
 	}
 	if needsNodePorts(svc) {
 		var err error
-		if held, err = s.allocateMissingNodePorts(ctx, w, svc, held); err != nil {
+		if held, err = allocateMissingNodePorts(ctx, w, svc, held); err != nil {
 			return nil, err
 		}
 	}
@@ -402,25 +405,26 @@ func (s *Server) allocateNodePorts(ctx context.Context, w *writeCtx, svc *corev1
 	hc := &svc.Spec.HealthCheckNodePort
 	switch {
 	case *hc == 0:
-		p, err := s.takeNextNodePort(ctx, svc, held, w.dryRun)
+		p, err := s.TakeNextNodePort(ctx, svc, held, w.DryRun)
 		if err != nil {
 			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort %d: %w", p, err))
 		}
-		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
 		*hc = p
 	case !containsPort(oldPorts, *hc):
-		if err := s.recordNodePort(ctx, *hc, svc, w.dryRun); err != nil {
+		if err := s.RecordNodePort(ctx, *hc, svc, w.DryRun); err != nil {
 			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate requested HealthCheck NodePort %d: %w", *hc, err))
 		}
 		p := *hc
-		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
 	}
 	return append(held, *hc), nil
 }
 
 // allocateMissingNodePorts gives each port without a node port one,
 // returning held with the ports it took.
-func (s *Server) allocateMissingNodePorts(ctx context.Context, w *writeCtx, svc *corev1.Service, held []int32) ([]int32, error) {
+func allocateMissingNodePorts(ctx context.Context, w *registry.WriteCtx, svc *corev1.Service, held []int32) ([]int32, error) {
+	s := w.Env.Services
 	byPort := map[int32]int32{}
 	for _, sp := range svc.Spec.Ports {
 		if sp.NodePort != 0 {
@@ -436,11 +440,11 @@ func (s *Server) allocateMissingNodePorts(ctx context.Context, w *writeCtx, svc 
 			sp.NodePort = np
 			continue
 		}
-		p, err := s.takeNextNodePort(ctx, svc, held, w.dryRun)
+		p, err := s.TakeNextNodePort(ctx, svc, held, w.DryRun)
 		if err != nil {
 			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
 		}
-		w.onFailure(func() error { return s.releaseNodePort(ctx, p, svc) })
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
 		sp.NodePort, byPort[sp.Port] = p, p
 		held = append(held, p)
 	}

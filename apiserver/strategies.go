@@ -15,16 +15,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/core"
 )
 
 // ---- namespaces
 
-type namespaceStrategy struct{ defaultStrategy }
+type namespaceStrategy struct{ registry.DefaultStrategy }
 
 const namespaceNameLabel = "kubernetes.io/metadata.name"
 
-func (namespaceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (namespaceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	ns := obj.(*corev1.Namespace)
 	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
 	ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
@@ -32,7 +33,7 @@ func (namespaceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error
 	return nil
 }
 
-func (namespaceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (namespaceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	ns, o := obj.(*corev1.Namespace), old.(*corev1.Namespace)
 	ns.Status = o.Status
 	ns.Spec.Finalizers = o.Spec.Finalizers
@@ -47,22 +48,22 @@ func setNamespaceNameLabel(ns *corev1.Namespace) {
 	ns.Labels[namespaceNameLabel] = ns.Name
 }
 
-func (namespaceStrategy) blocksDeletion(obj runtime.Object) bool {
+func (namespaceStrategy) BlocksDeletion(obj runtime.Object) bool {
 	return len(obj.(*corev1.Namespace).Spec.Finalizers) > 0
 }
 
-func (namespaceStrategy) markDeleting(obj runtime.Object) {
+func (namespaceStrategy) MarkDeleting(obj runtime.Object) {
 	obj.(*corev1.Namespace).Status.Phase = corev1.NamespaceTerminating
 }
 
 // ---- nodes
 
-type nodeStrategy struct{ defaultStrategy }
+type nodeStrategy struct{ registry.DefaultStrategy }
 
 // The kubelet registers its node with status; keep it.
-func (nodeStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error { return nil }
+func (nodeStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error { return nil }
 
-func (nodeStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (nodeStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	n, o := obj.(*corev1.Node), old.(*corev1.Node)
 	var errs field.ErrorList
 	if o.Spec.PodCIDR != "" && n.Spec.PodCIDR != o.Spec.PodCIDR {
@@ -73,9 +74,9 @@ func (nodeStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.E
 
 // ---- pods
 
-type podStrategy struct{ generationStrategy }
+type podStrategy struct{ registry.GenerationStrategy }
 
-func (podStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (podStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	p := obj.(*corev1.Pod)
 	p.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(p)}
 	// The deprecated field mirrors the account (ServiceAccount
@@ -127,14 +128,14 @@ func qosClass(p *corev1.Pod) corev1.PodQOSClass {
 	return corev1.PodQOSBurstable
 }
 
-func (podStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (podStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	obj.(*corev1.Pod).Status = old.(*corev1.Pod).Status
 	return nil
 }
 
 // gracePeriod: an unscheduled or finished pod goes at once; a running one
 // waits for its kubelet, as long as the client or the pod spec says.
-func (podStrategy) gracePeriod(obj runtime.Object, requested *int64) int64 {
+func (podStrategy) GracePeriod(obj runtime.Object, requested *int64) int64 {
 	p := obj.(*corev1.Pod)
 	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return 0
@@ -148,13 +149,13 @@ func (podStrategy) gracePeriod(obj runtime.Object, requested *int64) int64 {
 	return corev1.DefaultTerminationGracePeriodSeconds
 }
 
-func (podStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (podStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	spec, p := &obj.(*corev1.Pod).Spec, field.NewPath("spec")
-	return append(validatePodSpec(spec, p), core.ValidateHostPorts(spec, w.s.cfg.ReservedHostPorts, p)...)
+	return append(validatePodSpec(spec, p), core.ValidateHostPorts(spec, w.Env.ReservedHostPorts, p)...)
 }
 
 // validateUpdate allows only the fields Kubernetes lets change on a pod.
-func (podStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (podStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	p, o := obj.(*corev1.Pod), old.(*corev1.Pod)
 	errs := validatePodSpec(&p.Spec, field.NewPath("spec"))
 	mutable := p.Spec.DeepCopy()
@@ -271,14 +272,14 @@ func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
 
 // ---- secrets
 
-type secretStrategy struct{ defaultStrategy }
+type secretStrategy struct{ registry.DefaultStrategy }
 
-func (secretStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (secretStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	foldStringData(obj.(*corev1.Secret))
 	return nil
 }
 
-func (secretStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (secretStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	foldStringData(obj.(*corev1.Secret))
 	return nil
 }
@@ -297,7 +298,7 @@ func foldStringData(s *corev1.Secret) {
 	s.StringData = nil
 }
 
-func (secretStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (secretStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	errs, total := validateDataKeys(obj.(*corev1.Secret).Data, field.NewPath("data"))
 	if total > corev1.MaxSecretSize {
 		errs = append(errs, field.TooLong(field.NewPath("data"), "", corev1.MaxSecretSize))
@@ -319,9 +320,9 @@ func validateDataKeys[V string | []byte](data map[string]V, path *field.Path) (f
 	return errs, total
 }
 
-func (st secretStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st secretStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	s, o := obj.(*corev1.Secret), old.(*corev1.Secret)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	if s.Type != o.Type {
 		errs = append(errs, field.Invalid(field.NewPath("type"), s.Type, "field is immutable"))
 	}
@@ -376,31 +377,31 @@ func validateWorkload(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec, r
 	return append(errs, validatePodSpec(&tmpl.Spec, p.Child("template", "spec"))...)
 }
 
-type deploymentStrategy struct{ generationStrategy }
+type deploymentStrategy struct{ registry.GenerationStrategy }
 
-func (deploymentStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (deploymentStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	return validateDeploymentSpec(&obj.(*appsv1.Deployment).Spec)
 }
 
-func (st deploymentStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st deploymentStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	return append(errs, validateSelectorImmutable(obj.(*appsv1.Deployment).Spec.Selector, old.(*appsv1.Deployment).Spec.Selector, field.NewPath("spec"))...)
 }
 
-type replicaSetStrategy struct{ generationStrategy }
+type replicaSetStrategy struct{ registry.GenerationStrategy }
 
-func (replicaSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (replicaSetStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	return validateReplicaSetSpec(&obj.(*appsv1.ReplicaSet).Spec)
 }
 
-func (st replicaSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st replicaSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	return append(errs, validateSelectorImmutable(obj.(*appsv1.ReplicaSet).Spec.Selector, old.(*appsv1.ReplicaSet).Spec.Selector, field.NewPath("spec"))...)
 }
 
-type statefulSetStrategy struct{ generationStrategy }
+type statefulSetStrategy struct{ registry.GenerationStrategy }
 
-func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (statefulSetStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*appsv1.StatefulSet)
 	// Containers mount the claims of volumeClaimTemplates by name: the
 	// controller adds those volumes to each pod, so the template is
@@ -414,8 +415,8 @@ func (statefulSetStrategy) validate(w *writeCtx, obj runtime.Object) field.Error
 	return append(errs, validateStatefulSetSpec(&s.Spec, field.NewPath("spec"))...)
 }
 
-func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st statefulSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	s, o := obj.(*appsv1.StatefulSet), old.(*appsv1.StatefulSet)
 	p := field.NewPath("spec")
 	errs = append(errs, validateSelectorImmutable(s.Spec.Selector, o.Spec.Selector, p)...)
@@ -425,7 +426,7 @@ func (st statefulSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Objec
 	return errs
 }
 
-type daemonSetStrategy struct{ generationStrategy }
+type daemonSetStrategy struct{ registry.GenerationStrategy }
 
 // A DaemonSet's template generation, which the daemonset controller
 // labels its pods with (pod-template-generation): apps/v1 has no field
@@ -433,7 +434,7 @@ type daemonSetStrategy struct{ generationStrategy }
 // counting template changes; clients cannot set it.
 const daemonSetTemplateGeneration = appsv1.DeprecatedTemplateGeneration
 
-func (daemonSetStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (daemonSetStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	d := obj.(*appsv1.DaemonSet)
 	d.Status = appsv1.DaemonSetStatus{}
 	gen, err := templateGeneration(d)
@@ -444,7 +445,7 @@ func (daemonSetStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error
 	return nil
 }
 
-func (daemonSetStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (daemonSetStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	d, o := obj.(*appsv1.DaemonSet), old.(*appsv1.DaemonSet)
 	d.Status = o.Status
 	if _, err := templateGeneration(d); err != nil {
@@ -482,7 +483,7 @@ func setTemplateGeneration(d *appsv1.DaemonSet, gen int64) {
 	d.Annotations[daemonSetTemplateGeneration] = strconv.FormatInt(gen, 10)
 }
 
-func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (daemonSetStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	d := obj.(*appsv1.DaemonSet)
 	p := field.NewPath("spec")
 	errs := validateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
@@ -493,8 +494,8 @@ func (daemonSetStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 
-func (st daemonSetStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st daemonSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	return append(errs, validateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
 }
 
@@ -524,5 +525,5 @@ func validateResources(r corev1.ResourceRequirements, path *field.Path) field.Er
 // as upstream's status strategies allow (they reset spec, and a
 // Deployment's labels, only): the Deployment controller records the
 // rollout's revision on the Deployment through its status.
-func (deploymentStrategy) statusWritesAnnotations() {}
-func (replicaSetStrategy) statusWritesAnnotations() {}
+func (deploymentStrategy) StatusWritesAnnotations() {}
+func (replicaSetStrategy) StatusWritesAnnotations() {}

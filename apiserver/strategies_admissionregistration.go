@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // Strategies of admissionregistration.k8s.io/v1: defaults and validation
@@ -22,9 +24,9 @@ import (
 
 // admissionConfigStrategy defaults and validates the four kinds; their
 // generation counts changes, as upstream.
-type admissionConfigStrategy struct{ generationStrategy }
+type admissionConfigStrategy struct{ registry.GenerationStrategy }
 
-func (admissionConfigStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (admissionConfigStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	defaultAdmissionConfig(obj)
 	if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
 		p.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{}
@@ -32,7 +34,7 @@ func (admissionConfigStrategy) prepareForCreate(w *writeCtx, obj runtime.Object)
 	return nil
 }
 
-func (admissionConfigStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (admissionConfigStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	defaultAdmissionConfig(obj)
 	if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
 		p.Status = old.(*admissionregistrationv1.ValidatingAdmissionPolicy).Status
@@ -40,7 +42,7 @@ func (admissionConfigStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Ob
 	return nil
 }
 
-func (admissionConfigStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (admissionConfigStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	switch o := obj.(type) {
 	case *admissionregistrationv1.MutatingWebhookConfiguration:
 		var errs field.ErrorList
@@ -68,8 +70,8 @@ func (admissionConfigStrategy) validate(w *writeCtx, obj runtime.Object) field.E
 	return nil
 }
 
-func (st admissionConfigStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st admissionConfigStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 // defaultAdmissionConfig applies the v1 defaults.
@@ -542,23 +544,23 @@ func validateBindingSpec(p *field.Path, spec *admissionregistrationv1.Validating
 func init() {
 	webhooks := col("Webhooks", tInteger, "Webhooks is a list of webhooks and the affected resources and operations.")
 	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}] = printer{
-		columns: cols(nameCol, webhooks, ageCol),
-		cells: func(o runtime.Object) []any {
+		Columns: cols(nameCol, webhooks, ageCol),
+		Cells: func(o runtime.Object) []any {
 			c := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
 			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
 		},
 	}
 	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}] = printer{
-		columns: cols(nameCol, webhooks, ageCol),
-		cells: func(o runtime.Object) []any {
+		Columns: cols(nameCol, webhooks, ageCol),
+		Cells: func(o runtime.Object) []any {
 			c := o.(*admissionregistrationv1.ValidatingWebhookConfiguration)
 			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
 		},
 	}
 	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}] = printer{
-		columns: cols(nameCol, col("Validations", tInteger, "Validations is a list of validation expressions."),
+		Columns: cols(nameCol, col("Validations", tInteger, "Validations is a list of validation expressions."),
 			col("ParamKind", tString, "ParamKind specifies the kind of resources used to parameterize this policy"), ageCol),
-		cells: func(o runtime.Object) []any {
+		Cells: func(o runtime.Object) []any {
 			p := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 			kind := "<unset>"
 			if pk := p.Spec.ParamKind; pk != nil {
@@ -568,9 +570,9 @@ func init() {
 		},
 	}
 	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}] = printer{
-		columns: cols(nameCol, col("PolicyName", tString, "PolicyName references a ValidatingAdmissionPolicy name which the ValidatingAdmissionPolicyBinding binds to."),
+		Columns: cols(nameCol, col("PolicyName", tString, "PolicyName references a ValidatingAdmissionPolicy name which the ValidatingAdmissionPolicyBinding binds to."),
 			col("ParamRef", tString, "ParamRef specifies the parameter resource used to configure the admission control policy."), ageCol),
-		cells: func(o runtime.Object) []any {
+		Cells: func(o runtime.Object) []any {
 			b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
 			ref := "<unset>"
 			if r := b.Spec.ParamRef; r != nil {

@@ -10,11 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // ---- jobs
 
-type jobStrategy struct{ generationStrategy }
+type jobStrategy struct{ registry.GenerationStrategy }
 
 // The legacy keys of the labels the selector generation sets, kept
 // beside the batch.kubernetes.io ones as upstream does.
@@ -34,7 +36,7 @@ const (
 // controller-uid and job-name labels (new and legacy keys) where it lacks
 // them, and the selector matches the controller-uid label. A label the
 // user set is kept; validation then rejects a selector it breaks.
-func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (st jobStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	j := obj.(*batchv1.Job)
 	j.Status = batchv1.JobStatus{}
 	if j.Spec.ManualSelector != nil && *j.Spec.ManualSelector {
@@ -64,7 +66,7 @@ func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	return nil
 }
 
-func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (jobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	j := obj.(*batchv1.Job)
 	p := field.NewPath("spec")
 	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
@@ -222,9 +224,9 @@ func validateSuccessPolicy(s *batchv1.JobSpec, indexed bool, spec *field.Path) f
 	return errs
 }
 
-func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st jobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	p := field.NewPath("spec")
 	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
 	immutable := func(changed bool, name string, v any) {
@@ -265,9 +267,9 @@ func suspendedUnstarted(j *batchv1.Job) bool {
 
 // ---- cronjobs
 
-type cronJobStrategy struct{ generationStrategy }
+type cronJobStrategy struct{ registry.GenerationStrategy }
 
-func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (cronJobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*batchv1.CronJob)
 	var errs field.ErrorList
 	if c.Spec.Schedule == "" {
@@ -286,6 +288,6 @@ func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList
 	return append(errs, validatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
 }
 
-func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st cronJobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }

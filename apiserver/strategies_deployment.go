@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // What kube-apiserver checks of a Deployment's and a ReplicaSet's spec
@@ -94,8 +96,8 @@ func validateReplicaSetSpec(s *appsv1.ReplicaSetSpec) field.ErrorList {
 // prepareForUpdate: a Deployment's generation counts annotation changes
 // too, as upstream's does, because its ReplicaSets copy its annotations;
 // a spec change bumps it already.
-func (st deploymentStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
-	if err := st.generationStrategy.prepareForUpdate(w, obj, old); err != nil {
+func (st deploymentStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+	if err := st.GenerationStrategy.PrepareForUpdate(w, obj, old); err != nil {
 		return err
 	}
 	d, o := obj.(*appsv1.Deployment), old.(*appsv1.Deployment)

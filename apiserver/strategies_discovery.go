@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // EndpointSlice limits, kube-apiserver's: the API documents 1000
@@ -28,9 +30,9 @@ var (
 
 // endpointSliceStrategy validates EndpointSlices as kube-apiserver does;
 // their address type is immutable.
-type endpointSliceStrategy struct{ defaultStrategy }
+type endpointSliceStrategy struct{ registry.DefaultStrategy }
 
-func (endpointSliceStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (endpointSliceStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*discoveryv1.EndpointSlice)
 	var errs field.ErrorList
 	at := field.NewPath("addressType")
@@ -44,9 +46,9 @@ func (endpointSliceStrategy) validate(w *writeCtx, obj runtime.Object) field.Err
 	return append(errs, validateSlicePorts(s.Ports, field.NewPath("ports"))...)
 }
 
-func (st endpointSliceStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st endpointSliceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	s, o := obj.(*discoveryv1.EndpointSlice), old.(*discoveryv1.EndpointSlice)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	if s.AddressType != o.AddressType {
 		errs = append(errs, field.Invalid(field.NewPath("addressType"), s.AddressType, "field is immutable"))
 	}

@@ -15,15 +15,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // Validation for the kinds whose rules are short, with Kubernetes' messages.
 
 // ---- ingresses
 
-type ingressStrategy struct{ generationStrategy }
+type ingressStrategy struct{ registry.GenerationStrategy }
 
-func (ingressStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (ingressStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	ing := obj.(*networkingv1.Ingress)
 	p := field.NewPath("spec")
 	var errs field.ErrorList
@@ -68,8 +70,8 @@ func (ingressStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList
 	return errs
 }
 
-func (st ingressStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st ingressStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 func validateIngressBackend(b *networkingv1.IngressBackend, p *field.Path) field.ErrorList {
@@ -107,9 +109,9 @@ func validateIngressBackend(b *networkingv1.IngressBackend, p *field.Path) field
 
 // ---- network policies
 
-type networkPolicyStrategy struct{ generationStrategy }
+type networkPolicyStrategy struct{ registry.GenerationStrategy }
 
-func (networkPolicyStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (networkPolicyStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	np := obj.(*networkingv1.NetworkPolicy)
 	p := field.NewPath("spec")
 	errs := validateLabelSelector(&np.Spec.PodSelector, p.Child("podSelector"))
@@ -187,8 +189,8 @@ func (networkPolicyStrategy) validate(w *writeCtx, obj runtime.Object) field.Err
 	return errs
 }
 
-func (st networkPolicyStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st networkPolicyStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 func validateLabelSelector(sel *metav1.LabelSelector, p *field.Path) field.ErrorList {
@@ -200,9 +202,9 @@ func validateLabelSelector(sel *metav1.LabelSelector, p *field.Path) field.Error
 
 // ---- pod disruption budgets
 
-type pdbStrategy struct{ generationStrategy }
+type pdbStrategy struct{ registry.GenerationStrategy }
 
-func (pdbStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (pdbStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	pdb := obj.(*policyv1.PodDisruptionBudget)
 	p := field.NewPath("spec")
 	var errs field.ErrorList
@@ -231,15 +233,15 @@ func (pdbStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (st pdbStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st pdbStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 // ---- leases
 
-type leaseStrategy struct{ defaultStrategy }
+type leaseStrategy struct{ registry.DefaultStrategy }
 
-func (leaseStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (leaseStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	l := obj.(*coordinationv1.Lease)
 	var errs field.ErrorList
 	if d := l.Spec.LeaseDurationSeconds; d != nil && *d <= 0 {
@@ -251,19 +253,19 @@ func (leaseStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (st leaseStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st leaseStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 // ---- priority classes
 
-type priorityClassStrategy struct{ defaultStrategy }
+type priorityClassStrategy struct{ registry.DefaultStrategy }
 
 // highestUserPriority is the largest value a PriorityClass not named
 // system-* may have, as Kubernetes defines it.
 const highestUserPriority = 1000000000
 
-func (priorityClassStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (priorityClassStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	pc := obj.(*schedulingv1.PriorityClass)
 	var errs field.ErrorList
 	system := pc.Name == "system-node-critical" || pc.Name == "system-cluster-critical"
@@ -279,9 +281,9 @@ func (priorityClassStrategy) validate(w *writeCtx, obj runtime.Object) field.Err
 	return errs
 }
 
-func (st priorityClassStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st priorityClassStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	pc, o := obj.(*schedulingv1.PriorityClass), old.(*schedulingv1.PriorityClass)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	if pc.Value != o.Value {
 		errs = append(errs, field.Forbidden(field.NewPath("value"), "may not be changed in an update."))
 	}

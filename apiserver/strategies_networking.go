@@ -10,13 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // ipAddressStrategy holds the rules of IPAddress objects, the cluster IP
 // allocator's records: the name is the address, the parent is fixed.
-type ipAddressStrategy struct{ defaultStrategy }
+type ipAddressStrategy struct{ registry.DefaultStrategy }
 
-func (ipAddressStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (ipAddressStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	a := obj.(*networkingv1.IPAddress)
 	var errs field.ErrorList
 	if ip, err := netip.ParseAddr(a.Name); err != nil || ip.String() != a.Name || ip.Zone() != "" {
@@ -37,8 +39,8 @@ func (ipAddressStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorLi
 	return errs
 }
 
-func (st ipAddressStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st ipAddressStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	a, o := obj.(*networkingv1.IPAddress), old.(*networkingv1.IPAddress)
 	if !apiequality.Semantic.DeepEqual(a.Spec.ParentRef, o.Spec.ParentRef) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "parentRef"), a.Spec.ParentRef, "field is immutable"))
@@ -49,21 +51,21 @@ func (st ipAddressStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object)
 // serviceCIDRStrategy holds the rules of ServiceCIDRs. bonsai allocates
 // from --service-cidr only, which its "kubernetes" ServiceCIDR shows: other
 // ServiceCIDRs are refused rather than accepted and never used.
-type serviceCIDRStrategy struct{ defaultStrategy }
+type serviceCIDRStrategy struct{ registry.DefaultStrategy }
 
 // defaultServiceCIDRName is the ServiceCIDR of --service-cidr, as
 // kube-apiserver names it.
 const defaultServiceCIDRName = "kubernetes"
 
-func (st serviceCIDRStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (st serviceCIDRStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	c := obj.(*networkingv1.ServiceCIDR)
 	if c.Name != defaultServiceCIDRName {
-		return apierrors.NewForbidden(qualified(w.res), c.Name, errors.New("this server allocates Service cluster IPs from --service-cidr only; it serves no other ServiceCIDR"))
+		return apierrors.NewForbidden(w.GroupResource(), c.Name, errors.New("this server allocates Service cluster IPs from --service-cidr only; it serves no other ServiceCIDR"))
 	}
-	return st.defaultStrategy.prepareForCreate(w, obj)
+	return st.DefaultStrategy.PrepareForCreate(w, obj)
 }
 
-func (serviceCIDRStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (serviceCIDRStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*networkingv1.ServiceCIDR)
 	p := field.NewPath("spec", "cidrs")
 	var errs field.ErrorList
@@ -88,8 +90,8 @@ func (serviceCIDRStrategy) validate(w *writeCtx, obj runtime.Object) field.Error
 	return errs
 }
 
-func (st serviceCIDRStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st serviceCIDRStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	c, o := obj.(*networkingv1.ServiceCIDR), old.(*networkingv1.ServiceCIDR)
 	// A single-stack range may gain its other family; nothing else moves.
 	grows := len(o.Spec.CIDRs) == 1 && len(c.Spec.CIDRs) == 2 && c.Spec.CIDRs[0] == o.Spec.CIDRs[0]

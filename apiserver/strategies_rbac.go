@@ -6,13 +6,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // rbacStrategy validates Roles, ClusterRoles and their bindings as
 // Kubernetes' rbac validation does.
-type rbacStrategy struct{ defaultStrategy }
+type rbacStrategy struct{ registry.DefaultStrategy }
 
-func (rbacStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (rbacStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	switch o := obj.(type) {
 	case *rbacv1.Role:
 		return validateRules(o.Rules, true)
@@ -38,8 +40,8 @@ func (rbacStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	return nil
 }
 
-func (st rbacStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st rbacStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	var ref, oldRef rbacv1.RoleRef
 	switch o := obj.(type) {
 	case *rbacv1.RoleBinding:

@@ -133,7 +133,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		// workload's resource, subresource scale, operation UPDATE);
 		// the workload's update that follows is not admitted again.
 		ctx := r.Context()
-		wc := &writeCtx{s: s, res: res, dryRun: dry}
+		wc := s.newWriteCtx(res, dry)
 		adm := s.admitSubresource(ctx, wc, admissionv1.Update, "scale", ri.namespace, ri.name, autoscalingv1.SchemeGroupVersion.WithKind("Scale"), &next, sc)
 		if err := adm.mutate(ctx); err != nil {
 			return err

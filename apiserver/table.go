@@ -26,120 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
-
-// printer renders one kind's rows: columns (priority 1 is -o wide only)
-// and the cells of an object. kube-apiserver always prints the wide
-// columns and lets kubectl hide them, so cells cover every column.
-type printer struct {
-	columns []metav1.TableColumnDefinition
-	cells   func(obj runtime.Object) []any
-	// conditions, if set, are the row's conditions (pods mark finished
-	// rows Completed so clients can tell them apart).
-	conditions func(obj runtime.Object) []metav1.TableRowCondition
-}
-
-// Column types as Table defines them; a cell's Go type follows its
-// column's: string, int64 for integer, bool for boolean, an RFC 3339
-// string for date.
-const (
-	tString  = "string"
-	tInteger = "integer"
-	tBoolean = "boolean"
-	tDate    = "date"
-)
-
-func col(name, typ, desc string) metav1.TableColumnDefinition {
-	c := metav1.TableColumnDefinition{Name: name, Type: typ, Description: desc}
-	if name == "Name" {
-		c.Format = "name"
-	}
-	return c
-}
-
-func wide(c metav1.TableColumnDefinition) metav1.TableColumnDefinition {
-	c.Priority = 1
-	return c
-}
-
-// Descriptions come from the API types' own documentation, as upstream's do.
-var (
-	objectMetaDoc = metav1.ObjectMeta{}.SwaggerDoc()
-	nameCol       = col("Name", tString, objectMetaDoc["name"])
-	ageCol        = col("Age", tString, objectMetaDoc["creationTimestamp"])
-	containersCol = wide(col("Containers", tString, "Names of each container in the template."))
-	imagesCol     = wide(col("Images", tString, "Images referenced by each container in the template."))
-)
-
-func cols(cs ...metav1.TableColumnDefinition) []metav1.TableColumnDefinition { return cs }
-
-func since(t time.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(time.Since(t))
-}
-
-func age(m metav1.Object) string { return since(m.GetCreationTimestamp().Time) }
-
-func orNone(s string) string {
-	if s == "" {
-		return "<none>"
-	}
-	return s
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-func boolWord(b *bool) string {
-	switch {
-	case b == nil:
-		return "<unset>"
-	case *b:
-		return "True"
-	}
-	return "False"
-}
-
-func replicasOr1(r *int32) int64 {
-	if r == nil {
-		return 1
-	}
-	return int64(*r)
-}
-
-func containerColumns(cs []corev1.Container) (string, string) {
-	names, images := make([]string, len(cs)), make([]string, len(cs))
-	for i, c := range cs {
-		names[i], images[i] = c.Name, c.Image
-	}
-	return strings.Join(names, ","), strings.Join(images, ",")
-}
-
-// withContainers appends the wide Containers and Images cells.
-func withContainers(cells []any, cs []corev1.Container) []any {
-	names, images := containerColumns(cs)
-	return append(cells, names, images)
-}
-
-// moreList joins up to three items and counts the rest, as kubectl shows
-// long lists of addresses and ports.
-func moreList(items []string, total int, empty string) string {
-	const max = 3
-	if len(items) == 0 {
-		return empty
-	}
-	s := strings.Join(items, ",")
-	if total > max {
-		s += fmt.Sprintf(" + %d more...", total-max)
-	}
-	return s
-}
 
 // printers is keyed by group and resource: the same resource name can
 // mean different types in two groups (events in core and events.k8s.io).
@@ -183,20 +72,10 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "node.k8s.io", Resource: "runtimeclasses"}:                     runtimeClassPrinter,
 }
 
-// defaultPrinter is what kube-apiserver prints for kinds without columns
-// of their own.
-var defaultPrinter = printer{
-	columns: cols(nameCol, col("Created At", tDate, objectMetaDoc["creationTimestamp"])),
-	cells: func(o runtime.Object) []any {
-		m, _ := metaOf(o)
-		return []any{m.GetName(), m.GetCreationTimestamp().UTC().Format(time.RFC3339)}
-	},
-}
-
 // --- core/v1 ---
 
 var podPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Ready", tString, "The aggregate readiness state of this pod for accepting traffic."),
 		col("Status", tString, "The aggregate status of the containers in this pod."),
 		col("Restarts", tString, "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
@@ -206,7 +85,7 @@ var podPrinter = printer{
 		wide(col("Nominated Node", tString, corev1.PodStatus{}.SwaggerDoc()["nominatedNodeName"])),
 		wide(col("Readiness Gates", tString, corev1.PodSpec{}.SwaggerDoc()["readinessGates"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		p := o.(*corev1.Pod)
 		s := summarizePod(p)
 		ip := p.Status.PodIP
@@ -216,7 +95,7 @@ var podPrinter = printer{
 		return []any{p.Name, fmt.Sprintf("%d/%d", s.ready, s.total), s.reason, s.restarts, age(p),
 			orNone(ip), orNone(p.Spec.NodeName), orNone(p.Status.NominatedNodeName), readinessGates(p)}
 	},
-	conditions: func(o runtime.Object) []metav1.TableRowCondition {
+	Conditions: func(o runtime.Object) []metav1.TableRowCondition {
 		switch o.(*corev1.Pod).Status.Phase {
 		case corev1.PodSucceeded:
 			return []metav1.TableRowCondition{{Type: metav1.RowCompleted, Status: metav1.ConditionTrue, Reason: string(corev1.PodSucceeded), Message: "The pod has completed successfully."}}
@@ -367,15 +246,15 @@ func readinessGates(p *corev1.Pod) string {
 }
 
 var namespacePrinter = printer{
-	columns: cols(nameCol, col("Status", tString, "The status of the namespace"), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Status", tString, "The status of the namespace"), ageCol),
+	Cells: func(o runtime.Object) []any {
 		n := o.(*corev1.Namespace)
 		return []any{n.Name, string(n.Status.Phase), age(n)}
 	},
 }
 
 var nodePrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Status", tString, "The status of the node"),
 		col("Roles", tString, "The roles of the node"),
 		ageCol,
@@ -386,7 +265,7 @@ var nodePrinter = printer{
 		wide(col("Kernel-Version", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["kernelVersion"])),
 		wide(col("Container-Runtime", tString, corev1.NodeSystemInfo{}.SwaggerDoc()["containerRuntimeVersion"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		n := o.(*corev1.Node)
 		status := "Unknown"
 		for _, c := range n.Status.Conditions {
@@ -437,7 +316,7 @@ func nodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
 }
 
 var servicePrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Type", tString, corev1.ServiceSpec{}.SwaggerDoc()["type"]),
 		col("Cluster-IP", tString, corev1.ServiceSpec{}.SwaggerDoc()["clusterIP"]),
 		col("External-IP", tString, corev1.ServiceSpec{}.SwaggerDoc()["externalIPs"]),
@@ -445,7 +324,7 @@ var servicePrinter = printer{
 		ageCol,
 		wide(col("Selector", tString, corev1.ServiceSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		s := o.(*corev1.Service)
 		cip := "<none>"
 		if len(s.Spec.ClusterIPs) > 0 {
@@ -497,8 +376,8 @@ func uniqueSorted(xs []string) []string {
 }
 
 var endpointsPrinter = printer{
-	columns: cols(nameCol, col("Endpoints", tString, corev1.Endpoints{}.SwaggerDoc()["subsets"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Endpoints", tString, corev1.Endpoints{}.SwaggerDoc()["subsets"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		e := o.(*corev1.Endpoints)
 		return []any{e.Name, formatEndpoints(e), age(e)}
 	},
@@ -535,24 +414,24 @@ func formatEndpoints(e *corev1.Endpoints) string {
 }
 
 var configMapPrinter = printer{
-	columns: cols(nameCol, col("Data", tInteger, corev1.ConfigMap{}.SwaggerDoc()["data"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Data", tInteger, corev1.ConfigMap{}.SwaggerDoc()["data"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		c := o.(*corev1.ConfigMap)
 		return []any{c.Name, int64(len(c.Data) + len(c.BinaryData)), age(c)}
 	},
 }
 
 var secretPrinter = printer{
-	columns: cols(nameCol, col("Type", tString, corev1.Secret{}.SwaggerDoc()["type"]), col("Data", tInteger, corev1.Secret{}.SwaggerDoc()["data"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Type", tString, corev1.Secret{}.SwaggerDoc()["type"]), col("Data", tInteger, corev1.Secret{}.SwaggerDoc()["data"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		s := o.(*corev1.Secret)
 		return []any{s.Name, string(s.Type), int64(len(s.Data)), age(s)}
 	},
 }
 
 var serviceAccountPrinter = printer{
-	columns: cols(nameCol, col("Secrets", tInteger, corev1.ServiceAccount{}.SwaggerDoc()["secrets"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Secrets", tInteger, corev1.ServiceAccount{}.SwaggerDoc()["secrets"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		s := o.(*corev1.ServiceAccount)
 		return []any{s.Name, int64(len(s.Secrets)), age(s)}
 	},
@@ -573,13 +452,13 @@ var eventColumns = cols(
 )
 
 var coreEventPrinter = printer{
-	columns: eventColumns,
-	cells:   func(o runtime.Object) []any { return eventCells(o.(*corev1.Event)) },
+	Columns: eventColumns,
+	Cells:   func(o runtime.Object) []any { return eventCells(o.(*corev1.Event)) },
 }
 
 var eventsV1Printer = printer{
-	columns: eventColumns,
-	cells: func(o runtime.Object) []any {
+	Columns: eventColumns,
+	Cells: func(o runtime.Object) []any {
 		e := o.(*eventsv1.Event)
 		return eventCells(&corev1.Event{
 			ObjectMeta:          e.ObjectMeta,
@@ -636,12 +515,12 @@ func eventCells(e *corev1.Event) []any {
 
 // resourceQuotaPrinter has Age last, as since Kubernetes 1.33.
 var resourceQuotaPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Request", tString, "Request represents a minimum amount of cpu/memory that a container may consume."),
 		col("Limit", tString, "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node."),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		q := o.(*corev1.ResourceQuota)
 		names := make([]string, 0, len(q.Status.Hard))
 		for n := range q.Status.Hard {
@@ -663,19 +542,19 @@ var resourceQuotaPrinter = printer{
 }
 
 var podTemplatePrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Containers", tString, "Names of each container in the template."),
 		col("Images", tString, "Images referenced by each container in the template."),
 		col("Pod Labels", tString, "The labels for the pod template."),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		t := o.(*corev1.PodTemplate)
 		return append(withContainers([]any{t.Name}, t.Template.Spec.Containers), labels.FormatLabels(t.Template.Labels))
 	},
 }
 
 var persistentVolumePrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Capacity", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["capacity"]),
 		col("Access Modes", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["accessModes"]),
 		col("Reclaim Policy", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["persistentVolumeReclaimPolicy"]),
@@ -687,7 +566,7 @@ var persistentVolumePrinter = printer{
 		ageCol,
 		wide(col("VolumeMode", tString, corev1.PersistentVolumeSpec{}.SwaggerDoc()["volumeMode"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		pv := o.(*corev1.PersistentVolume)
 		claim := ""
 		if r := pv.Spec.ClaimRef; r != nil {
@@ -708,7 +587,7 @@ var persistentVolumePrinter = printer{
 }
 
 var persistentVolumeClaimPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Status", tString, corev1.PersistentVolumeClaimStatus{}.SwaggerDoc()["phase"]),
 		col("Volume", tString, corev1.PersistentVolumeClaimSpec{}.SwaggerDoc()["volumeName"]),
 		col("Capacity", tString, corev1.PersistentVolumeClaimStatus{}.SwaggerDoc()["capacity"]),
@@ -718,7 +597,7 @@ var persistentVolumeClaimPrinter = printer{
 		ageCol,
 		wide(col("VolumeMode", tString, corev1.PersistentVolumeClaimSpec{}.SwaggerDoc()["volumeMode"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		c := o.(*corev1.PersistentVolumeClaim)
 		phase := string(c.Status.Phase)
 		if c.DeletionTimestamp != nil {
@@ -772,14 +651,14 @@ func accessModes(modes []corev1.PersistentVolumeAccessMode) string {
 }
 
 var replicationControllerPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Desired", tInteger, corev1.ReplicationControllerSpec{}.SwaggerDoc()["replicas"]),
 		col("Current", tInteger, corev1.ReplicationControllerStatus{}.SwaggerDoc()["replicas"]),
 		col("Ready", tInteger, corev1.ReplicationControllerStatus{}.SwaggerDoc()["readyReplicas"]),
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, corev1.ReplicationControllerSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		rc := o.(*corev1.ReplicationController)
 		var cs []corev1.Container
 		if rc.Spec.Template != nil {
@@ -793,14 +672,14 @@ var replicationControllerPrinter = printer{
 // --- apps/v1 ---
 
 var deploymentPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Ready", tString, "Number of the pod with ready state"),
 		col("Up-to-date", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["updatedReplicas"]),
 		col("Available", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["availableReplicas"]),
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, appsv1.DeploymentSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		d := o.(*appsv1.Deployment)
 		// Unlike the other workloads, an empty selector prints empty here.
 		sel := "<invalid>"
@@ -813,14 +692,14 @@ var deploymentPrinter = printer{
 }
 
 var replicaSetPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Desired", tInteger, appsv1.ReplicaSetSpec{}.SwaggerDoc()["replicas"]),
 		col("Current", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["replicas"]),
 		col("Ready", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["readyReplicas"]),
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, appsv1.ReplicaSetSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		rs := o.(*appsv1.ReplicaSet)
 		cells := []any{rs.Name, replicasOr1(rs.Spec.Replicas), int64(rs.Status.Replicas), int64(rs.Status.ReadyReplicas), age(rs)}
 		return append(withContainers(cells, rs.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(rs.Spec.Selector))
@@ -828,8 +707,8 @@ var replicaSetPrinter = printer{
 }
 
 var statefulSetPrinter = printer{
-	columns: cols(nameCol, col("Ready", tString, "Number of the pod with ready state"), ageCol, containersCol, imagesCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Ready", tString, "Number of the pod with ready state"), ageCol, containersCol, imagesCol),
+	Cells: func(o runtime.Object) []any {
 		s := o.(*appsv1.StatefulSet)
 		cells := []any{s.Name, fmt.Sprintf("%d/%d", s.Status.ReadyReplicas, replicasOr1(s.Spec.Replicas)), age(s)}
 		return withContainers(cells, s.Spec.Template.Spec.Containers)
@@ -837,7 +716,7 @@ var statefulSetPrinter = printer{
 }
 
 var daemonSetPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Desired", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["desiredNumberScheduled"]),
 		col("Current", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["currentNumberScheduled"]),
 		col("Ready", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["numberReady"]),
@@ -847,7 +726,7 @@ var daemonSetPrinter = printer{
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, appsv1.DaemonSetSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		d := o.(*appsv1.DaemonSet)
 		st := d.Status
 		cells := []any{d.Name, int64(st.DesiredNumberScheduled), int64(st.CurrentNumberScheduled), int64(st.NumberReady),
@@ -857,12 +736,12 @@ var daemonSetPrinter = printer{
 }
 
 var controllerRevisionPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Controller", tString, "Controller of the object"),
 		col("Revision", tInteger, appsv1.ControllerRevision{}.SwaggerDoc()["revision"]),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		r := o.(*appsv1.ControllerRevision)
 		controller := "<none>"
 		if ref := metav1.GetControllerOf(r); ref != nil {
@@ -882,14 +761,14 @@ var controllerRevisionPrinter = printer{
 // --- batch/v1 ---
 
 var jobPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Status", tString, "Status of the job."),
 		col("Completions", tString, batchv1.JobStatus{}.SwaggerDoc()["succeeded"]),
 		col("Duration", tString, "Time required to complete the job."),
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		j := o.(*batchv1.Job)
 		var completions string
 		switch {
@@ -938,7 +817,7 @@ func jobStatus(j *batchv1.Job) string {
 }
 
 var cronJobPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Schedule", tString, batchv1.CronJobSpec{}.SwaggerDoc()["schedule"]),
 		col("Timezone", tString, batchv1.CronJobSpec{}.SwaggerDoc()["timeZone"]),
 		// Upstream declares this boolean but prints True/False words.
@@ -948,7 +827,7 @@ var cronJobPrinter = printer{
 		ageCol, containersCol, imagesCol,
 		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		c := o.(*batchv1.CronJob)
 		last := "<none>"
 		if t := c.Status.LastScheduleTime; t != nil {
@@ -963,21 +842,21 @@ var cronJobPrinter = printer{
 // --- other groups ---
 
 var leasePrinter = printer{
-	columns: cols(nameCol, col("Holder", tString, coordinationv1.LeaseSpec{}.SwaggerDoc()["holderIdentity"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Holder", tString, coordinationv1.LeaseSpec{}.SwaggerDoc()["holderIdentity"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		l := o.(*coordinationv1.Lease)
 		return []any{l.Name, strOr(l.Spec.HolderIdentity, ""), age(l)}
 	},
 }
 
 var endpointSlicePrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("AddressType", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
 		col("Ports", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["ports"]),
 		col("Endpoints", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["endpoints"]),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		s := o.(*discoveryv1.EndpointSlice)
 		var ports []string
 		for _, p := range s.Ports {
@@ -1008,14 +887,14 @@ var endpointSlicePrinter = printer{
 }
 
 var ingressPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Class", tString, "The name of the IngressClass resource that should be used for additional configuration"),
 		col("Hosts", tString, "Hosts that incoming requests are matched against before the ingress rule"),
 		col("Address", tString, "Address is a list containing ingress points for the load-balancer"),
 		col("Ports", tString, "Ports of TLS configurations that open"),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		in := o.(*networkingv1.Ingress)
 		// Up to three hosts; "more" counts every rule after them, with a
 		// host or not.
@@ -1050,12 +929,12 @@ var ingressPrinter = printer{
 }
 
 var ingressClassPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Controller", tString, "Controller that is responsible for handling this class"),
 		col("Parameters", tString, "A reference to a resource with additional parameters"),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		c := o.(*networkingv1.IngressClass)
 		params := "<none>"
 		if p := c.Spec.Parameters; p != nil {
@@ -1070,8 +949,8 @@ var ingressClassPrinter = printer{
 }
 
 var ipAddressPrinter = printer{
-	columns: cols(nameCol, col("ParentRef", tString, networkingv1.IPAddressSpec{}.SwaggerDoc()["parentRef"])),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("ParentRef", tString, networkingv1.IPAddressSpec{}.SwaggerDoc()["parentRef"])),
+	Cells: func(o runtime.Object) []any {
 		a := o.(*networkingv1.IPAddress)
 		parent := "<none>"
 		if r := a.Spec.ParentRef; r != nil {
@@ -1086,29 +965,29 @@ var ipAddressPrinter = printer{
 }
 
 var serviceCIDRPrinter = printer{
-	columns: cols(nameCol, col("CIDRs", tString, networkingv1.ServiceCIDRSpec{}.SwaggerDoc()["cidrs"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("CIDRs", tString, networkingv1.ServiceCIDRSpec{}.SwaggerDoc()["cidrs"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		c := o.(*networkingv1.ServiceCIDR)
 		return []any{c.Name, strings.Join(c.Spec.CIDRs, ","), age(c)}
 	},
 }
 
 var networkPolicyPrinter = printer{
-	columns: cols(nameCol, col("Pod-Selector", tString, networkingv1.NetworkPolicySpec{}.SwaggerDoc()["podSelector"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Pod-Selector", tString, networkingv1.NetworkPolicySpec{}.SwaggerDoc()["podSelector"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		n := o.(*networkingv1.NetworkPolicy)
 		return []any{n.Name, metav1.FormatLabelSelector(&n.Spec.PodSelector), age(n)}
 	},
 }
 
 var pdbPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Min Available", tString, "The minimum number of pods that must be available."),
 		col("Max Unavailable", tString, "The maximum number of pods that may be unavailable."),
 		col("Allowed Disruptions", tInteger, "Calculated number of pods that may be disrupted at this time."),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		p := o.(*policyv1.PodDisruptionBudget)
 		minA, maxU := "N/A", "N/A"
 		if p.Spec.MinAvailable != nil {
@@ -1122,13 +1001,13 @@ var pdbPrinter = printer{
 }
 
 var priorityClassPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Value", tInteger, schedulingv1.PriorityClass{}.SwaggerDoc()["value"]),
 		col("Global-Default", tBoolean, schedulingv1.PriorityClass{}.SwaggerDoc()["globalDefault"]),
 		ageCol,
 		col("PreemptionPolicy", tString, schedulingv1.PriorityClass{}.SwaggerDoc()["preemptionPolicy"]),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		p := o.(*schedulingv1.PriorityClass)
 		policy := ""
 		if p.PreemptionPolicy != nil {
@@ -1139,14 +1018,14 @@ var priorityClassPrinter = printer{
 }
 
 var storageClassPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Provisioner", tString, storagev1.StorageClass{}.SwaggerDoc()["provisioner"]),
 		col("ReclaimPolicy", tString, storagev1.StorageClass{}.SwaggerDoc()["reclaimPolicy"]),
 		col("VolumeBindingMode", tString, storagev1.StorageClass{}.SwaggerDoc()["volumeBindingMode"]),
 		col("AllowVolumeExpansion", tBoolean, storagev1.StorageClass{}.SwaggerDoc()["allowVolumeExpansion"]),
 		ageCol,
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		c := o.(*storagev1.StorageClass)
 		name := c.Name
 		if c.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" || c.Annotations["storageclass.beta.kubernetes.io/is-default-class"] == "true" {
@@ -1166,8 +1045,8 @@ var storageClassPrinter = printer{
 }
 
 var runtimeClassPrinter = printer{
-	columns: cols(nameCol, col("Handler", tString, nodev1.RuntimeClass{}.SwaggerDoc()["handler"]), ageCol),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Handler", tString, nodev1.RuntimeClass{}.SwaggerDoc()["handler"]), ageCol),
+	Cells: func(o runtime.Object) []any {
 		r := o.(*nodev1.RuntimeClass)
 		return []any{r.Name, r.Handler, age(r)}
 	},
@@ -1175,19 +1054,21 @@ var runtimeClassPrinter = printer{
 
 // printerFor is the printer of a resource; kinds without one (none of the
 // built-in ones) get upstream's default.
-func printerFor(gr schema.GroupResource) printer {
+func printerFor(gr schema.GroupResource) *printer {
 	if p, ok := printers[gr]; ok {
-		return p
+		return &p
 	}
-	return defaultPrinter
+	return registry.DefaultPrinter
 }
 
 // table renders objects as a server-side Table. includeObject=None|
 // Metadata|Object says what each row carries (Metadata by default).
 func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv, cont string) (*metav1.Table, error) {
-	p := printerFor(res.gvr.GroupResource())
+	p := res.printer
 	if res.custom != nil {
-		p = res.custom.printer
+		p = &res.custom.printer
+	} else if p == nil {
+		p = registry.DefaultPrinter
 	}
 	include := metav1.IncludeMetadata
 	switch v := r.URL.Query().Get("includeObject"); v {
@@ -1199,13 +1080,13 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 	default:
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("includeObject: unsupported value %q", v))
 	}
-	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"}, ColumnDefinitions: p.columns}
+	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"}, ColumnDefinitions: p.Columns}
 	t.ResourceVersion, t.Continue = rv, cont
 	t.Rows = make([]metav1.TableRow, 0, len(objs))
 	for _, o := range objs {
-		row := metav1.TableRow{Cells: p.cells(o)}
-		if p.conditions != nil {
-			row.Conditions = p.conditions(o)
+		row := metav1.TableRow{Cells: p.Cells(o)}
+		if p.Conditions != nil {
+			row.Conditions = p.Conditions(o)
 		}
 		switch include {
 		case metav1.IncludeMetadata:
@@ -1217,19 +1098,4 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 		t.Rows = append(t.Rows, row)
 	}
 	return t, nil
-}
-
-// selectorString formats a map selector with sorted keys; the scale
-// subresource uses it too.
-func selectorString(sel map[string]string) string {
-	keys := make([]string, 0, len(sel))
-	for k := range sel {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + sel[k]
-	}
-	return strings.Join(parts, ",")
 }

@@ -22,8 +22,8 @@ func init() {
 }
 
 var rolePrinter = printer{
-	columns: cols(nameCol, col("Created At", tDate, objectMetaDoc["creationTimestamp"])),
-	cells: func(o runtime.Object) []any {
+	Columns: cols(nameCol, col("Created At", tDate, objectMetaDoc["creationTimestamp"])),
+	Cells: func(o runtime.Object) []any {
 		m, _ := metaOf(o)
 		return []any{m.GetName(), createdAt(m)}
 	},
@@ -38,14 +38,14 @@ func createdAt(m metav1.Object) string {
 }
 
 var bindingPrinter = printer{
-	columns: cols(nameCol,
+	Columns: cols(nameCol,
 		col("Role", tString, rbacv1.RoleBinding{}.SwaggerDoc()["roleRef"]),
 		ageCol,
 		wide(col("Users", tString, "Users in the roleBinding")),
 		wide(col("Groups", tString, "Groups in the roleBinding")),
 		wide(col("ServiceAccounts", tString, "ServiceAccounts in the roleBinding")),
 	),
-	cells: func(o runtime.Object) []any {
+	Cells: func(o runtime.Object) []any {
 		var ref rbacv1.RoleRef
 		var subjects []rbacv1.Subject
 		switch b := o.(type) {

@@ -657,12 +657,12 @@ func TestTablePrintersCoverEveryResource(t *testing.T) {
 		obj := res.newObject()
 		m, _ := metaOf(obj)
 		m.SetName("x")
-		cells := p.cells(obj)
-		if len(cells) != len(p.columns) {
-			t.Errorf("%s: %d cells for %d columns", gr, len(cells), len(p.columns))
+		cells := p.Cells(obj)
+		if len(cells) != len(p.Columns) {
+			t.Errorf("%s: %d cells for %d columns", gr, len(cells), len(p.Columns))
 			continue
 		}
-		for i, c := range p.columns {
+		for i, c := range p.Columns {
 			var ok bool
 			switch c.Type {
 			case tString, tDate:
@@ -676,8 +676,8 @@ func TestTablePrintersCoverEveryResource(t *testing.T) {
 				t.Errorf("%s: column %q is %s but its cell is %T", gr, c.Name, c.Type, cells[i])
 			}
 		}
-		if p.columns[0].Name != "Name" && gr.Resource != "events" {
-			t.Errorf("%s: first column is %q", gr, p.columns[0].Name)
+		if p.Columns[0].Name != "Name" && gr.Resource != "events" {
+			t.Errorf("%s: first column is %q", gr, p.Columns[0].Name)
 		}
 	}
 }

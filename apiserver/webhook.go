@@ -260,7 +260,7 @@ func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri reque
 	if m, err := metaOf(obj); err == nil && m.GetNamespace() == "" {
 		m.SetNamespace(ri.namespace)
 	}
-	adm = s.admitSubresource(r.Context(), &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
+	adm = s.admitSubresource(r.Context(), s.newWriteCtx(res, dry), admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
 	return adm, dry, adm.mutate(r.Context())
 }
 
@@ -432,7 +432,7 @@ func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
 // does. A mutating webhook's patch changes the options the connection is
 // made with, as in kube-apiserver.
 func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, opts runtime.Object) error {
-	a := newAdmissionAttrs(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
+	a := newAdmissionAttrs(ctx, s.newWriteCtx(res, false), admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
 	a.kind = opts.GetObjectKind().GroupVersionKind()
 	return s.admit(ctx, &a, nil)
 }
@@ -857,7 +857,7 @@ func (inv invocation) applyPatch(a *admissionAttrs, patch []byte) (bool, error) 
 		return false, fmt.Errorf("the webhook's patch changed the kind to %v", gvk)
 	}
 	back := inv.backTo(a.res, patched)
-	defaulter{}.Default(back)
+	a.res.defaulter.Default(back)
 	back.GetObjectKind().SetGroupVersionKind(a.res.gvk())
 	if reflect.DeepEqual(back, a.obj) {
 		return false, nil
