@@ -10,7 +10,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -99,13 +98,6 @@ func legacyDefault(obj runtime.Object) {
 		defaultNetworkPolicy(o)
 	case *corev1.LimitRange:
 		defaultLimitRange(o)
-	case *storagev1.StorageClass:
-		if o.ReclaimPolicy == nil {
-			o.ReclaimPolicy = ptrTo(corev1.PersistentVolumeReclaimDelete)
-		}
-		if o.VolumeBindingMode == nil {
-			o.VolumeBindingMode = ptrTo(storagev1.VolumeBindingImmediate)
-		}
 	case *schedulingv1.PriorityClass:
 		if o.PreemptionPolicy == nil {
 			o.PreemptionPolicy = ptrTo(corev1.PreemptLowerPriority)

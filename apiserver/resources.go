@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -210,7 +212,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 func builtinKinds() []registry.Kind {
 	all := []string{"all"}
 	apiExtensions := []string{"api-extensions"}
-	return []registry.Kind{
+	return slices.Concat([]registry.Kind{
 		// core/v1
 		{GVR: gvr("", "v1", "namespaces"), Kind: "Namespace", ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"}, Strategy: namespaceStrategy{}, Fields: fieldsNamespace},
 		{GVR: gvr("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status"}, Strategy: nodeStrategy{}, Fields: fieldsNode},
@@ -253,8 +255,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("policy", "v1", "poddisruptionbudgets"), Kind: "PodDisruptionBudget", Namespaced: true, ShortNames: []string{"pdb"}, Subresources: []string{"status"}, Strategy: pdbStrategy{}},
 		// scheduling.k8s.io/v1
 		{GVR: gvr("scheduling.k8s.io", "v1", "priorityclasses"), Kind: "PriorityClass", ShortNames: []string{"pc"}, Strategy: priorityClassStrategy{}},
-		// storage.k8s.io/v1
-		{GVR: gvr("storage.k8s.io", "v1", "storageclasses"), Kind: "StorageClass", ShortNames: []string{"sc"}},
+	}, storage.Kinds(), []registry.Kind{
 		// admissionregistration.k8s.io/v1
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
@@ -278,7 +279,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}},
 		// apiextensions.k8s.io/v1
 		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"}, Strategy: crdStrategy{}},
-	}
+	})
 }
 
 // builtinResources is the server's resource table for builtinKinds.
@@ -301,8 +302,11 @@ func newResource(k *registry.Kind) *resource {
 		storedAs: k.StoredAs, toStorage: k.ToStorage, fromStorage: k.FromStorage,
 		def: k, printer: k.Printer, defaulter: k.Defaulter,
 	}
-	if r.printer == nil {
-		r.printer = printerFor(k.GVR.GroupResource())
+	if k.Printer == nil {
+		if p, ok := printers[k.GVR.GroupResource()]; ok {
+			k.Printer = &p
+		}
+		r.printer = k.Printer
 	}
 	if r.defaulter == nil {
 		r.defaulter = legacyDefault

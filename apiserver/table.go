@@ -19,7 +19,6 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -68,7 +67,6 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "networking.k8s.io", Resource: "servicecidrs"}:                 serviceCIDRPrinter,
 	{Group: "policy", Resource: "poddisruptionbudgets"}:                    pdbPrinter,
 	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}:              priorityClassPrinter,
-	{Group: "storage.k8s.io", Resource: "storageclasses"}:                  storageClassPrinter,
 	{Group: "node.k8s.io", Resource: "runtimeclasses"}:                     runtimeClassPrinter,
 }
 
@@ -1017,48 +1015,12 @@ var priorityClassPrinter = printer{
 	},
 }
 
-var storageClassPrinter = printer{
-	Columns: cols(nameCol,
-		col("Provisioner", tString, storagev1.StorageClass{}.SwaggerDoc()["provisioner"]),
-		col("ReclaimPolicy", tString, storagev1.StorageClass{}.SwaggerDoc()["reclaimPolicy"]),
-		col("VolumeBindingMode", tString, storagev1.StorageClass{}.SwaggerDoc()["volumeBindingMode"]),
-		col("AllowVolumeExpansion", tBoolean, storagev1.StorageClass{}.SwaggerDoc()["allowVolumeExpansion"]),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		c := o.(*storagev1.StorageClass)
-		name := c.Name
-		if c.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" || c.Annotations["storageclass.beta.kubernetes.io/is-default-class"] == "true" {
-			name += " (default)"
-		}
-		reclaim := string(corev1.PersistentVolumeReclaimDelete)
-		if c.ReclaimPolicy != nil {
-			reclaim = string(*c.ReclaimPolicy)
-		}
-		binding := string(storagev1.VolumeBindingImmediate)
-		if c.VolumeBindingMode != nil {
-			binding = string(*c.VolumeBindingMode)
-		}
-		expand := c.AllowVolumeExpansion != nil && *c.AllowVolumeExpansion
-		return []any{name, c.Provisioner, reclaim, binding, expand, age(c)}
-	},
-}
-
 var runtimeClassPrinter = printer{
 	Columns: cols(nameCol, col("Handler", tString, nodev1.RuntimeClass{}.SwaggerDoc()["handler"]), ageCol),
 	Cells: func(o runtime.Object) []any {
 		r := o.(*nodev1.RuntimeClass)
 		return []any{r.Name, r.Handler, age(r)}
 	},
-}
-
-// printerFor is the printer of a resource; kinds without one (none of the
-// built-in ones) get upstream's default.
-func printerFor(gr schema.GroupResource) *printer {
-	if p, ok := printers[gr]; ok {
-		return &p
-	}
-	return registry.DefaultPrinter
 }
 
 // table renders objects as a server-side Table. includeObject=None|
