@@ -34,5 +34,6 @@ var (
 	withContainers   = registry.WithContainers
 	moreList         = registry.MoreList
 	selectorString   = registry.SelectorString
+	strOr            = registry.StrOr
 	defaultPrinter   = *registry.DefaultPrinter
 )

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
 )
@@ -261,8 +262,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), Kind: "ValidatingAdmissionPolicy", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), Kind: "ValidatingAdmissionPolicyBinding", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
-		// node.k8s.io/v1
-		{GVR: gvr("node.k8s.io", "v1", "runtimeclasses"), Kind: "RuntimeClass"},
+	}, noderegistry.Kinds(), []registry.Kind{
 		// rbac.authorization.k8s.io/v1
 		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}},
 		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), Kind: "ClusterRole", Strategy: rbacStrategy{}},

@@ -16,7 +16,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,7 +66,6 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "networking.k8s.io", Resource: "servicecidrs"}:                 serviceCIDRPrinter,
 	{Group: "policy", Resource: "poddisruptionbudgets"}:                    pdbPrinter,
 	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}:              priorityClassPrinter,
-	{Group: "node.k8s.io", Resource: "runtimeclasses"}:                     runtimeClassPrinter,
 }
 
 // --- core/v1 ---
@@ -617,13 +615,6 @@ var persistentVolumeClaimPrinter = printer{
 	},
 }
 
-func strOr(s *string, d string) string {
-	if s == nil {
-		return d
-	}
-	return *s
-}
-
 func volumeMode(m *corev1.PersistentVolumeMode) string {
 	if m == nil {
 		return "<unset>"
@@ -1012,14 +1003,6 @@ var priorityClassPrinter = printer{
 			policy = string(*p.PreemptionPolicy)
 		}
 		return []any{p.Name, int64(p.Value), p.GlobalDefault, age(p), policy}
-	},
-}
-
-var runtimeClassPrinter = printer{
-	Columns: cols(nameCol, col("Handler", tString, nodev1.RuntimeClass{}.SwaggerDoc()["handler"]), ageCol),
-	Cells: func(o runtime.Object) []any {
-		r := o.(*nodev1.RuntimeClass)
-		return []any{r.Name, r.Handler, age(r)}
 	},
 }
 

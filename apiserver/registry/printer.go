@@ -106,6 +106,14 @@ func ReplicasOr1(r *int32) int64 {
 	return int64(*r)
 }
 
+// StrOr is *s, or d if s is nil.
+func StrOr(s *string, d string) string {
+	if s == nil {
+		return d
+	}
+	return *s
+}
+
 // ContainerColumns are the Containers and Images cells of containers.
 func ContainerColumns(cs []corev1.Container) (string, string) {
 	names, images := make([]string, len(cs)), make([]string, len(cs))
