@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -98,10 +97,6 @@ func legacyDefault(obj runtime.Object) {
 		defaultNetworkPolicy(o)
 	case *corev1.LimitRange:
 		defaultLimitRange(o)
-	case *schedulingv1.PriorityClass:
-		if o.PreemptionPolicy == nil {
-			o.PreemptionPolicy = ptrTo(corev1.PreemptLowerPriority)
-		}
 	}
 }
 

@@ -13,7 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/coordination"
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
+	"bonsai.dev/bonsai/apiserver/registry/policy"
+	"bonsai.dev/bonsai/apiserver/registry/scheduling"
 	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
 )
@@ -242,8 +245,7 @@ func builtinKinds() []registry.Kind {
 		// batch/v1
 		{GVR: gvr("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: all, Subresources: []string{"status"}, Strategy: jobStrategy{}},
 		{GVR: gvr("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: all, Subresources: []string{"status"}, Strategy: cronJobStrategy{}},
-		// coordination.k8s.io/v1
-		{GVR: gvr("coordination.k8s.io", "v1", "leases"), Kind: "Lease", Namespaced: true, Strategy: leaseStrategy{}},
+	}, coordination.Kinds(), []registry.Kind{
 		// discovery.k8s.io/v1
 		{GVR: gvr("discovery.k8s.io", "v1", "endpointslices"), Kind: "EndpointSlice", Namespaced: true, Strategy: endpointSliceStrategy{}},
 		// networking.k8s.io/v1
@@ -252,11 +254,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("networking.k8s.io", "v1", "ipaddresses"), Kind: "IPAddress", ShortNames: []string{"ip"}, Strategy: ipAddressStrategy{}},
 		{GVR: gvr("networking.k8s.io", "v1", "networkpolicies"), Kind: "NetworkPolicy", Namespaced: true, ShortNames: []string{"netpol"}, Strategy: networkPolicyStrategy{}},
 		{GVR: gvr("networking.k8s.io", "v1", "servicecidrs"), Kind: "ServiceCIDR", Subresources: []string{"status"}, Strategy: serviceCIDRStrategy{}},
-		// policy/v1
-		{GVR: gvr("policy", "v1", "poddisruptionbudgets"), Kind: "PodDisruptionBudget", Namespaced: true, ShortNames: []string{"pdb"}, Subresources: []string{"status"}, Strategy: pdbStrategy{}},
-		// scheduling.k8s.io/v1
-		{GVR: gvr("scheduling.k8s.io", "v1", "priorityclasses"), Kind: "PriorityClass", ShortNames: []string{"pc"}, Strategy: priorityClassStrategy{}},
-	}, storage.Kinds(), []registry.Kind{
+	}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
 		// admissionregistration.k8s.io/v1
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},

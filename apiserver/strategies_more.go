@@ -1,15 +1,11 @@
 package apiserver
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -198,94 +194,4 @@ func validateLabelSelector(sel *metav1.LabelSelector, p *field.Path) field.Error
 		return field.ErrorList{field.Invalid(p, sel, err.Error())}
 	}
 	return nil
-}
-
-// ---- pod disruption budgets
-
-type pdbStrategy struct{ registry.GenerationStrategy }
-
-func (pdbStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	pdb := obj.(*policyv1.PodDisruptionBudget)
-	p := field.NewPath("spec")
-	var errs field.ErrorList
-	if pdb.Spec.MinAvailable != nil && pdb.Spec.MaxUnavailable != nil {
-		errs = append(errs, field.Invalid(p, pdb.Spec, "minAvailable and maxUnavailable cannot be both set"))
-	}
-	for name, v := range map[string]*intstr.IntOrString{"minAvailable": pdb.Spec.MinAvailable, "maxUnavailable": pdb.Spec.MaxUnavailable} {
-		if v == nil {
-			continue
-		}
-		if v.Type == intstr.Int && v.IntVal < 0 {
-			errs = append(errs, field.Invalid(p.Child(name), v.IntVal, "must be greater than or equal to 0"))
-		}
-		if v.Type == intstr.String {
-			var pct int
-			if _, err := fmt.Sscanf(v.StrVal, "%d%%", &pct); err != nil || !strings.HasSuffix(v.StrVal, "%") {
-				errs = append(errs, field.Invalid(p.Child(name), v.StrVal, "a valid percent string must be a numeric string followed by an ending '%'"))
-			} else if pct < 0 || pct > 100 {
-				errs = append(errs, field.Invalid(p.Child(name), v.StrVal, "must not be greater than 100%"))
-			}
-		}
-	}
-	if pdb.Spec.Selector != nil {
-		errs = append(errs, validateLabelSelector(pdb.Spec.Selector, p.Child("selector"))...)
-	}
-	return errs
-}
-
-func (st pdbStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
-	return st.Validate(w, obj)
-}
-
-// ---- leases
-
-type leaseStrategy struct{ registry.DefaultStrategy }
-
-func (leaseStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	l := obj.(*coordinationv1.Lease)
-	var errs field.ErrorList
-	if d := l.Spec.LeaseDurationSeconds; d != nil && *d <= 0 {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "leaseDurationSeconds"), *d, "must be greater than 0"))
-	}
-	if t := l.Spec.LeaseTransitions; t != nil && *t < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "leaseTransitions"), *t, "must be greater than or equal to 0"))
-	}
-	return errs
-}
-
-func (st leaseStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
-	return st.Validate(w, obj)
-}
-
-// ---- priority classes
-
-type priorityClassStrategy struct{ registry.DefaultStrategy }
-
-// highestUserPriority is the largest value a PriorityClass not named
-// system-* may have, as Kubernetes defines it.
-const highestUserPriority = 1000000000
-
-func (priorityClassStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	pc := obj.(*schedulingv1.PriorityClass)
-	var errs field.ErrorList
-	system := pc.Name == "system-node-critical" || pc.Name == "system-cluster-critical"
-	if strings.HasPrefix(pc.Name, "system-") && !system {
-		errs = append(errs, field.Forbidden(field.NewPath("metadata", "name"), "priority class names with 'system-' prefix are reserved for system use only"))
-	}
-	if !system && pc.Value > highestUserPriority {
-		errs = append(errs, field.Forbidden(field.NewPath("value"), fmt.Sprintf("maximum allowed value of a user defined priority is %d", highestUserPriority)))
-	}
-	if p := pc.PreemptionPolicy; p != nil && *p != corev1.PreemptLowerPriority && *p != corev1.PreemptNever {
-		errs = append(errs, field.NotSupported(field.NewPath("preemptionPolicy"), *p, []string{"Never", "PreemptLowerPriority"}))
-	}
-	return errs
-}
-
-func (st priorityClassStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
-	pc, o := obj.(*schedulingv1.PriorityClass), old.(*schedulingv1.PriorityClass)
-	errs := st.Validate(w, obj)
-	if pc.Value != o.Value {
-		errs = append(errs, field.Forbidden(field.NewPath("value"), "may not be changed in an update."))
-	}
-	return errs
 }

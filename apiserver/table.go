@@ -11,13 +11,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,15 +54,12 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "events.k8s.io", Resource: "events"}:                           eventsV1Printer,
 	{Group: "batch", Resource: "jobs"}:                                     jobPrinter,
 	{Group: "batch", Resource: "cronjobs"}:                                 cronJobPrinter,
-	{Group: "coordination.k8s.io", Resource: "leases"}:                     leasePrinter,
 	{Group: "discovery.k8s.io", Resource: "endpointslices"}:                endpointSlicePrinter,
 	{Group: "networking.k8s.io", Resource: "ingresses"}:                    ingressPrinter,
 	{Group: "networking.k8s.io", Resource: "ingressclasses"}:               ingressClassPrinter,
 	{Group: "networking.k8s.io", Resource: "networkpolicies"}:              networkPolicyPrinter,
 	{Group: "networking.k8s.io", Resource: "ipaddresses"}:                  ipAddressPrinter,
 	{Group: "networking.k8s.io", Resource: "servicecidrs"}:                 serviceCIDRPrinter,
-	{Group: "policy", Resource: "poddisruptionbudgets"}:                    pdbPrinter,
-	{Group: "scheduling.k8s.io", Resource: "priorityclasses"}:              priorityClassPrinter,
 }
 
 // --- core/v1 ---
@@ -830,14 +824,6 @@ var cronJobPrinter = printer{
 
 // --- other groups ---
 
-var leasePrinter = printer{
-	Columns: cols(nameCol, col("Holder", tString, coordinationv1.LeaseSpec{}.SwaggerDoc()["holderIdentity"]), ageCol),
-	Cells: func(o runtime.Object) []any {
-		l := o.(*coordinationv1.Lease)
-		return []any{l.Name, strOr(l.Spec.HolderIdentity, ""), age(l)}
-	},
-}
-
 var endpointSlicePrinter = printer{
 	Columns: cols(nameCol,
 		col("AddressType", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
@@ -966,43 +952,6 @@ var networkPolicyPrinter = printer{
 	Cells: func(o runtime.Object) []any {
 		n := o.(*networkingv1.NetworkPolicy)
 		return []any{n.Name, metav1.FormatLabelSelector(&n.Spec.PodSelector), age(n)}
-	},
-}
-
-var pdbPrinter = printer{
-	Columns: cols(nameCol,
-		col("Min Available", tString, "The minimum number of pods that must be available."),
-		col("Max Unavailable", tString, "The maximum number of pods that may be unavailable."),
-		col("Allowed Disruptions", tInteger, "Calculated number of pods that may be disrupted at this time."),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		p := o.(*policyv1.PodDisruptionBudget)
-		minA, maxU := "N/A", "N/A"
-		if p.Spec.MinAvailable != nil {
-			minA = p.Spec.MinAvailable.String()
-		}
-		if p.Spec.MaxUnavailable != nil {
-			maxU = p.Spec.MaxUnavailable.String()
-		}
-		return []any{p.Name, minA, maxU, int64(p.Status.DisruptionsAllowed), age(p)}
-	},
-}
-
-var priorityClassPrinter = printer{
-	Columns: cols(nameCol,
-		col("Value", tInteger, schedulingv1.PriorityClass{}.SwaggerDoc()["value"]),
-		col("Global-Default", tBoolean, schedulingv1.PriorityClass{}.SwaggerDoc()["globalDefault"]),
-		ageCol,
-		col("PreemptionPolicy", tString, schedulingv1.PriorityClass{}.SwaggerDoc()["preemptionPolicy"]),
-	),
-	Cells: func(o runtime.Object) []any {
-		p := o.(*schedulingv1.PriorityClass)
-		policy := ""
-		if p.PreemptionPolicy != nil {
-			policy = string(*p.PreemptionPolicy)
-		}
-		return []any{p.Name, int64(p.Value), p.GlobalDefault, age(p), policy}
 	},
 }
 

@@ -18,6 +18,7 @@ import (
 	"reflect"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -143,4 +144,12 @@ func CopyField(dst, src runtime.Object, name string) {
 	if ok1 && ok2 {
 		d.Set(s)
 	}
+}
+
+// ValidateLabelSelector checks that sel is a valid label selector.
+func ValidateLabelSelector(sel *metav1.LabelSelector, p *field.Path) field.ErrorList {
+	if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+		return field.ErrorList{field.Invalid(p, sel, err.Error())}
+	}
+	return nil
 }
