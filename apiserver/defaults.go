@@ -7,7 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -82,15 +81,6 @@ func legacyDefault(obj runtime.Object) {
 				if o.Subsets[i].Ports[j].Protocol == "" {
 					o.Subsets[i].Ports[j].Protocol = corev1.ProtocolTCP
 				}
-			}
-		}
-	case *discoveryv1.EndpointSlice:
-		for i := range o.Ports {
-			if o.Ports[i].Protocol == nil {
-				o.Ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
-			}
-			if o.Ports[i].Name == nil {
-				o.Ports[i].Name = ptrTo("")
 			}
 		}
 	case *networkingv1.NetworkPolicy:

@@ -35,5 +35,6 @@ var (
 	moreList         = registry.MoreList
 	selectorString   = registry.SelectorString
 	strOr            = registry.StrOr
+	uniqueSorted     = registry.UniqueSorted
 	defaultPrinter   = *registry.DefaultPrinter
 )

@@ -14,8 +14,10 @@ import (
 
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
+	"bonsai.dev/bonsai/apiserver/registry/discovery"
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/policy"
+	"bonsai.dev/bonsai/apiserver/registry/rbac"
 	"bonsai.dev/bonsai/apiserver/registry/scheduling"
 	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
@@ -245,9 +247,7 @@ func builtinKinds() []registry.Kind {
 		// batch/v1
 		{GVR: gvr("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: all, Subresources: []string{"status"}, Strategy: jobStrategy{}},
 		{GVR: gvr("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: all, Subresources: []string{"status"}, Strategy: cronJobStrategy{}},
-	}, coordination.Kinds(), []registry.Kind{
-		// discovery.k8s.io/v1
-		{GVR: gvr("discovery.k8s.io", "v1", "endpointslices"), Kind: "EndpointSlice", Namespaced: true, Strategy: endpointSliceStrategy{}},
+	}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{
 		// networking.k8s.io/v1
 		{GVR: gvr("networking.k8s.io", "v1", "ingresses"), Kind: "Ingress", Namespaced: true, ShortNames: []string{"ing"}, Subresources: []string{"status"}, Strategy: ingressStrategy{}},
 		{GVR: gvr("networking.k8s.io", "v1", "ingressclasses"), Kind: "IngressClass"},
@@ -260,12 +260,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), Kind: "ValidatingAdmissionPolicy", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), Kind: "ValidatingAdmissionPolicyBinding", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
-	}, noderegistry.Kinds(), []registry.Kind{
-		// rbac.authorization.k8s.io/v1
-		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}},
-		{GVR: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), Kind: "ClusterRole", Strategy: rbacStrategy{}},
-		{GVR: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), Kind: "RoleBinding", Namespaced: true, Strategy: rbacStrategy{}},
-		{GVR: gvr("rbac.authorization.k8s.io", "v1", "roles"), Kind: "Role", Namespaced: true, Strategy: rbacStrategy{}},
+	}, noderegistry.Kinds(), []registry.Kind{}, rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,7 +53,6 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "events.k8s.io", Resource: "events"}:                           eventsV1Printer,
 	{Group: "batch", Resource: "jobs"}:                                     jobPrinter,
 	{Group: "batch", Resource: "cronjobs"}:                                 cronJobPrinter,
-	{Group: "discovery.k8s.io", Resource: "endpointslices"}:                endpointSlicePrinter,
 	{Group: "networking.k8s.io", Resource: "ingresses"}:                    ingressPrinter,
 	{Group: "networking.k8s.io", Resource: "ingressclasses"}:               ingressClassPrinter,
 	{Group: "networking.k8s.io", Resource: "networkpolicies"}:              networkPolicyPrinter,
@@ -350,19 +348,6 @@ func serviceExternalIP(s *corev1.Service) string {
 		return s.Spec.ExternalName
 	}
 	return "<unknown>"
-}
-
-func uniqueSorted(xs []string) []string {
-	set := map[string]bool{}
-	var out []string
-	for _, x := range xs {
-		if x != "" && !set[x] {
-			set[x] = true
-			out = append(out, x)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 var endpointsPrinter = printer{
@@ -823,43 +808,6 @@ var cronJobPrinter = printer{
 }
 
 // --- other groups ---
-
-var endpointSlicePrinter = printer{
-	Columns: cols(nameCol,
-		col("AddressType", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
-		col("Ports", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["ports"]),
-		col("Endpoints", tString, discoveryv1.EndpointSlice{}.SwaggerDoc()["endpoints"]),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		s := o.(*discoveryv1.EndpointSlice)
-		var ports []string
-		for _, p := range s.Ports {
-			if len(ports) == 3 {
-				break
-			}
-			switch {
-			case p.Port != nil:
-				ports = append(ports, strconv.Itoa(int(*p.Port)))
-			case p.Name != nil:
-				ports = append(ports, *p.Name)
-			default:
-				ports = append(ports, "*")
-			}
-		}
-		var addrs []string
-		total := 0
-		for _, e := range s.Endpoints {
-			for _, a := range e.Addresses {
-				if len(addrs) < 3 {
-					addrs = append(addrs, a)
-				}
-				total++
-			}
-		}
-		return []any{s.Name, string(s.AddressType), moreList(ports, len(s.Ports), "<unset>"), moreList(addrs, total, "<unset>"), age(s)}
-	},
-}
 
 var ingressPrinter = printer{
 	Columns: cols(nameCol,

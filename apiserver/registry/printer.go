@@ -143,6 +143,20 @@ func MoreList(items []string, total int, empty string) string {
 	return s
 }
 
+// UniqueSorted is the non-empty strings of xs, sorted, once each.
+func UniqueSorted(xs []string) []string {
+	set := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if x != "" && !set[x] {
+			set[x] = true
+			out = append(out, x)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // DefaultPrinter is what kube-apiserver prints for kinds without columns
 // of their own.
 var DefaultPrinter = &Printer{

@@ -1,7 +1,10 @@
-package apiserver
+// Package discovery holds the kinds of discovery.k8s.io: their rules,
+// defaults and table columns.
+package discovery
 
 import (
 	"net/netip"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,6 +15,14 @@ import (
 
 	"bonsai.dev/bonsai/apiserver/registry"
 )
+
+// Kinds are the group's rows of the table of served kinds.
+func Kinds() []registry.Kind {
+	return []registry.Kind{
+		{GVR: registry.GVR("discovery.k8s.io", "v1", "endpointslices"), Kind: "EndpointSlice", Namespaced: true,
+			Strategy: endpointSliceStrategy{}, Defaulter: defaultEndpointSlice, Printer: &endpointSlicePrinter},
+	}
+}
 
 // EndpointSlice limits, kube-apiserver's: the API documents 1000
 // endpoints, 1-100 addresses each and 8 zone or node hints; ports are
@@ -154,3 +165,54 @@ func validateSlicePorts(ports []discoveryv1.EndpointPort, p *field.Path) field.E
 	}
 	return errs
 }
+
+func defaultEndpointSlice(obj runtime.Object) {
+	o := obj.(*discoveryv1.EndpointSlice)
+	for i := range o.Ports {
+		if o.Ports[i].Protocol == nil {
+			o.Ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
+		}
+		if o.Ports[i].Name == nil {
+			o.Ports[i].Name = ptrTo("")
+		}
+	}
+}
+
+var endpointSlicePrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("AddressType", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
+		registry.Col("Ports", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["ports"]),
+		registry.Col("Endpoints", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["endpoints"]),
+		registry.AgeCol,
+	),
+	Cells: func(o runtime.Object) []any {
+		s := o.(*discoveryv1.EndpointSlice)
+		var ports []string
+		for _, p := range s.Ports {
+			if len(ports) == 3 {
+				break
+			}
+			switch {
+			case p.Port != nil:
+				ports = append(ports, strconv.Itoa(int(*p.Port)))
+			case p.Name != nil:
+				ports = append(ports, *p.Name)
+			default:
+				ports = append(ports, "*")
+			}
+		}
+		var addrs []string
+		total := 0
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				if len(addrs) < 3 {
+					addrs = append(addrs, a)
+				}
+				total++
+			}
+		}
+		return []any{s.Name, string(s.AddressType), registry.MoreList(ports, len(s.Ports), "<unset>"), registry.MoreList(addrs, total, "<unset>"), registry.Age(s)}
+	},
+}
+
+func ptrTo[T any](v T) *T { return &v }
