@@ -9,13 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/networking"
 )
 
 // deleteForbidden refuses the deletions the server itself refuses (its
 // admission's are NamespaceLifecycle's): the range of --service-cidr
 // stays while the server uses it.
 func deleteForbidden(res *resource, name string) error {
-	if res.gvr == gvr("networking.k8s.io", "v1", "servicecidrs") && name == defaultServiceCIDRName {
+	if res.gvr == gvr("networking.k8s.io", "v1", "servicecidrs") && name == networking.DefaultServiceCIDRName {
 		return apierrors.NewForbidden(qualified(res), name, fmt.Errorf("the ServiceCIDR of --service-cidr may not be deleted"))
 	}
 	return nil

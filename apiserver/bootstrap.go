@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"bonsai.dev/bonsai/apiserver/registry/networking"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -199,4 +200,17 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 		return fmt.Errorf("bootstrap servicecidrs status: %w", err)
 	}
 	return nil
+}
+
+// defaultServiceCIDR is the ServiceCIDR that shows --service-cidr, Ready
+// as kube-apiserver's default ServiceCIDR controller reports it.
+func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: networking.DefaultServiceCIDRName},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
+		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
+			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
+			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: storedNow(),
+		}}},
+	}
 }

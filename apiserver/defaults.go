@@ -7,7 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -83,34 +82,8 @@ func legacyDefault(obj runtime.Object) {
 				}
 			}
 		}
-	case *networkingv1.NetworkPolicy:
-		defaultNetworkPolicy(o)
 	case *corev1.LimitRange:
 		defaultLimitRange(o)
-	}
-}
-
-// defaultNetworkPolicy: policyTypes says Ingress, plus Egress when egress
-// rules are given, and ports default to TCP.
-func defaultNetworkPolicy(np *networkingv1.NetworkPolicy) {
-	if len(np.Spec.PolicyTypes) == 0 {
-		np.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
-		if len(np.Spec.Egress) > 0 {
-			np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
-		}
-	}
-	tcp := func(ports []networkingv1.NetworkPolicyPort) {
-		for i := range ports {
-			if ports[i].Protocol == nil {
-				ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
-			}
-		}
-	}
-	for i := range np.Spec.Ingress {
-		tcp(np.Spec.Ingress[i].Ports)
-	}
-	for i := range np.Spec.Egress {
-		tcp(np.Spec.Egress[i].Ports)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
+	"bonsai.dev/bonsai/apiserver/registry/networking"
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/policy"
 	"bonsai.dev/bonsai/apiserver/registry/rbac"
@@ -247,14 +248,7 @@ func builtinKinds() []registry.Kind {
 		// batch/v1
 		{GVR: gvr("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: all, Subresources: []string{"status"}, Strategy: jobStrategy{}},
 		{GVR: gvr("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: all, Subresources: []string{"status"}, Strategy: cronJobStrategy{}},
-	}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{
-		// networking.k8s.io/v1
-		{GVR: gvr("networking.k8s.io", "v1", "ingresses"), Kind: "Ingress", Namespaced: true, ShortNames: []string{"ing"}, Subresources: []string{"status"}, Strategy: ingressStrategy{}},
-		{GVR: gvr("networking.k8s.io", "v1", "ingressclasses"), Kind: "IngressClass"},
-		{GVR: gvr("networking.k8s.io", "v1", "ipaddresses"), Kind: "IPAddress", ShortNames: []string{"ip"}, Strategy: ipAddressStrategy{}},
-		{GVR: gvr("networking.k8s.io", "v1", "networkpolicies"), Kind: "NetworkPolicy", Namespaced: true, ShortNames: []string{"netpol"}, Strategy: networkPolicyStrategy{}},
-		{GVR: gvr("networking.k8s.io", "v1", "servicecidrs"), Kind: "ServiceCIDR", Subresources: []string{"status"}, Strategy: serviceCIDRStrategy{}},
-	}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
+	}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
 		// admissionregistration.k8s.io/v1
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},

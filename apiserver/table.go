@@ -13,7 +13,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,11 +52,6 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "events.k8s.io", Resource: "events"}:                           eventsV1Printer,
 	{Group: "batch", Resource: "jobs"}:                                     jobPrinter,
 	{Group: "batch", Resource: "cronjobs"}:                                 cronJobPrinter,
-	{Group: "networking.k8s.io", Resource: "ingresses"}:                    ingressPrinter,
-	{Group: "networking.k8s.io", Resource: "ingressclasses"}:               ingressClassPrinter,
-	{Group: "networking.k8s.io", Resource: "networkpolicies"}:              networkPolicyPrinter,
-	{Group: "networking.k8s.io", Resource: "ipaddresses"}:                  ipAddressPrinter,
-	{Group: "networking.k8s.io", Resource: "servicecidrs"}:                 serviceCIDRPrinter,
 }
 
 // --- core/v1 ---
@@ -808,100 +802,6 @@ var cronJobPrinter = printer{
 }
 
 // --- other groups ---
-
-var ingressPrinter = printer{
-	Columns: cols(nameCol,
-		col("Class", tString, "The name of the IngressClass resource that should be used for additional configuration"),
-		col("Hosts", tString, "Hosts that incoming requests are matched against before the ingress rule"),
-		col("Address", tString, "Address is a list containing ingress points for the load-balancer"),
-		col("Ports", tString, "Ports of TLS configurations that open"),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		in := o.(*networkingv1.Ingress)
-		// Up to three hosts; "more" counts every rule after them, with a
-		// host or not.
-		var hosts []string
-		more := false
-		for _, r := range in.Spec.Rules {
-			if len(hosts) == 3 {
-				more = true
-				break
-			}
-			if r.Host != "" {
-				hosts = append(hosts, r.Host)
-			}
-		}
-		h := strings.Join(hosts, ",")
-		switch {
-		case len(hosts) == 0:
-			h = "*"
-		case more:
-			h += fmt.Sprintf(" + %d more...", len(in.Spec.Rules)-3)
-		}
-		var lb []string
-		for _, x := range in.Status.LoadBalancer.Ingress {
-			lb = append(lb, orDefault(x.IP, x.Hostname))
-		}
-		ports := "80"
-		if len(in.Spec.TLS) > 0 {
-			ports = "80, 443"
-		}
-		return []any{in.Name, strOr(in.Spec.IngressClassName, "<none>"), h, strings.Join(uniqueSorted(lb), ","), ports, age(in)}
-	},
-}
-
-var ingressClassPrinter = printer{
-	Columns: cols(nameCol,
-		col("Controller", tString, "Controller that is responsible for handling this class"),
-		col("Parameters", tString, "A reference to a resource with additional parameters"),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		c := o.(*networkingv1.IngressClass)
-		params := "<none>"
-		if p := c.Spec.Parameters; p != nil {
-			params = p.Kind
-			if p.APIGroup != nil {
-				params += "." + *p.APIGroup
-			}
-			params += "/" + p.Name
-		}
-		return []any{c.Name, c.Spec.Controller, params, age(c)}
-	},
-}
-
-var ipAddressPrinter = printer{
-	Columns: cols(nameCol, col("ParentRef", tString, networkingv1.IPAddressSpec{}.SwaggerDoc()["parentRef"])),
-	Cells: func(o runtime.Object) []any {
-		a := o.(*networkingv1.IPAddress)
-		parent := "<none>"
-		if r := a.Spec.ParentRef; r != nil {
-			parent = strings.ToLower(schema.GroupResource{Group: r.Group, Resource: r.Resource}.String())
-			if r.Namespace != "" {
-				parent += "/" + r.Namespace
-			}
-			parent += "/" + r.Name
-		}
-		return []any{a.Name, parent}
-	},
-}
-
-var serviceCIDRPrinter = printer{
-	Columns: cols(nameCol, col("CIDRs", tString, networkingv1.ServiceCIDRSpec{}.SwaggerDoc()["cidrs"]), ageCol),
-	Cells: func(o runtime.Object) []any {
-		c := o.(*networkingv1.ServiceCIDR)
-		return []any{c.Name, strings.Join(c.Spec.CIDRs, ","), age(c)}
-	},
-}
-
-var networkPolicyPrinter = printer{
-	Columns: cols(nameCol, col("Pod-Selector", tString, networkingv1.NetworkPolicySpec{}.SwaggerDoc()["podSelector"]), ageCol),
-	Cells: func(o runtime.Object) []any {
-		n := o.(*networkingv1.NetworkPolicy)
-		return []any{n.Name, metav1.FormatLabelSelector(&n.Spec.PodSelector), age(n)}
-	},
-}
 
 // table renders objects as a server-side Table. includeObject=None|
 // Metadata|Object says what each row carries (Metadata by default).
