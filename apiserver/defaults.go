@@ -2,13 +2,14 @@ package apiserver
 
 import (
 	"maps"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"bonsai.dev/bonsai/apiserver/registry/core"
 )
 
 // legacyDefault applies Kubernetes' defaults to the built-in objects whose
@@ -17,16 +18,16 @@ import (
 func legacyDefault(obj runtime.Object) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		defaultPodSpec(&o.Spec)
+		core.DefaultPodSpec(&o.Spec)
 		defaultRequestsToLimits(o)
 	case *corev1.PodTemplate:
-		defaultPodSpec(&o.Template.Spec)
+		core.DefaultPodSpec(&o.Template.Spec)
 	case *corev1.ReplicationController:
 		if o.Spec.Replicas == nil {
 			o.Spec.Replicas = ptrTo[int32](1)
 		}
 		if o.Spec.Template != nil {
-			defaultPodSpec(&o.Spec.Template.Spec)
+			core.DefaultPodSpec(&o.Spec.Template.Spec)
 			if len(o.Spec.Selector) == 0 {
 				o.Spec.Selector = o.Spec.Template.Labels
 			}
@@ -47,7 +48,7 @@ func legacyDefault(obj runtime.Object) {
 		if o.Spec.Replicas == nil {
 			o.Spec.Replicas = ptrTo[int32](1)
 		}
-		defaultPodSpec(&o.Spec.Template.Spec)
+		core.DefaultPodSpec(&o.Spec.Template.Spec)
 	case *appsv1.StatefulSet:
 		defaultStatefulSet(o)
 	case *appsv1.DaemonSet:
@@ -84,165 +85,6 @@ func legacyDefault(obj runtime.Object) {
 		}
 	case *corev1.LimitRange:
 		defaultLimitRange(o)
-	}
-}
-
-func defaultPodSpec(s *corev1.PodSpec) {
-	if s.RestartPolicy == "" {
-		s.RestartPolicy = corev1.RestartPolicyAlways
-	}
-	if s.DNSPolicy == "" {
-		s.DNSPolicy = corev1.DNSClusterFirst
-	}
-	if s.SchedulerName == "" {
-		s.SchedulerName = corev1.DefaultSchedulerName
-	}
-	if s.TerminationGracePeriodSeconds == nil {
-		s.TerminationGracePeriodSeconds = ptrTo[int64](corev1.DefaultTerminationGracePeriodSeconds)
-	}
-	if s.SecurityContext == nil {
-		s.SecurityContext = &corev1.PodSecurityContext{}
-	}
-	if s.EnableServiceLinks == nil {
-		s.EnableServiceLinks = ptrTo(corev1.DefaultEnableServiceLinks)
-	}
-	if s.HostNetwork {
-		for i := range s.Containers {
-			defaultHostNetworkPorts(s.Containers[i].Ports)
-		}
-		for i := range s.InitContainers {
-			defaultHostNetworkPorts(s.InitContainers[i].Ports)
-		}
-	}
-	for i := range s.InitContainers {
-		defaultContainer(&s.InitContainers[i])
-	}
-	for i := range s.Containers {
-		defaultContainer(&s.Containers[i])
-	}
-	for i := range s.EphemeralContainers {
-		// EphemeralContainerCommon has exactly Container's fields.
-		defaultContainer((*corev1.Container)(&s.EphemeralContainers[i].EphemeralContainerCommon))
-	}
-	for i := range s.Volumes {
-		defaultVolume(&s.Volumes[i])
-	}
-}
-
-// defaultHostNetworkPorts: with host networking the host port is the
-// container port.
-func defaultHostNetworkPorts(ports []corev1.ContainerPort) {
-	for i := range ports {
-		if ports[i].HostPort == 0 {
-			ports[i].HostPort = ports[i].ContainerPort
-		}
-	}
-}
-
-func defaultPullPolicy(image string) corev1.PullPolicy {
-	// The tag is what follows the last ":" after the last "/"; a digest
-	// pins the image.
-	if strings.Contains(image, "@") {
-		return corev1.PullIfNotPresent
-	}
-	name := image[strings.LastIndex(image, "/")+1:]
-	if i := strings.LastIndex(name, ":"); i < 0 || name[i+1:] == "latest" {
-		return corev1.PullAlways
-	}
-	return corev1.PullIfNotPresent
-}
-
-func defaultContainer(c *corev1.Container) {
-	if c.TerminationMessagePath == "" {
-		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-	}
-	if c.TerminationMessagePolicy == "" {
-		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-	}
-	if c.ImagePullPolicy == "" {
-		c.ImagePullPolicy = defaultPullPolicy(c.Image)
-	}
-	for i := range c.Ports {
-		if c.Ports[i].Protocol == "" {
-			c.Ports[i].Protocol = corev1.ProtocolTCP
-		}
-	}
-	for i := range c.Env {
-		if f := c.Env[i].ValueFrom; f != nil && f.FieldRef != nil && f.FieldRef.APIVersion == "" {
-			f.FieldRef.APIVersion = "v1"
-		}
-	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-		defaultProbe(p)
-	}
-}
-
-func defaultProbe(p *corev1.Probe) {
-	if p == nil {
-		return
-	}
-	if p.TimeoutSeconds == 0 {
-		p.TimeoutSeconds = 1
-	}
-	if p.PeriodSeconds == 0 {
-		p.PeriodSeconds = 10
-	}
-	if p.SuccessThreshold == 0 {
-		p.SuccessThreshold = 1
-	}
-	if p.FailureThreshold == 0 {
-		p.FailureThreshold = 3
-	}
-	if h := p.HTTPGet; h != nil {
-		if h.Path == "" {
-			h.Path = "/"
-		}
-		if h.Scheme == "" {
-			h.Scheme = corev1.URISchemeHTTP
-		}
-	}
-	if g := p.GRPC; g != nil && g.Service == nil {
-		g.Service = ptrTo("")
-	}
-}
-
-func defaultVolume(v *corev1.Volume) {
-	mode := ptrTo[int32](corev1.SecretVolumeSourceDefaultMode)
-	switch {
-	case v.ConfigMap != nil && v.ConfigMap.DefaultMode == nil:
-		v.ConfigMap.DefaultMode = mode
-	case v.Secret != nil && v.Secret.DefaultMode == nil:
-		v.Secret.DefaultMode = mode
-	case v.Projected != nil && v.Projected.DefaultMode == nil:
-		v.Projected.DefaultMode = mode
-	case v.DownwardAPI != nil && v.DownwardAPI.DefaultMode == nil:
-		v.DownwardAPI.DefaultMode = mode
-	case v.HostPath != nil && v.HostPath.Type == nil:
-		v.HostPath.Type = ptrTo(corev1.HostPathUnset)
-	case v.EmptyDir == nil && v.VolumeSource == (corev1.VolumeSource{}):
-		v.EmptyDir = &corev1.EmptyDirVolumeSource{}
-	}
-	if v.DownwardAPI != nil {
-		for i := range v.DownwardAPI.Items {
-			if f := v.DownwardAPI.Items[i].FieldRef; f != nil && f.APIVersion == "" {
-				f.APIVersion = "v1"
-			}
-		}
-	}
-	if v.Projected != nil {
-		for i := range v.Projected.Sources {
-			src := &v.Projected.Sources[i]
-			if t := src.ServiceAccountToken; t != nil && t.ExpirationSeconds == nil {
-				t.ExpirationSeconds = ptrTo[int64](3600)
-			}
-			if d := src.DownwardAPI; d != nil {
-				for j := range d.Items {
-					if f := d.Items[j].FieldRef; f != nil && f.APIVersion == "" {
-						f.APIVersion = "v1"
-					}
-				}
-			}
-		}
 	}
 }
 
@@ -309,7 +151,7 @@ func defaultDeployment(d *appsv1.Deployment) {
 	if d.Spec.ProgressDeadlineSeconds == nil {
 		d.Spec.ProgressDeadlineSeconds = ptrTo[int32](600)
 	}
-	defaultPodSpec(&d.Spec.Template.Spec)
+	core.DefaultPodSpec(&d.Spec.Template.Spec)
 }
 
 func defaultStatefulSet(s *appsv1.StatefulSet) {
@@ -357,7 +199,7 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 			pvc.Status.Phase = corev1.ClaimPending
 		}
 	}
-	defaultPodSpec(&s.Spec.Template.Spec)
+	core.DefaultPodSpec(&s.Spec.Template.Spec)
 }
 
 func defaultDaemonSet(d *appsv1.DaemonSet) {
@@ -378,7 +220,7 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 	if d.Spec.RevisionHistoryLimit == nil {
 		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
 	}
-	defaultPodSpec(&d.Spec.Template.Spec)
+	core.DefaultPodSpec(&d.Spec.Template.Spec)
 }
 
 // defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
@@ -430,7 +272,7 @@ func defaultJobTemplate(s *batchv1.JobSpec) {
 			}
 		}
 	}
-	defaultPodSpec(&s.Template.Spec)
+	core.DefaultPodSpec(&s.Template.Spec)
 }
 
 func defaultCronJob(c *batchv1.CronJob) {

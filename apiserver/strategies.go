@@ -10,7 +10,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -151,13 +150,13 @@ func (podStrategy) GracePeriod(obj runtime.Object, requested *int64) int64 {
 
 func (podStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	spec, p := &obj.(*corev1.Pod).Spec, field.NewPath("spec")
-	return append(validatePodSpec(spec, p), core.ValidateHostPorts(spec, w.Env.ReservedHostPorts, p)...)
+	return append(core.ValidatePodSpec(spec, p), core.ValidateHostPorts(spec, w.Env.ReservedHostPorts, p)...)
 }
 
 // validateUpdate allows only the fields Kubernetes lets change on a pod.
 func (podStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	p, o := obj.(*corev1.Pod), old.(*corev1.Pod)
-	errs := validatePodSpec(&p.Spec, field.NewPath("spec"))
+	errs := core.ValidatePodSpec(&p.Spec, field.NewPath("spec"))
 	mutable := p.Spec.DeepCopy()
 	for i := range mutable.Containers {
 		if i < len(o.Spec.Containers) {
@@ -194,80 +193,6 @@ func (podStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object)
 
 func podUpdateForbidden() *field.Error {
 	return field.Forbidden(field.NewPath("spec"), "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)")
-}
-
-func validatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if len(s.Containers) == 0 {
-		errs = append(errs, field.Required(path.Child("containers"), ""))
-	}
-	names := map[string]bool{}
-	check := func(cs []corev1.Container, p *field.Path) {
-		for i, c := range cs {
-			cp := p.Index(i)
-			if c.Name == "" {
-				errs = append(errs, field.Required(cp.Child("name"), ""))
-			} else {
-				for _, msg := range validation.IsDNS1123Label(c.Name) {
-					errs = append(errs, field.Invalid(cp.Child("name"), c.Name, msg))
-				}
-				if names[c.Name] {
-					errs = append(errs, field.Duplicate(cp.Child("name"), c.Name))
-				}
-				names[c.Name] = true
-			}
-			if c.Image == "" {
-				errs = append(errs, field.Required(cp.Child("image"), ""))
-			}
-			errs = append(errs, validateResources(c.Resources, cp.Child("resources"))...)
-			for j, port := range c.Ports {
-				pp := cp.Child("ports").Index(j)
-				for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
-					errs = append(errs, field.Invalid(pp.Child("containerPort"), port.ContainerPort, msg))
-				}
-				if port.HostPort != 0 {
-					for _, msg := range validation.IsValidPortNum(int(port.HostPort)) {
-						errs = append(errs, field.Invalid(pp.Child("hostPort"), port.HostPort, msg))
-					}
-				}
-				if port.Name != "" {
-					for _, msg := range validation.IsValidPortName(port.Name) {
-						errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
-					}
-				}
-				switch port.Protocol {
-				case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
-				default:
-					errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []string{"SCTP", "TCP", "UDP"}))
-				}
-			}
-		}
-	}
-	check(s.InitContainers, path.Child("initContainers"))
-	check(s.Containers, path.Child("containers"))
-	switch s.RestartPolicy {
-	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
-	default:
-		errs = append(errs, field.NotSupported(path.Child("restartPolicy"), s.RestartPolicy, []string{"Always", "Never", "OnFailure"}))
-	}
-	switch s.DNSPolicy {
-	case corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault, corev1.DNSNone:
-	default:
-		errs = append(errs, field.NotSupported(path.Child("dnsPolicy"), s.DNSPolicy, []string{"ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"}))
-	}
-	vols, verrs := core.ValidateVolumes(s.Volumes, path.Child("volumes"))
-	errs = append(errs, verrs...)
-	for i, c := range s.InitContainers {
-		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("initContainers").Index(i).Child("volumeMounts"))...)
-	}
-	for i, c := range s.Containers {
-		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("containers").Index(i).Child("volumeMounts"))...)
-	}
-	for i, c := range s.EphemeralContainers {
-		errs = append(errs, core.ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("ephemeralContainers").Index(i).Child("volumeMounts"))...)
-	}
-	errs = append(errs, core.ValidateSecurityProfiles(s, path)...)
-	return errs
 }
 
 // ---- secrets
@@ -336,45 +261,13 @@ func (st secretStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.O
 
 // ---- workloads
 
-// selectorStrategy validates a workload's selector against its template.
-func validateSelector(sel *metav1.LabelSelector, template map[string]string, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if sel == nil {
-		return append(errs, field.Required(path.Child("selector"), ""))
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return append(errs, field.Invalid(path.Child("selector"), sel, err.Error()))
-	}
-	if s.Empty() {
-		errs = append(errs, field.Invalid(path.Child("selector"), sel, "empty selector is invalid for deployment"))
-	} else if !s.Matches(labels.Set(template)) {
-		errs = append(errs, field.Invalid(path.Child("template", "metadata", "labels"), template, "`selector` does not match template `labels`"))
-	}
-	return errs
-}
-
-func validateSelectorImmutable(sel, old *metav1.LabelSelector, path *field.Path) field.ErrorList {
-	if !apiequality.Semantic.DeepEqual(sel, old) {
-		return field.ErrorList{field.Invalid(path.Child("selector"), sel, "field is immutable")}
-	}
-	return nil
-}
-
-func validateReplicas(n *int32, path *field.Path) field.ErrorList {
-	if n != nil && *n < 0 {
-		return field.ErrorList{field.Invalid(path.Child("replicas"), *n, "must be greater than or equal to 0")}
-	}
-	return nil
-}
-
 // validateWorkload checks what Deployments, ReplicaSets and StatefulSets
 // share: a selector matching the template, replicas, the pod template.
 func validateWorkload(sel *metav1.LabelSelector, tmpl *corev1.PodTemplateSpec, replicas *int32) field.ErrorList {
 	p := field.NewPath("spec")
-	errs := validateSelector(sel, tmpl.Labels, p)
-	errs = append(errs, validateReplicas(replicas, p)...)
-	return append(errs, validatePodSpec(&tmpl.Spec, p.Child("template", "spec"))...)
+	errs := core.ValidateSelector(sel, tmpl.Labels, p)
+	errs = append(errs, core.ValidateReplicas(replicas, p)...)
+	return append(errs, core.ValidatePodSpec(&tmpl.Spec, p.Child("template", "spec"))...)
 }
 
 type deploymentStrategy struct{ registry.GenerationStrategy }
@@ -385,7 +278,7 @@ func (deploymentStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) fie
 
 func (st deploymentStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	errs := st.Validate(w, obj)
-	return append(errs, validateSelectorImmutable(obj.(*appsv1.Deployment).Spec.Selector, old.(*appsv1.Deployment).Spec.Selector, field.NewPath("spec"))...)
+	return append(errs, core.ValidateSelectorImmutable(obj.(*appsv1.Deployment).Spec.Selector, old.(*appsv1.Deployment).Spec.Selector, field.NewPath("spec"))...)
 }
 
 type replicaSetStrategy struct{ registry.GenerationStrategy }
@@ -396,7 +289,7 @@ func (replicaSetStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) fie
 
 func (st replicaSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	errs := st.Validate(w, obj)
-	return append(errs, validateSelectorImmutable(obj.(*appsv1.ReplicaSet).Spec.Selector, old.(*appsv1.ReplicaSet).Spec.Selector, field.NewPath("spec"))...)
+	return append(errs, core.ValidateSelectorImmutable(obj.(*appsv1.ReplicaSet).Spec.Selector, old.(*appsv1.ReplicaSet).Spec.Selector, field.NewPath("spec"))...)
 }
 
 type statefulSetStrategy struct{ registry.GenerationStrategy }
@@ -419,7 +312,7 @@ func (st statefulSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runt
 	errs := st.Validate(w, obj)
 	s, o := obj.(*appsv1.StatefulSet), old.(*appsv1.StatefulSet)
 	p := field.NewPath("spec")
-	errs = append(errs, validateSelectorImmutable(s.Spec.Selector, o.Spec.Selector, p)...)
+	errs = append(errs, core.ValidateSelectorImmutable(s.Spec.Selector, o.Spec.Selector, p)...)
 	if s.Spec.ServiceName != o.Spec.ServiceName || s.Spec.PodManagementPolicy != o.Spec.PodManagementPolicy || !apiequality.Semantic.DeepEqual(s.Spec.VolumeClaimTemplates, o.Spec.VolumeClaimTemplates) {
 		errs = append(errs, field.Forbidden(p, "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"))
 	}
@@ -486,39 +379,17 @@ func setTemplateGeneration(d *appsv1.DaemonSet, gen int64) {
 func (daemonSetStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	d := obj.(*appsv1.DaemonSet)
 	p := field.NewPath("spec")
-	errs := validateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
+	errs := core.ValidateSelector(d.Spec.Selector, d.Spec.Template.Labels, p)
 	if d.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), d.Spec.Template.Spec.RestartPolicy, []string{"Always"}))
 	}
 	errs = append(errs, validateDaemonSetSpec(&d.Spec, p)...)
-	return append(errs, validatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return append(errs, core.ValidatePodSpec(&d.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 
 func (st daemonSetStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	errs := st.Validate(w, obj)
-	return append(errs, validateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
-}
-
-// validateResources checks container requests and limits as Kubernetes
-// does: no negative quantity, no request above its limit.
-func validateResources(r corev1.ResourceRequirements, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	for _, part := range []struct {
-		name string
-		list corev1.ResourceList
-	}{{"limits", r.Limits}, {"requests", r.Requests}} {
-		for name, q := range part.list {
-			if q.Sign() < 0 {
-				errs = append(errs, field.Invalid(path.Child(part.name).Key(string(name)), q.String(), "must be greater than or equal to 0"))
-			}
-		}
-	}
-	for name, req := range r.Requests {
-		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
-			errs = append(errs, field.Invalid(path.Child("requests").Key(string(name)), req.String(), fmt.Sprintf("must be less than or equal to %s limit of %s", name, lim.String())))
-		}
-	}
-	return errs
+	return append(errs, core.ValidateSelectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector, field.NewPath("spec"))...)
 }
 
 // A Deployment's and a ReplicaSet's status writes may change annotations,

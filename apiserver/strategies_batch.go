@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/core"
 )
 
 // ---- jobs
@@ -69,7 +70,7 @@ func (st jobStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object)
 func (jobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	j := obj.(*batchv1.Job)
 	p := field.NewPath("spec")
-	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
+	errs := core.ValidateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
 	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
 		if got := j.Spec.Template.Labels[batchv1.ControllerUidLabel]; got != string(j.UID) {
 			errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels").Key(batchv1.ControllerUidLabel), got, "must be '"+string(j.UID)+"'"))
@@ -79,7 +80,7 @@ func (jobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.Erro
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
 	}
 	errs = append(errs, validateJobSpec(&j.Spec, p)...)
-	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return append(errs, core.ValidatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 
 // validateJobSpec checks the counts and policies of a Job as upstream's
@@ -228,7 +229,7 @@ func (st jobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Obje
 	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
 	errs := st.Validate(w, obj)
 	p := field.NewPath("spec")
-	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
+	errs = append(errs, core.ValidateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
 	immutable := func(changed bool, name string, v any) {
 		if changed {
 			errs = append(errs, field.Invalid(p.Child(name), v, "field is immutable"))
@@ -285,7 +286,7 @@ func (cronJobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
 	}
 	errs = append(errs, validateJobSpec(t, p)...)
-	return append(errs, validatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
+	return append(errs, core.ValidatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
 }
 
 func (st cronJobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
