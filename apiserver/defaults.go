@@ -1,10 +1,7 @@
 package apiserver
 
 import (
-	"maps"
-
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -53,14 +50,6 @@ func legacyDefault(obj runtime.Object) {
 		defaultStatefulSet(o)
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
-	case *batchv1.Job:
-		// A Job without labels takes its template's, as upstream.
-		if len(o.Labels) == 0 && o.Spec.Template.Labels != nil {
-			o.Labels = maps.Clone(o.Spec.Template.Labels)
-		}
-		defaultJobSpec(&o.Spec)
-	case *batchv1.CronJob:
-		defaultCronJob(o)
 	case *corev1.PersistentVolumeClaim:
 		if o.Spec.VolumeMode == nil {
 			o.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
@@ -221,74 +210,6 @@ func defaultDaemonSet(d *appsv1.DaemonSet) {
 		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
 	}
 	core.DefaultPodSpec(&d.Spec.Template.Spec)
-}
-
-// defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
-// CronJob's job template gets only the nested defaults (defaultJobTemplate):
-// the Job the CronJob creates is defaulted when it is created.
-func defaultJobSpec(s *batchv1.JobSpec) {
-	if s.Completions == nil && s.Parallelism == nil {
-		s.Completions = ptrTo[int32](1)
-		s.Parallelism = ptrTo[int32](1)
-	}
-	if s.Parallelism == nil {
-		s.Parallelism = ptrTo[int32](1)
-	}
-	if s.BackoffLimit == nil {
-		if s.BackoffLimitPerIndex != nil {
-			s.BackoffLimit = ptrTo[int32](2147483647)
-		} else {
-			s.BackoffLimit = ptrTo[int32](6)
-		}
-	}
-	if s.CompletionMode == nil {
-		s.CompletionMode = ptrTo(batchv1.NonIndexedCompletion)
-	}
-	if s.Suspend == nil {
-		s.Suspend = ptrTo(false)
-	}
-	if s.PodReplacementPolicy == nil {
-		if s.PodFailurePolicy != nil {
-			s.PodReplacementPolicy = ptrTo(batchv1.Failed)
-		} else {
-			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
-		}
-	}
-	if s.ManualSelector == nil {
-		s.ManualSelector = ptrTo(false)
-	}
-	defaultJobTemplate(s)
-}
-
-// defaultJobTemplate applies the defaults of the types inside a JobSpec:
-// the pod spec, and pod failure policy condition patterns matching True.
-func defaultJobTemplate(s *batchv1.JobSpec) {
-	if s.PodFailurePolicy != nil {
-		for i := range s.PodFailurePolicy.Rules {
-			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
-				if c := &s.PodFailurePolicy.Rules[i].OnPodConditions[k]; c.Status == "" {
-					c.Status = corev1.ConditionTrue
-				}
-			}
-		}
-	}
-	core.DefaultPodSpec(&s.Template.Spec)
-}
-
-func defaultCronJob(c *batchv1.CronJob) {
-	if c.Spec.ConcurrencyPolicy == "" {
-		c.Spec.ConcurrencyPolicy = batchv1.AllowConcurrent
-	}
-	if c.Spec.Suspend == nil {
-		c.Spec.Suspend = ptrTo(false)
-	}
-	if c.Spec.SuccessfulJobsHistoryLimit == nil {
-		c.Spec.SuccessfulJobsHistoryLimit = ptrTo[int32](3)
-	}
-	if c.Spec.FailedJobsHistoryLimit == nil {
-		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
-	}
-	defaultJobTemplate(&c.Spec.JobTemplate.Spec)
 }
 
 // defaultRequestsToLimits gives a pod's containers that set a limit and

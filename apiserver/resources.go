@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/batch"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
 	"bonsai.dev/bonsai/apiserver/registry/networking"
@@ -245,10 +246,7 @@ func builtinKinds() []registry.Kind {
 		// events.k8s.io/v1 shows the core Events.
 		{GVR: gvr("events.k8s.io", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"},
 			StoredAs: gvr("", "v1", "events"), ToStorage: eventToCore, FromStorage: eventFromCore},
-		// batch/v1
-		{GVR: gvr("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: all, Subresources: []string{"status"}, Strategy: jobStrategy{}},
-		{GVR: gvr("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: all, Subresources: []string{"status"}, Strategy: cronJobStrategy{}},
-	}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
+	}, batch.Kinds(), []registry.Kind{}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
 		// admissionregistration.k8s.io/v1
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
 		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},

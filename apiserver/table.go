@@ -10,7 +10,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/duration"
 
 	"bonsai.dev/bonsai/apiserver/registry"
 )
@@ -50,8 +48,6 @@ var printers = map[schema.GroupResource]printer{
 	{Group: "apps", Resource: "daemonsets"}:                                daemonSetPrinter,
 	{Group: "apps", Resource: "controllerrevisions"}:                       controllerRevisionPrinter,
 	{Group: "events.k8s.io", Resource: "events"}:                           eventsV1Printer,
-	{Group: "batch", Resource: "jobs"}:                                     jobPrinter,
-	{Group: "batch", Resource: "cronjobs"}:                                 cronJobPrinter,
 }
 
 // --- core/v1 ---
@@ -721,85 +717,6 @@ var controllerRevisionPrinter = printer{
 }
 
 // --- batch/v1 ---
-
-var jobPrinter = printer{
-	Columns: cols(nameCol,
-		col("Status", tString, "Status of the job."),
-		col("Completions", tString, batchv1.JobStatus{}.SwaggerDoc()["succeeded"]),
-		col("Duration", tString, "Time required to complete the job."),
-		ageCol, containersCol, imagesCol,
-		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
-	),
-	Cells: func(o runtime.Object) []any {
-		j := o.(*batchv1.Job)
-		var completions string
-		switch {
-		case j.Spec.Completions != nil:
-			completions = fmt.Sprintf("%d/%d", j.Status.Succeeded, *j.Spec.Completions)
-		case j.Spec.Parallelism != nil && *j.Spec.Parallelism > 1:
-			completions = fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, *j.Spec.Parallelism)
-		default:
-			completions = fmt.Sprintf("%d/1", j.Status.Succeeded)
-		}
-		var dur string
-		switch st := j.Status; {
-		case st.StartTime == nil:
-		case st.CompletionTime == nil:
-			dur = duration.HumanDuration(time.Since(st.StartTime.Time))
-		default:
-			dur = duration.HumanDuration(st.CompletionTime.Sub(st.StartTime.Time))
-		}
-		cells := []any{j.Name, jobStatus(j), completions, dur, age(j)}
-		return append(withContainers(cells, j.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(j.Spec.Selector))
-	},
-}
-
-func jobStatus(j *batchv1.Job) string {
-	has := func(t batchv1.JobConditionType) bool {
-		for _, c := range j.Status.Conditions {
-			if c.Type == t {
-				return c.Status == corev1.ConditionTrue
-			}
-		}
-		return false
-	}
-	switch {
-	case has(batchv1.JobComplete):
-		return "Complete"
-	case has(batchv1.JobFailed):
-		return "Failed"
-	case j.DeletionTimestamp != nil:
-		return "Terminating"
-	case has(batchv1.JobSuspended):
-		return "Suspended"
-	case has(batchv1.JobFailureTarget):
-		return "FailureTarget"
-	}
-	return "Running"
-}
-
-var cronJobPrinter = printer{
-	Columns: cols(nameCol,
-		col("Schedule", tString, batchv1.CronJobSpec{}.SwaggerDoc()["schedule"]),
-		col("Timezone", tString, batchv1.CronJobSpec{}.SwaggerDoc()["timeZone"]),
-		// Upstream declares this boolean but prints True/False words.
-		col("Suspend", tString, batchv1.CronJobSpec{}.SwaggerDoc()["suspend"]),
-		col("Active", tInteger, batchv1.CronJobStatus{}.SwaggerDoc()["active"]),
-		col("Last Schedule", tString, batchv1.CronJobStatus{}.SwaggerDoc()["lastScheduleTime"]),
-		ageCol, containersCol, imagesCol,
-		wide(col("Selector", tString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
-	),
-	Cells: func(o runtime.Object) []any {
-		c := o.(*batchv1.CronJob)
-		last := "<none>"
-		if t := c.Status.LastScheduleTime; t != nil {
-			last = since(t.Time)
-		}
-		js := c.Spec.JobTemplate.Spec
-		cells := []any{c.Name, c.Spec.Schedule, strOr(c.Spec.TimeZone, "<none>"), boolWord(c.Spec.Suspend), int64(len(c.Status.Active)), last, age(c)}
-		return append(withContainers(cells, js.Template.Spec.Containers), metav1.FormatLabelSelector(js.Selector))
-	},
-}
 
 // --- other groups ---
 
