@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -39,17 +38,6 @@ func legacyDefault(obj runtime.Object) {
 		if o.Status.Phase == "" {
 			o.Status.Phase = corev1.NamespaceActive
 		}
-	case *appsv1.Deployment:
-		defaultDeployment(o)
-	case *appsv1.ReplicaSet:
-		if o.Spec.Replicas == nil {
-			o.Spec.Replicas = ptrTo[int32](1)
-		}
-		core.DefaultPodSpec(&o.Spec.Template.Spec)
-	case *appsv1.StatefulSet:
-		defaultStatefulSet(o)
-	case *appsv1.DaemonSet:
-		defaultDaemonSet(o)
 	case *corev1.PersistentVolumeClaim:
 		if o.Spec.VolumeMode == nil {
 			o.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
@@ -113,103 +101,6 @@ func defaultService(s *corev1.Service) {
 	if s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.AllocateLoadBalancerNodePorts == nil {
 		s.Spec.AllocateLoadBalancerNodePorts = ptrTo(true)
 	}
-}
-
-func defaultDeployment(d *appsv1.Deployment) {
-	if d.Spec.Replicas == nil {
-		d.Spec.Replicas = ptrTo[int32](1)
-	}
-	st := &d.Spec.Strategy
-	if st.Type == "" {
-		st.Type = appsv1.RollingUpdateDeploymentStrategyType
-	}
-	if st.Type == appsv1.RollingUpdateDeploymentStrategyType {
-		if st.RollingUpdate == nil {
-			st.RollingUpdate = &appsv1.RollingUpdateDeployment{}
-		}
-		if st.RollingUpdate.MaxUnavailable == nil {
-			st.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromString("25%"))
-		}
-		if st.RollingUpdate.MaxSurge == nil {
-			st.RollingUpdate.MaxSurge = ptrTo(intstr.FromString("25%"))
-		}
-	}
-	if d.Spec.RevisionHistoryLimit == nil {
-		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
-	}
-	if d.Spec.ProgressDeadlineSeconds == nil {
-		d.Spec.ProgressDeadlineSeconds = ptrTo[int32](600)
-	}
-	core.DefaultPodSpec(&d.Spec.Template.Spec)
-}
-
-func defaultStatefulSet(s *appsv1.StatefulSet) {
-	if s.Spec.Replicas == nil {
-		s.Spec.Replicas = ptrTo[int32](1)
-	}
-	if s.Spec.PodManagementPolicy == "" {
-		s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
-	}
-	// Only an unset strategy gets rollingUpdate filled in: upstream leaves
-	// an explicit "RollingUpdate" without parameters as it is.
-	if s.Spec.UpdateStrategy.Type == "" {
-		s.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
-		if s.Spec.UpdateStrategy.RollingUpdate == nil {
-			s.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{}
-		}
-	}
-	if s.Spec.UpdateStrategy.Type == appsv1.RollingUpdateStatefulSetStrategyType && s.Spec.UpdateStrategy.RollingUpdate != nil {
-		if s.Spec.UpdateStrategy.RollingUpdate.Partition == nil {
-			s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](0)
-		}
-		if s.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable == nil {
-			s.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromInt32(1))
-		}
-	}
-	if s.Spec.RevisionHistoryLimit == nil {
-		s.Spec.RevisionHistoryLimit = ptrTo[int32](10)
-	}
-	if s.Spec.PersistentVolumeClaimRetentionPolicy == nil {
-		s.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{}
-	}
-	p := s.Spec.PersistentVolumeClaimRetentionPolicy
-	if p.WhenDeleted == "" {
-		p.WhenDeleted = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
-	}
-	if p.WhenScaled == "" {
-		p.WhenScaled = appsv1.RetainPersistentVolumeClaimRetentionPolicyType
-	}
-	for i := range s.Spec.VolumeClaimTemplates {
-		pvc := &s.Spec.VolumeClaimTemplates[i]
-		if pvc.Spec.VolumeMode == nil {
-			pvc.Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
-		}
-		if pvc.Status.Phase == "" {
-			pvc.Status.Phase = corev1.ClaimPending
-		}
-	}
-	core.DefaultPodSpec(&s.Spec.Template.Spec)
-}
-
-func defaultDaemonSet(d *appsv1.DaemonSet) {
-	if d.Spec.UpdateStrategy.Type == "" {
-		d.Spec.UpdateStrategy.Type = appsv1.RollingUpdateDaemonSetStrategyType
-	}
-	if d.Spec.UpdateStrategy.Type == appsv1.RollingUpdateDaemonSetStrategyType {
-		if d.Spec.UpdateStrategy.RollingUpdate == nil {
-			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{}
-		}
-		if d.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable == nil {
-			d.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptrTo(intstr.FromInt32(1))
-		}
-		if d.Spec.UpdateStrategy.RollingUpdate.MaxSurge == nil {
-			d.Spec.UpdateStrategy.RollingUpdate.MaxSurge = ptrTo(intstr.FromInt32(0))
-		}
-	}
-	if d.Spec.RevisionHistoryLimit == nil {
-		d.Spec.RevisionHistoryLimit = ptrTo[int32](10)
-	}
-	core.DefaultPodSpec(&d.Spec.Template.Spec)
 }
 
 // defaultRequestsToLimits gives a pod's containers that set a limit and

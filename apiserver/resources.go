@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/apps"
 	"bonsai.dev/bonsai/apiserver/registry/batch"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
@@ -237,12 +238,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("", "v1", "persistentvolumes"), Kind: "PersistentVolume", ShortNames: []string{"pv"}, Subresources: []string{"status"}, Strategy: persistentVolumeStrategy{}},
 		{GVR: gvr("", "v1", "persistentvolumeclaims"), Kind: "PersistentVolumeClaim", Namespaced: true, ShortNames: []string{"pvc"}, Subresources: []string{"status"}, Strategy: claimStrategy{}},
 		{GVR: gvr("", "v1", "replicationcontrollers"), Kind: "ReplicationController", Namespaced: true, ShortNames: []string{"rc"}, Categories: all, Subresources: []string{"status", "scale"}},
-		// apps/v1
-		{GVR: gvr("apps", "v1", "deployments"), Kind: "Deployment", Namespaced: true, ShortNames: []string{"deploy"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: deploymentStrategy{}},
-		{GVR: gvr("apps", "v1", "replicasets"), Kind: "ReplicaSet", Namespaced: true, ShortNames: []string{"rs"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: replicaSetStrategy{}},
-		{GVR: gvr("apps", "v1", "statefulsets"), Kind: "StatefulSet", Namespaced: true, ShortNames: []string{"sts"}, Categories: all, Subresources: []string{"status", "scale"}, Strategy: statefulSetStrategy{}},
-		{GVR: gvr("apps", "v1", "daemonsets"), Kind: "DaemonSet", Namespaced: true, ShortNames: []string{"ds"}, Categories: all, Subresources: []string{"status"}, Strategy: daemonSetStrategy{}},
-		{GVR: gvr("apps", "v1", "controllerrevisions"), Kind: "ControllerRevision", Namespaced: true},
+	}, apps.Kinds(), []registry.Kind{
 		// events.k8s.io/v1 shows the core Events.
 		{GVR: gvr("events.k8s.io", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"},
 			StoredAs: gvr("", "v1", "events"), ToStorage: eventToCore, FromStorage: eventFromCore},

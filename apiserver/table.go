@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,11 +41,6 @@ var printers = map[schema.GroupResource]printer{
 	{Resource: "persistentvolumes"}:                                        persistentVolumePrinter,
 	{Resource: "persistentvolumeclaims"}:                                   persistentVolumeClaimPrinter,
 	{Resource: "replicationcontrollers"}:                                   replicationControllerPrinter,
-	{Group: "apps", Resource: "deployments"}:                               deploymentPrinter,
-	{Group: "apps", Resource: "replicasets"}:                               replicaSetPrinter,
-	{Group: "apps", Resource: "statefulsets"}:                              statefulSetPrinter,
-	{Group: "apps", Resource: "daemonsets"}:                                daemonSetPrinter,
-	{Group: "apps", Resource: "controllerrevisions"}:                       controllerRevisionPrinter,
 	{Group: "events.k8s.io", Resource: "events"}:                           eventsV1Printer,
 }
 
@@ -628,93 +622,6 @@ var replicationControllerPrinter = printer{
 }
 
 // --- apps/v1 ---
-
-var deploymentPrinter = printer{
-	Columns: cols(nameCol,
-		col("Ready", tString, "Number of the pod with ready state"),
-		col("Up-to-date", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["updatedReplicas"]),
-		col("Available", tInteger, appsv1.DeploymentStatus{}.SwaggerDoc()["availableReplicas"]),
-		ageCol, containersCol, imagesCol,
-		wide(col("Selector", tString, appsv1.DeploymentSpec{}.SwaggerDoc()["selector"])),
-	),
-	Cells: func(o runtime.Object) []any {
-		d := o.(*appsv1.Deployment)
-		// Unlike the other workloads, an empty selector prints empty here.
-		sel := "<invalid>"
-		if s, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
-			sel = s.String()
-		}
-		cells := []any{d.Name, fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, replicasOr1(d.Spec.Replicas)), int64(d.Status.UpdatedReplicas), int64(d.Status.AvailableReplicas), age(d)}
-		return append(withContainers(cells, d.Spec.Template.Spec.Containers), sel)
-	},
-}
-
-var replicaSetPrinter = printer{
-	Columns: cols(nameCol,
-		col("Desired", tInteger, appsv1.ReplicaSetSpec{}.SwaggerDoc()["replicas"]),
-		col("Current", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["replicas"]),
-		col("Ready", tInteger, appsv1.ReplicaSetStatus{}.SwaggerDoc()["readyReplicas"]),
-		ageCol, containersCol, imagesCol,
-		wide(col("Selector", tString, appsv1.ReplicaSetSpec{}.SwaggerDoc()["selector"])),
-	),
-	Cells: func(o runtime.Object) []any {
-		rs := o.(*appsv1.ReplicaSet)
-		cells := []any{rs.Name, replicasOr1(rs.Spec.Replicas), int64(rs.Status.Replicas), int64(rs.Status.ReadyReplicas), age(rs)}
-		return append(withContainers(cells, rs.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(rs.Spec.Selector))
-	},
-}
-
-var statefulSetPrinter = printer{
-	Columns: cols(nameCol, col("Ready", tString, "Number of the pod with ready state"), ageCol, containersCol, imagesCol),
-	Cells: func(o runtime.Object) []any {
-		s := o.(*appsv1.StatefulSet)
-		cells := []any{s.Name, fmt.Sprintf("%d/%d", s.Status.ReadyReplicas, replicasOr1(s.Spec.Replicas)), age(s)}
-		return withContainers(cells, s.Spec.Template.Spec.Containers)
-	},
-}
-
-var daemonSetPrinter = printer{
-	Columns: cols(nameCol,
-		col("Desired", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["desiredNumberScheduled"]),
-		col("Current", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["currentNumberScheduled"]),
-		col("Ready", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["numberReady"]),
-		col("Up-to-date", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["updatedNumberScheduled"]),
-		col("Available", tInteger, appsv1.DaemonSetStatus{}.SwaggerDoc()["numberAvailable"]),
-		col("Node Selector", tString, corev1.PodSpec{}.SwaggerDoc()["nodeSelector"]),
-		ageCol, containersCol, imagesCol,
-		wide(col("Selector", tString, appsv1.DaemonSetSpec{}.SwaggerDoc()["selector"])),
-	),
-	Cells: func(o runtime.Object) []any {
-		d := o.(*appsv1.DaemonSet)
-		st := d.Status
-		cells := []any{d.Name, int64(st.DesiredNumberScheduled), int64(st.CurrentNumberScheduled), int64(st.NumberReady),
-			int64(st.UpdatedNumberScheduled), int64(st.NumberAvailable), labels.FormatLabels(d.Spec.Template.Spec.NodeSelector), age(d)}
-		return append(withContainers(cells, d.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(d.Spec.Selector))
-	},
-}
-
-var controllerRevisionPrinter = printer{
-	Columns: cols(nameCol,
-		col("Controller", tString, "Controller of the object"),
-		col("Revision", tInteger, appsv1.ControllerRevision{}.SwaggerDoc()["revision"]),
-		ageCol,
-	),
-	Cells: func(o runtime.Object) []any {
-		r := o.(*appsv1.ControllerRevision)
-		controller := "<none>"
-		if ref := metav1.GetControllerOf(r); ref != nil {
-			gk := schema.GroupKind{Kind: ref.Kind}
-			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil {
-				gk.Group = gv.Group
-			}
-			controller = ref.Name
-			if !gk.Empty() {
-				controller = strings.ToLower(gk.String()) + "/" + ref.Name
-			}
-		}
-		return []any{r.Name, controller, r.Revision, age(r)}
-	},
-}
 
 // --- batch/v1 ---
 
