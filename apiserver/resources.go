@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/apiserver/registry/apps"
 	"bonsai.dev/bonsai/apiserver/registry/batch"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
@@ -242,13 +243,7 @@ func builtinKinds() []registry.Kind {
 		// events.k8s.io/v1 shows the core Events.
 		{GVR: gvr("events.k8s.io", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"},
 			StoredAs: gvr("", "v1", "events"), ToStorage: eventToCore, FromStorage: eventFromCore},
-	}, batch.Kinds(), []registry.Kind{}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{
-		// admissionregistration.k8s.io/v1
-		{GVR: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
-		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
-		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), Kind: "ValidatingAdmissionPolicy", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: admissionConfigStrategy{}},
-		{GVR: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), Kind: "ValidatingAdmissionPolicyBinding", Categories: apiExtensions, Strategy: admissionConfigStrategy{}},
-	}, noderegistry.Kinds(), []registry.Kind{}, rbac.Kinds(), []registry.Kind{
+	}, batch.Kinds(), []registry.Kind{}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{}, admissionregistration.Kinds(checkCEL), []registry.Kind{}, noderegistry.Kinds(), []registry.Kind{}, rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

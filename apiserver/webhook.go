@@ -29,6 +29,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/params"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 )
 
 // Admission webhooks: MutatingWebhookConfiguration and
@@ -118,7 +119,7 @@ func compileWebhooks(s *Server, objs []runtime.Object, mutating bool) webhookSet
 		case *admissionregistrationv1.MutatingWebhookConfiguration:
 			x := cfg{name: c.Name}
 			for _, w := range c.Webhooks {
-				x.webhooks = append(x.webhooks, mutatingAsValidating(w))
+				x.webhooks = append(x.webhooks, admissionregistration.MutatingAsValidating(w))
 				x.reinvoke = append(x.reinvoke, w.ReinvocationPolicy != nil && *w.ReinvocationPolicy == admissionregistrationv1.IfNeededReinvocationPolicy)
 			}
 			cfgs = append(cfgs, x)
@@ -141,17 +142,6 @@ func compileWebhooks(s *Server, objs []runtime.Object, mutating bool) webhookSet
 		}
 	}
 	return out
-}
-
-// mutatingAsValidating keeps the fields both webhook kinds share, so one
-// compiler serves both.
-func mutatingAsValidating(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	return admissionregistrationv1.ValidatingWebhook{
-		Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
-		MatchPolicy: w.MatchPolicy, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
-		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
-		MatchConditions: w.MatchConditions,
-	}
 }
 
 func compileWebhook(configName string, w admissionregistrationv1.ValidatingWebhook, mutating bool) (*webhook, error) {
