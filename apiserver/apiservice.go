@@ -160,11 +160,11 @@ func (s *Server) ensureLocalAPIServices(ctx context.Context) error {
 
 // apiServicePrinter has kube-aggregator's columns: where the API is
 // served and whether it is available (with the reason when it is not).
-var apiServicePrinter = printer{
-	Columns: cols(nameCol,
-		col("Service", tString, "The reference to the service that hosts this API endpoint."),
-		col("Available", tString, "Whether this service is available."),
-		ageCol),
+var apiServicePrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("Service", registry.TString, "The reference to the service that hosts this API endpoint."),
+		registry.Col("Available", registry.TString, "Whether this service is available."),
+		registry.AgeCol),
 	Cells: func(o runtime.Object) []any {
 		a := o.(*apiregistrationv1.APIService)
 		service := "Local"
@@ -182,6 +182,6 @@ var apiServicePrinter = printer{
 				available = string(c.Status)
 			}
 		}
-		return []any{a.Name, service, available, age(a)}
+		return []any{a.Name, service, available, registry.Age(a)}
 	},
 }

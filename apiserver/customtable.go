@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/jsonpath"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // customPrinter makes a custom resource's server-side table from its
@@ -18,9 +20,9 @@ import (
 // a version without columns gets Age.
 func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) printer {
 	if len(columns) == 0 {
-		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: objectMetaDoc["creationTimestamp"]}}
+		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: registry.ObjectMetaDoc["creationTimestamp"]}}
 	}
-	p := printer{Columns: cols(nameCol)}
+	p := printer{Columns: registry.Cols(registry.NameCol)}
 	paths := make([]*jsonpath.JSONPath, len(columns))
 	for i, c := range columns {
 		p.Columns = append(p.Columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
@@ -93,7 +95,7 @@ func cellForJSONValue(typ string, value any) any {
 			if err := ts.UnmarshalQueryParameter(s); err != nil {
 				return "<invalid>"
 			}
-			return since(ts.Time)
+			return registry.Since(ts.Time)
 		}
 	}
 	return nil

@@ -17,7 +17,9 @@ import (
 	"bonsai.dev/bonsai/apiserver/registry/apps"
 	"bonsai.dev/bonsai/apiserver/registry/batch"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
+	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
+	"bonsai.dev/bonsai/apiserver/registry/events"
 	"bonsai.dev/bonsai/apiserver/registry/networking"
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/policy"
@@ -220,30 +222,8 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // builtinKinds is the table of built-in kinds bonsai serves. Group order
 // is discovery order, as kube-apiserver lists them.
 func builtinKinds() []registry.Kind {
-	all := []string{"all"}
 	apiExtensions := []string{"api-extensions"}
-	return slices.Concat([]registry.Kind{
-		// core/v1
-		{GVR: gvr("", "v1", "namespaces"), Kind: "Namespace", ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"}, Strategy: namespaceStrategy{}, Fields: fieldsNamespace},
-		{GVR: gvr("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status"}, Strategy: nodeStrategy{}, Fields: fieldsNode},
-		{GVR: gvr("", "v1", "pods"), Kind: "Pod", Namespaced: true, ShortNames: []string{"po"}, Categories: all, Subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward"}, Strategy: podStrategy{}, ReturnDeleted: true, Fields: fieldsPod},
-		{GVR: gvr("", "v1", "services"), Kind: "Service", Namespaced: true, ShortNames: []string{"svc"}, Categories: all, Subresources: []string{"status"}, Strategy: serviceStrategy{}, NoCollection: true},
-		{GVR: gvr("", "v1", "endpoints"), Kind: "Endpoints", ListKind: "EndpointsList", Singular: "endpoints", Namespaced: true, ShortNames: []string{"ep"}, AllowCreateOnUpdate: true},
-		{GVR: gvr("", "v1", "configmaps"), Kind: "ConfigMap", Namespaced: true, ShortNames: []string{"cm"}, Strategy: configMapStrategy{}},
-		{GVR: gvr("", "v1", "secrets"), Kind: "Secret", Namespaced: true, Strategy: secretStrategy{}, Fields: fieldsSecret},
-		{GVR: gvr("", "v1", "serviceaccounts"), Kind: "ServiceAccount", Namespaced: true, ShortNames: []string{"sa"}, Subresources: []string{"token"}},
-		{GVR: gvr("", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"}, Fields: fieldsEvent},
-		{GVR: gvr("", "v1", "limitranges"), Kind: "LimitRange", Namespaced: true, ShortNames: []string{"limits"}},
-		{GVR: gvr("", "v1", "resourcequotas"), Kind: "ResourceQuota", Namespaced: true, ShortNames: []string{"quota"}, Subresources: []string{"status"}},
-		{GVR: gvr("", "v1", "podtemplates"), Kind: "PodTemplate", Namespaced: true},
-		{GVR: gvr("", "v1", "persistentvolumes"), Kind: "PersistentVolume", ShortNames: []string{"pv"}, Subresources: []string{"status"}, Strategy: persistentVolumeStrategy{}},
-		{GVR: gvr("", "v1", "persistentvolumeclaims"), Kind: "PersistentVolumeClaim", Namespaced: true, ShortNames: []string{"pvc"}, Subresources: []string{"status"}, Strategy: claimStrategy{}},
-		{GVR: gvr("", "v1", "replicationcontrollers"), Kind: "ReplicationController", Namespaced: true, ShortNames: []string{"rc"}, Categories: all, Subresources: []string{"status", "scale"}},
-	}, apps.Kinds(), []registry.Kind{
-		// events.k8s.io/v1 shows the core Events.
-		{GVR: gvr("events.k8s.io", "v1", "events"), Kind: "Event", Namespaced: true, ShortNames: []string{"ev"},
-			StoredAs: gvr("", "v1", "events"), ToStorage: eventToCore, FromStorage: eventFromCore},
-	}, batch.Kinds(), []registry.Kind{}, coordination.Kinds(), []registry.Kind{}, discovery.Kinds(), []registry.Kind{}, networking.Kinds(), []registry.Kind{}, policy.Kinds(), scheduling.Kinds(), storage.Kinds(), []registry.Kind{}, admissionregistration.Kinds(checkCEL), []registry.Kind{}, noderegistry.Kinds(), []registry.Kind{}, rbac.Kinds(), []registry.Kind{
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), batch.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},
@@ -252,9 +232,11 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), Kind: "SelfSubjectRulesReview", CreateOnly: true},
 		{GVR: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), Kind: "SubjectAccessReview", CreateOnly: true},
 		// apiregistration.k8s.io/v1
-		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}},
-		// apiextensions.k8s.io/v1
-		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"}, Strategy: crdStrategy{}},
+		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}, Printer: &apiServicePrinter},
+		// apiextensions.k8s.io/v1; kube-apiserver shows CRDs with the
+		// default columns.
+		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"},
+			Strategy: crdStrategy{}, Printer: registry.DefaultPrinter},
 	})
 }
 
@@ -277,15 +259,6 @@ func newResource(k *registry.Kind) *resource {
 		returnDeleted: k.ReturnDeleted, allowCreateOnUpdate: k.AllowCreateOnUpdate, fields: k.Fields,
 		storedAs: k.StoredAs, toStorage: k.ToStorage, fromStorage: k.FromStorage,
 		def: k, printer: k.Printer, defaulter: k.Defaulter,
-	}
-	if k.Printer == nil {
-		if p, ok := printers[k.GVR.GroupResource()]; ok {
-			k.Printer = &p
-		}
-		r.printer = k.Printer
-	}
-	if r.defaulter == nil {
-		r.defaulter = legacyDefault
 	}
 	if r.listKind == "" {
 		k.ListKind = r.kind + "List"

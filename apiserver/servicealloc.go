@@ -59,36 +59,6 @@ func (r nodePortRecord) heldBy(svc *corev1.Service) bool {
 	return r.Namespace == svc.Namespace && r.Name == svc.Name && r.UID == svc.UID
 }
 
-// serviceIPs are the cluster IPs a Service holds ("None" and "" hold none).
-func serviceIPs(svc *corev1.Service) []netip.Addr {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
-		if a, err := netip.ParseAddr(ip); err == nil && !containsAddr(out, a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// serviceNodePorts are the node ports a Service holds, its health check
-// port included: one port number may serve several protocols of one
-// Service, as upstream allows.
-func serviceNodePorts(svc *corev1.Service) []int32 {
-	var out []int32
-	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 && !containsPort(out, p.NodePort) {
-			out = append(out, p.NodePort)
-		}
-	}
-	if hc := svc.Spec.HealthCheckNodePort; hc != 0 && !containsPort(out, hc) {
-		out = append(out, hc)
-	}
-	return out
-}
-
 func containsAddr(xs []netip.Addr, x netip.Addr) bool {
 	for _, y := range xs {
 		if y == x {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -40,7 +41,7 @@ func scaleOf(res *resource, obj runtime.Object) (*autoscalingv1.Scale, error) {
 		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
 	case *corev1.ReplicationController:
 		sc.Spec.Replicas, sc.Status.Replicas = deref(o.Spec.Replicas), o.Status.Replicas
-		sc.Status.Selector = selectorString(o.Spec.Selector)
+		sc.Status.Selector = registry.SelectorString(o.Spec.Selector)
 		return sc, nil
 	default:
 		return nil, fmt.Errorf("%T has no scale", obj)
