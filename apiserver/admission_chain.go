@@ -75,7 +75,7 @@ func newAdmissionAttrs(ctx context.Context, wc *writeCtx, op admission.Operation
 	admitted := ctx.Value(subresourceAdmittedKey{}) != nil
 	return admissionAttrs{
 		op: op, res: wc.res, wc: wc, subresource: subresource, namespace: namespace, name: name,
-		obj: obj, old: old, dryRun: wc.dryRun, user: u, authorizer: wc.s.authorizer,
+		obj: obj, old: old, dryRun: wc.DryRun, user: u, authorizer: wc.s.authorizer,
 		subresourceAdmitted: admitted,
 		hooked:              u != nil && !admitted && !exemptFromAdmission(wc.res),
 	}
@@ -168,7 +168,7 @@ func (p namespaceLifecycle) Admit(ctx context.Context, aa admission.Attributes) 
 	if terminating {
 		// A generated name is not made yet as far as the client knows.
 		name := a.name
-		if a.wc.generatedName {
+		if a.wc.GeneratedName {
 			name = ""
 		}
 		err := apierrors.NewForbidden(qualified(a.res), name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
@@ -192,7 +192,7 @@ func (serviceAccount) Handles(op admission.Operation) bool { return op == admiss
 func (p serviceAccount) Admit(ctx context.Context, aa admission.Attributes) error {
 	a := attrs(aa)
 	if pod, ok := a.obj.(*corev1.Pod); ok && a.res.gvr == gvr("", "v1", "pods") {
-		return p.s.admitPodServiceAccount(ctx, pod, a.wc.generatedName)
+		return p.s.admitPodServiceAccount(ctx, pod, a.wc.GeneratedName)
 	}
 	return nil
 }

@@ -94,6 +94,12 @@ func compileCEL(expr string, want *cel.Type) (*celProgram, error) {
 	return &celProgram{expr: expr, prg: prg}, nil
 }
 
+// checkCEL is compileCEL for validation, which needs only its error.
+func checkCEL(expr string, want *cel.Type) error {
+	_, err := compileCEL(expr, want)
+	return err
+}
+
 func (p *celProgram) eval(vars map[string]any) (ref.Val, error) {
 	out, _, err := p.prg.Eval(vars)
 	if err != nil {

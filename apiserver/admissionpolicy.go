@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"bonsai.dev/bonsai/apiserver/audit"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -464,20 +464,12 @@ func (s *Server) policyOutcome(ctx context.Context, p *compiledPolicy, b *admiss
 	// the validation has none, and the message also as a cause.
 	message := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.name, b.Name, msg)
 	err := apierrors.NewForbidden(qualified(a.res), a.name, errors.New(message))
-	if _, ok := reasonCodes[reason]; !ok || reason == "" {
+	if _, ok := admissionregistration.ReasonCodes[reason]; !ok || reason == "" {
 		reason = metav1.StatusReasonInvalid
 	}
-	err.ErrStatus.Reason, err.ErrStatus.Code = reason, reasonCodes[reason]
+	err.ErrStatus.Reason, err.ErrStatus.Code = reason, admissionregistration.ReasonCodes[reason]
 	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Message: message})
 	return err
-}
-
-// reasonCodes are the reasons a validation may give, with their codes.
-var reasonCodes = map[metav1.StatusReason]int32{
-	metav1.StatusReasonUnauthorized:          http.StatusUnauthorized,
-	metav1.StatusReasonForbidden:             http.StatusForbidden,
-	metav1.StatusReasonInvalid:               http.StatusUnprocessableEntity,
-	metav1.StatusReasonRequestEntityTooLarge: http.StatusRequestEntityTooLarge,
 }
 
 // validationFailureAnnotation is the audit annotation kube-apiserver puts

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"bonsai.dev/bonsai/apiserver/audit"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -237,7 +238,7 @@ func FuzzWebhookRules(f *testing.F) {
 	f.Add("*", "configmaps", "")
 	f.Add("a//b", "a", "")
 	f.Fuzz(func(t *testing.T, rule, resource, sub string) {
-		validateRuleResources(field.NewPath("resources"), []string{rule})
+		admissionregistration.ValidateRuleResources(field.NewPath("resources"), []string{rule})
 		got := resourceMatches(rule, resource, sub)
 		if rule == "*" && got != (sub == "") {
 			t.Errorf("%q on %s/%s: %v", rule, resource, sub, got)

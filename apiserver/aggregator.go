@@ -434,7 +434,7 @@ func (a *aggregator) syncCRDAPIServices(ctx context.Context, set *apiServiceSet)
 		return nil // not all CRDs are known yet: nothing may go
 	}
 	want := map[string]schema.GroupVersion{}
-	for _, g := range a.s.crs.registry().groups {
+	for _, g := range a.s.crs.index().groups {
 		for _, v := range g.versions {
 			want[v+"."+g.name] = schema.GroupVersion{Group: g.name, Version: v}
 		}

@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -110,7 +111,7 @@ func TestBootstrapObjects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status.Phase != corev1.NamespaceActive || got.Labels[namespaceNameLabel] != ns {
+		if got.Status.Phase != corev1.NamespaceActive || got.Labels[core.NamespaceNameLabel] != ns {
 			t.Errorf("namespace %s: phase %q labels %v", ns, got.Status.Phase, got.Labels)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	apiservicehelper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	apiservicevalidation "k8s.io/kube-aggregator/pkg/apis/apiregistration/validation"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // APIServices (apiregistration.k8s.io/v1) claim a group version: without
@@ -53,19 +55,23 @@ func internalAPIService(a *apiregistrationv1.APIService) (*apiregistration.APISe
 // apiServiceStrategy is the APIService's: status only through the status
 // subresource, spec defaulted (service port 443) and validated upstream's
 // way.
-type apiServiceStrategy struct{ defaultStrategy }
-
-func (st apiServiceStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
-	scheme.Scheme.Default(obj)
-	return st.defaultStrategy.prepareForCreate(w, obj)
+type apiServiceStrategy struct {
+	registry.DefaultStrategy
+	// s checks the group (bindStrategies).
+	s *Server
 }
 
-func (st apiServiceStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (st apiServiceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	scheme.Scheme.Default(obj)
-	return st.defaultStrategy.prepareForUpdate(w, obj, old)
+	return st.DefaultStrategy.PrepareForCreate(w, obj)
 }
 
-func (apiServiceStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (st apiServiceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+	scheme.Scheme.Default(obj)
+	return st.DefaultStrategy.PrepareForUpdate(w, obj, old)
+}
+
+func (st apiServiceStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	a := obj.(*apiregistrationv1.APIService)
 	in, err := internalAPIService(a)
 	if err != nil {
@@ -77,17 +83,17 @@ func (apiServiceStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorL
 	if want := a.Spec.Version + "." + a.Spec.Group; a.Name != want {
 		errs = append(field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), a.Name, fmt.Sprintf("must be `spec.version+\".\"+spec.group`: %q", want))}, errs...)
 	}
-	if err := w.s.validateAPIServiceGroup(a); err != nil {
+	if err := st.s.validateAPIServiceGroup(a); err != nil {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "service"), err.Error()))
 	}
 	return errs
 }
 
-func (st apiServiceStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st apiServiceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
-func (apiServiceStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (apiServiceStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	in, err := internalAPIService(obj.(*apiregistrationv1.APIService))
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
@@ -154,12 +160,12 @@ func (s *Server) ensureLocalAPIServices(ctx context.Context) error {
 
 // apiServicePrinter has kube-aggregator's columns: where the API is
 // served and whether it is available (with the reason when it is not).
-var apiServicePrinter = printer{
-	columns: cols(nameCol,
-		col("Service", tString, "The reference to the service that hosts this API endpoint."),
-		col("Available", tString, "Whether this service is available."),
-		ageCol),
-	cells: func(o runtime.Object) []any {
+var apiServicePrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("Service", registry.TString, "The reference to the service that hosts this API endpoint."),
+		registry.Col("Available", registry.TString, "Whether this service is available."),
+		registry.AgeCol),
+	Cells: func(o runtime.Object) []any {
 		a := o.(*apiregistrationv1.APIService)
 		service := "Local"
 		if a.Spec.Service != nil {
@@ -176,6 +182,6 @@ var apiServicePrinter = printer{
 				available = string(c.Status)
 			}
 		}
-		return []any{a.Name, service, available, age(a)}
+		return []any{a.Name, service, available, registry.Age(a)}
 	},
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"bonsai.dev/bonsai/apiserver/registry/networking"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -148,7 +149,7 @@ func (s *Server) ensureCurrent(ctx context.Context, obj runtime.Object, g schema
 	if !update(cur) {
 		return nil
 	}
-	wc := &writeCtx{s: s, res: res}
+	wc := s.newWriteCtx(res, false)
 	if _, err := s.updateObject(ctx, wc, requestInfo{namespace: m.GetNamespace(), name: m.GetName()}, cur, old, rev, "bonsai", false, false); err != nil {
 		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
 	}
@@ -166,7 +167,7 @@ func (s *Server) ensure(ctx context.Context, obj runtime.Object, g schema.GroupV
 		return err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
-	wc := &writeCtx{s: s, res: res}
+	wc := s.newWriteCtx(res, false)
 	if _, err := s.createObject(ctx, wc, obj, "bonsai", false); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("bootstrap %s %s: %w", res.gvr.Resource, m.GetName(), err)
 	}
@@ -199,4 +200,17 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 		return fmt.Errorf("bootstrap servicecidrs status: %w", err)
 	}
 	return nil
+}
+
+// defaultServiceCIDR is the ServiceCIDR that shows --service-cidr, Ready
+// as kube-apiserver's default ServiceCIDR controller reports it.
+func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: networking.DefaultServiceCIDRName},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
+		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
+			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
+			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: storedNow(),
+		}}},
+	}
 }

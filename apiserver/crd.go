@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // CustomResourceDefinitions are served like any built-in kind; their
@@ -48,12 +50,13 @@ func internalCRD(crd *apiextensionsv1.CustomResourceDefinition) (*apiextensions.
 	return out, nil
 }
 
-// crdStrategy is the CustomResourceDefinition's strategy.
-type crdStrategy struct{}
+// crdStrategy is the CustomResourceDefinition's strategy. Its group
+// checks are the server's (bindStrategies).
+type crdStrategy struct{ s *Server }
 
-func (crdStrategy) tracksGeneration() bool { return true }
+func (crdStrategy) TracksGeneration() bool { return true }
 
-func (crdStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (crdStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	scheme.Scheme.Default(crd)
 	crd.Status = apiextensionsv1.CustomResourceDefinitionStatus{}
@@ -65,7 +68,7 @@ func (crdStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	return nil
 }
 
-func (crdStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (crdStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	crd, oldCRD := obj.(*apiextensionsv1.CustomResourceDefinition), old.(*apiextensionsv1.CustomResourceDefinition)
 	scheme.Scheme.Default(crd)
 	crd.Status = oldCRD.Status
@@ -79,7 +82,7 @@ func (crdStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error 
 	return nil
 }
 
-func (crdStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (st crdStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	in, err := internalCRD(crd)
 	if err != nil {
@@ -89,10 +92,10 @@ func (crdStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	if want := crd.Spec.Names.Plural + "." + crd.Spec.Group; crd.Name != want {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), crd.Name, `must be spec.names.plural+"."+spec.group`))
 	}
-	return append(errs, w.s.validateCRDGroup(crd)...)
+	return append(errs, st.s.validateCRDGroup(crd)...)
 }
 
-func (crdStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st crdStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	in, err := internalCRD(crd)
 	if err != nil {
@@ -103,12 +106,12 @@ func (crdStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.Er
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
 	errs := withoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), in, oldIn))
-	return append(errs, w.s.validateCRDGroup(crd)...)
+	return append(errs, st.s.validateCRDGroup(crd)...)
 }
 
 // validateStatusUpdate checks a status write (conditions, accepted names,
 // stored versions) with upstream's rules.
-func (crdStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (crdStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	in, err := internalCRD(obj.(*apiextensionsv1.CustomResourceDefinition))
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
@@ -123,11 +126,11 @@ func (crdStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) fi
 // blocksDeletion: the first DELETE of a CRD only marks it, with the
 // cleanup finalizer, so that its objects go before it does (upstream's
 // CRD registry does the same).
-func (crdStrategy) blocksDeletion(obj runtime.Object) bool {
+func (crdStrategy) BlocksDeletion(obj runtime.Object) bool {
 	return obj.(*apiextensionsv1.CustomResourceDefinition).DeletionTimestamp == nil
 }
 
-func (crdStrategy) markDeleting(obj runtime.Object) {
+func (crdStrategy) MarkDeleting(obj runtime.Object) {
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	if !apihelpers.CRDHasFinalizer(crd, apiextensionsv1.CustomResourceCleanupFinalizer) {
 		crd.Finalizers = append(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer)

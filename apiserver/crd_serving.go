@@ -27,7 +27,7 @@ type customResources struct {
 	mu sync.RWMutex
 	// reg indexes the served versions of every CRD whose names are
 	// accepted; it is replaced, never changed.
-	reg *registry
+	reg *resourceIndex
 	// crds are the CRDs as last read from the store, by name, with the
 	// table entries built from each (built once per resourceVersion:
 	// compiling schemas and CEL rules is the expensive part).
@@ -61,7 +61,7 @@ func newCustomResources() *customResources {
 	return &customResources{reg: newRegistry(nil), crds: map[string]*crdEntry{}}
 }
 
-func (c *customResources) registry() *registry {
+func (c *customResources) index() *resourceIndex {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.reg
@@ -228,12 +228,12 @@ func (s *Server) lookup(g schema.GroupVersionResource) *resource {
 	if r := s.reg.byGVR[g]; r != nil {
 		return r
 	}
-	return s.crs.registry().byGVR[g]
+	return s.crs.index().byGVR[g]
 }
 
 // registries are the built-in table and the current custom one, in
 // discovery order.
-func (s *Server) registries() []*registry { return []*registry{s.reg, s.crs.registry()} }
+func (s *Server) registries() []*resourceIndex { return []*resourceIndex{s.reg, s.crs.index()} }
 
 // groups lists every served group, built-in ones first.
 func (s *Server) groups() []apiGroup {
@@ -257,5 +257,5 @@ func (s *Server) resourcesIn(gv schema.GroupVersion) []*resource {
 	if _, ok := s.reg.group(gv.Group); ok {
 		return s.reg.resourcesIn(gv)
 	}
-	return s.crs.registry().resourcesIn(gv)
+	return s.crs.index().resourcesIn(gv)
 }

@@ -31,6 +31,7 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"bonsai.dev/bonsai/apiserver/encryption"
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -162,8 +163,9 @@ func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition)
 		r := &resource{
 			gvr: gvr(crd.Spec.Group, v.Name, names.Plural), kind: names.Kind, listKind: names.ListKind, singular: names.Singular,
 			namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, shortNames: names.ShortNames, categories: names.Categories,
-			strategy: customStrategy{}, custom: cv,
+			custom: cv,
 		}
+		r.strategy = customStrategy{res: r}
 		if r.singular == "" {
 			r.singular = strings.ToLower(names.Kind)
 		}
@@ -338,30 +340,30 @@ func unknownFields(res *resource, u *unstructured.Unstructured, fv fieldValidati
 
 // customStrategy is the strategy of every custom resource: upstream's
 // customResourceStrategy with the CRD's structural schema.
-type customStrategy struct{}
+type customStrategy struct{ res *resource }
 
-func (customStrategy) tracksGeneration() bool { return true }
+func (customStrategy) TracksGeneration() bool { return true }
 
-func (customStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (st customStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	u := obj.(*unstructured.Unstructured)
-	if w.res.custom.status {
+	if st.res.custom.status {
 		delete(u.Object, "status")
 	}
-	normalizeCustom(w.res, u)
+	normalizeCustom(st.res, u)
 	return nil
 }
 
-func (customStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (st customStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	u := obj.(*unstructured.Unstructured)
-	if w.res.custom.status {
-		copyField(obj, old, "Status")
+	if st.res.custom.status {
+		registry.CopyField(obj, old, "Status")
 	}
-	normalizeCustom(w.res, u)
+	normalizeCustom(st.res, u)
 	return nil
 }
 
-func (customStrategy) prepareForStatusUpdate(w *writeCtx, obj, old runtime.Object) error {
-	normalizeCustom(w.res, obj.(*unstructured.Unstructured))
+func (st customStrategy) PrepareForStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+	normalizeCustom(st.res, obj.(*unstructured.Unstructured))
 	return nil
 }
 
@@ -375,16 +377,16 @@ func normalizeCustom(res *resource, u *unstructured.Unstructured) {
 	}
 }
 
-func (customStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
-	return validateCustom(w.res, obj.(*unstructured.Unstructured), nil)
+func (st customStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
+	return validateCustom(st.res, obj.(*unstructured.Unstructured), nil)
 }
 
-func (customStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return validateCustom(w.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+func (st customStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return validateCustom(st.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
 }
 
-func (customStrategy) validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return validateCustom(w.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+func (st customStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return validateCustom(st.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
 }
 
 // validateCustom checks a custom object against its version's schema:

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/jsonpath"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // customPrinter makes a custom resource's server-side table from its
@@ -18,12 +20,12 @@ import (
 // a version without columns gets Age.
 func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) printer {
 	if len(columns) == 0 {
-		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: objectMetaDoc["creationTimestamp"]}}
+		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: registry.ObjectMetaDoc["creationTimestamp"]}}
 	}
-	p := printer{columns: cols(nameCol)}
+	p := printer{Columns: registry.Cols(registry.NameCol)}
 	paths := make([]*jsonpath.JSONPath, len(columns))
 	for i, c := range columns {
-		p.columns = append(p.columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
+		p.Columns = append(p.Columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
 		jp := jsonpath.New(c.Name)
 		if err := jp.Parse(fmt.Sprintf("{%s}", c.JSONPath)); err == nil {
 			paths[i] = jp
@@ -31,7 +33,7 @@ func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) pri
 		// The CRD's validation refuses a path that does not parse; a
 		// column without one shows nothing.
 	}
-	p.cells = func(o runtime.Object) []any {
+	p.Cells = func(o runtime.Object) []any {
 		u := o.(*unstructured.Unstructured)
 		cells := []any{u.GetName()}
 		var buf bytes.Buffer
@@ -93,7 +95,7 @@ func cellForJSONValue(typ string, value any) any {
 			if err := ts.UnmarshalQueryParameter(s); err != nil {
 				return "<invalid>"
 			}
-			return since(ts.Time)
+			return registry.Since(ts.Time)
 		}
 	}
 	return nil

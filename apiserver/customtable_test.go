@@ -48,19 +48,19 @@ func TestCustomPrinter(t *testing.T) {
 		{Name: "Missing", Type: "string", JSONPath: ".spec.nothing", Priority: 1},
 	})
 	var names []string
-	for _, c := range p.columns {
+	for _, c := range p.Columns {
 		names = append(names, c.Name)
 	}
 	if d := cmp.Diff([]string{"Name", "Replicas", "Tags", "Ready", "Missing"}, names); d != "" {
 		t.Errorf("columns (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff([]any{"x", int64(2), `["a","b"]`, "True", nil}, p.cells(u)); d != "" {
+	if d := cmp.Diff([]any{"x", int64(2), `["a","b"]`, "True", nil}, p.Cells(u)); d != "" {
 		t.Errorf("cells (-want +got):\n%s", d)
 	}
 	// No columns: Name and Age.
 	p = customPrinter(nil)
-	if len(p.columns) != 2 || p.columns[1].Name != "Age" || p.cells(u)[1] != "0s" {
-		t.Errorf("default printer: %v %v", p.columns, p.cells(u))
+	if len(p.Columns) != 2 || p.Columns[1].Name != "Age" || p.Cells(u)[1] != "0s" {
+		t.Errorf("default printer: %v %v", p.Columns, p.Cells(u))
 	}
 }
 

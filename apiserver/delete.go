@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"bonsai.dev/bonsai/apiserver/params"
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // deleteOptions reads DeleteOptions as kube-apiserver does: from the
@@ -43,20 +44,6 @@ func deleteOptions(r *http.Request, res *resource) (*metav1.DeleteOptions, error
 		opts.GracePeriodSeconds = ptr.To[int64](1)
 	}
 	return opts, nil
-}
-
-// gracefulStrategy is implemented by kinds whose deletion waits (pods).
-// gracePeriod returns how long, given what the client asked for.
-type gracefulStrategy interface {
-	gracePeriod(obj runtime.Object, requested *int64) int64
-}
-
-// deletionBlocker is implemented by kinds with their own finalizers outside
-// metadata (namespaces' spec.finalizers).
-type deletionBlocker interface {
-	blocksDeletion(obj runtime.Object) bool
-	// markDeleting records the start of deletion on the object.
-	markDeleting(obj runtime.Object)
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
@@ -93,7 +80,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 	if err := deleteForbidden(res, name); err != nil {
 		return nil, false, err
 	}
-	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	wc := s.newWriteCtx(res, dry)
 	for attempt := 0; ; attempt++ {
 		old, rev, err := s.getObject(ctx, res, namespace, name)
 		if err != nil {
@@ -106,14 +93,14 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		}
 		obj := old.DeepCopyObject()
 		m, _ := metaOf(obj)
-		_, graceful := res.strategy.(gracefulStrategy)
+		_, graceful := res.strategy.(registry.GracefulDeleter)
 		finalizersChanged := updateDeletionFinalizers(m, opts, graceful)
 		var grace int64
-		if g, ok := res.strategy.(gracefulStrategy); ok {
-			grace = g.gracePeriod(obj, opts.GracePeriodSeconds)
+		if g, ok := res.strategy.(registry.GracefulDeleter); ok {
+			grace = g.GracePeriod(obj, opts.GracePeriodSeconds)
 		}
-		blocker, hasBlocker := res.strategy.(deletionBlocker)
-		pending := len(m.GetFinalizers()) > 0 || grace > 0 || (hasBlocker && blocker.blocksDeletion(obj))
+		blocker, hasBlocker := res.strategy.(registry.DeletionBlocker)
+		pending := len(m.GetFinalizers()) > 0 || grace > 0 || (hasBlocker && blocker.BlocksDeletion(obj))
 		if pending {
 			now := time.Now()
 			changed := finalizersChanged
@@ -121,7 +108,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				ts := metav1.NewTime(now.Add(time.Duration(grace) * time.Second).Truncate(time.Second))
 				m.SetDeletionTimestamp(&ts)
 				m.SetDeletionGracePeriodSeconds(&grace)
-				if res.strategy.tracksGeneration() {
+				if res.strategy.TracksGeneration() {
 					m.SetGeneration(m.GetGeneration() + 1)
 				}
 				changed = true
@@ -135,7 +122,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 				changed = true
 			}
 			if hasBlocker {
-				blocker.markDeleting(obj)
+				blocker.MarkDeleting(obj)
 				changed = true
 			}
 			// Once nothing holds it (grace 0, no finalizers), delete below.

@@ -3,10 +3,6 @@ package apiserver
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-
 	"bonsai.dev/bonsai/store"
 )
 
@@ -25,52 +21,4 @@ const DefaultEventTTL = time.Hour
 // go. The store is opened with it (cmd/bonsai: --event-ttl).
 func EventExpiry(ttl time.Duration) store.ExpiryRule {
 	return store.ExpiryRule{Prefix: store.ObjectKey{Resource: "events"}.ResourcePrefix(), TTL: ttl}
-}
-
-func eventToCore(in runtime.Object) runtime.Object {
-	e := in.(*eventsv1.Event)
-	out := &corev1.Event{
-		ObjectMeta:          e.ObjectMeta,
-		InvolvedObject:      e.Regarding,
-		Related:             e.Related,
-		Reason:              e.Reason,
-		Message:             e.Note,
-		Type:                e.Type,
-		Action:              e.Action,
-		EventTime:           e.EventTime,
-		ReportingController: e.ReportingController,
-		ReportingInstance:   e.ReportingInstance,
-		Source:              e.DeprecatedSource,
-		FirstTimestamp:      e.DeprecatedFirstTimestamp,
-		LastTimestamp:       e.DeprecatedLastTimestamp,
-		Count:               e.DeprecatedCount,
-	}
-	if s := e.Series; s != nil {
-		out.Series = &corev1.EventSeries{Count: s.Count, LastObservedTime: s.LastObservedTime}
-	}
-	return out
-}
-
-func eventFromCore(in runtime.Object) runtime.Object {
-	e := in.(*corev1.Event)
-	out := &eventsv1.Event{
-		ObjectMeta:               e.ObjectMeta,
-		Regarding:                e.InvolvedObject,
-		Related:                  e.Related,
-		Reason:                   e.Reason,
-		Note:                     e.Message,
-		Type:                     e.Type,
-		Action:                   e.Action,
-		EventTime:                e.EventTime,
-		ReportingController:      e.ReportingController,
-		ReportingInstance:        e.ReportingInstance,
-		DeprecatedSource:         e.Source,
-		DeprecatedFirstTimestamp: e.FirstTimestamp,
-		DeprecatedLastTimestamp:  e.LastTimestamp,
-		DeprecatedCount:          e.Count,
-	}
-	if s := e.Series; s != nil {
-		out.Series = &eventsv1.EventSeries{Count: s.Count, LastObservedTime: s.LastObservedTime}
-	}
-	return out
 }

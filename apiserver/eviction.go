@@ -241,7 +241,7 @@ func (s *Server) markDisruptionTarget(ctx context.Context, res *resource, pod *c
 		if err != nil {
 			return apierrors.NewInternalError(err)
 		}
-		wc := &writeCtx{s: s, res: res}
+		wc := s.newWriteCtx(res, false)
 		ri := requestInfo{verb: "update", gvr: res.gvr, namespace: pod.Namespace, name: pod.Name, subresource: "status"}
 		out, err := s.updateObject(ctx, wc, ri, upd, pod, rev, "kube-apiserver", true, false)
 		if err == nil {

@@ -121,7 +121,7 @@ func TestUpdateShortcutsAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
+			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, res.defaulter, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,11 +240,11 @@ func TestUpdateFastPathAgrees(t *testing.T) {
 			continue
 		}
 		for _, sub := range []string{"", "status"} {
-			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
+			upstream, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, res.defaulter, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), sub, res.resetFields(sub))
 			if err != nil {
 				t.Fatal(err)
 			}
-			creator, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, defaulter{}, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), "", res.resetFields(""))
+			creator, err := managedfields.NewDefaultFieldManager(plain, scheme.Scheme, res.defaulter, scheme.Scheme, res.gvk(), res.gvk().GroupVersion(), "", res.resetFields(""))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,7 +56,7 @@ type metrics struct {
 	storeOther    *storeObservers
 }
 
-func newMetrics(reg *registry, raw store.Store) *metrics {
+func newMetrics(reg *resourceIndex, raw store.Store) *metrics {
 	requestLabels := []string{"verb", "group", "version", "resource", "subresource", "scope", "component"}
 	m := &metrics{
 		registry: prometheus.NewRegistry(),

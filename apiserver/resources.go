@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
+	"bonsai.dev/bonsai/apiserver/registry/apps"
+	"bonsai.dev/bonsai/apiserver/registry/batch"
+	"bonsai.dev/bonsai/apiserver/registry/coordination"
+	"bonsai.dev/bonsai/apiserver/registry/core"
+	"bonsai.dev/bonsai/apiserver/registry/discovery"
+	"bonsai.dev/bonsai/apiserver/registry/events"
+	"bonsai.dev/bonsai/apiserver/registry/networking"
+	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
+	"bonsai.dev/bonsai/apiserver/registry/policy"
+	"bonsai.dev/bonsai/apiserver/registry/rbac"
+	"bonsai.dev/bonsai/apiserver/registry/scheduling"
+	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -33,7 +48,7 @@ type resource struct {
 	// createOnly: a review kind (SubjectAccessReview, TokenReview ...)
 	// that is only ever created, answered and never stored.
 	createOnly bool
-	strategy   strategy
+	strategy   registry.Strategy
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool
@@ -50,6 +65,13 @@ type resource struct {
 	storedAs               schema.GroupVersionResource
 	storage                *resource
 	toStorage, fromStorage func(runtime.Object) runtime.Object
+
+	// def is the kind's description, which strategies see.
+	def *registry.Kind
+	// printer gives the table columns (nil: upstream's default).
+	printer *registry.Printer
+	// defaulter applies the kind's defaults.
+	defaulter defaulterFunc
 
 	// custom is set for the versions of CustomResourceDefinitions: their
 	// objects are unstructured, checked against the CRD's schema.
@@ -114,8 +136,8 @@ func (r *resource) newList() runtime.Object {
 	return obj
 }
 
-// registry indexes the resource table.
-type registry struct {
+// resourceIndex indexes the resource table.
+type resourceIndex struct {
 	byGVR  map[schema.GroupVersionResource]*resource
 	groups []apiGroup // in discovery order
 }
@@ -126,8 +148,8 @@ type apiGroup struct {
 	versions []string
 }
 
-func newRegistry(resources []*resource) *registry {
-	reg := &registry{byGVR: map[schema.GroupVersionResource]*resource{}}
+func newRegistry(resources []*resource) *resourceIndex {
+	reg := &resourceIndex{byGVR: map[schema.GroupVersionResource]*resource{}}
 	seen := map[string]int{}
 	for _, r := range resources {
 		if r.listKind == "" {
@@ -137,7 +159,11 @@ func newRegistry(resources []*resource) *registry {
 			r.singular = strings.ToLower(r.kind)
 		}
 		if r.strategy == nil {
-			r.strategy = defaultStrategy{}
+			r.strategy = registry.DefaultStrategy{}
+		}
+		if r.def == nil {
+			r.def = &registry.Kind{GVR: r.gvr, Kind: r.kind, ListKind: r.listKind, Singular: r.singular, Namespaced: r.namespaced,
+				ShortNames: r.shortNames, Categories: r.categories, Subresources: r.subresources, Strategy: r.strategy, Fields: r.fields}
 		}
 		reg.byGVR[r.gvr] = r
 		i, ok := seen[r.gvr.Group]
@@ -160,7 +186,7 @@ func newRegistry(resources []*resource) *registry {
 }
 
 // resourcesIn lists a group version's resources sorted by name.
-func (reg *registry) resourcesIn(gv schema.GroupVersion) []*resource {
+func (reg *resourceIndex) resourcesIn(gv schema.GroupVersion) []*resource {
 	var out []*resource
 	for gvr, r := range reg.byGVR {
 		if gvr.GroupVersion() == gv {
@@ -171,7 +197,7 @@ func (reg *registry) resourcesIn(gv schema.GroupVersion) []*resource {
 	return out
 }
 
-func (reg *registry) group(name string) (apiGroup, bool) {
+func (reg *resourceIndex) group(name string) (apiGroup, bool) {
 	for _, g := range reg.groups {
 		if g.name == name {
 			return g, true
@@ -193,78 +219,84 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: group, Version: version, Resource: res}
 }
 
-// builtinResources is the table of built-in kinds bonsai serves. Group order
+// builtinKinds is the table of built-in kinds bonsai serves. Group order
 // is discovery order, as kube-apiserver lists them.
-func builtinResources() []*resource {
-	all := []string{"all"}
+func builtinKinds() []registry.Kind {
 	apiExtensions := []string{"api-extensions"}
-	return []*resource{
-		// core/v1
-		{gvr: gvr("", "v1", "namespaces"), kind: "Namespace", shortNames: []string{"ns"}, subresources: []string{"status", "finalize"}, strategy: namespaceStrategy{}, fields: fieldsNamespace},
-		{gvr: gvr("", "v1", "nodes"), kind: "Node", shortNames: []string{"no"}, subresources: []string{"status"}, strategy: nodeStrategy{}, fields: fieldsNode},
-		{gvr: gvr("", "v1", "pods"), kind: "Pod", namespaced: true, shortNames: []string{"po"}, categories: all, subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward", "proxy"}, strategy: podStrategy{}, returnDeleted: true, fields: fieldsPod},
-		{gvr: gvr("", "v1", "services"), kind: "Service", namespaced: true, shortNames: []string{"svc"}, categories: all, subresources: []string{"status", "proxy"}, strategy: serviceStrategy{}, noCollection: true},
-		{gvr: gvr("", "v1", "endpoints"), kind: "Endpoints", listKind: "EndpointsList", singular: "endpoints", namespaced: true, shortNames: []string{"ep"}, allowCreateOnUpdate: true},
-		{gvr: gvr("", "v1", "configmaps"), kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"}, strategy: configMapStrategy{}},
-		{gvr: gvr("", "v1", "secrets"), kind: "Secret", namespaced: true, strategy: secretStrategy{}, fields: fieldsSecret},
-		{gvr: gvr("", "v1", "serviceaccounts"), kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"}, subresources: []string{"token"}},
-		{gvr: gvr("", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"}, fields: fieldsEvent},
-		{gvr: gvr("", "v1", "limitranges"), kind: "LimitRange", namespaced: true, shortNames: []string{"limits"}},
-		{gvr: gvr("", "v1", "resourcequotas"), kind: "ResourceQuota", namespaced: true, shortNames: []string{"quota"}, subresources: []string{"status"}},
-		{gvr: gvr("", "v1", "podtemplates"), kind: "PodTemplate", namespaced: true},
-		{gvr: gvr("", "v1", "persistentvolumes"), kind: "PersistentVolume", shortNames: []string{"pv"}, subresources: []string{"status"}, strategy: persistentVolumeStrategy{}},
-		{gvr: gvr("", "v1", "persistentvolumeclaims"), kind: "PersistentVolumeClaim", namespaced: true, shortNames: []string{"pvc"}, subresources: []string{"status"}, strategy: claimStrategy{}},
-		{gvr: gvr("", "v1", "replicationcontrollers"), kind: "ReplicationController", namespaced: true, shortNames: []string{"rc"}, categories: all, subresources: []string{"status", "scale"}},
-		// apps/v1
-		{gvr: gvr("apps", "v1", "deployments"), kind: "Deployment", namespaced: true, shortNames: []string{"deploy"}, categories: all, subresources: []string{"status", "scale"}, strategy: deploymentStrategy{}},
-		{gvr: gvr("apps", "v1", "replicasets"), kind: "ReplicaSet", namespaced: true, shortNames: []string{"rs"}, categories: all, subresources: []string{"status", "scale"}, strategy: replicaSetStrategy{}},
-		{gvr: gvr("apps", "v1", "statefulsets"), kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"}, categories: all, subresources: []string{"status", "scale"}, strategy: statefulSetStrategy{}},
-		{gvr: gvr("apps", "v1", "daemonsets"), kind: "DaemonSet", namespaced: true, shortNames: []string{"ds"}, categories: all, subresources: []string{"status"}, strategy: daemonSetStrategy{}},
-		{gvr: gvr("apps", "v1", "controllerrevisions"), kind: "ControllerRevision", namespaced: true},
-		// events.k8s.io/v1 shows the core Events.
-		{gvr: gvr("events.k8s.io", "v1", "events"), kind: "Event", namespaced: true, shortNames: []string{"ev"},
-			storedAs: gvr("", "v1", "events"), toStorage: eventToCore, fromStorage: eventFromCore},
-		// batch/v1
-		{gvr: gvr("batch", "v1", "jobs"), kind: "Job", namespaced: true, categories: all, subresources: []string{"status"}, strategy: jobStrategy{}},
-		{gvr: gvr("batch", "v1", "cronjobs"), kind: "CronJob", namespaced: true, shortNames: []string{"cj"}, categories: all, subresources: []string{"status"}, strategy: cronJobStrategy{}},
-		// coordination.k8s.io/v1
-		{gvr: gvr("coordination.k8s.io", "v1", "leases"), kind: "Lease", namespaced: true, strategy: leaseStrategy{}},
-		// discovery.k8s.io/v1
-		{gvr: gvr("discovery.k8s.io", "v1", "endpointslices"), kind: "EndpointSlice", namespaced: true, strategy: endpointSliceStrategy{}},
-		// networking.k8s.io/v1
-		{gvr: gvr("networking.k8s.io", "v1", "ingresses"), kind: "Ingress", namespaced: true, shortNames: []string{"ing"}, subresources: []string{"status"}, strategy: ingressStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "ingressclasses"), kind: "IngressClass"},
-		{gvr: gvr("networking.k8s.io", "v1", "ipaddresses"), kind: "IPAddress", shortNames: []string{"ip"}, strategy: ipAddressStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "networkpolicies"), kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"}, strategy: networkPolicyStrategy{}},
-		{gvr: gvr("networking.k8s.io", "v1", "servicecidrs"), kind: "ServiceCIDR", subresources: []string{"status"}, strategy: serviceCIDRStrategy{}},
-		// policy/v1
-		{gvr: gvr("policy", "v1", "poddisruptionbudgets"), kind: "PodDisruptionBudget", namespaced: true, shortNames: []string{"pdb"}, subresources: []string{"status"}, strategy: pdbStrategy{}},
-		// scheduling.k8s.io/v1
-		{gvr: gvr("scheduling.k8s.io", "v1", "priorityclasses"), kind: "PriorityClass", shortNames: []string{"pc"}, strategy: priorityClassStrategy{}},
-		// storage.k8s.io/v1
-		{gvr: gvr("storage.k8s.io", "v1", "storageclasses"), kind: "StorageClass", shortNames: []string{"sc"}},
-		// admissionregistration.k8s.io/v1
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"), kind: "MutatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), kind: "ValidatingWebhookConfiguration", categories: apiExtensions, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"), kind: "ValidatingAdmissionPolicy", categories: apiExtensions, subresources: []string{"status"}, strategy: admissionConfigStrategy{}},
-		{gvr: gvr("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings"), kind: "ValidatingAdmissionPolicyBinding", categories: apiExtensions, strategy: admissionConfigStrategy{}},
-		// node.k8s.io/v1
-		{gvr: gvr("node.k8s.io", "v1", "runtimeclasses"), kind: "RuntimeClass"},
-		// rbac.authorization.k8s.io/v1
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), kind: "ClusterRoleBinding", strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "clusterroles"), kind: "ClusterRole", strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), kind: "RoleBinding", namespaced: true, strategy: rbacStrategy{}},
-		{gvr: gvr("rbac.authorization.k8s.io", "v1", "roles"), kind: "Role", namespaced: true, strategy: rbacStrategy{}},
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), batch.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
-		{gvr: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), kind: "SelfSubjectReview", createOnly: true},
-		{gvr: gvr("authentication.k8s.io", "v1", "tokenreviews"), kind: "TokenReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), kind: "LocalSubjectAccessReview", namespaced: true, createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), kind: "SelfSubjectAccessReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), kind: "SelfSubjectRulesReview", createOnly: true},
-		{gvr: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), kind: "SubjectAccessReview", createOnly: true},
+		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
+		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "localsubjectaccessreviews"), Kind: "LocalSubjectAccessReview", Namespaced: true, CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectaccessreviews"), Kind: "SelfSubjectAccessReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), Kind: "SelfSubjectRulesReview", CreateOnly: true},
+		{GVR: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), Kind: "SubjectAccessReview", CreateOnly: true},
 		// apiregistration.k8s.io/v1
-		{gvr: apiServiceGVR, kind: "APIService", categories: apiExtensions, subresources: []string{"status"}, strategy: apiServiceStrategy{}},
-		// apiextensions.k8s.io/v1
-		{gvr: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), kind: "CustomResourceDefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"}, subresources: []string{"status"}, strategy: crdStrategy{}},
+		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}, Printer: &apiServicePrinter},
+		// apiextensions.k8s.io/v1; kube-apiserver shows CRDs with the
+		// default columns.
+		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"},
+			Strategy: crdStrategy{}, Printer: registry.DefaultPrinter},
+	})
+}
+
+// builtinResources is the server's resource table for builtinKinds.
+func builtinResources() []*resource {
+	kinds := builtinKinds()
+	out := make([]*resource, len(kinds))
+	for i := range kinds {
+		out[i] = newResource(&kinds[i])
+	}
+	return out
+}
+
+// newResource makes k's entry of the resource table.
+func newResource(k *registry.Kind) *resource {
+	r := &resource{
+		gvr: k.GVR, kind: k.Kind, listKind: k.ListKind, singular: k.Singular, namespaced: k.Namespaced,
+		shortNames: k.ShortNames, categories: k.Categories, subresources: k.Subresources,
+		noCollection: k.NoCollection, createOnly: k.CreateOnly, strategy: k.Strategy,
+		returnDeleted: k.ReturnDeleted, allowCreateOnUpdate: k.AllowCreateOnUpdate, fields: k.Fields,
+		storedAs: k.StoredAs, toStorage: k.ToStorage, fromStorage: k.FromStorage,
+		def: k, printer: k.Printer, defaulter: k.Defaulter,
+	}
+	if r.listKind == "" {
+		k.ListKind = r.kind + "List"
+	}
+	if r.singular == "" {
+		k.Singular = strings.ToLower(r.kind)
+	}
+	if r.strategy == nil {
+		k.Strategy = registry.DefaultStrategy{}
+	}
+	return r
+}
+
+// defaulterFunc applies a kind's defaults; it is also the field
+// manager's defaulter, so server-side apply compares defaulted objects,
+// as upstream does.
+type defaulterFunc func(runtime.Object)
+
+// Default applies the defaults, if the kind has any.
+func (f defaulterFunc) Default(obj runtime.Object) {
+	if f != nil {
+		f(obj)
+	}
+}
+
+// bindStrategies gives the strategies of the kinds the server itself
+// serves (CustomResourceDefinitions, APIServices) the server they check
+// groups against.
+func (s *Server) bindStrategies() {
+	for _, r := range s.reg.byGVR {
+		switch r.strategy.(type) {
+		case crdStrategy:
+			r.strategy = crdStrategy{s: s}
+		case apiServiceStrategy:
+			r.strategy = apiServiceStrategy{s: s}
+		default:
+			continue
+		}
+		r.def.Strategy = r.strategy
 	}
 }

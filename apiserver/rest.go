@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"bonsai.dev/bonsai/apiserver/params"
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -369,7 +370,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
-	wc := &writeCtx{s: s, res: res, dryRun: dry, generatedName: generated}
+	wc := s.newWriteCtx(res, dry)
+	wc.GeneratedName = generated
 	// A generated name that is taken is the server's problem, not the
 	// client's: try others, as kube-apiserver does (RetryGenerateName).
 	for attempt := 0; ; attempt++ {
@@ -394,7 +396,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 // apply-as-create: system fields, strategy, validation, store.
 func (s *Server) createObject(ctx context.Context, wc *writeCtx, obj runtime.Object, manager string, applied bool) (runtime.Object, error) {
 	out, err := s.createStored(ctx, wc, obj, manager, applied)
-	wc.finish(err == nil && !wc.dryRun)
+	wc.finish(err == nil && !wc.DryRun)
 	return out, err
 }
 
@@ -407,7 +409,7 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
 	m.SetSelfLink("")
-	defaulter{}.Default(obj)
+	res.defaulter.Default(obj)
 	// The creator owns what it sent, defaults included, but not what
 	// admission and the strategy add (a Pod's service-account volume,
 	// default tolerations, priority, phase): kube-apiserver's field
@@ -429,7 +431,7 @@ func (s *Server) createStored(ctx context.Context, wc *writeCtx, obj runtime.Obj
 	if err != nil {
 		return nil, err
 	}
-	if wc.dryRun {
+	if wc.DryRun {
 		return obj, nil
 	}
 	done := s.events.offer(res, data, obj)
@@ -483,19 +485,19 @@ type createSteps struct {
 }
 
 func (c *createSteps) Prepare(context.Context) error {
-	return c.wc.res.strategy.prepareForCreate(c.wc, c.a.obj)
+	return c.wc.res.strategy.PrepareForCreate(&c.wc.WriteCtx, c.a.obj)
 }
 
 func (c *createSteps) Validate(ctx context.Context) error {
 	res, m := c.wc.res, c.m
 	keepValidManagedFields(ctx, m, c.tracked)
-	if res.strategy.tracksGeneration() {
+	if res.strategy.TracksGeneration() {
 		m.SetGeneration(1)
 	} else {
 		m.SetGeneration(0)
 	}
 	errs := validateMeta(res, m)
-	errs = append(errs, res.strategy.validate(c.wc, c.a.obj)...)
+	errs = append(errs, res.strategy.Validate(&c.wc.WriteCtx, c.a.obj)...)
 	if len(errs) > 0 {
 		return invalid(res, m.GetName(), errs)
 	}
@@ -565,7 +567,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 		return err
 	}
 	format, fv, dry, body := p.format, p.fv, p.dry, p.body
-	wc := &writeCtx{s: s, res: res, dryRun: dry}
+	wc := s.newWriteCtx(res, dry)
 	manager := p.fieldManager(r)
 	for attempt := 0; ; attempt++ {
 		old, kv, err := s.getStored(r.Context(), res, ri.namespace, ri.name)
@@ -661,7 +663,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, ri requestInfo, 
 // updateObject writes obj over old (read at rev).
 func (s *Server) updateObject(ctx context.Context, wc *writeCtx, ri requestInfo, obj, old runtime.Object, rev uint64, manager string, conditional, applied bool) (runtime.Object, error) {
 	out, err := s.updateStored(ctx, wc, ri, obj, old, rev, manager, conditional, applied)
-	wc.finish(err == nil && !wc.dryRun)
+	wc.finish(err == nil && !wc.DryRun)
 	return out, err
 }
 
@@ -706,7 +708,7 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 	}
 	// An object marked for deletion goes once nothing holds it any more.
 	if m.GetDeletionTimestamp() != nil && !heldFromDeletion(res, obj, m) {
-		if wc.dryRun {
+		if wc.DryRun {
 			return obj, nil
 		}
 		kv, err := s.cfg.Store.Delete(ctx, res.key(ri.namespace, ri.name), rev)
@@ -732,7 +734,7 @@ func (s *Server) updateStored(ctx context.Context, wc *writeCtx, ri requestInfo,
 		setResourceVersion(obj, rev)
 		return obj, nil
 	}
-	if wc.dryRun {
+	if wc.DryRun {
 		return obj, nil
 	}
 	done := s.events.offer(res, data, obj)
@@ -769,23 +771,23 @@ func (u *updateSteps) Prepare(context.Context) error {
 		if _, ok := old.(*unstructured.Unstructured); ok || merged == nil {
 			merged = old.DeepCopyObject()
 		}
-		copyField(merged, obj, "Status")
+		registry.CopyField(merged, obj, "Status")
 		mm, _ := metaOf(merged)
 		mm.SetManagedFields(m.GetManagedFields())
 		mm.SetResourceVersion(m.GetResourceVersion())
 		resetMetaForStatus(mm, om)
-		if _, ok := res.strategy.(statusAnnotationsStrategy); ok {
+		if _, ok := res.strategy.(registry.StatusAnnotationsWriter); ok {
 			mm.SetAnnotations(m.GetAnnotations())
 		}
 		obj, m = merged, mm
-		if st, ok := res.strategy.(statusStrategy); ok {
-			if err := st.prepareForStatusUpdate(wc, obj, old); err != nil {
+		if st, ok := res.strategy.(registry.StatusPreparer); ok {
+			if err := st.PrepareForStatusUpdate(&wc.WriteCtx, obj, old); err != nil {
 				return err
 			}
 		}
 	case "finalize":
 		merged := old.DeepCopyObject()
-		copyField(merged, obj, "Spec")
+		registry.CopyField(merged, obj, "Spec")
 		obj = merged
 		m, _ = metaOf(obj)
 	case "ephemeralcontainers":
@@ -794,11 +796,11 @@ func (u *updateSteps) Prepare(context.Context) error {
 		obj = merged
 		m, _ = metaOf(obj)
 	default:
-		defaulter{}.Default(obj)
-		if err := res.strategy.prepareForUpdate(wc, obj, old); err != nil {
+		res.defaulter.Default(obj)
+		if err := res.strategy.PrepareForUpdate(&wc.WriteCtx, obj, old); err != nil {
 			return err
 		}
-		if res.strategy.tracksGeneration() && specChanged(obj, old) {
+		if res.strategy.TracksGeneration() && specChanged(obj, old) {
 			m.SetGeneration(om.GetGeneration() + 1)
 		}
 	}
@@ -814,31 +816,14 @@ func (u *updateSteps) Validate(context.Context) error {
 	errs := apivalidation.ValidateObjectMetaAccessorUpdate(m, u.om, field.NewPath("metadata"))
 	errs = append(errs, validateMeta(res, m)...)
 	if ri.subresource == "" {
-		errs = append(errs, res.strategy.validateUpdate(wc, obj, u.old)...)
-	} else if sv, ok := res.strategy.(statusValidator); ok && ri.subresource == "status" {
-		errs = append(errs, sv.validateStatusUpdate(wc, obj, u.old)...)
+		errs = append(errs, res.strategy.ValidateUpdate(&wc.WriteCtx, obj, u.old)...)
+	} else if sv, ok := res.strategy.(registry.StatusValidator); ok && ri.subresource == "status" {
+		errs = append(errs, sv.ValidateStatusUpdate(&wc.WriteCtx, obj, u.old)...)
 	}
 	if len(errs) > 0 {
 		return invalid(res, ri.name, errs)
 	}
 	return nil
-}
-
-// statusAnnotationsStrategy is implemented by kinds whose status writes
-// may change annotations too, as kube-apiserver's status strategies for
-// them allow: the Deployment controller records a rollout's revision on
-// the Deployment that way.
-type statusAnnotationsStrategy interface{ statusWritesAnnotations() }
-
-// statusValidator is implemented by kinds whose status writes are
-// validated (a custom object's status against its schema).
-type statusValidator interface {
-	validateStatusUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList
-}
-
-// statusStrategy is implemented by kinds with rules for status writes.
-type statusStrategy interface {
-	prepareForStatusUpdate(w *writeCtx, obj, old runtime.Object) error
 }
 
 // heldFromDeletion reports what keeps an object marked for deletion in
@@ -852,8 +837,8 @@ func heldFromDeletion(res *resource, obj runtime.Object, m metav1.Object) bool {
 	if g := m.GetDeletionGracePeriodSeconds(); g != nil && *g > 0 {
 		return true
 	}
-	b, ok := res.strategy.(deletionBlocker)
-	return ok && b.blocksDeletion(obj)
+	b, ok := res.strategy.(registry.DeletionBlocker)
+	return ok && b.BlocksDeletion(obj)
 }
 
 func isApply(r *http.Request) bool {

@@ -30,6 +30,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/encryption"
 	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/store"
 )
@@ -106,7 +107,7 @@ type Config struct {
 }
 
 // PortRange is an inclusive range of ports, as --service-node-port-range.
-type PortRange struct{ Base, Max int }
+type PortRange = registry.PortRange
 
 // Server is the API server.
 type Server struct {
@@ -114,8 +115,11 @@ type Server struct {
 	// namespaced creates.
 	nsCache *namespaceCache
 	cfg     Config
-	reg     *registry
-	events  *eventCache // watch events decoded and encoded once
+	reg     *resourceIndex
+	// env is what strategies may read of the configuration, and the
+	// Service allocator they use.
+	env    registry.Env
+	events *eventCache // watch events decoded and encoded once
 	// handingOver counts the watches whose events go to in-process
 	// informers as objects.
 	handingOver atomic.Int64
@@ -196,6 +200,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	setJSONPatchCopyLimit()
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources()), authFailures: newAuthFailureLog()}
+	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s}}
+	s.bindStrategies()
 	if err := s.setupServiceAccountTokens(); err != nil {
 		cancel()
 		return nil, err

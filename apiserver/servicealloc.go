@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/store"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // Service allocations live in the store, each taken with a create that
@@ -55,36 +57,6 @@ func nodePortKey(port int32) string { return nodePortPrefix + strconv.Itoa(int(p
 
 func (r nodePortRecord) heldBy(svc *corev1.Service) bool {
 	return r.Namespace == svc.Namespace && r.Name == svc.Name && r.UID == svc.UID
-}
-
-// serviceIPs are the cluster IPs a Service holds ("None" and "" hold none).
-func serviceIPs(svc *corev1.Service) []netip.Addr {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
-		if a, err := netip.ParseAddr(ip); err == nil && !containsAddr(out, a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// serviceNodePorts are the node ports a Service holds, its health check
-// port included: one port number may serve several protocols of one
-// Service, as upstream allows.
-func serviceNodePorts(svc *corev1.Service) []int32 {
-	var out []int32
-	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 && !containsPort(out, p.NodePort) {
-			out = append(out, p.NodePort)
-		}
-	}
-	if hc := svc.Spec.HealthCheckNodePort; hc != 0 && !containsPort(out, hc) {
-		out = append(out, hc)
-	}
-	return out
 }
 
 func containsAddr(xs []netip.Addr, x netip.Addr) bool {
@@ -134,7 +106,7 @@ func (s *Server) recordIP(ctx context.Context, ip netip.Addr, svc *corev1.Servic
 	res := s.reg.byGVR[gvr("networking.k8s.io", "v1", "ipaddresses")]
 	obj := newIPAddress(ip, svc)
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
-	_, err := s.createObject(ctx, &writeCtx{s: s, res: res}, obj, "kube-apiserver", false)
+	_, err := s.createObject(ctx, s.newWriteCtx(res, false), obj, "kube-apiserver", false)
 	return err
 }
 
@@ -291,8 +263,8 @@ func (s *Server) takeIP(ctx context.Context, ip netip.Addr, svc *corev1.Service,
 }
 
 var (
-	errIPAllocated   = errors.New("provided IP is already allocated")
-	errPortAllocated = errors.New("provided port is already allocated")
+	errIPAllocated   = registry.ErrIPAllocated
+	errPortAllocated = registry.ErrPortAllocated
 )
 
 // readNodePort returns port's record and revision (0: free).
@@ -379,4 +351,31 @@ func (s *Server) takeNextNodePort(ctx context.Context, svc *corev1.Service, mine
 		return p, nil
 	}
 	return 0, errRangeFull
+}
+
+// serviceAllocator is the Service allocator as strategies see it.
+type serviceAllocator struct{ s *Server }
+
+func (a serviceAllocator) TakeNextIP(ctx context.Context, svc *corev1.Service, dryRun bool) (netip.Addr, error) {
+	return a.s.takeNextIP(ctx, svc, dryRun)
+}
+
+func (a serviceAllocator) TakeIP(ctx context.Context, ip netip.Addr, svc *corev1.Service, dryRun bool) error {
+	return a.s.takeIP(ctx, ip, svc, dryRun)
+}
+
+func (a serviceAllocator) ReleaseIP(ctx context.Context, ip netip.Addr, namespace, name string) error {
+	return a.s.releaseIP(ctx, ip, namespace, name)
+}
+
+func (a serviceAllocator) TakeNextNodePort(ctx context.Context, svc *corev1.Service, held []int32, dryRun bool) (int32, error) {
+	return a.s.takeNextNodePort(ctx, svc, held, dryRun)
+}
+
+func (a serviceAllocator) RecordNodePort(ctx context.Context, port int32, svc *corev1.Service, dryRun bool) error {
+	return a.s.recordNodePort(ctx, port, svc, dryRun)
+}
+
+func (a serviceAllocator) ReleaseNodePort(ctx context.Context, port int32, svc *corev1.Service) error {
+	return a.s.releaseNodePort(ctx, port, svc)
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -147,7 +148,7 @@ func ipFamilyOf(ip netip.Addr) corev1.IPFamily {
 // repairServiceIPs makes sure each cluster IP of svc has its record.
 func (p *repairPass) repairServiceIPs(ctx context.Context, svc *corev1.Service) error {
 	var errs []error
-	for _, ip := range serviceIPs(svc) {
+	for _, ip := range core.ServiceIPs(svc) {
 		fam := ipFamilyOf(ip)
 		if !p.s.cfg.ServiceCIDR.Contains(ip) {
 			p.s.repairEvent(ctx, ipRepairController, svc, "ClusterIPOutOfRange", "ClusterIPAllocation",
@@ -180,7 +181,7 @@ func (p *repairPass) holdsIP(rec *networkingv1.IPAddress, ip netip.Addr) bool {
 		return false
 	}
 	parent := p.services[r.Namespace+"/"+r.Name]
-	return parent != nil && containsAddr(serviceIPs(parent), ip)
+	return parent != nil && containsAddr(core.ServiceIPs(parent), ip)
 }
 
 func (p *repairPass) recordIP(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
@@ -232,7 +233,7 @@ func (p *repairPass) freeLeakedIP(ctx context.Context, ip netip.Addr) error {
 func (p *repairPass) repairServicePorts(ctx context.Context, svc *corev1.Service) error {
 	r := p.s.cfg.NodePortRange
 	var errs []error
-	for _, port := range serviceNodePorts(svc) {
+	for _, port := range core.ServiceNodePorts(svc) {
 		if int(port) < r.Base || int(port) > r.Max {
 			p.s.repairEvent(ctx, portRepairController, svc, "PortOutOfRange", "PortAllocation",
 				fmt.Sprintf("Port %d is not within the port range %d-%d; please recreate service", port, r.Base, r.Max))
@@ -256,7 +257,7 @@ func (p *repairPass) repairServicePorts(ctx context.Context, svc *corev1.Service
 // holdsPort reports whether rec's Service exists and holds port.
 func (p *repairPass) holdsPort(rec nodePortRecord, port int32) bool {
 	svc := p.services[rec.Namespace+"/"+rec.Name]
-	return svc != nil && rec.heldBy(svc) && containsPort(serviceNodePorts(svc), port)
+	return svc != nil && rec.heldBy(svc) && containsPort(core.ServiceNodePorts(svc), port)
 }
 
 // recordPort gives port to svc: a new record, or one replacing a record
@@ -329,7 +330,7 @@ func (s *Server) repairEvent(ctx context.Context, controller string, obj runtime
 	}
 	res := s.reg.byGVR[gvr("", "v1", "events")]
 	ev.GetObjectKind().SetGroupVersionKind(res.gvk())
-	if _, err := s.createObject(ctx, &writeCtx{s: s, res: res}, ev, controller, false); err != nil {
+	if _, err := s.createObject(ctx, s.newWriteCtx(res, false), ev, controller, false); err != nil {
 		s.log.Warn("service repair event not recorded", "reason", reason, "message", msg, "err", err)
 	}
 	s.log.Info("service allocation repair", "reason", reason, "message", msg)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
+	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -41,7 +42,7 @@ func scaleOf(res *resource, obj runtime.Object) (*autoscalingv1.Scale, error) {
 		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
 	case *corev1.ReplicationController:
 		sc.Spec.Replicas, sc.Status.Replicas = deref(o.Spec.Replicas), o.Status.Replicas
-		sc.Status.Selector = selectorString(o.Spec.Selector)
+		sc.Status.Selector = registry.SelectorString(o.Spec.Selector)
 		return sc, nil
 	default:
 		return nil, fmt.Errorf("%T has no scale", obj)
@@ -143,7 +144,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, ri requestIn
 		// workload's resource, subresource scale, operation UPDATE);
 		// the workload's update that follows is not admitted again.
 		ctx := r.Context()
-		wc := &writeCtx{s: s, res: res, dryRun: dry}
+		wc := s.newWriteCtx(res, dry)
 		adm := s.admitSubresource(ctx, wc, admissionv1.Update, "scale", ri.namespace, ri.name, autoscalingv1.SchemeGroupVersion.WithKind("Scale"), &next, sc)
 		if err := adm.mutate(ctx); err != nil {
 			return err

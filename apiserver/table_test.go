@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
 // recent stands for an Age (or other "time since") cell of an object made
@@ -66,9 +68,9 @@ func getTable(t *testing.T, e *testEnv, path string) *metav1.Table {
 func cellMatches(typ string, cell any) error {
 	ok := false
 	switch typ {
-	case tString:
+	case registry.TString:
 		_, ok = cell.(string)
-	case tInteger:
+	case registry.TInteger:
 		// JSON numbers decode to float64 or int64 depending on the decoder.
 		switch v := cell.(type) {
 		case float64:
@@ -76,9 +78,9 @@ func cellMatches(typ string, cell any) error {
 		case int64:
 			ok = true
 		}
-	case tBoolean:
+	case registry.TBoolean:
 		_, ok = cell.(bool)
-	case tDate:
+	case registry.TDate:
 		s, isString := cell.(string)
 		_, err := time.Parse(time.RFC3339, s)
 		ok = isString && err == nil
@@ -649,117 +651,35 @@ func TestTablePrintersCoverEveryResource(t *testing.T) {
 			continue // reviews are answered, never listed
 		}
 		gr := res.gvr.GroupResource()
-		p, ok := printers[gr]
-		if !ok {
+		p := res.def.Printer
+		if p == nil {
 			t.Errorf("%s has no table printer", gr)
 			continue
 		}
 		obj := res.newObject()
 		m, _ := metaOf(obj)
 		m.SetName("x")
-		cells := p.cells(obj)
-		if len(cells) != len(p.columns) {
-			t.Errorf("%s: %d cells for %d columns", gr, len(cells), len(p.columns))
+		cells := p.Cells(obj)
+		if len(cells) != len(p.Columns) {
+			t.Errorf("%s: %d cells for %d columns", gr, len(cells), len(p.Columns))
 			continue
 		}
-		for i, c := range p.columns {
+		for i, c := range p.Columns {
 			var ok bool
 			switch c.Type {
-			case tString, tDate:
+			case registry.TString, registry.TDate:
 				_, ok = cells[i].(string)
-			case tInteger:
+			case registry.TInteger:
 				_, ok = cells[i].(int64)
-			case tBoolean:
+			case registry.TBoolean:
 				_, ok = cells[i].(bool)
 			}
 			if !ok {
 				t.Errorf("%s: column %q is %s but its cell is %T", gr, c.Name, c.Type, cells[i])
 			}
 		}
-		if p.columns[0].Name != "Name" && gr.Resource != "events" {
-			t.Errorf("%s: first column is %q", gr, p.columns[0].Name)
+		if p.Columns[0].Name != "Name" && gr.Resource != "events" {
+			t.Errorf("%s: first column is %q", gr, p.Columns[0].Name)
 		}
-	}
-}
-
-// TestPodStatusColumn covers the STATUS, READY and RESTARTS of pods in the
-// states kubectl users meet.
-func TestPodStatusColumn(t *testing.T) {
-	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-	waiting := func(r string) corev1.ContainerState {
-		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: r}}
-	}
-	terminated := func(code int32, r string) corev1.ContainerState {
-		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: r}}
-	}
-	always := corev1.ContainerRestartPolicyAlways
-	now := metav1.Now()
-	for _, tc := range []struct {
-		name string
-		pod  corev1.Pod
-		want podSummary
-	}{
-		{"running", corev1.Pod{Spec: podSpec("a", "b"), Status: corev1.PodStatus{Phase: corev1.PodRunning,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", Ready: true, State: running}, {Name: "b", Ready: true, State: running}}}},
-			podSummary{2, 2, "Running", "0"}},
-		{"completed", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodSucceeded,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", State: terminated(0, "Completed")}}}},
-			podSummary{0, 1, "Completed", "0"}},
-		{"error", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodFailed,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", State: terminated(1, "Error")}}}},
-			podSummary{0, 1, "Error", "0"}},
-		{"exit code", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodFailed,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", State: terminated(137, "")}}}},
-			podSummary{0, 1, "ExitCode:137", "0"}},
-		{"image pull", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodPending,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", State: waiting("ImagePullBackOff")}}}},
-			podSummary{0, 1, "ImagePullBackOff", "0"}},
-		{"one container completed, one running and ready", corev1.Pod{Spec: podSpec("a", "b"), Status: corev1.PodStatus{Phase: corev1.PodRunning,
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", Ready: true, State: running}, {Name: "b", State: terminated(0, "Completed")}}}},
-			podSummary{1, 2, "Running", "0"}},
-		{"one container completed, one running, pod not ready", corev1.Pod{Spec: podSpec("a", "b"), Status: corev1.PodStatus{Phase: corev1.PodRunning,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", Ready: true, State: running}, {Name: "b", State: terminated(0, "Completed")}}}},
-			podSummary{1, 2, "NotReady", "0"}},
-		{"init running", corev1.Pod{Spec: corev1.PodSpec{InitContainers: podSpec("i1", "i2").Containers, Containers: podSpec("a").Containers},
-			Status: corev1.PodStatus{Phase: corev1.PodPending,
-				InitContainerStatuses: []corev1.ContainerStatus{{Name: "i1", State: terminated(0, "Completed")}, {Name: "i2", State: running}},
-				ContainerStatuses:     []corev1.ContainerStatus{{Name: "a", State: waiting("PodInitializing")}}}},
-			podSummary{0, 1, "Init:1/2", "0"}},
-		{"init crash loop", corev1.Pod{Spec: corev1.PodSpec{InitContainers: podSpec("i1").Containers, Containers: podSpec("a").Containers},
-			Status: corev1.PodStatus{Phase: corev1.PodPending,
-				InitContainerStatuses: []corev1.ContainerStatus{{Name: "i1", RestartCount: 4, State: waiting("CrashLoopBackOff")}},
-				ContainerStatuses:     []corev1.ContainerStatus{{Name: "a", State: waiting("PodInitializing")}}}},
-			podSummary{0, 1, "Init:CrashLoopBackOff", "4"}},
-		{"init failed", corev1.Pod{Spec: corev1.PodSpec{InitContainers: podSpec("i1").Containers, Containers: podSpec("a").Containers},
-			Status: corev1.PodStatus{Phase: corev1.PodFailed,
-				InitContainerStatuses: []corev1.ContainerStatus{{Name: "i1", State: terminated(2, "Error")}}}},
-			podSummary{0, 1, "Init:Error", "0"}},
-		{"sidecar started", corev1.Pod{Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{{Name: "proxy", Image: "envoy", RestartPolicy: &always}}, Containers: podSpec("a").Containers},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning,
-				Conditions:            []corev1.PodCondition{{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}},
-				InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", Ready: true, Started: ptrTo(true), RestartCount: 1, State: running}},
-				ContainerStatuses:     []corev1.ContainerStatus{{Name: "a", Ready: true, State: running}}}},
-			podSummary{2, 2, "Running", "1"}},
-		{"terminating", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodRunning,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", Ready: true, State: running}}}},
-			podSummary{1, 1, "Terminating", "0"}},
-		{"deleted after completion", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodSucceeded,
-			ContainerStatuses: []corev1.ContainerStatus{{Name: "a", State: terminated(0, "Completed")}}}},
-			podSummary{0, 1, "Completed", "0"}},
-		{"node lost", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodRunning, Reason: "NodeLost"}},
-			podSummary{0, 1, "Unknown", "0"}},
-		{"evicted", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}},
-			podSummary{0, 1, "Evicted", "0"}},
-		{"scheduling gated", corev1.Pod{Spec: podSpec("a"), Status: corev1.PodStatus{Phase: corev1.PodPending,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}}},
-			podSummary{0, 1, "SchedulingGated", "0"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, summarizePod(&tc.pod), cmp.AllowUnexported(podSummary{})); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
 	}
 }

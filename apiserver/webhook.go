@@ -28,6 +28,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/params"
+	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 )
 
 // Admission webhooks: MutatingWebhookConfiguration and
@@ -117,7 +118,7 @@ func compileWebhooks(s *Server, objs []runtime.Object, mutating bool) webhookSet
 		case *admissionregistrationv1.MutatingWebhookConfiguration:
 			x := cfg{name: c.Name}
 			for _, w := range c.Webhooks {
-				x.webhooks = append(x.webhooks, mutatingAsValidating(w))
+				x.webhooks = append(x.webhooks, admissionregistration.MutatingAsValidating(w))
 				x.reinvoke = append(x.reinvoke, w.ReinvocationPolicy != nil && *w.ReinvocationPolicy == admissionregistrationv1.IfNeededReinvocationPolicy)
 			}
 			cfgs = append(cfgs, x)
@@ -140,17 +141,6 @@ func compileWebhooks(s *Server, objs []runtime.Object, mutating bool) webhookSet
 		}
 	}
 	return out
-}
-
-// mutatingAsValidating keeps the fields both webhook kinds share, so one
-// compiler serves both.
-func mutatingAsValidating(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	return admissionregistrationv1.ValidatingWebhook{
-		Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
-		MatchPolicy: w.MatchPolicy, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
-		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
-		MatchConditions: w.MatchConditions,
-	}
 }
 
 func compileWebhook(configName string, w admissionregistrationv1.ValidatingWebhook, mutating bool) (*webhook, error) {
@@ -261,7 +251,7 @@ func (s *Server) admitSubresourceCreate(r *http.Request, res *resource, ri reque
 	if m, err := metaOf(obj); err == nil && m.GetNamespace() == "" {
 		m.SetNamespace(ri.namespace)
 	}
-	adm = s.admitSubresource(r.Context(), &writeCtx{s: s, res: res, dryRun: dry}, admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
+	adm = s.admitSubresource(r.Context(), s.newWriteCtx(res, dry), admissionv1.Create, ri.subresource, ri.namespace, ri.name, kind, obj, nil)
 	return adm, dry, adm.mutate(r.Context())
 }
 
@@ -416,7 +406,7 @@ func connectOptions(subresource string, q url.Values) (runtime.Object, error) {
 // does. A mutating webhook's patch changes the options the connection is
 // made with, as in kube-apiserver.
 func (s *Server) admitConnect(ctx context.Context, res *resource, ri requestInfo, opts runtime.Object) error {
-	a := newAdmissionAttrs(ctx, &writeCtx{s: s, res: res}, admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
+	a := newAdmissionAttrs(ctx, s.newWriteCtx(res, false), admissionv1.Connect, ri.subresource, ri.namespace, ri.name, opts, nil)
 	a.kind = opts.GetObjectKind().GroupVersionKind()
 	return s.admit(ctx, &a, nil)
 }
@@ -841,7 +831,7 @@ func (inv invocation) applyPatch(a *admissionAttrs, patch []byte) (bool, error) 
 		return false, fmt.Errorf("the webhook's patch changed the kind to %v", gvk)
 	}
 	back := inv.backTo(a.res, patched)
-	defaulter{}.Default(back)
+	a.res.defaulter.Default(back)
 	back.GetObjectKind().SetGroupVersionKind(a.res.gvk())
 	if reflect.DeepEqual(back, a.obj) {
 		return false, nil

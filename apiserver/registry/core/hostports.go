@@ -5,17 +5,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
 
-// ReservedPort is a port of the node that bonsai itself serves (its API,
-// the kubelet API, cluster DNS): no pod may take it as a hostPort, where
-// a DNAT rule would silently steal its traffic.
-type ReservedPort struct {
-	Port     int32
-	Protocol corev1.Protocol
-	// For names the server, for the message.
-	For string
-}
+// ReservedPort is a port of the node that bonsai itself serves.
+type ReservedPort = registry.ReservedPort
 
 // ValidateHostPorts refuses a container port whose host side is a
 // reserved port: its hostPort, or its containerPort on the host network.

@@ -1,9 +1,9 @@
-// Package core holds the rules of the core ("" group) kinds that need
-// nothing from the API server: validation a pod spec gets wherever it is
-// written (a Pod, or the template of a workload).
+// Package core holds the kinds of the core ("" group): their strategies,
+// validation, defaults, table columns and field selectors (core.go lists
+// them), and the pod spec rules the workload groups share.
 //
-// It must not import the API server: what a rule needs comes in as an
-// argument.
+// It must not import the API server: what a rule needs comes through
+// registry.WriteCtx or as an argument.
 package core
 
 import (

@@ -93,7 +93,7 @@ func TestValidateVolumeMountsRefusesEscapes(t *testing.T) {
 }
 
 func TestValidateHostPortsReserved(t *testing.T) {
-	reserved := []ReservedPort{{6443, corev1.ProtocolTCP, "the API server"}, {53, corev1.ProtocolUDP, "cluster DNS"}}
+	reserved := []ReservedPort{{Port: 6443, Protocol: corev1.ProtocolTCP, For: "the API server"}, {Port: 53, Protocol: corev1.ProtocolUDP, For: "cluster DNS"}}
 	for _, tc := range []struct {
 		name string
 		spec corev1.PodSpec

@@ -1,7 +1,10 @@
-package apiserver
+// Package discovery holds the kinds of discovery.k8s.io: their rules,
+// defaults and table columns.
+package discovery
 
 import (
 	"net/netip"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -9,7 +12,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
+
+// Kinds are the group's rows of the table of served kinds.
+func Kinds() []registry.Kind {
+	return []registry.Kind{
+		{GVR: registry.GVR("discovery.k8s.io", "v1", "endpointslices"), Kind: "EndpointSlice", Namespaced: true,
+			Strategy: endpointSliceStrategy{}, Defaulter: defaultEndpointSlice, Printer: &endpointSlicePrinter},
+	}
+}
 
 // EndpointSlice limits, kube-apiserver's: the API documents 1000
 // endpoints, 1-100 addresses each and 8 zone or node hints; ports are
@@ -28,9 +41,9 @@ var (
 
 // endpointSliceStrategy validates EndpointSlices as kube-apiserver does;
 // their address type is immutable.
-type endpointSliceStrategy struct{ defaultStrategy }
+type endpointSliceStrategy struct{ registry.DefaultStrategy }
 
-func (endpointSliceStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (endpointSliceStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	s := obj.(*discoveryv1.EndpointSlice)
 	var errs field.ErrorList
 	at := field.NewPath("addressType")
@@ -44,9 +57,9 @@ func (endpointSliceStrategy) validate(w *writeCtx, obj runtime.Object) field.Err
 	return append(errs, validateSlicePorts(s.Ports, field.NewPath("ports"))...)
 }
 
-func (st endpointSliceStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st endpointSliceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	s, o := obj.(*discoveryv1.EndpointSlice), old.(*discoveryv1.EndpointSlice)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	if s.AddressType != o.AddressType {
 		errs = append(errs, field.Invalid(field.NewPath("addressType"), s.AddressType, "field is immutable"))
 	}
@@ -152,3 +165,54 @@ func validateSlicePorts(ports []discoveryv1.EndpointPort, p *field.Path) field.E
 	}
 	return errs
 }
+
+func defaultEndpointSlice(obj runtime.Object) {
+	o := obj.(*discoveryv1.EndpointSlice)
+	for i := range o.Ports {
+		if o.Ports[i].Protocol == nil {
+			o.Ports[i].Protocol = ptrTo(corev1.ProtocolTCP)
+		}
+		if o.Ports[i].Name == nil {
+			o.Ports[i].Name = ptrTo("")
+		}
+	}
+}
+
+var endpointSlicePrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("AddressType", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["addressType"]),
+		registry.Col("Ports", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["ports"]),
+		registry.Col("Endpoints", registry.TString, discoveryv1.EndpointSlice{}.SwaggerDoc()["endpoints"]),
+		registry.AgeCol,
+	),
+	Cells: func(o runtime.Object) []any {
+		s := o.(*discoveryv1.EndpointSlice)
+		var ports []string
+		for _, p := range s.Ports {
+			if len(ports) == 3 {
+				break
+			}
+			switch {
+			case p.Port != nil:
+				ports = append(ports, strconv.Itoa(int(*p.Port)))
+			case p.Name != nil:
+				ports = append(ports, *p.Name)
+			default:
+				ports = append(ports, "*")
+			}
+		}
+		var addrs []string
+		total := 0
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				if len(addrs) < 3 {
+					addrs = append(addrs, a)
+				}
+				total++
+			}
+		}
+		return []any{s.Name, string(s.AddressType), registry.MoreList(ports, len(s.Ports), "<unset>"), registry.MoreList(addrs, total, "<unset>"), registry.Age(s)}
+	},
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,20 +1,39 @@
-package apiserver
+// Package batch holds the kinds of batch: their rules, defaults and
+// table columns.
+package batch
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry/core"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
+
+// Kinds are the group's rows of the table of served kinds.
+func Kinds() []registry.Kind {
+	return []registry.Kind{
+		{GVR: registry.GVR("batch", "v1", "jobs"), Kind: "Job", Namespaced: true, Categories: []string{"all"}, Subresources: []string{"status"},
+			Strategy: jobStrategy{}, Defaulter: defaultJob, Printer: &jobPrinter},
+		{GVR: registry.GVR("batch", "v1", "cronjobs"), Kind: "CronJob", Namespaced: true, ShortNames: []string{"cj"}, Categories: []string{"all"}, Subresources: []string{"status"},
+			Strategy: cronJobStrategy{}, Defaulter: defaultCronJobObject, Printer: &cronJobPrinter},
+	}
+}
 
 // ---- jobs
 
-type jobStrategy struct{ generationStrategy }
+type jobStrategy struct{ registry.GenerationStrategy }
 
 // The legacy keys of the labels the selector generation sets, kept
 // beside the batch.kubernetes.io ones as upstream does.
@@ -34,7 +53,7 @@ const (
 // controller-uid and job-name labels (new and legacy keys) where it lacks
 // them, and the selector matches the controller-uid label. A label the
 // user set is kept; validation then rejects a selector it breaks.
-func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+func (st jobStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	j := obj.(*batchv1.Job)
 	j.Status = batchv1.JobStatus{}
 	if j.Spec.ManualSelector != nil && *j.Spec.ManualSelector {
@@ -64,10 +83,10 @@ func (st jobStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
 	return nil
 }
 
-func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (jobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	j := obj.(*batchv1.Job)
 	p := field.NewPath("spec")
-	errs := validateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
+	errs := core.ValidateSelector(j.Spec.Selector, j.Spec.Template.Labels, p)
 	if j.Spec.ManualSelector == nil || !*j.Spec.ManualSelector {
 		if got := j.Spec.Template.Labels[batchv1.ControllerUidLabel]; got != string(j.UID) {
 			errs = append(errs, field.Invalid(p.Child("template", "metadata", "labels").Key(batchv1.ControllerUidLabel), got, "must be '"+string(j.UID)+"'"))
@@ -77,7 +96,7 @@ func (jobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
 	}
 	errs = append(errs, validateJobSpec(&j.Spec, p)...)
-	return append(errs, validatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
+	return append(errs, core.ValidatePodSpec(&j.Spec.Template.Spec, p.Child("template", "spec"))...)
 }
 
 // validateJobSpec checks the counts and policies of a Job as upstream's
@@ -222,11 +241,11 @@ func validateSuccessPolicy(s *batchv1.JobSpec, indexed bool, spec *field.Path) f
 	return errs
 }
 
-func (st jobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
+func (st jobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	j, o := obj.(*batchv1.Job), old.(*batchv1.Job)
-	errs := st.validate(w, obj)
+	errs := st.Validate(w, obj)
 	p := field.NewPath("spec")
-	errs = append(errs, validateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
+	errs = append(errs, core.ValidateSelectorImmutable(j.Spec.Selector, o.Spec.Selector, p)...)
 	immutable := func(changed bool, name string, v any) {
 		if changed {
 			errs = append(errs, field.Invalid(p.Child(name), v, "field is immutable"))
@@ -265,9 +284,9 @@ func suspendedUnstarted(j *batchv1.Job) bool {
 
 // ---- cronjobs
 
-type cronJobStrategy struct{ generationStrategy }
+type cronJobStrategy struct{ registry.GenerationStrategy }
 
-func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (cronJobStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	c := obj.(*batchv1.CronJob)
 	var errs field.ErrorList
 	if c.Spec.Schedule == "" {
@@ -283,9 +302,172 @@ func (cronJobStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList
 		errs = append(errs, field.NotSupported(p.Child("template", "spec", "restartPolicy"), rp, []string{"OnFailure", "Never"}))
 	}
 	errs = append(errs, validateJobSpec(t, p)...)
-	return append(errs, validatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
+	return append(errs, core.ValidatePodSpec(&t.Template.Spec, p.Child("template", "spec"))...)
 }
 
-func (st cronJobStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st cronJobStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
+
+func defaultJob(obj runtime.Object) {
+	o := obj.(*batchv1.Job)
+	// A Job without labels takes its template's, as upstream.
+	if len(o.Labels) == 0 && o.Spec.Template.Labels != nil {
+		o.Labels = maps.Clone(o.Spec.Template.Labels)
+	}
+	defaultJobSpec(&o.Spec)
+}
+
+func defaultCronJobObject(obj runtime.Object) {
+	o := obj.(*batchv1.CronJob)
+	defaultCronJob(o)
+}
+
+// defaultJobSpec is upstream's SetDefaults_Job for a Job's spec. A
+// CronJob's job template gets only the nested defaults (defaultJobTemplate):
+// the Job the CronJob creates is defaulted when it is created.
+func defaultJobSpec(s *batchv1.JobSpec) {
+	if s.Completions == nil && s.Parallelism == nil {
+		s.Completions = ptrTo[int32](1)
+		s.Parallelism = ptrTo[int32](1)
+	}
+	if s.Parallelism == nil {
+		s.Parallelism = ptrTo[int32](1)
+	}
+	if s.BackoffLimit == nil {
+		if s.BackoffLimitPerIndex != nil {
+			s.BackoffLimit = ptrTo[int32](2147483647)
+		} else {
+			s.BackoffLimit = ptrTo[int32](6)
+		}
+	}
+	if s.CompletionMode == nil {
+		s.CompletionMode = ptrTo(batchv1.NonIndexedCompletion)
+	}
+	if s.Suspend == nil {
+		s.Suspend = ptrTo(false)
+	}
+	if s.PodReplacementPolicy == nil {
+		if s.PodFailurePolicy != nil {
+			s.PodReplacementPolicy = ptrTo(batchv1.Failed)
+		} else {
+			s.PodReplacementPolicy = ptrTo(batchv1.TerminatingOrFailed)
+		}
+	}
+	if s.ManualSelector == nil {
+		s.ManualSelector = ptrTo(false)
+	}
+	defaultJobTemplate(s)
+}
+
+// defaultJobTemplate applies the defaults of the types inside a JobSpec:
+// the pod spec, and pod failure policy condition patterns matching True.
+func defaultJobTemplate(s *batchv1.JobSpec) {
+	if s.PodFailurePolicy != nil {
+		for i := range s.PodFailurePolicy.Rules {
+			for k := range s.PodFailurePolicy.Rules[i].OnPodConditions {
+				if c := &s.PodFailurePolicy.Rules[i].OnPodConditions[k]; c.Status == "" {
+					c.Status = corev1.ConditionTrue
+				}
+			}
+		}
+	}
+	core.DefaultPodSpec(&s.Template.Spec)
+}
+
+func defaultCronJob(c *batchv1.CronJob) {
+	if c.Spec.ConcurrencyPolicy == "" {
+		c.Spec.ConcurrencyPolicy = batchv1.AllowConcurrent
+	}
+	if c.Spec.Suspend == nil {
+		c.Spec.Suspend = ptrTo(false)
+	}
+	if c.Spec.SuccessfulJobsHistoryLimit == nil {
+		c.Spec.SuccessfulJobsHistoryLimit = ptrTo[int32](3)
+	}
+	if c.Spec.FailedJobsHistoryLimit == nil {
+		c.Spec.FailedJobsHistoryLimit = ptrTo[int32](1)
+	}
+	defaultJobTemplate(&c.Spec.JobTemplate.Spec)
+}
+
+var jobPrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("Status", registry.TString, "Status of the job."),
+		registry.Col("Completions", registry.TString, batchv1.JobStatus{}.SwaggerDoc()["succeeded"]),
+		registry.Col("Duration", registry.TString, "Time required to complete the job."),
+		registry.AgeCol, registry.ContainersCol, registry.ImagesCol,
+		registry.Wide(registry.Col("Selector", registry.TString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
+	),
+	Cells: func(o runtime.Object) []any {
+		j := o.(*batchv1.Job)
+		var completions string
+		switch {
+		case j.Spec.Completions != nil:
+			completions = fmt.Sprintf("%d/%d", j.Status.Succeeded, *j.Spec.Completions)
+		case j.Spec.Parallelism != nil && *j.Spec.Parallelism > 1:
+			completions = fmt.Sprintf("%d/1 of %d", j.Status.Succeeded, *j.Spec.Parallelism)
+		default:
+			completions = fmt.Sprintf("%d/1", j.Status.Succeeded)
+		}
+		var dur string
+		switch st := j.Status; {
+		case st.StartTime == nil:
+		case st.CompletionTime == nil:
+			dur = duration.HumanDuration(time.Since(st.StartTime.Time))
+		default:
+			dur = duration.HumanDuration(st.CompletionTime.Sub(st.StartTime.Time))
+		}
+		cells := []any{j.Name, jobStatus(j), completions, dur, registry.Age(j)}
+		return append(registry.WithContainers(cells, j.Spec.Template.Spec.Containers), metav1.FormatLabelSelector(j.Spec.Selector))
+	},
+}
+
+func jobStatus(j *batchv1.Job) string {
+	has := func(t batchv1.JobConditionType) bool {
+		for _, c := range j.Status.Conditions {
+			if c.Type == t {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}
+	switch {
+	case has(batchv1.JobComplete):
+		return "Complete"
+	case has(batchv1.JobFailed):
+		return "Failed"
+	case j.DeletionTimestamp != nil:
+		return "Terminating"
+	case has(batchv1.JobSuspended):
+		return "Suspended"
+	case has(batchv1.JobFailureTarget):
+		return "FailureTarget"
+	}
+	return "Running"
+}
+
+var cronJobPrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("Schedule", registry.TString, batchv1.CronJobSpec{}.SwaggerDoc()["schedule"]),
+		registry.Col("Timezone", registry.TString, batchv1.CronJobSpec{}.SwaggerDoc()["timeZone"]),
+		// Upstream declares this boolean but prints True/False words.
+		registry.Col("Suspend", registry.TString, batchv1.CronJobSpec{}.SwaggerDoc()["suspend"]),
+		registry.Col("Active", registry.TInteger, batchv1.CronJobStatus{}.SwaggerDoc()["active"]),
+		registry.Col("Last Schedule", registry.TString, batchv1.CronJobStatus{}.SwaggerDoc()["lastScheduleTime"]),
+		registry.AgeCol, registry.ContainersCol, registry.ImagesCol,
+		registry.Wide(registry.Col("Selector", registry.TString, batchv1.JobSpec{}.SwaggerDoc()["selector"])),
+	),
+	Cells: func(o runtime.Object) []any {
+		c := o.(*batchv1.CronJob)
+		last := "<none>"
+		if t := c.Status.LastScheduleTime; t != nil {
+			last = registry.Since(t.Time)
+		}
+		js := c.Spec.JobTemplate.Spec
+		cells := []any{c.Name, c.Spec.Schedule, registry.StrOr(c.Spec.TimeZone, "<none>"), registry.BoolWord(c.Spec.Suspend), int64(len(c.Status.Active)), last, registry.Age(c)}
+		return append(registry.WithContainers(cells, js.Template.Spec.Containers), metav1.FormatLabelSelector(js.Selector))
+	},
+}
+
+func ptrTo[T any](v T) *T { return &v }

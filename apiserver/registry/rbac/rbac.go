@@ -1,18 +1,36 @@
-package apiserver
+// Package rbac holds the kinds of rbac.authorization.k8s.io: their rules
+// and table columns.
+package rbac
 
 import (
+	"slices"
+	"strings"
+	"time"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
+
+// Kinds are the group's rows of the table of served kinds.
+func Kinds() []registry.Kind {
+	return []registry.Kind{
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}, Printer: &bindingPrinter},
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "clusterroles"), Kind: "ClusterRole", Strategy: rbacStrategy{}, Printer: &rolePrinter},
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "rolebindings"), Kind: "RoleBinding", Namespaced: true, Strategy: rbacStrategy{}, Printer: &bindingPrinter},
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "roles"), Kind: "Role", Namespaced: true, Strategy: rbacStrategy{}, Printer: &rolePrinter},
+	}
+}
 
 // rbacStrategy validates Roles, ClusterRoles and their bindings as
 // Kubernetes' rbac validation does.
-type rbacStrategy struct{ defaultStrategy }
+type rbacStrategy struct{ registry.DefaultStrategy }
 
-func (rbacStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (rbacStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	switch o := obj.(type) {
 	case *rbacv1.Role:
 		return validateRules(o.Rules, true)
@@ -38,8 +56,8 @@ func (rbacStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
 	return nil
 }
 
-func (st rbacStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	errs := st.validate(w, obj)
+func (st rbacStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	errs := st.Validate(w, obj)
 	var ref, oldRef rbacv1.RoleRef
 	switch o := obj.(type) {
 	case *rbacv1.RoleBinding:
@@ -91,7 +109,7 @@ func validateBinding(ref rbacv1.RoleRef, subjects []rbacv1.Subject, namespaced b
 	if namespaced {
 		kinds = []string{"Role", "ClusterRole"}
 	}
-	if !contains(kinds, ref.Kind) {
+	if !slices.Contains(kinds, ref.Kind) {
 		errs = append(errs, field.NotSupported(p.Child("kind"), ref.Kind, kinds))
 	}
 	if ref.Name == "" {
@@ -119,4 +137,53 @@ func validateBinding(ref rbacv1.RoleRef, subjects []rbacv1.Subject, namespaced b
 		}
 	}
 	return errs
+}
+
+var rolePrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol, registry.Col("Created At", registry.TDate, registry.ObjectMetaDoc["creationTimestamp"])),
+	Cells: func(o runtime.Object) []any {
+		m := o.(metav1.Object)
+		return []any{m.GetName(), createdAt(m)}
+	},
+}
+
+func createdAt(m metav1.Object) string {
+	t := m.GetCreationTimestamp()
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+var bindingPrinter = registry.Printer{
+	Columns: registry.Cols(registry.NameCol,
+		registry.Col("Role", registry.TString, rbacv1.RoleBinding{}.SwaggerDoc()["roleRef"]),
+		registry.AgeCol,
+		registry.Wide(registry.Col("Users", registry.TString, "Users in the roleBinding")),
+		registry.Wide(registry.Col("Groups", registry.TString, "Groups in the roleBinding")),
+		registry.Wide(registry.Col("ServiceAccounts", registry.TString, "ServiceAccounts in the roleBinding")),
+	),
+	Cells: func(o runtime.Object) []any {
+		var ref rbacv1.RoleRef
+		var subjects []rbacv1.Subject
+		switch b := o.(type) {
+		case *rbacv1.RoleBinding:
+			ref, subjects = b.RoleRef, b.Subjects
+		case *rbacv1.ClusterRoleBinding:
+			ref, subjects = b.RoleRef, b.Subjects
+		}
+		var users, groups, sas []string
+		for _, s := range subjects {
+			switch s.Kind {
+			case rbacv1.UserKind:
+				users = append(users, s.Name)
+			case rbacv1.GroupKind:
+				groups = append(groups, s.Name)
+			case rbacv1.ServiceAccountKind:
+				sas = append(sas, s.Namespace+"/"+s.Name)
+			}
+		}
+		m := o.(metav1.Object)
+		return []any{m.GetName(), ref.Kind + "/" + ref.Name, registry.Age(m), strings.Join(users, ", "), strings.Join(groups, ", "), strings.Join(sas, ", ")}
+	},
 }

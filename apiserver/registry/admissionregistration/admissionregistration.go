@@ -1,7 +1,12 @@
-package apiserver
+// Package admissionregistration holds the kinds of
+// admissionregistration.k8s.io: defaults and validation of webhook
+// configurations, ValidatingAdmissionPolicies and their bindings, with
+// kube-apiserver's rules and messages, and their table columns.
+package admissionregistration
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -10,11 +15,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
 )
+
+const group = "admissionregistration.k8s.io"
+
+// Kinds are the group's rows of the table of served kinds; compile checks
+// the CEL expressions of webhooks and policies.
+func Kinds(compile CELCompiler) []registry.Kind {
+	st := admissionConfigStrategy{compile: compile}
+	apiExtensions := []string{"api-extensions"}
+	return []registry.Kind{
+		{GVR: registry.GVR(group, "v1", "mutatingwebhookconfigurations"), Kind: "MutatingWebhookConfiguration", Categories: apiExtensions, Strategy: st, Printer: &mutatingWebhooksPrinter},
+		{GVR: registry.GVR(group, "v1", "validatingwebhookconfigurations"), Kind: "ValidatingWebhookConfiguration", Categories: apiExtensions, Strategy: st, Printer: &validatingWebhooksPrinter},
+		{GVR: registry.GVR(group, "v1", "validatingadmissionpolicies"), Kind: "ValidatingAdmissionPolicy", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: st, Printer: &policyPrinter},
+		{GVR: registry.GVR(group, "v1", "validatingadmissionpolicybindings"), Kind: "ValidatingAdmissionPolicyBinding", Categories: apiExtensions, Strategy: st, Printer: &bindingPrinter},
+	}
+}
 
 // Strategies of admissionregistration.k8s.io/v1: defaults and validation
 // of webhook configurations, ValidatingAdmissionPolicies and their
@@ -22,9 +43,18 @@ import (
 
 // admissionConfigStrategy defaults and validates the four kinds; their
 // generation counts changes, as upstream.
-type admissionConfigStrategy struct{ generationStrategy }
+type admissionConfigStrategy struct {
+	registry.GenerationStrategy
+	// compile checks a CEL expression as admission will compile it.
+	compile CELCompiler
+}
 
-func (admissionConfigStrategy) prepareForCreate(w *writeCtx, obj runtime.Object) error {
+// CELCompiler checks that expr compiles in the environment admission
+// gives expressions; want is the result type it must have (cel.BoolType,
+// cel.StringType) or nil for any.
+type CELCompiler func(expr string, want *cel.Type) error
+
+func (admissionConfigStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	defaultAdmissionConfig(obj)
 	if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
 		p.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{}
@@ -32,7 +62,7 @@ func (admissionConfigStrategy) prepareForCreate(w *writeCtx, obj runtime.Object)
 	return nil
 }
 
-func (admissionConfigStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Object) error {
+func (admissionConfigStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	defaultAdmissionConfig(obj)
 	if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
 		p.Status = old.(*admissionregistrationv1.ValidatingAdmissionPolicy).Status
@@ -40,14 +70,14 @@ func (admissionConfigStrategy) prepareForUpdate(w *writeCtx, obj, old runtime.Ob
 	return nil
 }
 
-func (admissionConfigStrategy) validate(w *writeCtx, obj runtime.Object) field.ErrorList {
+func (st admissionConfigStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	switch o := obj.(type) {
 	case *admissionregistrationv1.MutatingWebhookConfiguration:
 		var errs field.ErrorList
 		names := sets.New[string]()
 		for i, h := range o.Webhooks {
 			p := field.NewPath("webhooks").Index(i)
-			errs = append(errs, validateWebhook(p, mutatingAsValidating(h), names)...)
+			errs = append(errs, st.validateWebhook(p, MutatingAsValidating(h), names)...)
 			if r := h.ReinvocationPolicy; r != nil && *r != admissionregistrationv1.NeverReinvocationPolicy && *r != admissionregistrationv1.IfNeededReinvocationPolicy {
 				errs = append(errs, field.NotSupported(p.Child("reinvocationPolicy"), *r, []string{string(admissionregistrationv1.NeverReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)}))
 			}
@@ -57,19 +87,19 @@ func (admissionConfigStrategy) validate(w *writeCtx, obj runtime.Object) field.E
 		var errs field.ErrorList
 		names := sets.New[string]()
 		for i, h := range o.Webhooks {
-			errs = append(errs, validateWebhook(field.NewPath("webhooks").Index(i), h, names)...)
+			errs = append(errs, st.validateWebhook(field.NewPath("webhooks").Index(i), h, names)...)
 		}
 		return errs
 	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		return validatePolicySpec(field.NewPath("spec"), &o.Spec)
+		return st.validatePolicySpec(field.NewPath("spec"), &o.Spec)
 	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		return validateBindingSpec(field.NewPath("spec"), &o.Spec)
+		return st.validateBindingSpec(field.NewPath("spec"), &o.Spec)
 	}
 	return nil
 }
 
-func (st admissionConfigStrategy) validateUpdate(w *writeCtx, obj, old runtime.Object) field.ErrorList {
-	return st.validate(w, obj)
+func (st admissionConfigStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	return st.Validate(w, obj)
 }
 
 // defaultAdmissionConfig applies the v1 defaults.
@@ -146,7 +176,7 @@ func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
 	}
 }
 
-func validateWebhook(p *field.Path, h admissionregistrationv1.ValidatingWebhook, names sets.Set[string]) field.ErrorList {
+func (st admissionConfigStrategy) validateWebhook(p *field.Path, h admissionregistrationv1.ValidatingWebhook, names sets.Set[string]) field.ErrorList {
 	var errs field.ErrorList
 	if h.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), ""))
@@ -179,7 +209,7 @@ func validateWebhook(p *field.Path, h admissionregistrationv1.ValidatingWebhook,
 		errs = append(errs, metav1validation.ValidateLabelSelector(h.ObjectSelector, opts, p.Child("objectSelector"))...)
 	}
 	errs = append(errs, validateClientConfig(p.Child("clientConfig"), h.ClientConfig)...)
-	errs = append(errs, validateMatchConditions(p.Child("matchConditions"), h.MatchConditions)...)
+	errs = append(errs, st.validateMatchConditions(p.Child("matchConditions"), h.MatchConditions)...)
 	return errs
 }
 
@@ -302,7 +332,7 @@ func validateRule(p *field.Path, r admissionregistrationv1.RuleWithOperations) f
 	}
 	errs = append(errs, validateWildcardList(p.Child("apiGroups"), r.APIGroups, false)...)
 	errs = append(errs, validateWildcardList(p.Child("apiVersions"), r.APIVersions, true)...)
-	errs = append(errs, validateRuleResources(p.Child("resources"), r.Resources)...)
+	errs = append(errs, ValidateRuleResources(p.Child("resources"), r.Resources)...)
 	errs = append(errs, validateEnum(p.Child("scope"), r.Scope, admissionregistrationv1.ClusterScope, admissionregistrationv1.NamespacedScope, admissionregistrationv1.AllScopes)...)
 	return errs
 }
@@ -333,7 +363,7 @@ func validateWildcardList(p *field.Path, xs []string, noEmpty bool) field.ErrorL
 	return errs
 }
 
-func validateRuleResources(p *field.Path, rs []string) field.ErrorList {
+func ValidateRuleResources(p *field.Path, rs []string) field.ErrorList {
 	if len(rs) == 0 {
 		return field.ErrorList{field.Required(p, "")}
 	}
@@ -382,7 +412,7 @@ func validateRuleResources(p *field.Path, rs []string) field.ErrorList {
 // maxMatchConditions is kube-apiserver's limit.
 const maxMatchConditions = 64
 
-func validateMatchConditions(p *field.Path, mcs []admissionregistrationv1.MatchCondition) field.ErrorList {
+func (st admissionConfigStrategy) validateMatchConditions(p *field.Path, mcs []admissionregistrationv1.MatchCondition) field.ErrorList {
 	var errs field.ErrorList
 	if len(mcs) > maxMatchConditions {
 		errs = append(errs, field.TooMany(p, len(mcs), maxMatchConditions))
@@ -401,22 +431,22 @@ func validateMatchConditions(p *field.Path, mcs []admissionregistrationv1.MatchC
 			}
 			names.Insert(mc.Name)
 		}
-		errs = append(errs, validateCEL(ip.Child("expression"), mc.Expression, cel.BoolType)...)
+		errs = append(errs, st.validateCEL(ip.Child("expression"), mc.Expression, cel.BoolType)...)
 	}
 	return errs
 }
 
-func validateCEL(p *field.Path, expr string, want *cel.Type) field.ErrorList {
+func (st admissionConfigStrategy) validateCEL(p *field.Path, expr string, want *cel.Type) field.ErrorList {
 	if strings.TrimSpace(expr) == "" {
 		return field.ErrorList{field.Required(p, "")}
 	}
-	if _, err := compileCEL(expr, want); err != nil {
+	if err := st.compile(expr, want); err != nil {
 		return field.ErrorList{field.Invalid(p, expr, err.Error())}
 	}
 	return nil
 }
 
-func validatePolicySpec(p *field.Path, spec *admissionregistrationv1.ValidatingAdmissionPolicySpec) field.ErrorList {
+func (st admissionConfigStrategy) validatePolicySpec(p *field.Path, spec *admissionregistrationv1.ValidatingAdmissionPolicySpec) field.ErrorList {
 	var errs field.ErrorList
 	if pk := spec.ParamKind; pk != nil {
 		pp := p.Child("paramKind")
@@ -440,13 +470,13 @@ func validatePolicySpec(p *field.Path, spec *admissionregistrationv1.ValidatingA
 		errs = append(errs, field.Required(p.Child("validations"), "validations or auditAnnotations must contain at least one item"))
 	}
 	errs = append(errs, validateEnum(p.Child("failurePolicy"), spec.FailurePolicy, admissionregistrationv1.Ignore, admissionregistrationv1.Fail)...)
-	errs = append(errs, validateMatchConditions(p.Child("matchConditions"), spec.MatchConditions)...)
+	errs = append(errs, st.validateMatchConditions(p.Child("matchConditions"), spec.MatchConditions)...)
 	for i, v := range spec.Variables {
 		vp := p.Child("variables").Index(i)
 		if v.Name == "" {
 			errs = append(errs, field.Required(vp.Child("name"), ""))
 		}
-		errs = append(errs, validateCEL(vp.Child("expression"), v.Expression, nil)...)
+		errs = append(errs, st.validateCEL(vp.Child("expression"), v.Expression, nil)...)
 	}
 	keys := sets.New[string]()
 	for i, a := range spec.AuditAnnotations {
@@ -458,19 +488,19 @@ func validatePolicySpec(p *field.Path, spec *admissionregistrationv1.ValidatingA
 			errs = append(errs, field.Duplicate(ap.Child("key"), a.Key))
 		}
 		keys.Insert(a.Key)
-		errs = append(errs, validateCEL(ap.Child("valueExpression"), a.ValueExpression, nil)...)
+		errs = append(errs, st.validateCEL(ap.Child("valueExpression"), a.ValueExpression, nil)...)
 	}
 	for i, v := range spec.Validations {
 		vp := p.Child("validations").Index(i)
-		errs = append(errs, validateCEL(vp.Child("expression"), v.Expression, cel.BoolType)...)
+		errs = append(errs, st.validateCEL(vp.Child("expression"), v.Expression, cel.BoolType)...)
 		if v.MessageExpression != "" {
-			errs = append(errs, validateCEL(vp.Child("messageExpression"), v.MessageExpression, cel.StringType)...)
+			errs = append(errs, st.validateCEL(vp.Child("messageExpression"), v.MessageExpression, cel.StringType)...)
 		}
 		if strings.Contains(v.Message, "\n") {
 			errs = append(errs, field.Invalid(vp.Child("message"), v.Message, "message must not contain line breaks"))
 		}
 		if r := v.Reason; r != nil {
-			if _, ok := reasonCodes[*r]; !ok {
+			if _, ok := ReasonCodes[*r]; !ok {
 				errs = append(errs, field.NotSupported(vp.Child("reason"), *r, []string{string(metav1.StatusReasonUnauthorized), string(metav1.StatusReasonForbidden), string(metav1.StatusReasonInvalid), string(metav1.StatusReasonRequestEntityTooLarge)}))
 			}
 		}
@@ -497,7 +527,7 @@ func validateMatchResources(p *field.Path, m *admissionregistrationv1.MatchResou
 	return errs
 }
 
-func validateBindingSpec(p *field.Path, spec *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) field.ErrorList {
+func (st admissionConfigStrategy) validateBindingSpec(p *field.Path, spec *admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec) field.ErrorList {
 	var errs field.ErrorList
 	if spec.PolicyName == "" {
 		errs = append(errs, field.Required(p.Child("policyName"), ""))
@@ -537,40 +567,51 @@ func validateBindingSpec(p *field.Path, spec *admissionregistrationv1.Validating
 	return errs
 }
 
+// MutatingAsValidating keeps the fields both webhook kinds share, so one
+// compiler serves both.
+func MutatingAsValidating(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.ValidatingWebhook {
+	return admissionregistrationv1.ValidatingWebhook{
+		Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
+		MatchPolicy: w.MatchPolicy, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector,
+		SideEffects: w.SideEffects, TimeoutSeconds: w.TimeoutSeconds, AdmissionReviewVersions: w.AdmissionReviewVersions,
+		MatchConditions: w.MatchConditions,
+	}
+}
+
 // The admissionregistration.k8s.io kinds' table columns, as kubectl shows
 // them from kube-apiserver.
-func init() {
-	webhooks := col("Webhooks", tInteger, "Webhooks is a list of webhooks and the affected resources and operations.")
-	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}] = printer{
-		columns: cols(nameCol, webhooks, ageCol),
-		cells: func(o runtime.Object) []any {
+var (
+	webhooksCol             = registry.Col("Webhooks", registry.TInteger, "Webhooks is a list of webhooks and the affected resources and operations.")
+	mutatingWebhooksPrinter = registry.Printer{
+		Columns: registry.Cols(registry.NameCol, webhooksCol, registry.AgeCol),
+		Cells: func(o runtime.Object) []any {
 			c := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
-			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
+			return []any{c.Name, int64(len(c.Webhooks)), registry.Age(c)}
 		},
 	}
-	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}] = printer{
-		columns: cols(nameCol, webhooks, ageCol),
-		cells: func(o runtime.Object) []any {
+	validatingWebhooksPrinter = registry.Printer{
+		Columns: registry.Cols(registry.NameCol, webhooksCol, registry.AgeCol),
+		Cells: func(o runtime.Object) []any {
 			c := o.(*admissionregistrationv1.ValidatingWebhookConfiguration)
-			return []any{c.Name, int64(len(c.Webhooks)), age(c)}
+			return []any{c.Name, int64(len(c.Webhooks)), registry.Age(c)}
 		},
 	}
-	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}] = printer{
-		columns: cols(nameCol, col("Validations", tInteger, "Validations is a list of validation expressions."),
-			col("ParamKind", tString, "ParamKind specifies the kind of resources used to parameterize this policy"), ageCol),
-		cells: func(o runtime.Object) []any {
+	policyPrinter = registry.Printer{
+		Columns: registry.Cols(registry.NameCol, registry.Col("Validations", registry.TInteger, "Validations is a list of validation expressions."),
+			registry.Col("ParamKind", registry.TString, "ParamKind specifies the kind of resources used to parameterize this policy"), registry.AgeCol),
+		Cells: func(o runtime.Object) []any {
 			p := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 			kind := "<unset>"
 			if pk := p.Spec.ParamKind; pk != nil {
 				kind = pk.APIVersion + "/" + pk.Kind
 			}
-			return []any{p.Name, int64(len(p.Spec.Validations)), kind, age(p)}
+			return []any{p.Name, int64(len(p.Spec.Validations)), kind, registry.Age(p)}
 		},
 	}
-	printers[schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}] = printer{
-		columns: cols(nameCol, col("PolicyName", tString, "PolicyName references a ValidatingAdmissionPolicy name which the ValidatingAdmissionPolicyBinding binds to."),
-			col("ParamRef", tString, "ParamRef specifies the parameter resource used to configure the admission control policy."), ageCol),
-		cells: func(o runtime.Object) []any {
+	bindingPrinter = registry.Printer{
+		Columns: registry.Cols(registry.NameCol, registry.Col("PolicyName", registry.TString, "PolicyName references a ValidatingAdmissionPolicy name which the ValidatingAdmissionPolicyBinding binds to."),
+			registry.Col("ParamRef", registry.TString, "ParamRef specifies the parameter resource used to configure the admission control policy."), registry.AgeCol),
+		Cells: func(o runtime.Object) []any {
 			b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
 			ref := "<unset>"
 			if r := b.Spec.ParamRef; r != nil {
@@ -583,7 +624,17 @@ func init() {
 					ref = "*/*"
 				}
 			}
-			return []any{b.Name, b.Spec.PolicyName, ref, age(b)}
+			return []any{b.Name, b.Spec.PolicyName, ref, registry.Age(b)}
 		},
 	}
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+// ReasonCodes are the reasons a validation may give, with their codes.
+var ReasonCodes = map[metav1.StatusReason]int32{
+	metav1.StatusReasonUnauthorized:          http.StatusUnauthorized,
+	metav1.StatusReasonForbidden:             http.StatusForbidden,
+	metav1.StatusReasonInvalid:               http.StatusUnprocessableEntity,
+	metav1.StatusReasonRequestEntityTooLarge: http.StatusRequestEntityTooLarge,
 }

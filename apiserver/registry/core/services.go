@@ -1,0 +1,489 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"bonsai.dev/bonsai/apiserver/registry"
+)
+
+// serviceStrategy allocates cluster IPs and node ports and validates
+// Services as kube-apiserver does.
+type serviceStrategy struct{ registry.DefaultStrategy }
+
+func (serviceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
+	svc := obj.(*corev1.Service)
+	svc.Status = corev1.ServiceStatus{}
+	// clusterIP and clusterIPs[0] are one field, whichever the client set.
+	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	} else if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) > 0 {
+		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+	}
+	errs := validateServiceSpec(w, svc)
+	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) > 0 {
+		return w.Invalid(svc.Name, errs)
+	}
+	return allocateService(context.Background(), w, svc, nil)
+}
+
+func (serviceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+	svc, o := obj.(*corev1.Service), old.(*corev1.Service)
+	svc.Status = o.Status
+	// What the server allocated stays when the client leaves it out, as
+	// kube-apiserver's patchAllocatedValues does.
+	if svc.Spec.ClusterIP == "" && svc.Spec.Type != corev1.ServiceTypeExternalName {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = o.Spec.ClusterIP, o.Spec.ClusterIPs
+	}
+	// A client that sets only clusterIP (an old one) means clusterIPs[0]
+	// to follow it, as kube-apiserver's normalizeClusterIPs reads it.
+	switch {
+	case len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP == o.Spec.ClusterIP:
+		svc.Spec.ClusterIPs = o.Spec.ClusterIPs
+	case svc.Spec.ClusterIP != o.Spec.ClusterIP && (len(svc.Spec.ClusterIPs) == 0 || slices.Equal(svc.Spec.ClusterIPs, o.Spec.ClusterIPs)):
+		svc.Spec.ClusterIPs = nil
+		if svc.Spec.ClusterIP != "" {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
+	}
+	if svc.Spec.IPFamilyPolicy == nil {
+		svc.Spec.IPFamilyPolicy = o.Spec.IPFamilyPolicy
+	}
+	if len(svc.Spec.IPFamilies) == 0 {
+		svc.Spec.IPFamilies = o.Spec.IPFamilies
+	}
+	if needsNodePorts(svc) && needsNodePorts(o) {
+		for i := range svc.Spec.Ports {
+			if svc.Spec.Ports[i].NodePort != 0 {
+				continue
+			}
+			for _, op := range o.Spec.Ports {
+				if op.Port == svc.Spec.Ports[i].Port && op.Protocol == svc.Spec.Ports[i].Protocol {
+					svc.Spec.Ports[i].NodePort = op.NodePort
+				}
+			}
+		}
+	}
+	// The health check port follows its need: kept while the Service
+	// still needs it, dropped with the need unless the client changed it.
+	switch hc := &svc.Spec.HealthCheckNodePort; {
+	case *hc == 0 && needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = o.Spec.HealthCheckNodePort
+	case *hc == o.Spec.HealthCheckNodePort && !needsHealthCheck(svc) && needsHealthCheck(o):
+		*hc = 0
+	}
+	errs := validateServiceSpec(w, svc)
+	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) > 0 {
+		return w.Invalid(svc.Name, errs)
+	}
+	return allocateService(context.Background(), w, svc, o)
+}
+
+func (serviceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+	svc, o := obj.(*corev1.Service), old.(*corev1.Service)
+	var errs field.ErrorList
+	if o.Spec.ClusterIP != "" && svc.Spec.Type != corev1.ServiceTypeExternalName && o.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != o.Spec.ClusterIP {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "clusterIPs").Index(0), svc.Spec.ClusterIP, "may not change once set"))
+	}
+	return errs
+}
+
+func needsNodePorts(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeNodePort ||
+		(s.Spec.Type == corev1.ServiceTypeLoadBalancer && (s.Spec.AllocateLoadBalancerNodePorts == nil || *s.Spec.AllocateLoadBalancerNodePorts))
+}
+
+// needsHealthCheck: a LoadBalancer that keeps traffic on the node gets a
+// node port for the load balancer's health checks.
+func needsHealthCheck(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+func validateServiceSpec(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec")
+	var errs field.ErrorList
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 {
+		r := w.Env.NodePortRange
+		if !needsHealthCheck(svc) {
+			errs = append(errs, field.Forbidden(p.Child("healthCheckNodePort"), "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+		} else if int(hc) < r.Base || int(hc) > r.Max {
+			errs = append(errs, field.Invalid(p.Child("healthCheckNodePort"), hc, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %d-%d", r.Base, r.Max)))
+		}
+	}
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+		if len(svc.Spec.Ports) == 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			errs = append(errs, field.Required(p.Child("ports"), ""))
+		}
+	case corev1.ServiceTypeExternalName:
+		if svc.Spec.ExternalName == "" {
+			errs = append(errs, field.Required(p.Child("externalName"), ""))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("type"), svc.Spec.Type, []string{"ClusterIP", "ExternalName", "LoadBalancer", "NodePort"}))
+	}
+	errs = append(errs, validateSessionAffinity(svc)...)
+	if svc.Spec.Type == corev1.ServiceTypeNodePort && svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), svc.Spec.ClusterIP, "may not be set to 'None' for NodePort services"))
+	}
+	seen := map[string]bool{}
+	names := map[string]bool{}
+	nodePorts := map[corev1.ServicePort]bool{}
+	for i, port := range svc.Spec.Ports {
+		pp := p.Child("ports").Index(i)
+		for _, msg := range validation.IsValidPortNum(int(port.Port)) {
+			errs = append(errs, field.Invalid(pp.Child("port"), port.Port, msg))
+		}
+		if len(svc.Spec.Ports) > 1 && port.Name == "" {
+			errs = append(errs, field.Required(pp.Child("name"), ""))
+		}
+		if port.Name != "" {
+			for _, msg := range validation.IsDNS1123Label(port.Name) {
+				errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
+			}
+			if names[port.Name] {
+				errs = append(errs, field.Duplicate(pp.Child("name"), port.Name))
+			}
+			names[port.Name] = true
+		}
+		switch port.Protocol {
+		case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+		default:
+			errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []string{"SCTP", "TCP", "UDP"}))
+		}
+		key := fmt.Sprintf("%d/%s", port.Port, port.Protocol)
+		if seen[key] {
+			errs = append(errs, field.Duplicate(pp, key))
+		}
+		seen[key] = true
+		if port.NodePort != 0 {
+			r := w.Env.NodePortRange
+			np := corev1.ServicePort{NodePort: port.NodePort, Protocol: port.Protocol}
+			if nodePorts[np] {
+				errs = append(errs, field.Duplicate(pp.Child("nodePort"), port.NodePort))
+			}
+			nodePorts[np] = true
+			if svc.Spec.Type == corev1.ServiceTypeClusterIP {
+				errs = append(errs, field.Forbidden(pp.Child("nodePort"), "may not be used when `type` is 'ClusterIP'"))
+			} else if int(port.NodePort) < r.Base || int(port.NodePort) > r.Max {
+				errs = append(errs, field.Invalid(pp.Child("nodePort"), port.NodePort, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %d-%d", r.Base, r.Max)))
+			}
+		}
+		if port.TargetPort.IntValue() == 0 && port.TargetPort.StrVal == "" {
+			errs = append(errs, field.Required(pp.Child("targetPort"), ""))
+		}
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) > 0 && svc.Spec.ClusterIP != "" && ips[0] != svc.Spec.ClusterIP {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs"), ips, "first value must match `clusterIP`"))
+	}
+	// The service range has one family: a second IP has nowhere to be.
+	if len(ips) > 1 && ips[0] != corev1.ClusterIPNone {
+		first, err1 := netip.ParseAddr(ips[0])
+		second, err2 := netip.ParseAddr(ips[1])
+		switch {
+		case err1 != nil || err2 != nil:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+		case first.Is4() == second.Is4():
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "may specify no more than one IP for each IP family"))
+		default:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, fmt.Sprintf("%s is not configured on this cluster", ipFamilyOf(second))))
+		}
+	}
+	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
+		addr, err := netip.ParseAddr(ip)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+		case !w.Env.ServiceCIDR.Contains(addr):
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, fmt.Sprintf("failed to allocate IP %s: the provided network does not match the current range", ip)))
+		}
+	}
+	return errs
+}
+
+// maxClientIPServiceAffinitySeconds caps ClientIP affinity at a day, as
+// Kubernetes does.
+const maxClientIPServiceAffinitySeconds = 86400
+
+func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec")
+	cfg := svc.Spec.SessionAffinityConfig
+	switch svc.Spec.SessionAffinity {
+	case corev1.ServiceAffinityNone:
+		if cfg != nil {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig"), cfg, "must not be set when session affinity is None")}
+		}
+	case corev1.ServiceAffinityClientIP:
+		t := cfg.ClientIP.TimeoutSeconds // defaulted
+		if *t <= 0 || *t > maxClientIPServiceAffinitySeconds {
+			return field.ErrorList{field.Invalid(p.Child("sessionAffinityConfig", "clientIP", "timeoutSeconds"), *t, fmt.Sprintf("must be greater than 0 and less than %d", maxClientIPServiceAffinitySeconds))}
+		}
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("sessionAffinity"), svc.Spec.SessionAffinity, []string{"ClientIP", "None"})}
+	}
+	return nil
+}
+
+// initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
+// the cluster cannot give, as kube-apiserver does: bonsai's service range
+// has one family, so a Service may not require two.
+func initIPFamilies(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	family := corev1.IPv4Protocol
+	if w.Env.ServiceCIDR.Addr().Is6() {
+		family = corev1.IPv6Protocol
+	}
+	other := map[corev1.IPFamily]corev1.IPFamily{corev1.IPv4Protocol: corev1.IPv6Protocol, corev1.IPv6Protocol: corev1.IPv4Protocol}
+	headlessNoSelector := svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0
+	if svc.Spec.IPFamilyPolicy == nil {
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
+		if headlessNoSelector {
+			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+		}
+	}
+	p := field.NewPath("spec")
+	policy := *svc.Spec.IPFamilyPolicy
+	var errs field.ErrorList
+	switch policy {
+	case corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack:
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("ipFamilyPolicy"), policy, []string{"PreferDualStack", "RequireDualStack", "SingleStack"})}
+	}
+	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.ClusterIPs) > 1 {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+	}
+	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.IPFamilies) > 1 {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
+			errs = append(errs, field.NotSupported(p.Child("ipFamilies").Index(i), f, []string{"IPv4", "IPv6"}))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if headlessNoSelector {
+		// A headless Service without selector may name families the
+		// cluster lacks: its endpoints are the user's.
+		if len(svc.Spec.IPFamilies) == 0 {
+			svc.Spec.IPFamilies = []corev1.IPFamily{family}
+		}
+		if len(svc.Spec.IPFamilies) == 1 && policy != corev1.IPFamilyPolicySingleStack {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, other[svc.Spec.IPFamilies[0]])
+		}
+		return nil
+	}
+	if policy == corev1.IPFamilyPolicyRequireDualStack {
+		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "this cluster is not configured for dual-stack services"))
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		if f != family {
+			errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(i), f, "not configured on this cluster"))
+		}
+	}
+	if len(svc.Spec.IPFamilies) == 0 {
+		svc.Spec.IPFamilies = []corev1.IPFamily{family}
+	}
+	return errs
+}
+
+// allocateService takes in the store the cluster IP and node ports svc
+// needs and old (nil on create) does not hold, and arranges with w that
+// they are given back if the write fails and that what old held and svc
+// no longer does is given back once the write is stored.
+func allocateService(ctx context.Context, w *registry.WriteCtx, svc, old *corev1.Service) error {
+	s := w.Env.Services
+	ctx = context.WithoutCancel(ctx)
+	var oldIPs []netip.Addr
+	var oldPorts []int32
+	if old != nil {
+		oldIPs, oldPorts = ServiceIPs(old), ServiceNodePorts(old)
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
+	} else if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		switch {
+		case svc.Spec.ClusterIP == "":
+			if ip, err = s.TakeNextIP(ctx, svc, w.DryRun); err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			}
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		case err != nil || slices.Contains(oldIPs, ip):
+			// Validation has refused a malformed IP; a held one stays.
+		default:
+			if err := s.TakeIP(ctx, ip, svc, w.DryRun); err != nil {
+				if errors.Is(err, registry.ErrIPAllocated) {
+					return w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
+				}
+				return apierrors.NewInternalError(err)
+			}
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		}
+		svc.Spec.ClusterIP = ip.String()
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	} else {
+		// Headless: nothing to allocate.
+		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
+	}
+	kept, err := allocateNodePorts(ctx, w, svc, oldPorts)
+	if err != nil {
+		return err
+	}
+	if old == nil {
+		return nil
+	}
+	// What the stored Service no longer holds goes once it is stored.
+	newIPs := ServiceIPs(svc)
+	for _, ip := range oldIPs {
+		if !slices.Contains(newIPs, ip) {
+			w.OnSuccess(func() error { return s.ReleaseIP(ctx, ip, old.Namespace, old.Name) })
+		}
+	}
+	for _, p := range oldPorts {
+		if !slices.Contains(kept, p) {
+			w.OnSuccess(func() error { return s.ReleaseNodePort(ctx, p, old) })
+		}
+	}
+	return nil
+}
+
+// allocateNodePorts records the node ports svc asks for, then gives the
+// ports that lack one a free port (a port number served over several
+// protocols shares one node port, as upstream). It returns the node ports
+// svc holds after the write.
+func allocateNodePorts(ctx context.Context, w *registry.WriteCtx, svc *corev1.Service, oldPorts []int32) ([]int32, error) {
+	s := w.Env.Services
+	if svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].NodePort = 0
+		}
+		return nil, nil
+	}
+	var held []int32
+	for i, sp := range svc.Spec.Ports {
+		if sp.NodePort == 0 || slices.Contains(held, sp.NodePort) {
+			continue
+		}
+		if !slices.Contains(oldPorts, sp.NodePort) {
+			if err := s.RecordNodePort(ctx, sp.NodePort, svc, w.DryRun); err != nil {
+				if errors.Is(err, registry.ErrPortAllocated) {
+					return nil, w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Index(i).Child("nodePort"), sp.NodePort, err.Error())})
+				}
+				return nil, apierrors.NewInternalError(err)
+			}
+			p := sp.NodePort
+			w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
+		}
+		held = append(held, sp.NodePort)
+	}
+	if needsNodePorts(svc) {
+		var err error
+		if held, err = allocateMissingNodePorts(ctx, w, svc, held); err != nil {
+			return nil, err
+		}
+	}
+	if !needsHealthCheck(svc) {
+		return held, nil
+	}
+	hc := &svc.Spec.HealthCheckNodePort
+	switch {
+	case *hc == 0:
+		p, err := s.TakeNextNodePort(ctx, svc, held, w.DryRun)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort %d: %w", p, err))
+		}
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
+		*hc = p
+	case !slices.Contains(oldPorts, *hc):
+		if err := s.RecordNodePort(ctx, *hc, svc, w.DryRun); err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate requested HealthCheck NodePort %d: %w", *hc, err))
+		}
+		p := *hc
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
+	}
+	return append(held, *hc), nil
+}
+
+// allocateMissingNodePorts gives each port without a node port one,
+// returning held with the ports it took.
+func allocateMissingNodePorts(ctx context.Context, w *registry.WriteCtx, svc *corev1.Service, held []int32) ([]int32, error) {
+	s := w.Env.Services
+	byPort := map[int32]int32{}
+	for _, sp := range svc.Spec.Ports {
+		if sp.NodePort != 0 {
+			byPort[sp.Port] = sp.NodePort
+		}
+	}
+	for i := range svc.Spec.Ports {
+		sp := &svc.Spec.Ports[i]
+		if sp.NodePort != 0 {
+			continue
+		}
+		if np, ok := byPort[sp.Port]; ok {
+			sp.NodePort = np
+			continue
+		}
+		p, err := s.TakeNextNodePort(ctx, svc, held, w.DryRun)
+		if err != nil {
+			return nil, apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+		}
+		w.OnFailure(func() error { return s.ReleaseNodePort(ctx, p, svc) })
+		sp.NodePort, byPort[sp.Port] = p, p
+		held = append(held, p)
+	}
+	return held, nil
+}
+
+func ipFamilyOf(ip netip.Addr) corev1.IPFamily {
+	if ip.Is6() {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// ServiceIPs are the cluster IPs a Service holds ("None" and "" hold none).
+func ServiceIPs(svc *corev1.Service) []netip.Addr {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
+		if a, err := netip.ParseAddr(ip); err == nil && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ServiceNodePorts are the node ports a Service holds, its health check
+// port included: one port number may serve several protocols of one
+// Service, as upstream allows.
+func ServiceNodePorts(svc *corev1.Service) []int32 {
+	var out []int32
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 && !slices.Contains(out, p.NodePort) {
+			out = append(out, p.NodePort)
+		}
+	}
+	if hc := svc.Spec.HealthCheckNodePort; hc != 0 && !slices.Contains(out, hc) {
+		out = append(out, hc)
+	}
+	return out
+}
