@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"sort"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,23 +46,10 @@ func (d DefaultIngressClass) Admit(ctx context.Context, a Attributes) error {
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
-	var defaults []*networkingv1.IngressClass
-	for _, c := range classes {
-		if c.Annotations[IngressClassDefaultAnnotation] == "true" {
-			defaults = append(defaults, c)
-		}
+	if name, ok := newestDefault(classes, func(c *networkingv1.IngressClass) bool {
+		return c.Annotations[IngressClassDefaultAnnotation] == "true"
+	}); ok {
+		ing.Spec.IngressClassName = &name
 	}
-	if len(defaults) == 0 {
-		return nil
-	}
-	sort.Slice(defaults, func(i, j int) bool {
-		ti, tj := defaults[i].CreationTimestamp, defaults[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return tj.Before(&ti)
-		}
-		return defaults[i].Name < defaults[j].Name
-	})
-	name := defaults[0].Name
-	ing.Spec.IngressClassName = &name
 	return nil
 }

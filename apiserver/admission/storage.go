@@ -2,11 +2,11 @@ package admission
 
 import (
 	"context"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -90,23 +90,35 @@ func (d DefaultStorageClass) Admit(ctx context.Context, a Attributes) error {
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
-	var defaults []*storagev1.StorageClass
-	for _, sc := range classes {
-		if sc.Annotations[IsDefaultClassAnnotation] == "true" || sc.Annotations[BetaIsDefaultClassAnnotation] == "true" {
-			defaults = append(defaults, sc)
-		}
+	if name, ok := newestDefault(classes, func(sc *storagev1.StorageClass) bool {
+		return sc.Annotations[IsDefaultClassAnnotation] == "true" || sc.Annotations[BetaIsDefaultClassAnnotation] == "true"
+	}); ok {
+		pvc.Spec.StorageClassName = &name
 	}
-	if len(defaults) == 0 {
-		return nil
-	}
-	sort.Slice(defaults, func(i, j int) bool {
-		ti, tj := defaults[i].CreationTimestamp, defaults[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return tj.Before(&ti)
-		}
-		return defaults[i].Name < defaults[j].Name
-	})
-	name := defaults[0].Name
-	pvc.Spec.StorageClassName = &name
 	return nil
+}
+
+// newestDefault is the name of the newest of the classes marked default
+// (by name when two are as old), as kube-apiserver's default-class
+// plugins choose among several; false when none is.
+func newestDefault[T metav1.Object](classes []T, isDefault func(T) bool) (string, bool) {
+	var newest T
+	found := false
+	for _, c := range classes {
+		if !isDefault(c) {
+			continue
+		}
+		if !found {
+			newest, found = c, true
+			continue
+		}
+		tc, tn := c.GetCreationTimestamp(), newest.GetCreationTimestamp()
+		if tn.Before(&tc) || (tc.Equal(&tn) && c.GetName() < newest.GetName()) {
+			newest = c
+		}
+	}
+	if !found {
+		return "", false
+	}
+	return newest.GetName(), true
 }
