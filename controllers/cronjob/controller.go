@@ -131,15 +131,22 @@ func (c *Controller) jobChanged(obj any) {
 	}
 }
 
-// wakeAfter syncs key again after d on the controller's clock; a later
-// call replaces an earlier one.
-func (c *Controller) wakeAfter(key string, d time.Duration) {
+// wakeAt syncs key again at time at on the controller's clock; a later
+// call replaces an earlier one. The wait is measured when the timer is
+// set, not when the sync looked at the clock: a clock that moved on in
+// between (the sync's API calls take time; a test's fake clock jumps)
+// would otherwise wake it that much late, and a whole period late if it
+// jumped past at.
+func (c *Controller) wakeAt(key string, at time.Time) {
 	c.timersMu.Lock()
 	defer c.timersMu.Unlock()
 	if t := c.timers[key]; t != nil {
 		t.Stop()
 	}
-	c.timers[key] = c.clock.AfterFunc(d, func() { c.queue.Add(key) })
+	c.timers[key] = c.clock.AfterFunc(at.Sub(c.clock.Now()), func() { c.queue.Add(key) })
+	if !c.clock.Now().Before(at) {
+		c.queue.Add(key)
+	}
 }
 
 func (c *Controller) stopTimer(key string) {

@@ -53,8 +53,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
-	if wake > 0 {
-		c.wakeAfter(key, wake)
+	if !wake.IsZero() {
+		c.wakeAt(key, wake)
 	} else {
 		c.stopTimer(key)
 	}
@@ -125,11 +125,12 @@ func (c *Controller) trackJobs(ctx context.Context, cj *batchv1.CronJob, jobs []
 	return cj, nil
 }
 
-// runSchedule starts the Job due now, if any, and says when the next is
-// due (0: never, as for a suspended CronJob or a bad schedule).
-func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.CronJob, jobs []*batchv1.Job) (time.Duration, error) {
+// runSchedule starts the Job due now, if any, and says when to look
+// again: the next run's time (zero: never, as for a suspended CronJob or
+// a bad schedule).
+func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.CronJob, jobs []*batchv1.Job) (time.Time, error) {
 	if cj.DeletionTimestamp != nil {
-		return 0, nil
+		return time.Time{}, nil
 	}
 	sched, err := parseSchedule(cj)
 	if err != nil {
@@ -141,18 +142,18 @@ func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.Cr
 		} else {
 			c.recorder.Eventf(cj, corev1.EventTypeWarning, "UnparseableSchedule", "unparseable schedule: %q : %s", cj.Spec.Schedule, err)
 		}
-		return 0, nil
+		return time.Time{}, nil
 	}
 	if cj.Spec.Suspend != nil && *cj.Spec.Suspend {
-		return 0, nil
+		return time.Time{}, nil
 	}
 	now := c.clock.Now()
-	untilNext := func() time.Duration {
+	untilNext := func() time.Time {
 		n := sched.next(now)
 		if n.IsZero() {
-			return 0
+			return n
 		}
-		return n.Sub(now) + nextDelta
+		return n.Add(nextDelta)
 	}
 	earliest := cj.CreationTimestamp.Time
 	if cj.Status.LastScheduleTime != nil {
@@ -185,7 +186,7 @@ func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.Cr
 	if cj.Spec.ConcurrencyPolicy == batchv1.ReplaceConcurrent {
 		for _, ref := range append([]corev1.ObjectReference(nil), cj.Status.Active...) {
 			if err := c.deleteJob(ctx, cj, ref.Name, ref.UID); err != nil {
-				return 0, err
+				return time.Time{}, err
 			}
 			removeActive(cj, ref.UID)
 		}
@@ -196,17 +197,17 @@ func (c *Controller) runSchedule(ctx context.Context, key string, cj *batchv1.Cr
 		// Created before, by us or someone else: no second run.
 		existing, getErr := c.client.Batch.Jobs(cj.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if getErr != nil {
-			return 0, fmt.Errorf("get job %s/%s: %w", cj.Namespace, name, getErr)
+			return time.Time{}, fmt.Errorf("get job %s/%s: %w", cj.Namespace, name, getErr)
 		}
 		if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != cj.UID || finishedCondition(existing) != "" {
 			return untilNext(), nil
 		}
 		created = existing
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-		return 0, nil // the namespace goes away with the CronJob
+		return time.Time{}, nil // the namespace goes away with the CronJob
 	case err != nil:
 		c.recorder.Eventf(cj, corev1.EventTypeWarning, "FailedCreate", "Error creating job: %v", err)
-		return 0, fmt.Errorf("create job %s/%s: %w", cj.Namespace, name, err)
+		return time.Time{}, fmt.Errorf("create job %s/%s: %w", cj.Namespace, name, err)
 	default:
 		c.recorder.Eventf(cj, corev1.EventTypeNormal, "SuccessfulCreate", "Created job %v", created.Name)
 	}
