@@ -149,8 +149,8 @@ func ValidateDelete(o *metav1.DeleteOptions) error {
 // Table; a bad value is a 400, as kube-apiserver answers it.
 func Table(q url.Values) (*metav1.TableOptions, error) {
 	o := &metav1.TableOptions{}
-	if err := metainternalversionscheme.ParameterCodec.DecodeParameters(q, metaGroupVersion, o); err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
+	if err := decode(q, o); err != nil {
+		return nil, err
 	}
 	switch errs := metav1validation.ValidateTableOptions(o); len(errs) {
 	case 0:
