@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,6 +123,41 @@ func backend(t *testing.T, name string) string {
 			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 			brw.Flush()
 			io.Copy(conn, brw)
+			return
+		}
+		switch r.URL.Path {
+		case "/foo/headers":
+			// The request's headers and trailers as they came.
+			io.Copy(io.Discard, r.Body)
+			var lines []string
+			for k, vv := range r.Header {
+				lines = append(lines, k+": "+strings.Join(vv, ","))
+			}
+			for k, vv := range r.Trailer {
+				lines = append(lines, "trailer "+k+": "+strings.Join(vv, ","))
+			}
+			sort.Strings(lines)
+			fmt.Fprint(w, strings.Join(lines, "\n"))
+			return
+		case "/foo/die":
+			// Promises 100 bytes, sends 10, and hangs up.
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(200)
+			w.Write([]byte("0123456789"))
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		case "/foo/dribble":
+			// A chunked body cut short.
+			w.Write([]byte("part"))
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
 			return
 		}
 		if r.URL.Path == "/foo/stream" {
@@ -371,6 +407,52 @@ func TestController(t *testing.T) {
 		}
 		if took := e.eventually("bar.baz.com", "/foo", "two-"); took > time.Second {
 			t.Errorf("the new host served after %v", took)
+		}
+	})
+	t.Run("hop-by-hop and forwarding headers", func(t *testing.T) {
+		// Sent by hand: net/http's client would not send a
+		// Connection-named header or trailers this way.
+		conn, err := net.Dial("tcp", e.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, "POST /foo/headers HTTP/1.1\r\nHost: foo.bar.com\r\n"+
+			"Connection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nProxy-Authorization: Basic eA==\r\n"+
+			"Te: trailers, deflate\r\nX-Forwarded-For: 6.6.6.6\r\nX-Real-Ip: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n"+
+			"X-Kept: a\r\nX-Kept: b\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		got := string(b)
+		for _, want := range []string{"X-Kept: a,b", "Te: trailers", "X-Forwarded-For: 127.0.0.1", "X-Real-Ip: 127.0.0.1",
+			"X-Forwarded-Host: foo.bar.com", "X-Forwarded-Proto: http", "trailer X-Sum: 7"} {
+			if !strings.Contains(got, want+"\n") && !strings.HasSuffix(got, want) {
+				t.Errorf("backend got no %q:\n%s", want, got)
+			}
+		}
+		for _, gone := range []string{"X-Secret", "Keep-Alive", "Proxy-Authorization", "6.6.6.6", "Forwarded:", "User-Agent", "deflate"} {
+			if strings.Contains(got, gone) {
+				t.Errorf("backend got %q:\n%s", gone, got)
+			}
+		}
+	})
+	t.Run("a backend hanging up mid-body breaks the response", func(t *testing.T) {
+		for _, p := range []string{"/foo/die", "/foo/dribble"} {
+			req, _ := http.NewRequest("GET", "http://"+e.http+p, nil)
+			req.Host = "foo.bar.com"
+			resp, err := client1.Do(req)
+			if err != nil {
+				continue // cut before the head went out: as broken
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Errorf("%s: read %q whole; want the cut to show", p, b)
+			}
 		}
 	})
 	t.Run("upgrade passes through", func(t *testing.T) {

@@ -44,7 +44,11 @@ func (c *Controller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("503 Service Unavailable: backend %s of Ingress %s/%s: %s", keyOf(b), b.Namespace, b.Ingress, why), http.StatusServiceUnavailable)
 		return
 	}
-	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamCtxKey{}, up)))
+	if isUpgrade(r.Header) {
+		c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upstreamCtxKey{}, up)))
+		return
+	}
+	c.forward(w, r, up)
 }
 
 // rewrite makes the request to the backend: the same path and Host,
@@ -65,13 +69,18 @@ func (c *Controller) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// roundTripper sends a request to its upstream's endpoints in turn
-// (round robin), and to the next one when connecting fails, up to
-// maxTries, as long as nothing of the request was sent.
+// roundTripper is ReverseProxy's way to send, for Upgrade requests.
 type roundTripper struct{ c *Controller }
 
 func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	up := req.Context().Value(upstreamCtxKey{}).(*upstream)
+	return rt.c.send(req.Context(), req, up)
+}
+
+// send sends req to up's endpoints in turn (round robin), and to the
+// next one when connecting fails, up to maxTries, as long as nothing of
+// the request was sent.
+func (c *Controller) send(ctx context.Context, req *http.Request, up *upstream) (*http.Response, error) {
 	n := len(up.addrs)
 	start := int(up.next.Add(1) - 1)
 	var body *trackedBody
@@ -82,15 +91,14 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	tries := min(n, maxTries)
 	for i := 0; ; i++ {
 		addr := up.addrs[(start+i)%n]
-		req.URL.Host = addr
-		resp, err := rt.c.transport.roundTrip(req, addr, body)
+		resp, err := c.transport.roundTrip(ctx, req, addr, body)
 		if err == nil {
 			return resp, nil
 		}
-		if i+1 >= tries || !dialFailed(err) || (body != nil && body.read) || req.Context().Err() != nil {
+		if i+1 >= tries || !dialFailed(err) || (body != nil && body.read) || ctx.Err() != nil {
 			return nil, err
 		}
-		rt.c.log.Debug("endpoint refused; trying the next", "upstream", up.name, "endpoint", addr, "err", err)
+		c.log.Debug("endpoint refused; trying the next", "upstream", up.name, "endpoint", addr, "err", err)
 	}
 }
 
@@ -117,10 +125,13 @@ func (b *trackedBody) Close() error { return nil }
 // proxyError answers a request no endpoint answered: 504 when the
 // endpoint took too long, 502 otherwise; nothing when the client left.
 func (c *Controller) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	c.answerError(w, r, r.Context().Value(upstreamCtxKey{}).(*upstream), err)
+}
+
+func (c *Controller) answerError(w http.ResponseWriter, r *http.Request, up *upstream, err error) {
 	if r.Context().Err() != nil {
 		return
 	}
-	up := r.Context().Value(upstreamCtxKey{}).(*upstream)
 	status := http.StatusBadGateway
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {

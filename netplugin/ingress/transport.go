@@ -154,8 +154,7 @@ func (t *upstreamTransport) dial(ctx context.Context, addr string) (*upConn, err
 // roundTrip sends req to addr. A kept-alive connection the endpoint
 // closed meanwhile is replaced by a new one, once, when nothing of the
 // request's body was read yet.
-func (t *upstreamTransport) roundTrip(req *http.Request, addr string, body *trackedBody) (*http.Response, error) {
-	ctx := req.Context()
+func (t *upstreamTransport) roundTrip(ctx context.Context, req *http.Request, addr string, body *trackedBody) (*http.Response, error) {
 	c := t.get(addr)
 	reused := c != nil
 	for {

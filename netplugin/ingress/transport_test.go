@@ -61,7 +61,7 @@ func transportGet(t *testing.T, tr *upstreamTransport, addr string, body string)
 		tb = &trackedBody{rc: req.Body}
 		req.Body = tb
 	}
-	resp, err := tr.roundTrip(req, addr, tb)
+	resp, err := tr.roundTrip(req.Context(), req, addr, tb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestTransportResponseHeaderTimeout(t *testing.T) {
 	tr := newUpstreamTransport(time.Second, 100*time.Millisecond)
 	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
 	start := time.Now()
-	_, err = tr.roundTrip(req, ln.Addr().String(), nil)
+	_, err = tr.roundTrip(req.Context(), req, ln.Addr().String(), nil)
 	var ne net.Error
 	if err == nil || !(errorsAs(err, &ne) && ne.Timeout()) || time.Since(start) > time.Second {
 		t.Errorf("err %v after %v, want a timeout after 100ms", err, time.Since(start))
