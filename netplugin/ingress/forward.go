@@ -95,7 +95,6 @@ var clientForwarded = map[string]bool{
 
 var (
 	teTrailers = []string{"trailers"}
-	noAgent    = []string{""} // keeps Request.Write from adding Go's
 	protoHTTP  = []string{"http"}
 	protoHTTPS = []string{"https"}
 )
@@ -116,14 +115,15 @@ func forwardedHeader(h http.Header, r *http.Request) {
 			h["Te"] = teTrailers
 		}
 	}
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = noAgent
-	}
+	// One backing array for this hop's values.
+	vals := make([]string, 3)
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		h["X-Forwarded-For"] = []string{ip}
-		h["X-Real-Ip"] = []string{ip}
+		vals[0] = ip
+		h["X-Forwarded-For"] = vals[0:1:1]
+		h["X-Real-Ip"] = vals[0:1:1]
 	}
-	h["X-Forwarded-Host"] = []string{r.Host}
+	vals[1] = r.Host
+	h["X-Forwarded-Host"] = vals[1:2:2]
 	if r.TLS != nil {
 		h["X-Forwarded-Proto"] = protoHTTPS
 	} else {
@@ -131,7 +131,8 @@ func forwardedHeader(h http.Header, r *http.Request) {
 	}
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
 		if _, port, err := net.SplitHostPort(la.String()); err == nil {
-			h["X-Forwarded-Port"] = []string{port}
+			vals[2] = port
+			h["X-Forwarded-Port"] = vals[2:3:3]
 		}
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -192,7 +195,7 @@ func (t *upstreamTransport) exchange(ctx context.Context, c *upConn, req *http.R
 	// The client leaving, or ctx ending otherwise, interrupts the
 	// exchange; the connection is then not reused.
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		stop()
 		return nil, err
 	}
@@ -294,4 +297,112 @@ func (b *upBody) finish(complete bool) {
 		return
 	}
 	b.c.Close()
+}
+
+// writeRequest writes req to w in HTTP/1.1 as Request.Write does, with
+// its headers in map order: Request.Write sorts them, a sort and a
+// slice for every request, which no HTTP peer needs. The request comes
+// from net/http's server (its method, target and headers checked
+// there) or from ReverseProxy; line breaks in a value still become
+// spaces, so no value can start a header of its own.
+func writeRequest(w *bufio.Writer, req *http.Request) error {
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	w.WriteString(method)
+	w.WriteByte(' ')
+	writeValue(w, req.URL.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	writeValue(w, host)
+	w.WriteString("\r\n")
+	writeHeader(w, req.Header, true)
+	body := req.Body
+	if body == http.NoBody {
+		body = nil
+	}
+	chunked := false
+	switch {
+	case body == nil:
+		if req.ContentLength == 0 && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch) {
+			w.WriteString("Content-Length: 0\r\n")
+		}
+	case req.ContentLength > 0:
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.FormatInt(req.ContentLength, 10))
+		w.WriteString("\r\n")
+	default:
+		chunked = true
+		w.WriteString("Transfer-Encoding: chunked\r\n")
+		if len(req.Trailer) > 0 {
+			w.WriteString("Trailer: ")
+			first := true
+			for k := range req.Trailer {
+				if !first {
+					w.WriteByte(',')
+				}
+				first = false
+				w.WriteString(k)
+			}
+			w.WriteString("\r\n")
+		}
+	}
+	if _, err := w.WriteString("\r\n"); err != nil {
+		return err
+	}
+	switch {
+	case body == nil:
+		return nil
+	case !chunked:
+		n, err := io.Copy(w, io.LimitReader(body, req.ContentLength))
+		if err == nil && n < req.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	cw := httputil.NewChunkedWriter(w)
+	if _, err := io.Copy(cw, body); err != nil {
+		return err
+	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	writeHeader(w, req.Trailer, false)
+	_, err := w.WriteString("\r\n")
+	return err
+}
+
+// framing are the headers writeRequest writes itself.
+var framing = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// writeHeader writes h's fields, less framing ones when skipFraming,
+// and less an empty User-Agent (ReverseProxy's way to send none).
+func writeHeader(w *bufio.Writer, h http.Header, skipFraming bool) {
+	for k, vv := range h {
+		if skipFraming && framing[k] {
+			continue
+		}
+		for _, v := range vv {
+			if v == "" && k == "User-Agent" {
+				continue
+			}
+			w.WriteString(k)
+			w.WriteString(": ")
+			writeValue(w, v)
+			w.WriteString("\r\n")
+		}
+	}
+}
+
+// writeValue writes v with line breaks as spaces.
+func writeValue(w *bufio.Writer, v string) {
+	if strings.IndexAny(v, "\r\n") < 0 {
+		w.WriteString(v)
+		return
+	}
+	w.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
 }
