@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -88,7 +87,7 @@ func (st crdStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.E
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
-	errs := withoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinition(context.Background(), in))
+	errs := registry.WithoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinition(context.Background(), in))
 	if want := crd.Spec.Names.Plural + "." + crd.Spec.Group; crd.Name != want {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), crd.Name, `must be spec.names.plural+"."+spec.group`))
 	}
@@ -105,7 +104,7 @@ func (st crdStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Obje
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
-	errs := withoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), in, oldIn))
+	errs := registry.WithoutMetadataErrors(crdvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), in, oldIn))
 	return append(errs, st.s.validateCRDGroup(crd)...)
 }
 
@@ -120,7 +119,7 @@ func (crdStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.O
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
 	}
-	return withoutMetadataErrors(crdvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), in, oldIn))
+	return registry.WithoutMetadataErrors(crdvalidation.ValidateUpdateCustomResourceDefinitionStatus(context.Background(), in, oldIn))
 }
 
 // blocksDeletion: the first DELETE of a CRD only marks it, with the
@@ -135,18 +134,6 @@ func (crdStrategy) MarkDeleting(obj runtime.Object) {
 	if !apihelpers.CRDHasFinalizer(crd, apiextensionsv1.CustomResourceCleanupFinalizer) {
 		crd.Finalizers = append(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer)
 	}
-}
-
-// withoutMetadataErrors drops upstream's metadata errors: the generic
-// handlers validate metadata already, and would report each twice.
-func withoutMetadataErrors(errs field.ErrorList) field.ErrorList {
-	out := errs[:0]
-	for _, e := range errs {
-		if !strings.HasPrefix(e.Field, "metadata") {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // validateCRDGroup refuses groups the built-in table serves: a CRD may

@@ -146,7 +146,7 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 	c.mu.Unlock()
 	s.openapi.Invalidate()
 	// CRD group versions have APIServices of their own.
-	s.aggregator.wake()
+	s.aggregator.Wake()
 }
 
 // noteCRD records a CRD this server just wrote, ahead of its watch event,
@@ -201,7 +201,7 @@ func (s *Server) runCustomResources(ctx context.Context) {
 			}
 		}
 		s.crs.synced.Store(true)
-		s.aggregator.wake()
+		s.aggregator.Wake()
 		w, err := s.cfg.Store.Watch(ctx, prefix, l.Revision)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)

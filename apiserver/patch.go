@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	aggapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	"sigs.k8s.io/yaml"
+
+	"bonsai.dev/bonsai/apiserver/aggregator"
 )
 
 // applyPatch applies a PATCH body to old (nil when the object does not
@@ -233,8 +235,8 @@ var (
 // groupTypeConverters know the kinds client-go's apply configurations
 // do not describe: CustomResourceDefinitions and APIServices.
 var groupTypeConverters = map[string]func() managedfields.TypeConverter{
-	crdGVR.Group:        sync.OnceValue(func() managedfields.TypeConverter { return extapply.NewTypeConverter(scheme.Scheme) }),
-	apiServiceGVR.Group: sync.OnceValue(func() managedfields.TypeConverter { return aggapply.NewTypeConverter(scheme.Scheme) }),
+	crdGVR.Group:         sync.OnceValue(func() managedfields.TypeConverter { return extapply.NewTypeConverter(scheme.Scheme) }),
+	aggregator.GVR.Group: sync.OnceValue(func() managedfields.TypeConverter { return aggapply.NewTypeConverter(scheme.Scheme) }),
 }
 
 func builtinTypeConverter() managedfields.TypeConverter {

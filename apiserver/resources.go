@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"bonsai.dev/bonsai/apiserver/aggregator"
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/apiserver/registry/apps"
@@ -232,7 +233,7 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), Kind: "SelfSubjectRulesReview", CreateOnly: true},
 		{GVR: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), Kind: "SubjectAccessReview", CreateOnly: true},
 		// apiregistration.k8s.io/v1
-		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}, Printer: &apiServicePrinter},
+		{GVR: aggregator.GVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: aggregator.Strategy{}, Printer: &aggregator.Printer},
 		// apiextensions.k8s.io/v1; kube-apiserver shows CRDs with the
 		// default columns.
 		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"},
@@ -292,8 +293,8 @@ func (s *Server) bindStrategies() {
 		switch r.strategy.(type) {
 		case crdStrategy:
 			r.strategy = crdStrategy{s: s}
-		case apiServiceStrategy:
-			r.strategy = apiServiceStrategy{s: s}
+		case aggregator.Strategy:
+			r.strategy = aggregator.Strategy{BuiltinGroup: s.builtinGroup}
 		default:
 			continue
 		}
