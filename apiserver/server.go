@@ -25,6 +25,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/admission/podsecurity"
 	"bonsai.dev/bonsai/apiserver/aggregator"
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
@@ -165,7 +166,7 @@ type Server struct {
 	// crs are the resources CustomResourceDefinitions add to the table;
 	// crdController keeps the CRDs' status and cleans up after them.
 	crs           *customResources
-	crdController *crdController
+	crdController *apiextensions.Controller
 	// openapi serves the OpenAPI documents, rebuilt when CRDs change.
 	openapi *openapi.Handler
 
@@ -275,8 +276,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	go s.runNamespaceCache(ctx)
 	go s.runAdmissionCaches(ctx)
-	s.crdController = newCRDController(s)
-	go s.crdController.run(ctx)
+	s.crdController = s.newCRDController()
+	go s.crdController.Run(ctx)
 	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
 	go s.runAggregator(ctx)

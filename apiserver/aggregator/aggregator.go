@@ -95,11 +95,11 @@ const (
 	// discovery within five seconds to count as available.
 	discoveryTimeout = 5 * time.Second
 	// availabilityResync re-checks every APIService this often besides
-	// on changes written through this server.
+	// on changes written through the server.
 	availabilityResync = 10 * time.Second
 
 	// AuthenticationConfigMap is the kube-system ConfigMap that tells
-	// aggregated servers how to authenticate this server and its callers.
+	// aggregated servers how to authenticate the API server and its callers.
 	AuthenticationConfigMap = "extension-apiserver-authentication"
 	// aggregatorUser is who the availability checks call backends as.
 	aggregatorUser = "system:kube-aggregator"
@@ -133,7 +133,7 @@ type Aggregator struct {
 	// good discovery check, with whether that check was the latest.
 	discovery map[string]backendDiscovery
 	// transports are the compiled set's, by APIService name; only
-	// compile (under the cache's lock) touches them.
+	// Compile (under the cache's lock) touches them.
 	transports map[string]keyedTransport
 }
 

@@ -18,10 +18,11 @@ import (
 )
 
 // APIServices (apiregistration.k8s.io/v1) claim a group version: without
-// a service it is served here (the built-in ones, made on start as
-// kube-apiserver's autoregister makes them), with one every request under
-// it is proxied to that service (Aggregator). Their validation is
-// upstream's, from k8s.io/kube-aggregator's own validation package.
+// a service it is served by the API server (the built-in ones, made on
+// start as kube-apiserver's autoregister makes them), with one every
+// request under it is proxied to that service (Aggregator). Their
+// validation is upstream's, from k8s.io/kube-aggregator's own validation
+// package.
 
 func init() {
 	// The API server's codecs, protobuf included, read the global scheme.
@@ -86,7 +87,7 @@ func (st Strategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.Erro
 	if want := a.Spec.Version + "." + a.Spec.Group; a.Name != want {
 		errs = append(field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), a.Name, fmt.Sprintf("must be `spec.version+\".\"+spec.group`: %q", want))}, errs...)
 	}
-	// A service for a group served here would never get a request.
+	// A service for a group the server serves would never get a request.
 	if a.Spec.Service != nil && st.BuiltinGroup(a.Spec.Group) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "service"), fmt.Sprintf("%q is served by the API server itself and cannot be delegated to a service", a.Spec.Group)))
 	}
@@ -105,9 +106,10 @@ func (Strategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Obje
 	return apiservicevalidation.ValidateAPIServiceStatus(&in.Status, field.NewPath("status"))
 }
 
-// Autoregistration, as kube-apiserver's: every group version served here
-// gets a local APIService, labelled as made on start, with upstream's
-// priorities (groups it does not list get 1000/15, CRD groups' value).
+// Autoregistration, as kube-apiserver's: every group version the server
+// serves gets a local APIService, labelled as made on start, with
+// upstream's priorities (groups it does not list get 1000/15, CRD groups'
+// value).
 const (
 	autoManagedLabel   = "kube-aggregator.kubernetes.io/automanaged"
 	autoManagedOnStart = "onstart"
