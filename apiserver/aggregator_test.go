@@ -286,7 +286,7 @@ func TestAggregatedAPI(t *testing.T) {
 	}
 	ws := newWardleServer(t, auth.Data)
 	// Failures of the backend itself are seen by the periodic check.
-	e.s.aggregator.resync.Store(int64(100 * time.Millisecond))
+	e.s.aggregator.SetResync(100 * time.Millisecond)
 
 	// Reasons follow what is missing, in upstream's order.
 	if err := createAPIService(e, wardleAPIService(ws.ca)); err != nil {
@@ -499,7 +499,7 @@ func TestAPIServicesOfCustomResources(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		as, err := get("v1.stable.example.com")
-		if err == nil && as.Labels[autoManagedLabel] == "true" && as.Spec.Service == nil && as.Spec.GroupPriorityMinimum == 1000 && as.Spec.VersionPriority == 100 &&
+		if err == nil && as.Labels["kube-aggregator.kubernetes.io/automanaged"] == "true" && as.Spec.Service == nil && as.Spec.GroupPriorityMinimum == 1000 && as.Spec.VersionPriority == 100 &&
 			len(as.Status.Conditions) == 1 && as.Status.Conditions[0].Reason == "Local" {
 			break
 		}

@@ -159,7 +159,7 @@ const (
 func decodeInto(w http.ResponseWriter, data []byte, obj runtime.Object, fv fieldValidation) error {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		// Unknown fields of a custom object are the schema's to judge
-		// (unknownFields); duplicates are judged here.
+		// (checkCustomFields); duplicates are judged here.
 		msgs, err := decodeUnstructured(data, u, fv)
 		if err != nil {
 			return err
@@ -175,6 +175,34 @@ func decodeInto(w http.ResponseWriter, data []byte, obj runtime.Object, fv field
 		msgs[i] = e.Error()
 	}
 	return reportStrict(w, msgs, fv)
+}
+
+// decodeUnstructured decodes a request body into u, refusing duplicate
+// fields as a typed decode does.
+func decodeUnstructured(data []byte, u *unstructured.Unstructured, fv fieldValidation) ([]string, error) {
+	var m map[string]any
+	strictErrs, err := kjson.UnmarshalStrict(data, &m, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(decodeErrorMessage(err))
+	}
+	if m == nil {
+		return nil, apierrors.NewBadRequest("error decoding request body: the body is not a JSON object")
+	}
+	u.Object = m
+	var msgs []string
+	for _, e := range strictErrs {
+		msgs = append(msgs, e.Error())
+	}
+	return msgs, nil
+}
+
+// unstructuredMeta reads an unstructured object's metadata.
+func unstructuredMeta(u *unstructured.Unstructured) metav1.ObjectMeta {
+	var om metav1.ObjectMeta
+	if md, ok := u.Object["metadata"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(md, &om)
+	}
+	return om
 }
 
 // reportStrict reports a decode's unknown or duplicate fields per
@@ -219,7 +247,11 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 		return out, nil
 	}
 	if res.custom != nil {
-		return decodeCustom(res, kv)
+		objs, err := res.custom.Decode([]store.KeyValue{kv})
+		if err != nil {
+			return nil, err
+		}
+		return objs[0], nil
 	}
 	obj := res.newObject()
 	if bytes.HasPrefix(kv.Value, protobufPrefix) {
@@ -541,7 +573,7 @@ func encodeForStore(res *resource, obj runtime.Object) ([]byte, error) {
 		return encodeForStore(res.storage, res.toStorage(obj))
 	}
 	if res.custom != nil {
-		return encodeCustom(res, obj)
+		return res.custom.Encode(obj)
 	}
 	m, err := metaOf(obj)
 	if err != nil {

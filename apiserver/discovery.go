@@ -132,7 +132,7 @@ func aggregatedFormat(r *http.Request) string {
 func (s *Server) writeAggregated(w http.ResponseWriter, r *http.Request, version string, core bool) {
 	list := s.aggregated(core)
 	if !core {
-		list.Items = append(list.Items, s.aggregator.aggregatedGroups(r.Context())...)
+		list.Items = append(list.Items, s.aggregator.AggregatedGroups(r.Context())...)
 	}
 	var doc any = list
 	if version == "v2beta1" {
@@ -212,14 +212,17 @@ func (s *Server) serveAPIs(w http.ResponseWriter, r *http.Request) {
 			list.Groups = append(list.Groups, s.apiGroup(g))
 		}
 	}
-	list.Groups = append(list.Groups, s.aggregator.groups(r.Context())...)
+	list.Groups = append(list.Groups, s.aggregator.Groups(r.Context())...)
 	writeObject(w, http.StatusOK, list, outJSON)
 }
 
 func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request, group string) {
 	g, ok := s.group(group)
-	if !ok && group != "" && s.aggregator.serveGroup(w, r, group) {
-		return
+	if !ok && group != "" {
+		if ag, ok := s.aggregator.Group(r.Context(), group); ok {
+			writeObject(w, http.StatusOK, ag, outJSON)
+			return
+		}
 	}
 	if !ok || group == "" {
 		writeError(w, notFoundPath())
@@ -243,11 +246,8 @@ func (s *Server) serveGroupVersion(w http.ResponseWriter, r *http.Request, gv sc
 // and resource requests.
 func (s *Server) serveAPITree(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	if len(parts) >= 3 && parts[0] == "apis" {
-		if b := s.aggregator.remote(r.Context(), schema.GroupVersion{Group: parts[1], Version: parts[2]}); b != nil {
-			s.aggregator.serveProxy(w, r, b)
-			return
-		}
+	if len(parts) >= 3 && parts[0] == "apis" && s.serveAggregated(w, r, schema.GroupVersion{Group: parts[1], Version: parts[2]}) {
+		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.serveResource(w, r)

@@ -246,9 +246,9 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 		}
 		lm.ResourceVersion = strconv.FormatUint(page.Revision, 10)
 		var decoded []runtime.Object
-		if res.custom != nil && res.custom.webhook != nil {
+		if res.custom != nil && res.custom.Converts() {
 			// One conversion call for the page, not one per object.
-			if decoded, err = decodeCustomMany(res, page.Items); err != nil {
+			if decoded, err = res.custom.Decode(page.Items); err != nil {
 				return nil, lm, apierrors.NewInternalError(err)
 			}
 		}

@@ -24,7 +24,7 @@ import (
 // typeConverter is the schema the resource's field managers work with.
 func (r *resource) typeConverter() managedfields.TypeConverter {
 	if r.custom != nil {
-		return r.custom.typeConverter()
+		return r.custom.TypeConverter()
 	}
 	if group, ok := groupTypeConverters[r.gvr.Group]; ok {
 		return group()

@@ -33,7 +33,7 @@ func (r *resource) openAPI() openapi.Resource {
 		out.List = r.newList()
 	}
 	if r.custom != nil {
-		out.Schema = r.custom.openAPI
+		out.Schema = r.custom.OpenAPI()
 		if out.Schema == nil {
 			out.Schema = &spec.Schema{}
 		}

@@ -21,6 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	aggapply "k8s.io/kube-aggregator/pkg/client/applyconfiguration"
 	"sigs.k8s.io/yaml"
+
+	"bonsai.dev/bonsai/apiserver/aggregator"
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 )
 
 // applyPatch applies a PATCH body to old (nil when the object does not
@@ -233,8 +236,8 @@ var (
 // groupTypeConverters know the kinds client-go's apply configurations
 // do not describe: CustomResourceDefinitions and APIServices.
 var groupTypeConverters = map[string]func() managedfields.TypeConverter{
-	crdGVR.Group:        sync.OnceValue(func() managedfields.TypeConverter { return extapply.NewTypeConverter(scheme.Scheme) }),
-	apiServiceGVR.Group: sync.OnceValue(func() managedfields.TypeConverter { return aggapply.NewTypeConverter(scheme.Scheme) }),
+	apiextensions.GVR.Group: sync.OnceValue(func() managedfields.TypeConverter { return extapply.NewTypeConverter(scheme.Scheme) }),
+	aggregator.GVR.Group:    sync.OnceValue(func() managedfields.TypeConverter { return aggapply.NewTypeConverter(scheme.Scheme) }),
 }
 
 func builtinTypeConverter() managedfields.TypeConverter {
@@ -253,7 +256,7 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 	var fm *managedfields.FieldManager
 	var err error
 	if r.custom != nil {
-		objs := customObjects{res: r}
+		objs := r.custom.Objects()
 		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	} else {
 		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), sameVersion{scheme.Scheme}, r.defaulter, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, r.resetFields(subresource))

@@ -358,7 +358,7 @@ func (c customShape) item(bool) (shape, bool) {
 // patchShape is the shape a patch of res's main resource is read by.
 func patchShape(res *resource) shape {
 	if res.custom != nil {
-		return customShape{res.custom.structural}
+		return customShape{res.custom.Structural()}
 	}
 	return newGoShape(reflect.TypeOf(res.newObject()), "")
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"bonsai.dev/bonsai/apiserver/aggregator"
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/apiserver/registry/apps"
@@ -75,7 +77,7 @@ type resource struct {
 
 	// custom is set for the versions of CustomResourceDefinitions: their
 	// objects are unstructured, checked against the CRD's schema.
-	custom *customVersion
+	custom *apiextensions.Version
 
 	fmMu  sync.Mutex
 	fms   map[string]*managedfields.FieldManager
@@ -232,11 +234,11 @@ func builtinKinds() []registry.Kind {
 		{GVR: gvr("authorization.k8s.io", "v1", "selfsubjectrulesreviews"), Kind: "SelfSubjectRulesReview", CreateOnly: true},
 		{GVR: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), Kind: "SubjectAccessReview", CreateOnly: true},
 		// apiregistration.k8s.io/v1
-		{GVR: apiServiceGVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: apiServiceStrategy{}, Printer: &apiServicePrinter},
+		{GVR: aggregator.GVR, Kind: "APIService", Categories: apiExtensions, Subresources: []string{"status"}, Strategy: aggregator.Strategy{}, Printer: &aggregator.Printer},
 		// apiextensions.k8s.io/v1; kube-apiserver shows CRDs with the
 		// default columns.
-		{GVR: gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions"), Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"},
-			Strategy: crdStrategy{}, Printer: registry.DefaultPrinter},
+		{GVR: apiextensions.GVR, Kind: "CustomResourceDefinition", ShortNames: []string{"crd", "crds"}, Categories: []string{"api-extensions"}, Subresources: []string{"status"},
+			Strategy: apiextensions.CRDStrategy{}, Printer: registry.DefaultPrinter},
 	})
 }
 
@@ -290,10 +292,10 @@ func (f defaulterFunc) Default(obj runtime.Object) {
 func (s *Server) bindStrategies() {
 	for _, r := range s.reg.byGVR {
 		switch r.strategy.(type) {
-		case crdStrategy:
-			r.strategy = crdStrategy{s: s}
-		case apiServiceStrategy:
-			r.strategy = apiServiceStrategy{s: s}
+		case apiextensions.CRDStrategy:
+			r.strategy = apiextensions.CRDStrategy{BuiltinGroup: s.builtinGroup}
+		case aggregator.Strategy:
+			r.strategy = aggregator.Strategy{BuiltinGroup: s.builtinGroup}
 		default:
 			continue
 		}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
+	"bonsai.dev/bonsai/apiserver/aggregator"
 	"bonsai.dev/bonsai/apiserver/params"
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
@@ -513,7 +514,7 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
 	}
-	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == apiServiceGVR {
+	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR {
 		// RBAC names only need to be path segments (system:discovery),
 		// as APIServices' ("v1." is the core group's).
 		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }

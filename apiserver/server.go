@@ -24,6 +24,8 @@ import (
 
 	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/admission/podsecurity"
+	"bonsai.dev/bonsai/apiserver/aggregator"
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
@@ -164,13 +166,15 @@ type Server struct {
 	// crs are the resources CustomResourceDefinitions add to the table;
 	// crdController keeps the CRDs' status and cleans up after them.
 	crs           *customResources
-	crdController *crdController
+	crdController *apiextensions.Controller
 	// openapi serves the OpenAPI documents, rebuilt when CRDs change.
 	openapi *openapi.Handler
 
 	// aggregator proxies the group versions APIServices delegate to
 	// services, and keeps the APIServices' availability.
-	aggregator *aggregator
+	aggregator *aggregator.Aggregator
+	// apiServices are the stored APIServices, compiled by the aggregator.
+	apiServices *configCache[*aggregator.Set]
 
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
@@ -214,7 +218,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.FrontProxy = fp
 	}
-	s.aggregator = newAggregator(s, cfg.FrontProxy)
+	s.newAggregator(cfg.FrontProxy)
 	s.metrics = newMetrics(s.reg, cfg.Store)
 	s.handlers = newHandlerPool(64, 30*time.Second, s.log)
 	s.nsCache = newNamespaceCache()
@@ -241,7 +245,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cfg.Store = writeNotes{
 		Store: instrumentedStore{Store: stored, m: s.metrics},
-		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, append(s.admissionConfigNotes(), s.aggregator.writeNotes(s)...)...),
+		notes: append([]writeNote{s.nsCache.note(s.reg.byGVR[gvr("", "v1", "namespaces")].prefix(""))}, append(s.admissionConfigNotes(), s.aggregatorNotes()...)...),
 	}
 	s.watches, s.endWatchesF = context.WithCancel(ctx)
 	s.events = newEventCache(eventCacheKeep, eventCacheMax, eventCacheAge)
@@ -249,7 +253,7 @@ func New(cfg Config) (*Server, error) {
 	s.bookmarkEvery = defaultBookmarkInterval
 	s.crs = newCustomResources()
 	s.openapi = openapi.NewHandler(s.openAPIResources)
-	s.openapi.Delegated = s.aggregator.openAPIPaths
+	s.openapi.Delegated = s.aggregator.OpenAPIPaths
 	r := chi.NewRouter()
 	s.routes(r)
 	s.flow = newFlowControl(cfg.Limits)
@@ -272,11 +276,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	go s.runNamespaceCache(ctx)
 	go s.runAdmissionCaches(ctx)
-	s.crdController = newCRDController(s)
-	go s.crdController.run(ctx)
+	s.crdController = s.newCRDController()
+	go s.crdController.Run(ctx)
 	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
-	go s.aggregator.run(ctx)
+	go s.runAggregator(ctx)
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 	"bonsai.dev/bonsai/apiserver/registry"
 )
 
@@ -42,7 +43,7 @@ func (w *writeCtx) finish(stored bool) {
 // Spec compare everything but metadata and status.
 func specChanged(obj, old runtime.Object) bool {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return customSpecChanged(u, old.(*unstructured.Unstructured))
+		return apiextensions.SpecChanged(u, old.(*unstructured.Unstructured))
 	}
 	a, ok1 := registry.StructField(obj, "Spec")
 	b, ok2 := registry.StructField(old, "Spec")

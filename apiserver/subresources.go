@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
+	"bonsai.dev/bonsai/apiserver/apiextensions"
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/store"
 )
@@ -29,10 +30,10 @@ func scaleOf(res *resource, obj runtime.Object) (*autoscalingv1.Scale, error) {
 	var sel *metav1.LabelSelector
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
-		if res.custom == nil || res.custom.scale == nil {
+		if res.custom == nil || res.custom.Scale() == nil {
 			return nil, fmt.Errorf("%s has no scale", res.kind)
 		}
-		sc.Spec.Replicas, sc.Status.Replicas, sc.Status.Selector = customScale(o, res.custom.scale)
+		sc.Spec.Replicas, sc.Status.Replicas, sc.Status.Selector = apiextensions.ScaleOf(o, res.custom.Scale())
 		return sc, nil
 	case *appsv1.Deployment:
 		sc.Spec.Replicas, sc.Status.Replicas, sel = deref(o.Spec.Replicas), o.Status.Replicas, o.Spec.Selector
@@ -63,7 +64,7 @@ func deref(p *int32) int32 {
 func setReplicas(res *resource, obj runtime.Object, n int32) error {
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
-		return setCustomReplicas(o, res.custom.scale, n)
+		return apiextensions.SetSpecReplicas(o, res.custom.Scale(), n)
 	case *appsv1.Deployment:
 		o.Spec.Replicas = &n
 	case *appsv1.ReplicaSet:

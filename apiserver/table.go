@@ -17,7 +17,7 @@ import (
 func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv, cont string) (*metav1.Table, error) {
 	p := res.printer
 	if res.custom != nil {
-		p = &res.custom.printer
+		p = res.custom.Printer()
 	} else if p == nil {
 		p = registry.DefaultPrinter
 	}

@@ -56,7 +56,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, ri requestInfo, r
 	ended := s.watchesContext().Done()
 	var gone <-chan struct{} // a custom resource's CRD changed or went
 	if res.custom != nil {
-		gone = res.custom.gone
+		gone = res.custom.Gone()
 	}
 	var deadline time.Time
 	// A negative timeout ends the watch at once, as in kube-apiserver.

@@ -153,3 +153,16 @@ func ValidateLabelSelector(sel *metav1.LabelSelector, p *field.Path) field.Error
 	}
 	return nil
 }
+
+// WithoutMetadataErrors drops upstream's metadata errors from the errors
+// of one of upstream's validation functions: the generic handlers
+// validate metadata already, and would report each twice.
+func WithoutMetadataErrors(errs field.ErrorList) field.ErrorList {
+	out := errs[:0]
+	for _, e := range errs {
+		if !strings.HasPrefix(e.Field, "metadata") {
+			out = append(out, e)
+		}
+	}
+	return out
+}

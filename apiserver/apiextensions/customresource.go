@@ -1,14 +1,14 @@
-package apiserver
+package apiextensions
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -20,7 +20,6 @@ import (
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,11 +34,11 @@ import (
 	"bonsai.dev/bonsai/store"
 )
 
-// customVersion is one served version of a CustomResourceDefinition:
+// Version is one served version of a CustomResourceDefinition:
 // everything the generic handlers need beyond the table entry to serve
 // its objects, which are unstructured and stored as JSON in the storage
 // version.
-type customVersion struct {
+type Version struct {
 	crdName string
 	// storage is the group version objects are stored in.
 	storage schema.GroupVersion
@@ -55,7 +54,7 @@ type customVersion struct {
 
 	status  bool
 	scale   *apiextensionsv1.CustomResourceSubresourceScale
-	printer printer
+	printer registry.Printer
 	// webhook converts between versions when the CRD asks for Webhook
 	// conversion; nil is None conversion (apiVersion only).
 	webhook *webhookConverter
@@ -69,13 +68,13 @@ type customVersion struct {
 	tc     managedfields.TypeConverter
 }
 
-// newCustomVersion builds a served version of crd.
-func newCustomVersion(s *Server, crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*customVersion, error) {
+// newVersion builds a served version of crd.
+func newVersion(env Env, crd *apiextensionsv1.CustomResourceDefinition, v *apiextensionsv1.CustomResourceDefinitionVersion) (*Version, error) {
 	kind := crd.Spec.Names.Kind
 	if crd.Status.AcceptedNames.Kind != "" {
 		kind = crd.Status.AcceptedNames.Kind
 	}
-	cv := &customVersion{crdName: crd.Name, terminating: crd.DeletionTimestamp != nil, gone: make(chan struct{}),
+	cv := &Version{crdName: crd.Name, terminating: crd.DeletionTimestamp != nil, gone: make(chan struct{}),
 		gvk: schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: kind}}
 	for _, sv := range crd.Spec.Versions {
 		if sv.Storage {
@@ -105,7 +104,7 @@ func newCustomVersion(s *Server, crd *apiextensionsv1.CustomResourceDefinition, 
 	}
 	cv.printer = customPrinter(v.AdditionalPrinterColumns)
 	var err error
-	if cv.webhook, err = newWebhookConverter(s, crd); err != nil {
+	if cv.webhook, err = newWebhookConverter(env, crd); err != nil {
 		return nil, err
 	}
 	return cv, nil
@@ -140,8 +139,15 @@ func hasValidations(s *structuralschema.Structural) bool {
 	return false
 }
 
-// customResourcesOf builds the table entries of crd's served versions.
-func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, error) {
+// Resource is one served version of a CRD: its row of the API server's
+// table of served kinds, and what serving its objects takes beyond that.
+type Resource struct {
+	Kind    registry.Kind
+	Version *Version
+}
+
+// Resources builds the served versions of crd.
+func Resources(env Env, crd *apiextensionsv1.CustomResourceDefinition) ([]Resource, error) {
 	names := crd.Spec.Names
 	if crd.Status.AcceptedNames.Kind != "" {
 		// Discovery shows what the naming controller accepted; the
@@ -150,44 +156,85 @@ func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition)
 		names = crd.Status.AcceptedNames
 		names.Plural = plural
 	}
-	var out []*resource
+	var out []Resource
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if !v.Served {
 			continue
 		}
-		cv, err := newCustomVersion(s, crd, v)
+		cv, err := newVersion(env, crd, v)
 		if err != nil {
 			return nil, err
 		}
-		r := &resource{
-			gvr: gvr(crd.Spec.Group, v.Name, names.Plural), kind: names.Kind, listKind: names.ListKind, singular: names.Singular,
-			namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, shortNames: names.ShortNames, categories: names.Categories,
-			custom: cv,
+		k := registry.Kind{
+			GVR: registry.GVR(crd.Spec.Group, v.Name, names.Plural), Kind: names.Kind, ListKind: names.ListKind, Singular: names.Singular,
+			Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped, ShortNames: names.ShortNames, Categories: names.Categories,
+			Strategy: customStrategy{v: cv},
 		}
-		r.strategy = customStrategy{res: r}
-		if r.singular == "" {
-			r.singular = strings.ToLower(names.Kind)
+		if k.Singular == "" {
+			k.Singular = strings.ToLower(names.Kind)
 		}
 		if cv.status {
-			r.subresources = append(r.subresources, "status")
+			k.Subresources = append(k.Subresources, "status")
 		}
 		if cv.scale != nil {
-			r.subresources = append(r.subresources, "scale")
+			k.Subresources = append(k.Subresources, "scale")
 		}
 		if len(v.SelectableFields) > 0 {
-			r.fields = map[string]func(runtime.Object) string{}
+			k.Fields = map[string]func(runtime.Object) string{}
 			for _, sf := range v.SelectableFields {
 				path := strings.Split(strings.TrimPrefix(sf.JSONPath, "."), ".")
-				r.fields[strings.Join(path, ".")] = func(o runtime.Object) string {
+				k.Fields[strings.Join(path, ".")] = func(o runtime.Object) string {
 					return selectableValue(o.(*unstructured.Unstructured), path)
 				}
 			}
 		}
-		out = append(out, r)
+		out = append(out, Resource{Kind: k, Version: cv})
 	}
 	return out, nil
 }
+
+// Servable: upstream serves a CRD once its names are accepted (or it was
+// established before a later names conflict).
+func Servable(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) || apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)
+}
+
+// ServingChanged: what upstream rebuilds a CRD's serving for (its spec,
+// its accepted names), plus whether it is served and terminating.
+func ServingChanged(a, b *apiextensionsv1.CustomResourceDefinition) bool {
+	return !apiequality.Semantic.DeepEqual(a.Spec, b.Spec) ||
+		!apiequality.Semantic.DeepEqual(a.Status.AcceptedNames, b.Status.AcceptedNames) ||
+		Servable(a) != Servable(b) || (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil)
+}
+
+// Terminating: the CRD is being deleted; no new objects.
+func (cv *Version) Terminating() bool { return cv.terminating }
+
+// Gone is closed when the CRD changes what this version serves or goes:
+// its watches end, and clients re-watch what is served now.
+func (cv *Version) Gone() <-chan struct{} { return cv.gone }
+
+// Stop closes Gone; the server calls it once, when it stops serving the
+// version as it is.
+func (cv *Version) Stop() { close(cv.gone) }
+
+// Structural is the version's structural schema; nil without a schema.
+func (cv *Version) Structural() *structuralschema.Structural { return cv.structural }
+
+// OpenAPI is the schema as published in /openapi/v2 and v3; nil without
+// a schema.
+func (cv *Version) OpenAPI() *spec.Schema { return cv.openAPI }
+
+// Scale is the scale subresource's paths; nil without one.
+func (cv *Version) Scale() *apiextensionsv1.CustomResourceSubresourceScale { return cv.scale }
+
+// Printer gives the version's table columns.
+func (cv *Version) Printer() *registry.Printer { return &cv.printer }
+
+// Converts: reading objects stored in another version calls the CRD's
+// conversion webhook, best once for many (Decode).
+func (cv *Version) Converts() bool { return cv.webhook != nil }
 
 // selectableValue is a selectable field's value as field selectors compare
 // it: strings as they are, numbers and booleans in their JSON form.
@@ -209,22 +256,13 @@ func selectableValue(u *unstructured.Unstructured, path []string) string {
 	return fmt.Sprint(v)
 }
 
-// decodeCustom decodes a stored custom object into res's version (None
-// conversion: only apiVersion changes; Webhook: the CRD's webhook), pruned
-// and defaulted as upstream does on every read, so a default added to the
-// CRD shows on old objects.
-func decodeCustom(res *resource, kv store.KeyValue) (runtime.Object, error) {
-	objs, err := decodeCustomMany(res, []store.KeyValue{kv})
-	if err != nil {
-		return nil, err
-	}
-	return objs[0], nil
-}
-
-// decodeCustomMany decodes stored custom objects, converting those in
-// another version with one call of the conversion webhook.
-func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, error) {
-	want := res.gvr.GroupVersion().String()
+// Decode decodes stored custom objects into this version (None
+// conversion: only apiVersion changes; Webhook: the CRD's webhook, one
+// call for those stored in another version), pruned and defaulted as
+// upstream does on every read, so a default added to the CRD shows on old
+// objects.
+func (cv *Version) Decode(kvs []store.KeyValue) ([]runtime.Object, error) {
+	want := cv.gvk.GroupVersion().String()
 	us := make([]*unstructured.Unstructured, len(kvs))
 	var convert []int
 	for i, kv := range kvs {
@@ -236,7 +274,7 @@ func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, er
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
 		us[i] = &unstructured.Unstructured{Object: m}
-		if res.custom.webhook != nil && us[i].GetAPIVersion() != want {
+		if cv.webhook != nil && us[i].GetAPIVersion() != want {
 			convert = append(convert, i)
 		}
 	}
@@ -245,7 +283,7 @@ func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, er
 		for j, i := range convert {
 			in[j] = us[i]
 		}
-		out, err := res.custom.webhook.convertMany(in, want)
+		out, err := cv.webhook.convertMany(in, want)
 		if err != nil {
 			return nil, err
 		}
@@ -256,26 +294,26 @@ func decodeCustomMany(res *resource, kvs []store.KeyValue) ([]runtime.Object, er
 	objs := make([]runtime.Object, len(us))
 	for i, u := range us {
 		u.SetAPIVersion(want)
-		if s := res.custom.structural; s != nil {
+		if s := cv.structural; s != nil {
 			structuralpruning.Prune(u.Object, s, true)
 			structuraldefaulting.Default(u.Object, s)
 		}
-		setResourceVersion(u, kvs[i].Revision)
+		u.SetResourceVersion(strconv.FormatUint(kvs[i].Revision, 10))
 		objs[i] = u
 	}
 	return objs, nil
 }
 
-// encodeCustom is the stored form of a custom object: its JSON in the
-// storage version, without resourceVersion.
-func encodeCustom(res *resource, obj runtime.Object) ([]byte, error) {
+// Encode is the stored form of a custom object: its JSON in the storage
+// version, without resourceVersion.
+func (cv *Version) Encode(obj runtime.Object) ([]byte, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a custom object", obj)
 	}
-	if wc := res.custom.webhook; wc != nil && u.GetAPIVersion() != res.custom.storage.String() {
+	if wc := cv.webhook; wc != nil && u.GetAPIVersion() != cv.storage.String() {
 		var err error
-		if u, err = wc.convert(u, res.custom.storage.String()); err != nil {
+		if u, err = wc.convert(u, cv.storage.String()); err != nil {
 			return nil, err
 		}
 	}
@@ -283,8 +321,8 @@ func encodeCustom(res *resource, obj runtime.Object) ([]byte, error) {
 	for k, v := range u.Object {
 		out[k] = v
 	}
-	out["apiVersion"] = res.custom.storage.String()
-	out["kind"] = res.kind
+	out["apiVersion"] = cv.storage.String()
+	out["kind"] = cv.gvk.Kind
 	if md, ok := u.Object["metadata"].(map[string]any); ok {
 		m2 := make(map[string]any, len(md))
 		for k, v := range md {
@@ -297,104 +335,82 @@ func encodeCustom(res *resource, obj runtime.Object) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// decodeUnstructured decodes a request body into u, refusing duplicate
-// fields as a typed decode does.
-func decodeUnstructured(data []byte, u *unstructured.Unstructured, fv fieldValidation) ([]string, error) {
-	var m map[string]any
-	strictErrs, err := kjson.UnmarshalStrict(data, &m, kjson.DisallowDuplicateFields)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(decodeErrorMessage(err))
-	}
-	if m == nil {
-		return nil, apierrors.NewBadRequest("error decoding request body: the body is not a JSON object")
-	}
-	u.Object = m
-	var msgs []string
-	for _, e := range strictErrs {
-		msgs = append(msgs, e.Error())
-	}
-	return msgs, nil
-}
-
-// unknownFields reports the fields of a custom object its schema does
-// not know, per fieldValidation (Strict: 400; Warn: Warning headers), and
-// drops them, as upstream's decoder prunes every request.
-func unknownFields(res *resource, u *unstructured.Unstructured, fv fieldValidation) ([]string, error) {
-	s := res.custom.structural
+// PruneUnknown drops the fields of a custom object its schema does not
+// know, as upstream's decoder prunes every request, and reports them if
+// track (fieldValidation Strict or Warn): the caller fails or warns.
+// Metadata that is not ObjectMeta is a 400.
+func (cv *Version) PruneUnknown(u *unstructured.Unstructured, track bool) ([]string, error) {
+	s := cv.structural
 	if s == nil {
 		return nil, nil
 	}
 	if err := schemaobjectmeta.Coerce(nil, u.Object, s, true, false); err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	pruned := structuralpruning.PruneWithOptions(u.Object, s, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: fv != validationIgnore})
+	pruned := structuralpruning.PruneWithOptions(u.Object, s, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: track})
 	var msgs []string
 	for _, p := range pruned {
 		msgs = append(msgs, fmt.Sprintf("unknown field %q", p))
-	}
-	if fv == validationStrict && len(msgs) > 0 {
-		return nil, apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
 	}
 	return msgs, nil
 }
 
 // customStrategy is the strategy of every custom resource: upstream's
 // customResourceStrategy with the CRD's structural schema.
-type customStrategy struct{ res *resource }
+type customStrategy struct{ v *Version }
 
 func (customStrategy) TracksGeneration() bool { return true }
 
 func (st customStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	u := obj.(*unstructured.Unstructured)
-	if st.res.custom.status {
+	if st.v.status {
 		delete(u.Object, "status")
 	}
-	normalizeCustom(st.res, u)
+	st.v.normalize(u)
 	return nil
 }
 
 func (st customStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	u := obj.(*unstructured.Unstructured)
-	if st.res.custom.status {
+	if st.v.status {
 		registry.CopyField(obj, old, "Status")
 	}
-	normalizeCustom(st.res, u)
+	st.v.normalize(u)
 	return nil
 }
 
 func (st customStrategy) PrepareForStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
-	normalizeCustom(st.res, obj.(*unstructured.Unstructured))
+	st.v.normalize(obj.(*unstructured.Unstructured))
 	return nil
 }
 
-// normalizeCustom prunes what the schema does not know and applies its
+// normalize prunes what the schema does not know and applies its
 // defaults: after mutating admission and apply, as upstream does again
 // before validation.
-func normalizeCustom(res *resource, u *unstructured.Unstructured) {
-	if s := res.custom.structural; s != nil {
+func (cv *Version) normalize(u *unstructured.Unstructured) {
+	if s := cv.structural; s != nil {
 		structuralpruning.Prune(u.Object, s, true)
 		structuraldefaulting.Default(u.Object, s)
 	}
 }
 
 func (st customStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	return validateCustom(st.res, obj.(*unstructured.Unstructured), nil)
+	return st.v.validate(obj.(*unstructured.Unstructured), nil)
 }
 
 func (st customStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
-	return validateCustom(st.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+	return st.v.validate(obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
 }
 
 func (st customStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
-	return validateCustom(st.res, obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
+	return st.v.validate(obj.(*unstructured.Unstructured), old.(*unstructured.Unstructured))
 }
 
-// validateCustom checks a custom object against its version's schema:
+// validate checks a custom object against its version's schema:
 // OpenAPI validation, embedded objects' metadata, list types and map
 // keys, then the CEL rules (with oldSelf on updates), and the scale
 // subresource's replicas.
-func validateCustom(res *resource, u, old *unstructured.Unstructured) field.ErrorList {
-	cv := res.custom
+func (cv *Version) validate(u, old *unstructured.Unstructured) field.ErrorList {
 	var errs field.ErrorList
 	if cv.validator != nil {
 		if old == nil {
@@ -448,10 +464,10 @@ func validateScalePaths(u *unstructured.Unstructured, sc *apiextensionsv1.Custom
 	return errs
 }
 
-// customSpecChanged: a custom object's generation counts every change
-// outside metadata (status is the stored one already when the status
-// subresource is on).
-func customSpecChanged(obj, old *unstructured.Unstructured) bool {
+// SpecChanged: a custom object's generation counts every change outside
+// metadata (status is the stored one already when the status subresource
+// is on).
+func SpecChanged(obj, old *unstructured.Unstructured) bool {
 	a, b := withoutMetadata(obj.Object), withoutMetadata(old.Object)
 	return !apiequality.Semantic.DeepEqual(a, b)
 }
@@ -466,8 +482,8 @@ func withoutMetadata(m map[string]any) map[string]any {
 	return out
 }
 
-// customScale reads the Scale of a custom object through its CRD's paths.
-func customScale(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale) (spec, status int32, selector string) {
+// ScaleOf reads the Scale of a custom object through its CRD's paths.
+func ScaleOf(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale) (spec, status int32, selector string) {
 	get := func(jsonPath string) any {
 		if jsonPath == "" {
 			return nil
@@ -487,54 +503,24 @@ func customScale(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourc
 	return spec, status, selector
 }
 
-func setCustomReplicas(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale, n int32) error {
+// SetSpecReplicas sets the replicas the Scale's spec shows.
+func SetSpecReplicas(u *unstructured.Unstructured, sc *apiextensionsv1.CustomResourceSubresourceScale, n int32) error {
 	return unstructured.SetNestedField(u.Object, int64(n), strings.Split(strings.TrimPrefix(sc.SpecReplicasPath, "."), ".")...)
 }
 
-// customTerminating refuses new objects of a CRD being deleted, as
-// upstream does.
-func customTerminating(res *resource, verb string) error {
-	if res.custom == nil || !res.custom.terminating {
-		return nil
-	}
-	err := apierrors.NewMethodNotSupported(qualified(res), verb)
-	err.ErrStatus.Message = fmt.Sprintf("%s not allowed while custom resource definition is terminating", verb)
-	return err
-}
-
-// unstructuredMeta reads an unstructured object's metadata.
-func unstructuredMeta(u *unstructured.Unstructured) metav1.ObjectMeta {
-	var om metav1.ObjectMeta
-	if md, ok := u.Object["metadata"].(map[string]any); ok {
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(md, &om)
-	}
-	return om
-}
-
-// checkCustomFields reports and drops the unknown fields of a decoded
-// custom object (a no-op for built-in kinds, whose decoder does that).
-func checkCustomFields(w http.ResponseWriter, res *resource, obj runtime.Object, fv fieldValidation) error {
-	u, ok := obj.(*unstructured.Unstructured)
-	if res.custom == nil || !ok {
-		return nil
-	}
-	msgs, err := unknownFields(res, u, fv)
-	if err != nil {
-		return err
-	}
-	return reportStrict(w, msgs, fv)
-}
-
-// customObjects is the converter, creater and defaulter the field manager
+// Objects is the converter, creater and defaulter the field manager
 // needs for one custom resource version: conversion between versions is
 // None (apiVersion only), as for every CRD bonsai serves.
-type customObjects struct{ res *resource }
+type Objects struct{ v *Version }
 
-func (c customObjects) Convert(in, out, context any) error {
+// Objects is the version's converter, creater and defaulter.
+func (cv *Version) Objects() Objects { return Objects{cv} }
+
+func (c Objects) Convert(in, out, context any) error {
 	return fmt.Errorf("custom objects are converted with ConvertToVersion only")
 }
 
-func (c customObjects) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+func (c Objects) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
 	u, ok := in.(*unstructured.Unstructured)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a custom object", in)
@@ -546,26 +532,26 @@ func (c customObjects) ConvertToVersion(in runtime.Object, gv runtime.GroupVersi
 	return out, nil
 }
 
-func (c customObjects) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value string) (string, string, error) {
+func (c Objects) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value string) (string, string, error) {
 	return label, value, nil
 }
 
-func (c customObjects) New(gvk schema.GroupVersionKind) (runtime.Object, error) {
+func (c Objects) New(gvk schema.GroupVersionKind) (runtime.Object, error) {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
 }
 
-func (c customObjects) Default(obj runtime.Object) {
-	if u, ok := obj.(*unstructured.Unstructured); ok && c.res.custom.structural != nil {
-		structuraldefaulting.Default(u.Object, c.res.custom.structural)
+func (c Objects) Default(obj runtime.Object) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && c.v.structural != nil {
+		structuraldefaulting.Default(u.Object, c.v.structural)
 	}
 }
 
-// typeConverter is server-side apply's view of the version's schema, so
+// TypeConverter is server-side apply's view of the version's schema, so
 // list types and map keys merge as declared; metadata is left to the
 // field manager's own handling. Without a schema, types are deduced.
-func (cv *customVersion) typeConverter() managedfields.TypeConverter {
+func (cv *Version) TypeConverter() managedfields.TypeConverter {
 	cv.tcOnce.Do(func() {
 		cv.tc = managedfields.NewDeducedTypeConverter()
 		if cv.openAPI == nil {

@@ -1,8 +1,10 @@
-package apiserver
+package apiextensions
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -10,40 +12,64 @@ import (
 	crdclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
-
-	"bonsai.dev/bonsai/apiserver/authn"
 )
 
-// crdController does in-process what upstream's apiextensions-apiserver
+// Server is what the CRD controller needs of the API server besides a
+// client: the CRDs as the server knows them, and their stored objects.
+type Server interface {
+	// CRD reads a CRD from the store (an API NotFound error if it is
+	// gone).
+	CRD(ctx context.Context, name string) (*apiextensionsv1.CustomResourceDefinition, error)
+	// CRDs are every CRD as the server last saw it.
+	CRDs() []*apiextensionsv1.CustomResourceDefinition
+	// NoteCRD tells the server of a CRD the controller just wrote, ahead
+	// of the watch event.
+	NoteCRD(crd *apiextensionsv1.CustomResourceDefinition)
+	// Storage is where crd's objects are stored, whether or not a version
+	// serves them.
+	Storage(crd *apiextensionsv1.CustomResourceDefinition) (Storage, error)
+}
+
+// Storage lists and deletes a CRD's stored objects, as the generic
+// handlers do (their finalizers honoured).
+type Storage interface {
+	// List lists the objects in every namespace; limit 0 is all.
+	List(ctx context.Context, limit int64) ([]runtime.Object, error)
+	Delete(ctx context.Context, namespace, name string) error
+}
+
+// Controller does in-process what upstream's apiextensions-apiserver
 // controllers do for every CustomResourceDefinition: the naming
 // controller (accepted names, NamesAccepted, conflicts with the group's
 // other CRDs), the establishing controller (Established) and the
-// finalizer that deletes a CRD's objects before the CRD. It is fed by
-// runCustomResources and writes through the API like any client, as the
-// API server's own identity.
-type crdController struct {
-	s      *Server
+// finalizer that deletes a CRD's objects before the CRD. The server feeds
+// it the names of CRDs that changed and it writes through the API like
+// any client, as the API server's own identity (client).
+type Controller struct {
+	s      Server
+	log    *slog.Logger
 	queue  workqueue.TypedRateLimitingInterface[string]
 	client crdclient.ApiextensionsV1Interface
 }
 
-// apiserverUser is the API server's identity for its own writes (upstream's
-// loopback client).
-var apiserverUser = &authn.User{Name: "system:apiserver", Groups: []string{authn.GroupMasters}}
-
-func newCRDController(s *Server) *crdController {
-	return &crdController{
+// NewController makes the controller of s's CRDs, writing with client.
+func NewController(s Server, client crdclient.ApiextensionsV1Interface, log *slog.Logger) *Controller {
+	return &Controller{
 		s:      s,
+		log:    log,
 		queue:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		client: crdclient.NewForConfigOrDie(s.ClientConfig(apiserverUser)),
+		client: client,
 	}
 }
 
-func (c *crdController) enqueue(name string) { c.queue.Add(name) }
+// Enqueue asks for a sync of the CRD named name.
+func (c *Controller) Enqueue(name string) { c.queue.Add(name) }
 
-func (c *crdController) run(ctx context.Context) {
+// Run syncs the queued CRDs until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
@@ -57,7 +83,7 @@ func (c *crdController) run(ctx context.Context) {
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				c.s.log.Warn("CustomResourceDefinition sync", "crd", name, "err", err)
+				c.log.Warn("CustomResourceDefinition sync", "crd", name, "err", err)
 			}
 			c.queue.AddRateLimited(name)
 		case requeue > 0:
@@ -72,15 +98,14 @@ func (c *crdController) run(ctx context.Context) {
 
 // sync brings one CRD's status to what the world says; it returns a delay
 // when it must look again (objects still finalizing).
-func (c *crdController) sync(ctx context.Context, name string) (time.Duration, error) {
-	obj, _, err := c.s.getObject(ctx, c.s.reg.byGVR[crdGVR], "", name)
+func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	crd, err := c.s.CRD(ctx, name)
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
 	if crd.DeletionTimestamp != nil {
 		return c.finalize(ctx, crd)
 	}
@@ -90,9 +115,9 @@ func (c *crdController) sync(ctx context.Context, name string) (time.Duration, e
 // syncNames is upstream's naming and establishing: a name another CRD of
 // the group has accepted is refused, with the reason and message
 // Kubernetes gives; a CRD whose names are accepted becomes Established.
-func (c *crdController) syncNames(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+func (c *Controller) syncNames(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
 	resources, kinds := sets.New[string](), sets.New[string]()
-	for _, other := range c.s.crs.all() {
+	for _, other := range c.s.CRDs() {
 		if other.Name == crd.Name || other.Spec.Group != crd.Spec.Group {
 			continue
 		}
@@ -121,7 +146,7 @@ func (c *crdController) syncNames(ctx context.Context, crd *apiextensionsv1.Cust
 	}
 	shortOK := true
 	for _, sn := range requested.ShortNames {
-		if err := freshName(sn, "", resources); err != nil && !contains(accepted.ShortNames, sn) {
+		if err := freshName(sn, "", resources); err != nil && !slices.Contains(accepted.ShortNames, sn) {
 			conflict("ShortNamesConflict", err)
 			shortOK = false
 		}
@@ -166,7 +191,7 @@ func (c *crdController) syncNames(ctx context.Context, crd *apiextensionsv1.Cust
 	if err == nil {
 		// The next CRD of the group must see these names taken, even
 		// before the watch delivers this write.
-		c.s.noteCRD(updated)
+		c.s.NoteCRD(updated)
 	}
 	return err
 }
@@ -201,7 +226,7 @@ func sameNamesStatus(a, b *apiextensionsv1.CustomResourceDefinition) bool {
 // finalize deletes every object of a CRD being deleted (their own
 // finalizers honoured), reporting progress in the Terminating condition,
 // then lets the CRD go by removing its cleanup finalizer.
-func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (time.Duration, error) {
+func (c *Controller) finalize(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (time.Duration, error) {
 	if !apihelpers.CRDHasFinalizer(crd, apiextensionsv1.CustomResourceCleanupFinalizer) {
 		return 0, nil
 	}
@@ -218,21 +243,21 @@ func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.Custo
 	if crd, err = setTerminating(apiextensionsv1.ConditionTrue, "InstanceDeletionInProgress", "CustomResource deletion is in progress"); err != nil {
 		return 0, err
 	}
-	res, err := storageResource(c.s, crd)
+	stored, err := c.s.Storage(crd)
 	if err != nil {
 		return 0, err
 	}
-	items, _, err := c.s.listObjects(ctx, res, "", listOptions{})
+	items, err := stored.List(ctx, 0)
 	if err != nil {
 		return 0, err
 	}
 	var failed error
 	for _, it := range items {
-		m, _ := metaOf(it)
+		m, _ := it.(metav1.Object)
 		if m.GetDeletionTimestamp() != nil {
 			continue // waiting for its own finalizers
 		}
-		if _, _, err := c.s.deleteObject(ctx, res, m.GetNamespace(), m.GetName(), &metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := stored.Delete(ctx, m.GetNamespace(), m.GetName()); err != nil && !apierrors.IsNotFound(err) {
 			failed = err
 		}
 	}
@@ -242,7 +267,7 @@ func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.Custo
 		}
 		return 0, failed
 	}
-	if left, _, err := c.s.listObjects(ctx, res, "", listOptions{limit: 1}); err != nil {
+	if left, err := stored.List(ctx, 1); err != nil {
 		return 0, err
 	} else if len(left) > 0 {
 		return time.Second, nil
@@ -257,22 +282,4 @@ func (c *crdController) finalize(ctx context.Context, crd *apiextensionsv1.Custo
 		return 0, nil
 	}
 	return 0, err
-}
-
-// storageResource is a table entry for a CRD's stored objects, served or
-// not: what the finalizer lists and deletes.
-func storageResource(s *Server, crd *apiextensionsv1.CustomResourceDefinition) (*resource, error) {
-	cp := crd.DeepCopy()
-	for i := range cp.Spec.Versions {
-		cp.Spec.Versions[i].Served = cp.Spec.Versions[i].Storage
-	}
-	rs, err := customResourcesOf(s, cp)
-	if err != nil {
-		return nil, err
-	}
-	if len(rs) == 0 {
-		return nil, fmt.Errorf("%s has no storage version", crd.Name)
-	}
-	newRegistry(rs)
-	return rs[0], nil
 }

@@ -1,4 +1,4 @@
-package apiserver
+package aggregator
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
@@ -17,10 +18,11 @@ import (
 )
 
 // APIServices (apiregistration.k8s.io/v1) claim a group version: without
-// a service it is served here (the built-in ones, made on start as
-// kube-apiserver's autoregister makes them), with one every request under
-// it is proxied to that service (aggregator.go). Their validation is
-// upstream's, from k8s.io/kube-aggregator's own validation package.
+// a service it is served by the API server (the built-in ones, made on
+// start as kube-apiserver's autoregister makes them), with one every
+// request under it is proxied to that service (Aggregator). Their
+// validation is upstream's, from k8s.io/kube-aggregator's own validation
+// package.
 
 func init() {
 	// The API server's codecs, protobuf included, read the global scheme.
@@ -29,7 +31,8 @@ func init() {
 	}
 }
 
-var apiServiceGVR = gvr("apiregistration.k8s.io", "v1", "apiservices")
+// GVR is the APIServices' resource.
+var GVR = registry.GVR("apiregistration.k8s.io", "v1", "apiservices")
 
 // apiServiceScheme converts APIServices to the internal version upstream's
 // validation takes.
@@ -52,26 +55,27 @@ func internalAPIService(a *apiregistrationv1.APIService) (*apiregistration.APISe
 	return out, nil
 }
 
-// apiServiceStrategy is the APIService's: status only through the status
+// Strategy is the APIService's: status only through the status
 // subresource, spec defaulted (service port 443) and validated upstream's
 // way.
-type apiServiceStrategy struct {
+type Strategy struct {
 	registry.DefaultStrategy
-	// s checks the group (bindStrategies).
-	s *Server
+	// BuiltinGroup reports a group the API server serves itself, which no
+	// service may take over.
+	BuiltinGroup func(group string) bool
 }
 
-func (st apiServiceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
+func (st Strategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
 	scheme.Scheme.Default(obj)
 	return st.DefaultStrategy.PrepareForCreate(w, obj)
 }
 
-func (st apiServiceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+func (st Strategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
 	scheme.Scheme.Default(obj)
 	return st.DefaultStrategy.PrepareForUpdate(w, obj, old)
 }
 
-func (st apiServiceStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
+func (st Strategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	a := obj.(*apiregistrationv1.APIService)
 	in, err := internalAPIService(a)
 	if err != nil {
@@ -79,21 +83,22 @@ func (st apiServiceStrategy) Validate(w *registry.WriteCtx, obj runtime.Object) 
 	}
 	// The generic handlers check metadata; upstream's one extra rule on
 	// it is the name.
-	errs := withoutMetadataErrors(apiservicevalidation.ValidateAPIService(context.Background(), in))
+	errs := registry.WithoutMetadataErrors(apiservicevalidation.ValidateAPIService(context.Background(), in))
 	if want := a.Spec.Version + "." + a.Spec.Group; a.Name != want {
 		errs = append(field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), a.Name, fmt.Sprintf("must be `spec.version+\".\"+spec.group`: %q", want))}, errs...)
 	}
-	if err := st.s.validateAPIServiceGroup(a); err != nil {
-		errs = append(errs, field.Forbidden(field.NewPath("spec", "service"), err.Error()))
+	// A service for a group the server serves would never get a request.
+	if a.Spec.Service != nil && st.BuiltinGroup(a.Spec.Group) {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "service"), fmt.Sprintf("%q is served by the API server itself and cannot be delegated to a service", a.Spec.Group)))
 	}
 	return errs
 }
 
-func (st apiServiceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+func (st Strategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	return st.Validate(w, obj)
 }
 
-func (apiServiceStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
+func (Strategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old runtime.Object) field.ErrorList {
 	in, err := internalAPIService(obj.(*apiregistrationv1.APIService))
 	if err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath("status"), err)}
@@ -101,9 +106,10 @@ func (apiServiceStrategy) ValidateStatusUpdate(w *registry.WriteCtx, obj, old ru
 	return apiservicevalidation.ValidateAPIServiceStatus(&in.Status, field.NewPath("status"))
 }
 
-// Autoregistration, as kube-apiserver's: every group version served here
-// gets a local APIService, labelled as made on start, with upstream's
-// priorities (groups it does not list get 1000/15, CRD groups' value).
+// Autoregistration, as kube-apiserver's: every group version the server
+// serves gets a local APIService, labelled as made on start, with
+// upstream's priorities (groups it does not list get 1000/15, CRD groups'
+// value).
 const (
 	autoManagedLabel   = "kube-aggregator.kubernetes.io/automanaged"
 	autoManagedOnStart = "onstart"
@@ -133,34 +139,22 @@ var builtinPriorities = map[string]struct{ group, version int32 }{
 	"apiregistration.k8s.io/v1":       {18000, 15},
 }
 
-// ensureLocalAPIServices creates the local APIService of every built-in
-// group version. An existing one is left as it is.
-func (s *Server) ensureLocalAPIServices(ctx context.Context) error {
-	for _, g := range s.reg.groups {
-		for _, v := range g.versions {
-			gv := v
-			if g.name != "" {
-				gv = g.name + "/" + v
-			}
-			p, ok := builtinPriorities[gv]
-			if !ok {
-				p.group, p.version = 1000, 15
-			}
-			a := &apiregistrationv1.APIService{
-				ObjectMeta: metav1.ObjectMeta{Name: v + "." + g.name, Labels: map[string]string{autoManagedLabel: autoManagedOnStart}},
-				Spec:       apiregistrationv1.APIServiceSpec{Group: g.name, Version: v, GroupPriorityMinimum: p.group, VersionPriority: p.version},
-			}
-			if err := s.ensure(ctx, a, apiServiceGVR); err != nil {
-				return err
-			}
-		}
+// LocalAPIService is the local APIService of a built-in group version,
+// made on start (an existing one is left as it is).
+func LocalAPIService(gv schema.GroupVersion) *apiregistrationv1.APIService {
+	p, ok := builtinPriorities[gv.String()]
+	if !ok {
+		p.group, p.version = 1000, 15
 	}
-	return nil
+	return &apiregistrationv1.APIService{
+		ObjectMeta: metav1.ObjectMeta{Name: gv.Version + "." + gv.Group, Labels: map[string]string{autoManagedLabel: autoManagedOnStart}},
+		Spec:       apiregistrationv1.APIServiceSpec{Group: gv.Group, Version: gv.Version, GroupPriorityMinimum: p.group, VersionPriority: p.version},
+	}
 }
 
-// apiServicePrinter has kube-aggregator's columns: where the API is
+// Printer has kube-aggregator's columns: where the API is
 // served and whether it is available (with the reason when it is not).
-var apiServicePrinter = registry.Printer{
+var Printer = registry.Printer{
 	Columns: registry.Cols(registry.NameCol,
 		registry.Col("Service", registry.TString, "The reference to the service that hosts this API endpoint."),
 		registry.Col("Available", registry.TString, "Whether this service is available."),

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -9,14 +11,29 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	crdclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 
+	"bonsai.dev/bonsai/apiserver/apiextensions"
+	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/store"
 )
+
+// CustomResourceDefinitions and what serving their versions takes live
+// in apiserver/apiextensions, which reaches the server only through
+// apiextensions.Env and apiextensions.Server. This file is the server's
+// side of that line, and stays here because it is the server's resource
+// table: the custom part of it, kept from a watch of the CRDs (each
+// served version an entry the generic handlers serve like any other, with
+// its apiextensions.Version), the lookups over built-in and custom
+// entries, the CRD controller's apiextensions.Server, and the request
+// checks of custom objects the generic handlers make.
 
 // customResources is the part of the resource table that comes from
 // CustomResourceDefinitions. It follows the CRDs in the store through a
@@ -45,16 +62,8 @@ type crdEntry struct {
 // stop ends the watches of the entry's resources.
 func (e *crdEntry) stop() {
 	for _, r := range e.resources {
-		close(r.custom.gone)
+		r.custom.Stop()
 	}
-}
-
-// servingChanged: what upstream rebuilds a CRD's serving for (its spec,
-// its accepted names), plus whether it is served and terminating.
-func servingChanged(a, b *apiextensionsv1.CustomResourceDefinition) bool {
-	return !apiequality.Semantic.DeepEqual(a.Spec, b.Spec) ||
-		!apiequality.Semantic.DeepEqual(a.Status.AcceptedNames, b.Status.AcceptedNames) ||
-		servable(a) != servable(b) || (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil)
 }
 
 func newCustomResources() *customResources {
@@ -89,12 +98,6 @@ func (c *customResources) all() []*apiextensionsv1.CustomResourceDefinition {
 	return out
 }
 
-// servable: upstream serves a CRD once its names are accepted (or it was
-// established before a later names conflict).
-func servable(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) || apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)
-}
-
 // set records crd (nil: deleted) and rebuilds the table.
 func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefinition) {
 	c := s.crs
@@ -108,13 +111,13 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 		}
 	case had && revisionOf(old.rv) >= revisionOf(crd.ResourceVersion):
 		// Seen already (noteCRD may run ahead of the watch).
-	case had && !servingChanged(old.crd, crd):
+	case had && !apiextensions.ServingChanged(old.crd, crd):
 		// Conditions moved: what is served is the same, and so are
 		// its open watches.
 		c.crds[name] = &crdEntry{crd: crd, rv: crd.ResourceVersion, resources: old.resources}
 	default:
 		e := &crdEntry{crd: crd, rv: crd.ResourceVersion}
-		if servable(crd) {
+		if apiextensions.Servable(crd) {
 			rs, err := customResourcesOf(s, crd)
 			if err != nil {
 				s.log.Warn("custom resource not served", "crd", name, "err", err)
@@ -146,7 +149,7 @@ func (s *Server) setCRD(name string, crd *apiextensionsv1.CustomResourceDefiniti
 	c.mu.Unlock()
 	s.openapi.Invalidate()
 	// CRD group versions have APIServices of their own.
-	s.aggregator.wake()
+	s.aggregator.Wake()
 }
 
 // noteCRD records a CRD this server just wrote, ahead of its watch event,
@@ -170,7 +173,7 @@ func revisionOf(rv string) uint64 {
 // re-listing whenever the watch ends, keeping the custom part of the table
 // and the CRD controller's queue up to date.
 func (s *Server) runCustomResources(ctx context.Context) {
-	res := s.reg.byGVR[crdGVR]
+	res := s.reg.byGVR[apiextensions.GVR]
 	prefix := res.prefix("")
 	name := func(key string) string { return strings.TrimPrefix(key, prefix) }
 	decode := func(kv store.KeyValue) *apiextensionsv1.CustomResourceDefinition {
@@ -192,7 +195,7 @@ func (s *Server) runCustomResources(ctx context.Context) {
 			if crd := decode(kv); crd != nil {
 				seen[crd.Name] = true
 				s.setCRD(crd.Name, crd)
-				s.crdController.enqueue(crd.Name)
+				s.crdController.Enqueue(crd.Name)
 			}
 		}
 		for _, crd := range s.crs.all() {
@@ -201,7 +204,7 @@ func (s *Server) runCustomResources(ctx context.Context) {
 			}
 		}
 		s.crs.synced.Store(true)
-		s.aggregator.wake()
+		s.aggregator.Wake()
 		w, err := s.cfg.Store.Watch(ctx, prefix, l.Revision)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
@@ -214,13 +217,11 @@ func (s *Server) runCustomResources(ctx context.Context) {
 			} else if crd := decode(store.KeyValue{Key: ev.Key, Value: ev.Value, Revision: ev.Revision}); crd != nil {
 				s.setCRD(n, crd)
 			}
-			s.crdController.enqueue(n)
+			s.crdController.Enqueue(n)
 		}
 		w.Stop()
 	}
 }
-
-var crdGVR = gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 // lookup finds the table entry of a group version resource: built-in
 // first (a CRD cannot claim a built-in group), then custom.
@@ -258,4 +259,111 @@ func (s *Server) resourcesIn(gv schema.GroupVersion) []*resource {
 		return s.reg.resourcesIn(gv)
 	}
 	return s.crs.index().resourcesIn(gv)
+}
+
+// customResourcesOf builds the table entries of crd's served versions.
+func customResourcesOf(s *Server, crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, error) {
+	rs, err := apiextensions.Resources(apiextensions.Env{Ctx: s.ctx, Service: s.service}, crd)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*resource, len(rs))
+	for i := range rs {
+		out[i] = newResource(&rs[i].Kind)
+		out[i].custom = rs[i].Version
+	}
+	return out, nil
+}
+
+// storageResource is a table entry for a CRD's stored objects, served or
+// not: what the finalizer lists and deletes.
+func storageResource(s *Server, crd *apiextensionsv1.CustomResourceDefinition) (*resource, error) {
+	cp := crd.DeepCopy()
+	for i := range cp.Spec.Versions {
+		cp.Spec.Versions[i].Served = cp.Spec.Versions[i].Storage
+	}
+	rs, err := customResourcesOf(s, cp)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("%s has no storage version", crd.Name)
+	}
+	newRegistry(rs)
+	return rs[0], nil
+}
+
+// apiserverUser is the API server's identity for its own writes (upstream's
+// loopback client).
+var apiserverUser = &authn.User{Name: "system:apiserver", Groups: []string{authn.GroupMasters}}
+
+// newCRDController makes the controller of the CRDs' status, writing as
+// the API server itself.
+func (s *Server) newCRDController() *apiextensions.Controller {
+	return apiextensions.NewController(crdServer{s}, crdclient.NewForConfigOrDie(s.ClientConfig(apiserverUser)), s.log)
+}
+
+// crdServer is the server as the CRD controller sees it.
+type crdServer struct{ s *Server }
+
+func (c crdServer) CRD(ctx context.Context, name string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	obj, _, err := c.s.getObject(ctx, c.s.reg.byGVR[apiextensions.GVR], "", name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*apiextensionsv1.CustomResourceDefinition), nil
+}
+
+func (c crdServer) CRDs() []*apiextensionsv1.CustomResourceDefinition { return c.s.crs.all() }
+
+func (c crdServer) NoteCRD(crd *apiextensionsv1.CustomResourceDefinition) { c.s.noteCRD(crd) }
+
+func (c crdServer) Storage(crd *apiextensionsv1.CustomResourceDefinition) (apiextensions.Storage, error) {
+	res, err := storageResource(c.s, crd)
+	if err != nil {
+		return nil, err
+	}
+	return crdStorage{c.s, res}, nil
+}
+
+// crdStorage is a CRD's stored objects, through the generic handlers'
+// list and delete.
+type crdStorage struct {
+	s   *Server
+	res *resource
+}
+
+func (c crdStorage) List(ctx context.Context, limit int64) ([]runtime.Object, error) {
+	items, _, err := c.s.listObjects(ctx, c.res, "", listOptions{limit: limit})
+	return items, err
+}
+
+func (c crdStorage) Delete(ctx context.Context, namespace, name string) error {
+	_, _, err := c.s.deleteObject(ctx, c.res, namespace, name, &metav1.DeleteOptions{})
+	return err
+}
+
+// customTerminating refuses new objects of a CRD being deleted, as
+// upstream does.
+func customTerminating(res *resource, verb string) error {
+	if res.custom == nil || !res.custom.Terminating() {
+		return nil
+	}
+	err := apierrors.NewMethodNotSupported(qualified(res), verb)
+	err.ErrStatus.Message = fmt.Sprintf("%s not allowed while custom resource definition is terminating", verb)
+	return err
+}
+
+// checkCustomFields reports and drops the unknown fields of a decoded
+// custom object (a no-op for built-in kinds, whose decoder does that).
+func checkCustomFields(w http.ResponseWriter, res *resource, obj runtime.Object, fv fieldValidation) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if res.custom == nil || !ok {
+		return nil
+	}
+	msgs, err := res.custom.PruneUnknown(u, fv != validationIgnore)
+	if err != nil {
+		return err
+	}
+	return reportStrict(w, msgs, fv)
 }

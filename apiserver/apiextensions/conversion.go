@@ -1,4 +1,4 @@
-package apiserver
+package apiextensions
 
 import (
 	"bytes"
@@ -22,11 +22,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
+// Env is what serving a CRD's versions takes of the API server.
+type Env struct {
+	// Ctx ends with the server: conversion calls end with it.
+	Ctx context.Context
+	// Service reads a Service (conversion webhooks named by a Service are
+	// called at its cluster IP).
+	Service func(ctx context.Context, namespace, name string) (*corev1.Service, error)
+}
+
 // webhookConverter converts custom objects between a CRD's versions by
 // calling its conversion webhook with a ConversionReview, over HTTPS
 // verified with the CRD's caBundle, as upstream's webhook converter does.
 type webhookConverter struct {
-	s      *Server
+	env    Env
 	crd    string
 	gk     schema.GroupKind
 	url    string // a URL webhook
@@ -40,13 +49,13 @@ type webhookConverter struct {
 // conversionTimeout is upstream's fixed timeout for conversion webhooks.
 const conversionTimeout = 30 * time.Second
 
-func newWebhookConverter(s *Server, crd *apiextensionsv1.CustomResourceDefinition) (*webhookConverter, error) {
+func newWebhookConverter(env Env, crd *apiextensionsv1.CustomResourceDefinition) (*webhookConverter, error) {
 	conv := crd.Spec.Conversion
 	if conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil {
 		return nil, nil
 	}
 	cc := conv.Webhook.ClientConfig
-	wc := &webhookConverter{s: s, crd: crd.Name, gk: schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}, svc: cc.Service}
+	wc := &webhookConverter{env: env, crd: crd.Name, gk: schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}, svc: cc.Service}
 	if cc.URL != nil {
 		wc.url = *cc.URL
 	}
@@ -81,11 +90,10 @@ func (c *webhookConverter) endpoint(ctx context.Context) (string, error) {
 	if c.svc == nil {
 		return c.url, nil
 	}
-	obj, _, err := c.s.getObject(ctx, c.s.reg.byGVR[gvr("", "v1", "services")], c.svc.Namespace, c.svc.Name)
+	svc, err := c.env.Service(ctx, c.svc.Namespace, c.svc.Name)
 	if err != nil {
 		return "", fmt.Errorf("service %s/%s: %w", c.svc.Namespace, c.svc.Name, err)
 	}
-	svc := obj.(*corev1.Service)
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return "", fmt.Errorf("service %s/%s has no cluster IP", c.svc.Namespace, c.svc.Name)
 	}
@@ -115,7 +123,7 @@ func (c *webhookConverter) convertMany(objs []*unstructured.Unstructured, to str
 	fail := func(err error) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("conversion webhook for %s failed: %w", schema.FromAPIVersionAndKind(to, c.gk.Kind), err)
 	}
-	ctx, cancel := context.WithTimeout(c.s.ctx, conversionTimeout)
+	ctx, cancel := context.WithTimeout(c.env.Ctx, conversionTimeout)
 	defer cancel()
 	url, err := c.endpoint(ctx)
 	if err != nil {

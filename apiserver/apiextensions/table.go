@@ -1,4 +1,4 @@
-package apiserver
+package apiextensions
 
 import (
 	"bytes"
@@ -18,11 +18,11 @@ import (
 // additionalPrinterColumns, as upstream's table convertor does: Name
 // first, then each column's JSONPath value typed by the column's type;
 // a version without columns gets Age.
-func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) printer {
+func customPrinter(columns []apiextensionsv1.CustomResourceColumnDefinition) registry.Printer {
 	if len(columns) == 0 {
 		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: registry.ObjectMetaDoc["creationTimestamp"]}}
 	}
-	p := printer{Columns: registry.Cols(registry.NameCol)}
+	p := registry.Printer{Columns: registry.Cols(registry.NameCol)}
 	paths := make([]*jsonpath.JSONPath, len(columns))
 	for i, c := range columns {
 		p.Columns = append(p.Columns, metav1.TableColumnDefinition{Name: c.Name, Type: c.Type, Format: c.Format, Description: c.Description, Priority: c.Priority})
