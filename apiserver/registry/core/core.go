@@ -36,6 +36,6 @@ func Kinds() []registry.Kind {
 		{GVR: registry.GVR("", "v1", "persistentvolumeclaims"), Kind: "PersistentVolumeClaim", Namespaced: true, ShortNames: []string{"pvc"}, Subresources: []string{"status"},
 			Strategy: claimStrategy{}, Defaulter: defaultPersistentVolumeClaim, Printer: &persistentVolumeClaimPrinter},
 		{GVR: registry.GVR("", "v1", "replicationcontrollers"), Kind: "ReplicationController", Namespaced: true, ShortNames: []string{"rc"}, Categories: all, Subresources: []string{"status", "scale"},
-			Defaulter: defaultReplicationController, Printer: &replicationControllerPrinter},
+			Strategy: replicationControllerStrategy{}, Defaulter: defaultReplicationController, Printer: &replicationControllerPrinter},
 	}
 }
