@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"bonsai.dev/bonsai/testsupport/testenv"
 )
@@ -206,6 +207,33 @@ func TestKubectlProxy(t *testing.T) {
 	}
 	if out := k.must("get", "--raw", "/api/v1/nodes/"+e.node+"/proxy/healthz"); out != "ok" {
 		t.Errorf("kubectl get --raw nodes/proxy/healthz: %q", out)
+	}
+
+	// The kubelet's Summary API and resource metrics, through
+	// nodes/proxy: the pod's figures from its cgroups and network
+	// namespace, sampled every 10 s.
+	var sum statsapi.Summary
+	waitFor(t, 40*time.Second, "the pod web in /stats/summary with CPU, memory and network figures", func() bool {
+		r := k.run("get", "--raw", "/api/v1/nodes/"+e.node+"/proxy/stats/summary")
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &sum) != nil {
+			return false
+		}
+		for _, p := range sum.Pods {
+			if p.PodRef.Name == "web" && p.PodRef.Namespace == "default" && len(p.Containers) == 1 && p.Containers[0].Name == "main" &&
+				p.CPU != nil && p.Memory != nil && p.Memory.WorkingSetBytes != nil && *p.Memory.WorkingSetBytes > 0 &&
+				p.Containers[0].CPU != nil && p.Containers[0].CPU.UsageCoreNanoSeconds != nil && *p.Containers[0].CPU.UsageCoreNanoSeconds > 0 &&
+				p.Network != nil && p.Network.Name == "eth0" && p.Network.RxBytes != nil {
+				return true
+			}
+		}
+		return false
+	})
+	if sum.Node.NodeName != e.node || sum.Node.CPU == nil || sum.Node.Memory == nil || sum.Node.Fs == nil || sum.Node.Fs.CapacityBytes == nil {
+		t.Errorf("node figures in /stats/summary: %+v", sum.Node)
+	}
+	if out := k.must("get", "--raw", "/api/v1/nodes/"+e.node+"/proxy/metrics/resource"); !strings.Contains(out, `container_cpu_usage_seconds_total{container="main",namespace="default",pod="web"}`) ||
+		!strings.Contains(out, "node_memory_working_set_bytes ") {
+		t.Errorf("/metrics/resource:\n%s", out)
 	}
 
 	// WebSocket through pods/proxy and services/proxy.

@@ -51,11 +51,13 @@ type ServerConfig struct {
 	// instance of yet waits (PodStates.Waiting): the logs of such a
 	// container are refused with the kubelet's message for the reason.
 	Waiting func(namespace, pod, container string) (reason string, ok bool)
-	Logger  *slog.Logger
+	// Stats, when set, serves /stats/summary and /metrics/resource.
+	Stats  *StatsSampler
+	Logger *slog.Logger
 }
 
 // Server is the kubelet API: /containerLogs, /exec, /attach,
-// /portForward and /healthz, with the paths and queries of Kubernetes'
+// /portForward, /healthz, /stats/summary and /metrics/resource, with the paths and queries of Kubernetes'
 // kubelet, so the API server proxies to it as kube-apiserver does.
 type Server struct {
 	cfg ServerConfig
@@ -73,6 +75,10 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	s.mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.serveLogs)
+	if cfg.Stats != nil {
+		s.mux.HandleFunc("GET /stats/summary", s.serveSummary)
+		s.mux.Handle("GET /metrics/resource", resourceMetricsHandler(cfg.Stats))
+	}
 	for _, m := range []string{"GET", "POST"} {
 		s.mux.HandleFunc(m+" /exec/{namespace}/{pod}/{container}", s.serveExec)
 		s.mux.HandleFunc(m+" /exec/{namespace}/{pod}/{uid}/{container}", s.serveExec)
