@@ -209,6 +209,13 @@ func TestKubectlProxy(t *testing.T) {
 		t.Errorf("kubectl get --raw nodes/proxy/healthz: %q", out)
 	}
 
+	// The pods the kubelet runs, as it sees them.
+	var pods corev1.PodList
+	if err := json.Unmarshal([]byte(k.must("get", "--raw", "/api/v1/nodes/"+e.node+"/proxy/pods")), &pods); err != nil || pods.Kind != "PodList" ||
+		!slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.Namespace == "default" && p.Name == "web" }) {
+		t.Errorf("nodes/proxy/pods: %v, %d pods of kind %q, want default/web among them", err, len(pods.Items), pods.Kind)
+	}
+
 	// The kubelet's Summary API and resource metrics, through
 	// nodes/proxy: the pod's figures from its cgroups and network
 	// namespace, sampled every 10 s.

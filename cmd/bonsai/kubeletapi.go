@@ -38,7 +38,7 @@ func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, ce
 	go stats.Run(ctx)
 	srv := kubelet.NewServer(kubelet.ServerConfig{
 		Runtime: rt, Cert: certs.Serving, ClientCAs: ca.Pool(),
-		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: states.Waiting, Stats: stats, Logger: log,
+		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: states.Waiting, Pods: states.Pods, Stats: stats, Logger: log,
 	})
 	go func() {
 		if err := srv.Serve(ctx, ln); err != nil {
