@@ -109,6 +109,12 @@ spec:
 		t.Fatalf("pods %v, want stray adopted and two created", pods)
 	}
 
+	if out := k.must("describe", "rc", "web"); !strings.Contains(out, "3 current / 3 desired") || !strings.Contains(out, "3 Running") {
+		t.Errorf("kubectl describe rc web:\n%s", out)
+	}
+	if out := k.must("get", "rc", "web"); !strings.Contains(out, "DESIRED") || !strings.Contains(out, "web    3         3         3") {
+		t.Errorf("kubectl get rc web:\n%s", out)
+	}
 	k.must("scale", "rc", "web", "--replicas=1")
 	waitReady(1)
 	k.must("scale", "rc", "web", "--replicas=2")

@@ -4,10 +4,12 @@
 // deleting the least valuable first, adopts orphan pods that match and
 // releases owned pods that no longer do, and reports the ReplicaSet's
 // status. Expectations keep a burst of creates or deletes from being
-// repeated before the informer shows them.
+// repeated before the informer shows them. The same controller keeps
+// ReplicationControllers' pods, given Owners that convert them
+// (controllers/replication), as upstream's does.
 //
-// It owns the pods' ownerReferences to ReplicaSets, their creation and
-// deletion for that reason, and ReplicaSet status. It must not touch
+// It owns the pods' ownerReferences to its owners, their creation and
+// deletion for that reason, and its owners' status. It must not touch
 // pods owned by another controller, nor a ReplicaSet's spec (that is its
 // Deployment's or the user's).
 package replicaset
