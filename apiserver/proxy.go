@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -18,24 +19,33 @@ import (
 	"k8s.io/apimachinery/pkg/util/proxy"
 )
 
-// serveProxy serves pods/proxy and services/proxy:
-// /api/v1/namespaces/<ns>/pods/[<scheme>:]<name>[:<port>]/proxy/<path> and
-// the same for services, whose port is a port's name or number. Every
-// method is passed through (authorized as the verb its method is), as
-// kube-apiserver does, to the pod's IP or to a ready endpoint of the
-// service picked at random.
+// serveProxy serves pods/proxy, services/proxy and nodes/proxy:
+// /api/v1/namespaces/<ns>/pods/[<scheme>:]<name>[:<port>]/proxy/<path>,
+// the same for services, whose port is a port's name or number, and
+// /api/v1/nodes/[<scheme>:]<name>[:<port>]/proxy/<path>. Every method is
+// passed through (authorized as the verb its method is, on the proxy
+// subresource), as kube-apiserver does, to the pod's IP, to a ready
+// endpoint of the service picked at random, or to the node: its kubelet
+// API (with the API server's kubelet-client certificate) when no port or
+// the kubelet's is named, else that port of the node's address. WebSocket
+// and other upgrades are passed through too.
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
 	if res.namespaced && ri.namespace == "" {
 		return notFoundPath()
 	}
 	scheme, name, port, ok := splitSchemeNamePort(ri.name)
 	if !ok || (scheme != "" && scheme != "http" && scheme != "https") {
-		return apierrors.NewBadRequest(fmt.Sprintf("invalid request %q", ri.name))
+		what := "request"
+		if res.gvr.Resource == "nodes" {
+			what = "node request"
+		}
+		return apierrors.NewBadRequest(fmt.Sprintf("invalid %s %q", what, ri.name))
 	}
 	if scheme == "" {
 		scheme = "http"
 	}
 	var host string
+	transport := http.RoundTripper(proxyTransport())
 	switch res.gvr {
 	case schema.GroupVersionResource{Version: "v1", Resource: "pods"}:
 		obj, _, err := s.getObject(r.Context(), res, ri.namespace, name)
@@ -65,14 +75,29 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, ri requestIn
 		if host, err = s.serviceEndpoint(r, res, ri.namespace, name, port); err != nil {
 			return err
 		}
+	case schema.GroupVersionResource{Version: "v1", Resource: "nodes"}:
+		kubelet, err := s.kubeletHost(r.Context(), name)
+		if errors.Is(err, errNoKubeletAPI) {
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("node %s is simulated and serves no kubelet API", name))
+		}
+		if err != nil {
+			return err
+		}
+		nodeHost, kubeletPort, _ := net.SplitHostPort(kubelet)
+		if port == "" || port == kubeletPort {
+			scheme, host, transport = "https", kubelet, s.kubelet
+		} else {
+			host = net.JoinHostPort(nodeHost, port)
+		}
 	default:
 		return methodNotSupported(res, ri.verb)
 	}
+	// An empty path is redirected to ".../proxy/" by the handler, as
+	// kube-apiserver does.
 	loc := &url.URL{Scheme: scheme, Host: host, Path: ri.proxyPath, RawQuery: r.URL.RawQuery}
-	if loc.Path == "" {
-		loc.Path = "/"
-	}
-	h := proxy.NewUpgradeAwareHandler(loc, proxyTransport(), false, false, proxyResponder{})
+	// Wrapped as upstream's: links in HTML answers and redirects are
+	// rewritten to stay under the proxy path, CORS headers dropped.
+	h := proxy.NewUpgradeAwareHandler(loc, transport, true, false, proxyResponder{})
 	// The caller's credentials are for the API server, not for what runs
 	// in the pod.
 	r.Header.Del("Authorization")

@@ -74,6 +74,11 @@ func parseResourcePath(method, path string, watchParam bool) (requestInfo, bool)
 	default:
 		return ri, false
 	}
+	if ri.subresource == "proxy" {
+		// The query is the proxied server's: a watch parameter in it
+		// does not make the request a watch.
+		watchParam = false
+	}
 	ri.verb = authz.ResourceVerb(method, ri.name, watchPath || watchParam)
 	return ri, true
 }

@@ -32,6 +32,7 @@ import (
 	"bonsai.dev/bonsai/controllers/namespace"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/replication"
 	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
@@ -71,6 +72,9 @@ var all = []struct {
 }{
 	{"replicaset", func(d Deps) (runner, error) {
 		return replicaset.New(replicaset.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"replicationcontroller", func(d Deps) (runner, error) {
+		return replication.New(replication.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"deployment", func(d Deps) (runner, error) {
 		return deployment.New(deployment.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})

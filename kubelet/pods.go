@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -289,6 +290,31 @@ func (p *PodStates) Waiting(namespace, pod, container string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Pods are the pods the agent runs, as it last saw them (their
+// status as the API server has it): the kubelet API's /pods.
+func (p *PodStates) Pods() []corev1.Pod {
+	m := p.m.Load()
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	workers := make([]*podWorker, 0, len(m.workers))
+	for _, w := range m.workers {
+		workers = append(workers, w)
+	}
+	m.mu.Unlock()
+	out := make([]corev1.Pod, 0, len(workers))
+	for _, w := range workers {
+		if pod, deleted := w.snapshot(); pod != nil && !deleted {
+			out = append(out, *pod.DeepCopy())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out
 }
 
 // containerWaiting is the waiting reason of container in the worker's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver/params"
@@ -51,11 +53,15 @@ type ServerConfig struct {
 	// instance of yet waits (PodStates.Waiting): the logs of such a
 	// container are refused with the kubelet's message for the reason.
 	Waiting func(namespace, pod, container string) (reason string, ok bool)
-	Logger  *slog.Logger
+	// Stats, when set, serves /stats/summary and /metrics/resource.
+	Stats *StatsSampler
+	// Pods, when set, serves /pods: the pods the node runs.
+	Pods   func() []corev1.Pod
+	Logger *slog.Logger
 }
 
 // Server is the kubelet API: /containerLogs, /exec, /attach,
-// /portForward and /healthz, with the paths and queries of Kubernetes'
+// /portForward, /healthz, /pods, /stats/summary and /metrics/resource, with the paths and queries of Kubernetes'
 // kubelet, so the API server proxies to it as kube-apiserver does.
 type Server struct {
 	cfg ServerConfig
@@ -73,6 +79,17 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	s.mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.serveLogs)
+	if cfg.Pods != nil {
+		s.mux.HandleFunc("GET /pods", func(w http.ResponseWriter, r *http.Request) {
+			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: cfg.Pods()}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(&list)
+		})
+	}
+	if cfg.Stats != nil {
+		s.mux.HandleFunc("GET /stats/summary", s.serveSummary)
+		s.mux.Handle("GET /metrics/resource", resourceMetricsHandler(cfg.Stats))
+	}
 	for _, m := range []string{"GET", "POST"} {
 		s.mux.HandleFunc(m+" /exec/{namespace}/{pod}/{container}", s.serveExec)
 		s.mux.HandleFunc(m+" /exec/{namespace}/{pod}/{uid}/{container}", s.serveExec)

@@ -116,6 +116,11 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule(readVerbs, "networking.k8s.io", "ingresses", "ingresses/status", "networkpolicies"),
 			rule(readVerbs, "coordination.k8s.io", "leases")),
 		clusterRole("system:node", nil, NodeRules()...),
+		// Full use of the kubelet API through nodes/proxy and the like.
+		clusterRole("system:kubelet-api-admin", nil,
+			rule(readVerbs, "", "nodes"),
+			rule([]string{"proxy"}, "", "nodes"),
+			rule([]string{"*"}, "", "nodes/proxy", "nodes/metrics", "nodes/stats", "nodes/log")),
 		clusterRole("system:node-proxier", nil,
 			rule([]string{"list", "watch"}, "", "endpoints", "services"),
 			rule(readVerbs, "", "nodes"),

@@ -28,14 +28,17 @@ func kubeletClientTLS(certs *pki.KubeletCerts, ca *pki.Authority) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{certs.Client}, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 }
 
-// startKubeletAPI serves this host's kubelet API on ln until ctx ends.
+// startKubeletAPI serves this host's kubelet API on ln until ctx ends,
+// with the node's figures sampled for /stats/summary.
 // Only the API server's kubelet-client identity and system:masters may
 // call it. rt is nil for a node without containers (--runtime=simulated);
 // states are the agent's pods.
-func startKubeletAPI(ctx context.Context, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, states *kubelet.PodStates, log *slog.Logger) {
+func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, states *kubelet.PodStates, log *slog.Logger) {
+	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, Logger: log})
+	go stats.Run(ctx)
 	srv := kubelet.NewServer(kubelet.ServerConfig{
 		Runtime: rt, Cert: certs.Serving, ClientCAs: ca.Pool(),
-		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: states.Waiting, Logger: log,
+		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: states.Waiting, Pods: states.Pods, Stats: stats, Logger: log,
 	})
 	go func() {
 		if err := srv.Serve(ctx, ln); err != nil {

@@ -236,7 +236,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
 		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates) {
-			startKubeletAPI(ctx, kubeletLn, kcerts, certs.CA, rt, states, log)
+			startKubeletAPI(ctx, cfg, kubeletLn, kcerts, certs.CA, rt, states, log)
 		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}

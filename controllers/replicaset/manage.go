@@ -33,19 +33,19 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 	case diff < 0:
 		n := min(-diff, c.cfg.BurstReplicas)
 		c.exp.Expect(key, n, 0)
-		c.log.Debug("creating pods", "replicaset", key, "need", *rs.Spec.Replicas, "creating", n)
+		c.log.Debug("creating pods", "owner", key, "need", *rs.Spec.Replicas, "creating", n)
 		created, err := slowStartBatch(n, 1, func() error {
-			pod, err := c.client.Core.Pods(rs.Namespace).Create(ctx, podFromTemplate(rs), metav1.CreateOptions{})
+			pod, err := c.client.Core.Pods(rs.Namespace).Create(ctx, podFromTemplate(rs, c.owners.Kind), metav1.CreateOptions{})
 			if err != nil {
 				if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 					// Every later create fails too; the namespace
 					// takes the ReplicaSet with it.
 					return nil
 				}
-				c.recorder.Eventf(rs, corev1.EventTypeWarning, reasonFailedCreate, "Error creating: %v", err)
+				c.recorder.Eventf(c.owners.EventObject(rs), corev1.EventTypeWarning, reasonFailedCreate, "Error creating: %v", err)
 				return err
 			}
-			c.recorder.Eventf(rs, corev1.EventTypeNormal, reasonSuccessfulCreate, "Created pod: %s", pod.Name)
+			c.recorder.Eventf(c.owners.EventObject(rs), corev1.EventTypeNormal, reasonSuccessfulCreate, "Created pod: %s", pod.Name)
 			return nil
 		})
 		// Creates not made, or refused, will never be seen.
@@ -59,7 +59,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 			keys[i] = keyOf(p)
 		}
 		c.exp.ExpectNames(key, keys...)
-		c.log.Debug("deleting pods", "replicaset", key, "need", *rs.Spec.Replicas, "deleting", n)
+		c.log.Debug("deleting pods", "owner", key, "need", *rs.Spec.Replicas, "deleting", n)
 		var (
 			mu   sync.Mutex
 			errs []error
@@ -71,7 +71,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 				defer wg.Done()
 				err := c.client.Core.Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
 				if err == nil {
-					c.recorder.Eventf(rs, corev1.EventTypeNormal, reasonSuccessfulDelete, "Deleted pod: %s", p.Name)
+					c.recorder.Eventf(c.owners.EventObject(rs), corev1.EventTypeNormal, reasonSuccessfulDelete, "Deleted pod: %s", p.Name)
 					return
 				}
 				// The informer will not show this deletion.
@@ -79,7 +79,7 @@ func (c *Controller) manageReplicas(ctx context.Context, rs *appsv1.ReplicaSet, 
 				if apierrors.IsNotFound(err) {
 					return
 				}
-				c.recorder.Eventf(rs, corev1.EventTypeWarning, reasonFailedDelete, "Error deleting: %v", err)
+				c.recorder.Eventf(c.owners.EventObject(rs), corev1.EventTypeWarning, reasonFailedDelete, "Error deleting: %v", err)
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("deleting pod %s: %w", keyOf(p), err))
 				mu.Unlock()
@@ -99,8 +99,8 @@ func (c *Controller) relatedPods(rs *appsv1.ReplicaSet) []*corev1.Pod {
 		return kit.ControlledBy[*corev1.Pod](c.podInf, string(rs.UID))
 	}
 	var out []*corev1.Pod
-	for _, sibling := range kit.ControlledBy[*appsv1.ReplicaSet](c.rsInf, string(ref.UID)) {
-		out = append(out, kit.ControlledBy[*corev1.Pod](c.podInf, string(sibling.UID))...)
+	for _, sibling := range kit.ControlledBy[metav1.Object](c.rsInf, string(ref.UID)) {
+		out = append(out, kit.ControlledBy[*corev1.Pod](c.podInf, string(sibling.GetUID()))...)
 	}
 	return out
 }
@@ -159,14 +159,14 @@ func (c *Controller) updateStatus(ctx context.Context, rs *appsv1.ReplicaSet, st
 	for attempt := 0; ; attempt++ {
 		st.ObservedGeneration = rs.Generation
 		rs.Status = st
-		out, err := c.client.Apps.ReplicaSets(rs.Namespace).UpdateStatus(ctx, rs, metav1.UpdateOptions{})
+		out, err := c.owners.UpdateStatus(ctx, rs)
 		if err == nil {
 			return out, nil
 		}
 		if attempt > 0 || !apierrors.IsConflict(err) {
-			return nil, fmt.Errorf("updating status of ReplicaSet %s: %w", keyOf(rs), err)
+			return nil, fmt.Errorf("updating status of %s %s: %w", c.owners.Kind.Kind, keyOf(rs), err)
 		}
-		if rs, err = c.client.Apps.ReplicaSets(rs.Namespace).Get(ctx, rs.Name, metav1.GetOptions{}); err != nil {
+		if rs, err = c.owners.Get(ctx, rs.Namespace, rs.Name); err != nil {
 			return nil, err
 		}
 	}

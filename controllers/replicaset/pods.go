@@ -6,10 +6,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
-
-// controllerKind is what the ownerReferences this controller writes name.
-var controllerKind = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
 
 // isPodActive: neither terminated nor being deleted, so it counts toward
 // a ReplicaSet's replicas.
@@ -24,8 +22,8 @@ func isPodTerminating(p *corev1.Pod) bool {
 
 // podFromTemplate is the pod a ReplicaSet creates: its template's
 // metadata and spec, a name generated from the ReplicaSet's, and the
-// ReplicaSet as its controller.
-func podFromTemplate(rs *appsv1.ReplicaSet) *corev1.Pod {
+// ReplicaSet (named as kind) as its controller.
+func podFromTemplate(rs *appsv1.ReplicaSet, kind schema.GroupVersionKind) *corev1.Pod {
 	t := rs.Spec.Template.DeepCopy()
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -34,7 +32,7 @@ func podFromTemplate(rs *appsv1.ReplicaSet) *corev1.Pod {
 			Labels:          t.Labels,
 			Annotations:     t.Annotations,
 			Finalizers:      t.Finalizers,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, controllerKind)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, kind)},
 		},
 		Spec: t.Spec,
 	}

@@ -4,10 +4,12 @@
 // deleting the least valuable first, adopts orphan pods that match and
 // releases owned pods that no longer do, and reports the ReplicaSet's
 // status. Expectations keep a burst of creates or deletes from being
-// repeated before the informer shows them.
+// repeated before the informer shows them. The same controller keeps
+// ReplicationControllers' pods, given Owners that convert them
+// (controllers/replication), as upstream's does.
 //
-// It owns the pods' ownerReferences to ReplicaSets, their creation and
-// deletion for that reason, and ReplicaSet status. It must not touch
+// It owns the pods' ownerReferences to its owners, their creation and
+// deletion for that reason, and its owners' status. It must not touch
 // pods owned by another controller, nor a ReplicaSet's spec (that is its
 // Deployment's or the user's).
 package replicaset
@@ -24,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -52,6 +53,8 @@ type Config struct {
 	Workers   int
 	// BurstReplicas caps creates or deletes per sync.
 	BurstReplicas int
+	// Owners are the objects kept; nil: ReplicaSets.
+	Owners *Owners
 }
 
 // Controller is the ReplicaSet controller.
@@ -60,9 +63,9 @@ type Controller struct {
 	client   *client.Clientset
 	clock    clock.WithTicker
 	log      *slog.Logger
+	owners   *Owners
 	rsInf    cache.SharedIndexInformer
 	podInf   cache.SharedIndexInformer
-	rsLister appslisters.ReplicaSetLister
 	queue    workqueue.TypedRateLimitingInterface[string]
 	exp      *kit.Expectations
 	recorder record.EventRecorder
@@ -85,18 +88,21 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.BurstReplicas <= 0 {
 		cfg.BurstReplicas = DefaultBurstReplicas
 	}
+	if cfg.Owners == nil {
+		cfg.Owners = replicaSets(cfg.Client, cfg.Informers)
+	}
 	c := &Controller{
 		cfg:    cfg,
 		client: cfg.Client,
 		clock:  cfg.Clock,
 		log:    cfg.Logger,
-		rsInf:  cfg.Informers.For(&appsv1.ReplicaSet{}),
+		owners: cfg.Owners,
+		rsInf:  cfg.Owners.Informer,
 		podInf: cfg.Informers.For(&corev1.Pod{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "replicaset", Clock: cfg.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Owners.Component, Clock: cfg.Clock}),
 		exp: kit.NewExpectations(cfg.Clock),
 	}
-	c.rsLister = appslisters.NewReplicaSetLister(c.rsInf.GetIndexer())
 	// A sync reads only the pods it may claim, a Deployment only its
 	// ReplicaSets and the orphans.
 	for _, inf := range []cache.SharedIndexInformer{c.podInf, c.rsInf} {
@@ -123,15 +129,15 @@ func New(cfg Config) (*Controller, error) {
 
 // Run waits for the caches, then syncs ReplicaSets until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), "replicaset-controller")
-	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "replicaset", c.rsInf.HasSynced, c.podInf.HasSynced)
+	c.recorder = client.NewRecorder(ctx, c.client.Core.RESTClient(), c.owners.Component)
+	worker.Run(ctx, c.queue, c.cfg.Workers, c.sync, c.log, "owner", c.rsInf.HasSynced, c.podInf.HasSynced)
 	return nil
 }
 
 func keyOf(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }
 
 func (c *Controller) enqueue(obj any) {
-	if rs, ok := obj.(*appsv1.ReplicaSet); ok {
+	if rs, ok := obj.(metav1.Object); ok {
 		c.queue.Add(keyOf(rs))
 	}
 }
@@ -140,7 +146,7 @@ func (c *Controller) deleteReplicaSet(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	rs, ok := obj.(*appsv1.ReplicaSet)
+	rs, ok := obj.(metav1.Object)
 	if !ok {
 		return
 	}
@@ -151,17 +157,17 @@ func (c *Controller) deleteReplicaSet(obj any) {
 // owner is the ReplicaSet that controls obj, if the cache has it with
 // the uid the reference names.
 func (c *Controller) owner(obj metav1.Object) *appsv1.ReplicaSet {
-	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), controllerKind, c.rsLister.ReplicaSets(obj.GetNamespace()).Get)
+	get := func(name string) (*appsv1.ReplicaSet, error) { return c.cached(obj.GetNamespace(), name) }
+	return kit.ResolveControllerRef(metav1.GetControllerOfNoCopy(obj), c.owners.Kind, get)
 }
 
 // replicaSetsSelecting are the ReplicaSets of pod's namespace whose
 // selector matches it: those that may adopt it.
 func (c *Controller) replicaSetsSelecting(pod metav1.Object) []*appsv1.ReplicaSet {
-	all, err := c.rsLister.ReplicaSets(pod.GetNamespace()).List(labels.Everything())
-	if err != nil || len(pod.GetLabels()) == 0 {
+	if len(pod.GetLabels()) == 0 {
 		return nil
 	}
-	return kit.Selecting(all, func(rs *appsv1.ReplicaSet) *metav1.LabelSelector { return rs.Spec.Selector }, pod.GetLabels())
+	return kit.Selecting(c.cachedIn(pod.GetNamespace()), func(rs *appsv1.ReplicaSet) *metav1.LabelSelector { return rs.Spec.Selector }, pod.GetLabels())
 }
 
 func (c *Controller) addPod(obj any) {
@@ -226,7 +232,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil
 	}
-	rs, err := c.rsLister.ReplicaSets(namespace).Get(name)
+	rs, err := c.cached(namespace, name)
 	if apierrors.IsNotFound(err) {
 		c.exp.Forget(key)
 		return nil
@@ -238,7 +244,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	sel, err := metav1.LabelSelectorAsSelector(rs.Spec.Selector)
 	if err != nil {
 		// Validation refuses such a selector; nothing a retry fixes.
-		c.log.Error("invalid selector", "replicaset", key, "err", err)
+		c.log.Error("invalid selector", "owner", key, "err", err)
 		return nil
 	}
 	candidates := kit.ControlledBy[*corev1.Pod](c.podInf, string(rs.UID))
@@ -264,6 +270,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		manageErr = c.manageReplicas(ctx, rs, pods)
 	}
 	status := c.calculateStatus(rs, pods, terminating, manageErr)
+	if !c.owners.TerminatingReplicas {
+		status.TerminatingReplicas = nil
+	}
 	updated, err := c.updateStatus(ctx, rs.DeepCopy(), status)
 	if err != nil {
 		return err
@@ -281,9 +290,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // selector matches and releasing the owned pods it no longer does.
 func (c *Controller) claimPods(ctx context.Context, rs *appsv1.ReplicaSet, sel labels.Selector, pods []*corev1.Pod) ([]*corev1.Pod, error) {
 	m := &kit.RefManager[*corev1.Pod]{
-		Owner: rs, Kind: controllerKind, Selector: sel,
-		Patch:    kit.PatchWith(c.client.Core.Pods),
-		CanAdopt: kit.RecheckOwner(rs, c.client.Apps.ReplicaSets(rs.Namespace).Get),
+		Owner: rs, Kind: c.owners.Kind, Selector: sel,
+		Patch: kit.PatchWith(c.client.Core.Pods),
+		CanAdopt: kit.RecheckOwner(rs, func(ctx context.Context, name string, _ metav1.GetOptions) (*appsv1.ReplicaSet, error) {
+			return c.owners.Get(ctx, rs.Namespace, name)
+		}),
 	}
 	return m.Claim(ctx, pods, nil)
 }

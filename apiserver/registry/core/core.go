@@ -14,7 +14,7 @@ func Kinds() []registry.Kind {
 	return []registry.Kind{
 		{GVR: registry.GVR("", "v1", "namespaces"), Kind: "Namespace", ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"},
 			Strategy: namespaceStrategy{}, Defaulter: defaultNamespace, Printer: &namespacePrinter, Fields: fieldsNamespace},
-		{GVR: registry.GVR("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status"},
+		{GVR: registry.GVR("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status", "proxy"},
 			Strategy: nodeStrategy{}, Printer: &nodePrinter, Fields: fieldsNode},
 		{GVR: registry.GVR("", "v1", "pods"), Kind: "Pod", Namespaced: true, ShortNames: []string{"po"}, Categories: all,
 			Subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward", "proxy"},
@@ -36,6 +36,6 @@ func Kinds() []registry.Kind {
 		{GVR: registry.GVR("", "v1", "persistentvolumeclaims"), Kind: "PersistentVolumeClaim", Namespaced: true, ShortNames: []string{"pvc"}, Subresources: []string{"status"},
 			Strategy: claimStrategy{}, Defaulter: defaultPersistentVolumeClaim, Printer: &persistentVolumeClaimPrinter},
 		{GVR: registry.GVR("", "v1", "replicationcontrollers"), Kind: "ReplicationController", Namespaced: true, ShortNames: []string{"rc"}, Categories: all, Subresources: []string{"status", "scale"},
-			Defaulter: defaultReplicationController, Printer: &replicationControllerPrinter},
+			Strategy: replicationControllerStrategy{}, Defaulter: defaultReplicationController, Printer: &replicationControllerPrinter},
 	}
 }

@@ -17,19 +17,6 @@ func defaultPodTemplate(obj runtime.Object) {
 	DefaultPodSpec(&o.Template.Spec)
 }
 
-func defaultReplicationController(obj runtime.Object) {
-	o := obj.(*corev1.ReplicationController)
-	if o.Spec.Replicas == nil {
-		o.Spec.Replicas = ptrTo[int32](1)
-	}
-	if o.Spec.Template != nil {
-		DefaultPodSpec(&o.Spec.Template.Spec)
-		if len(o.Spec.Selector) == 0 {
-			o.Spec.Selector = o.Spec.Template.Labels
-		}
-	}
-}
-
 func defaultServiceObject(obj runtime.Object) {
 	o := obj.(*corev1.Service)
 	defaultService(o)

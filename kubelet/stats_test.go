@@ -1,0 +1,147 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"bonsai.dev/bonsai/kubelet/cri"
+)
+
+// statsRuntime lists one pod with one running and one exited container.
+type statsRuntime struct {
+	cri.Runtime
+	logPath string
+}
+
+func (r statsRuntime) ListPodSandboxes(context.Context) ([]cri.Sandbox, error) {
+	return []cri.Sandbox{
+		{ID: "sb-old", Config: cri.SandboxConfig{PodUID: "uid-1", Namespace: "ns", Name: "web"}, CreatedAt: time.Unix(100, 0)},
+		{ID: "sb", Config: cri.SandboxConfig{PodUID: "uid-1", Namespace: "ns", Name: "web"}, CreatedAt: time.Unix(200, 0)},
+	}, nil
+}
+
+func (r statsRuntime) ListContainers(context.Context) ([]cri.ContainerStatus, error) {
+	return []cri.ContainerStatus{
+		{ID: "c1", SandboxID: "sb", Name: "main", State: cri.ContainerRunning, StartedAt: time.Unix(300, 0), LogPath: r.logPath},
+		{ID: "c0", SandboxID: "sb", Name: "done", State: cri.ContainerExited},
+	}, nil
+}
+
+// writeCgroup writes a cgroup v2 directory's figures under root.
+func writeCgroup(t *testing.T, root, cgroup string, usageUsec, current, inactiveFile, anon uint64, max string) {
+	t.Helper()
+	dir := filepath.Join(root, cgroup)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"cpu.stat":       "usage_usec " + itoa(usageUsec) + "\nuser_usec 1\nsystem_usec 1\n",
+		"memory.current": itoa(current) + "\n",
+		"memory.max":     max + "\n",
+		"memory.stat":    "anon " + itoa(anon) + "\nfile 100\ninactive_file " + itoa(inactiveFile) + "\npgfault 7\npgmajfault 2\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// The sampler reads cgroup v2 figures of the pods' and containers'
+// cgroups: cumulative CPU, a rate between two samples, the working set
+// (usage less inactive file cache), rss and the limit's headroom; an
+// exited container and an older sandbox of the pod are left out; the
+// Summary API and /metrics/resource serve the last sample.
+func TestStatsSampler(t *testing.T) {
+	root := t.TempDir()
+	old := cgroupRoot
+	cgroupRoot = root
+	t.Cleanup(func() { cgroupRoot = old })
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(logPath, []byte("twelve bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeCgroup(t, root, "/bonsai", 5_000_000, 4000, 1000, 2000, "max")
+	writeCgroup(t, root, podCgroup("uid-1"), 2_000_000, 3000, 1000, 1500, "max")
+	writeCgroup(t, root, podCgroup("uid-1")+"/c1", 1_000_000, 2500, 500, 1200, "10000")
+	s := NewStatsSampler(StatsConfig{NodeName: "edge", Runtime: statsRuntime{logPath: logPath}, RootDir: t.TempDir()})
+	s.Sample(context.Background())
+	first := s.Summary()
+	if first == nil || len(first.Pods) != 1 || first.Pods[0].Containers[0].CPU.UsageNanoCores != nil {
+		t.Fatalf("first sample: %+v; want one pod and no rate yet", first)
+	}
+	// 0.5 s of CPU more in the container.
+	writeCgroup(t, root, podCgroup("uid-1")+"/c1", 1_500_000, 2500, 500, 1200, "10000")
+	time.Sleep(100 * time.Millisecond)
+	s.Sample(context.Background())
+	sum := s.Summary()
+
+	if sum.Node.NodeName != "edge" || sum.Node.CPU == nil || *sum.Node.CPU.UsageCoreNanoSeconds == 0 || sum.Node.Memory == nil || *sum.Node.Memory.WorkingSetBytes == 0 || sum.Node.Fs == nil || *sum.Node.Fs.CapacityBytes == 0 {
+		t.Errorf("node figures missing: %+v", sum.Node)
+	}
+	if len(sum.Node.SystemContainers) != 1 || sum.Node.SystemContainers[0].Name != "pods" || *sum.Node.SystemContainers[0].CPU.UsageCoreNanoSeconds != 5_000_000_000 {
+		t.Errorf("pods system container: %+v", sum.Node.SystemContainers)
+	}
+	p := sum.Pods[0]
+	if p.PodRef != (statsapi.PodReference{Name: "web", Namespace: "ns", UID: "uid-1"}) || !p.StartTime.Time.Equal(time.Unix(200, 0)) {
+		t.Errorf("pod %+v started %v, want ns/web uid-1 of the newest sandbox", p.PodRef, p.StartTime)
+	}
+	if *p.CPU.UsageCoreNanoSeconds != 2_000_000_000 || *p.Memory.UsageBytes != 3000 || *p.Memory.WorkingSetBytes != 2000 || p.Memory.AvailableBytes != nil {
+		t.Errorf("pod cpu %+v memory %+v", p.CPU, p.Memory)
+	}
+	if len(p.Containers) != 1 {
+		t.Fatalf("containers %+v, want main only", p.Containers)
+	}
+	c := p.Containers[0]
+	if c.Name != "main" || *c.CPU.UsageCoreNanoSeconds != 1_500_000_000 || c.CPU.UsageNanoCores == nil || *c.CPU.UsageNanoCores < 1_000_000_000 {
+		t.Errorf("container cpu %+v (rate %v), want 1.5 s and a rate of several cores", c.CPU, c.CPU.UsageNanoCores)
+	}
+	if *c.Memory.WorkingSetBytes != 2000 || *c.Memory.RSSBytes != 1200 || *c.Memory.AvailableBytes != 8000 || *c.Memory.PageFaults != 7 || *c.Memory.MajorPageFaults != 2 {
+		t.Errorf("container memory %+v", c.Memory)
+	}
+	if c.Logs == nil || *c.Logs.UsedBytes != 12 || p.EphemeralStorage == nil || *p.EphemeralStorage.UsedBytes != 12 {
+		t.Errorf("logs %+v ephemeral storage %+v, want 12 bytes used", c.Logs, p.EphemeralStorage)
+	}
+
+	srv := NewServer(ServerConfig{Stats: s})
+	rec := httptest.NewRecorder()
+	srv.mux.ServeHTTP(rec, httptest.NewRequest("GET", "/stats/summary?only_cpu_and_memory=true", nil))
+	var got statsapi.Summary
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 {
+		t.Fatalf("/stats/summary: %d %s %v", rec.Code, rec.Body, err)
+	}
+	if got.Node.Fs != nil || len(got.Pods) != 1 || got.Pods[0].Containers[0].Logs != nil || got.Pods[0].Containers[0].CPU == nil {
+		t.Errorf("only_cpu_and_memory: %+v", got)
+	}
+	rec = httptest.NewRecorder()
+	srv.mux.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics/resource", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`container_cpu_usage_seconds_total{container="main",namespace="ns",pod="web"} 1.5 `,
+		`container_memory_working_set_bytes{container="main",namespace="ns",pod="web"} 2000 `,
+		`container_start_time_seconds{container="main",namespace="ns",pod="web"} 300 `,
+		`pod_cpu_usage_seconds_total{namespace="ns",pod="web"} 2 `,
+		`pod_memory_working_set_bytes{namespace="ns",pod="web"} 2000 `,
+		"node_cpu_usage_seconds_total ",
+		"node_memory_working_set_bytes ",
+		"scrape_error 0\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics/resource lacks %q:\n%s", want, body)
+		}
+	}
+}
