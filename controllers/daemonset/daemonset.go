@@ -111,7 +111,7 @@ func New(cfg Config) (*Controller, error) {
 			UpdateFunc: func(_, cur any) { c.enqueueOwner(cur) },
 			DeleteFunc: c.enqueueOwner,
 		}},
-		worker.Handler{Informer: podInf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
+		worker.Handler{Informer: podInf, Handler: c.podEvents().Handler()},
 		worker.Handler{Informer: nodeInf, Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.enqueueAll() },
 			UpdateFunc: c.updateNode,
@@ -173,42 +173,17 @@ func (c *Controller) selecting(pod metav1.Object) []*appsv1.DaemonSet {
 	return kit.Selecting(list, func(ds *appsv1.DaemonSet) *metav1.LabelSelector { return ds.Spec.Selector }, pod.GetLabels())
 }
 
-func (c *Controller) addPod(obj any) {
-	pod := obj.(*corev1.Pod)
-	if pod.DeletionTimestamp != nil {
-		c.deletePod(pod)
-		return
-	}
-	if ds := c.owner(pod); ds != nil {
-		c.expectations.Lower(keyOf(ds), 1, 0)
-		c.enqueue(ds)
-		return
-	}
-	if metav1.GetControllerOfNoCopy(pod) == nil {
-		for _, ds := range c.selecting(pod) {
-			c.enqueue(ds)
-		}
-	}
-}
-
-func (c *Controller) updatePod(old, cur any) {
-	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
-	ds := kit.WakeOwners(o, p, c.owner, c.selecting, func(ds *appsv1.DaemonSet) { c.enqueue(ds) })
-	// A pod turning Ready becomes available minReadySeconds later, with
-	// no event to say so.
-	if ds != nil && ds.Spec.MinReadySeconds > 0 && !kit.IsPodReady(o) && kit.IsPodReady(p) {
-		c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
-	}
-}
-
-func (c *Controller) deletePod(obj any) {
-	m, ok := metaOf(obj)
-	if !ok {
-		return
-	}
-	if ds := c.owner(m); ds != nil {
-		c.expectations.Lower(keyOf(ds), 0, 1)
-		c.enqueue(ds)
+// podEvents wake the DaemonSets their pods concern; a pod seen going
+// counts as gone, as upstream's.
+func (c *Controller) podEvents() *kit.PodEvents[*appsv1.DaemonSet] {
+	return &kit.PodEvents[*appsv1.DaemonSet]{
+		Owner: c.owner, Selecting: c.selecting,
+		Enqueue:         func(ds *appsv1.DaemonSet) { c.enqueue(ds) },
+		EnqueueAfter:    c.enqueueAfter,
+		MinReadySeconds: func(ds *appsv1.DaemonSet) int32 { return ds.Spec.MinReadySeconds },
+		Created:         func(ds *appsv1.DaemonSet) { c.expectations.Lower(keyOf(ds), 1, 0) },
+		Deleted:         func(ds *appsv1.DaemonSet, _ metav1.Object) { c.expectations.Lower(keyOf(ds), 0, 1) },
+		GoingIsGone:     true,
 	}
 }
 

@@ -68,6 +68,7 @@ type Controller struct {
 	podInf   cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	exp      *kit.Expectations
+	pods     *kit.PodEvents[*appsv1.ReplicaSet]
 	recorder record.EventRecorder
 }
 
@@ -117,10 +118,19 @@ func New(cfg Config) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
+	c.pods = &kit.PodEvents[*appsv1.ReplicaSet]{
+		Owner: c.owner, Selecting: c.replicaSetsSelecting,
+		Enqueue:         func(rs *appsv1.ReplicaSet) { c.queue.Add(keyOf(rs)) },
+		EnqueueAfter:    func(rs *appsv1.ReplicaSet, d time.Duration) { c.queue.AddAfter(keyOf(rs), d) },
+		MinReadySeconds: func(rs *appsv1.ReplicaSet) int32 { return rs.Spec.MinReadySeconds },
+		Created:         func(rs *appsv1.ReplicaSet) { c.exp.Lower(keyOf(rs), 1, 0) },
+		Deleted:         func(rs *appsv1.ReplicaSet, pod metav1.Object) { c.exp.Observed(keyOf(rs), keyOf(pod)) },
+		GoingIsGone:     true,
+	}
 	if _, err := c.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addPod,
+		AddFunc:    c.pods.Add,
 		UpdateFunc: c.updatePod,
-		DeleteFunc: c.deletePod,
+		DeleteFunc: c.pods.Delete,
 	}); err != nil {
 		return nil, err
 	}
@@ -170,60 +180,22 @@ func (c *Controller) replicaSetsSelecting(pod metav1.Object) []*appsv1.ReplicaSe
 	return kit.Selecting(c.cachedIn(pod.GetNamespace()), func(rs *appsv1.ReplicaSet) *metav1.LabelSelector { return rs.Spec.Selector }, pod.GetLabels())
 }
 
-func (c *Controller) addPod(obj any) {
-	pod := obj.(*corev1.Pod)
-	if pod.DeletionTimestamp != nil {
-		// Seen first while already going (a restart of the
-		// controller): not the creation an expectation waits for.
-		c.deletePod(pod)
-		return
-	}
-	if metav1.GetControllerOfNoCopy(pod) != nil {
-		if rs := c.owner(pod); rs != nil {
-			c.exp.Lower(keyOf(rs), 1, 0)
-			c.queue.Add(keyOf(rs))
-		}
-		return
-	}
-	for _, rs := range c.replicaSetsSelecting(pod) {
-		c.queue.Add(keyOf(rs))
-	}
-}
-
+// updatePod is the kit's, but for a pod that began a graceful delete:
+// the ReplicaSet may replace it now rather than when it is gone, as
+// upstream's.
 func (c *Controller) updatePod(oldObj, curObj any) {
 	old, cur := oldObj.(*corev1.Pod), curObj.(*corev1.Pod)
 	if old.ResourceVersion == cur.ResourceVersion {
 		return
 	}
 	if cur.DeletionTimestamp != nil {
-		// A graceful delete began: the ReplicaSet may replace the pod
-		// now rather than when it is gone, as upstream does.
-		c.deletePod(cur)
+		c.pods.Delete(cur)
 		if !reflect.DeepEqual(old.Labels, cur.Labels) {
-			c.deletePod(old)
+			c.pods.Delete(old)
 		}
 		return
 	}
-	rs := kit.WakeOwners(old, cur, c.owner, c.replicaSetsSelecting, func(rs *appsv1.ReplicaSet) { c.queue.Add(keyOf(rs)) })
-	// A pod that just became Ready becomes available minReadySeconds
-	// later, with no event of its own then.
-	if rs != nil && rs.Spec.MinReadySeconds > 0 && !kit.IsPodReady(old) && kit.IsPodReady(cur) {
-		c.queue.AddAfter(keyOf(rs), time.Duration(rs.Spec.MinReadySeconds)*time.Second+time.Second)
-	}
-}
-
-func (c *Controller) deletePod(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if rs := c.owner(pod); rs != nil {
-		c.exp.Observed(keyOf(rs), keyOf(pod))
-		c.queue.Add(keyOf(rs))
-	}
+	c.pods.Update(old, cur)
 }
 
 // sync brings one ReplicaSet's pods and status to what its spec says.

@@ -93,7 +93,12 @@ func New(cfg Config) (*Controller, error) {
 
 	err := worker.AddHandlers("statefulset",
 		worker.Handler{Informer: setInf, Handler: worker.EnqueueChanges(c.queue)},
-		worker.Handler{Informer: podInf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.onPodAdd, UpdateFunc: c.onPodUpdate, DeleteFunc: c.onPodDelete}},
+		worker.Handler{Informer: podInf, Handler: (&kit.PodEvents[*appsv1.StatefulSet]{
+			Owner: c.owner, Selecting: c.selecting,
+			Enqueue:         func(set *appsv1.StatefulSet) { c.enqueue(set) },
+			EnqueueAfter:    c.enqueueAfter,
+			MinReadySeconds: func(set *appsv1.StatefulSet) int32 { return set.Spec.MinReadySeconds },
+		}).Handler()},
 		// A claim released by the garbage collector unblocks a pod
 		// waiting on a stale one.
 		worker.Handler{Informer: pvcInf, Handler: cache.ResourceEventHandlerFuncs{DeleteFunc: c.onClaimDelete}},
@@ -126,40 +131,6 @@ func (c *Controller) owner(obj metav1.Object) *appsv1.StatefulSet {
 func (c *Controller) selecting(pod metav1.Object) []*appsv1.StatefulSet {
 	list, _ := c.setLister.StatefulSets(pod.GetNamespace()).List(labels.Everything())
 	return kit.Selecting(list, func(set *appsv1.StatefulSet) *metav1.LabelSelector { return set.Spec.Selector }, pod.GetLabels())
-}
-
-func (c *Controller) onPodAdd(obj any) {
-	pod := obj.(*corev1.Pod)
-	if set := c.owner(pod); set != nil {
-		c.enqueue(set)
-		return
-	}
-	if metav1.GetControllerOfNoCopy(pod) == nil {
-		for _, set := range c.selecting(pod) {
-			c.enqueue(set)
-		}
-	}
-}
-
-func (c *Controller) onPodUpdate(old, cur any) {
-	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
-	set := kit.WakeOwners(o, p, c.owner, c.selecting, func(set *appsv1.StatefulSet) { c.enqueue(set) })
-	// Turning Ready makes a pod available minReadySeconds later, with no
-	// event to say so.
-	if set != nil && set.Spec.MinReadySeconds > 0 && !kit.IsPodReady(o) && kit.IsPodReady(p) {
-		c.enqueueAfter(set, time.Duration(set.Spec.MinReadySeconds)*time.Second+time.Second)
-	}
-}
-
-func (c *Controller) onPodDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		if set := c.owner(pod); set != nil {
-			c.enqueue(set)
-		}
-	}
 }
 
 func (c *Controller) onClaimDelete(obj any) {
