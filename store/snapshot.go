@@ -134,6 +134,7 @@ type snapshotRecord struct {
 type snapshotReader struct {
 	r    *bufio.Reader
 	h    hash.Hash
+	n    int64 // bytes read
 	info SnapshotInfo
 }
 
@@ -141,6 +142,7 @@ func (sr *snapshotReader) ReadByte() (byte, error) {
 	b, err := sr.r.ReadByte()
 	if err == nil {
 		sr.h.Write([]byte{b})
+		sr.n++
 	}
 	return b, err
 }
@@ -151,6 +153,7 @@ func (sr *snapshotReader) full(n uint64) ([]byte, error) {
 		return nil, err
 	}
 	sr.h.Write(b)
+	sr.n += int64(n)
 	return b, nil
 }
 
@@ -166,11 +169,13 @@ func readSnapshotHeader(r io.Reader) (*snapshotReader, error) {
 		return nil, corrupt("no %q at its start", bytes.TrimSpace([]byte(snapshotMagic)))
 	}
 	sr.h.Write(magic)
+	sr.n += int64(len(magic))
 	line, err := sr.r.ReadSlice('\n')
 	if err != nil {
 		return nil, corrupt("header: %v", err)
 	}
 	sr.h.Write(line)
+	sr.n += int64(len(line))
 	if err := json.Unmarshal(line, &sr.info.SnapshotHeader); err != nil {
 		return nil, corrupt("header: %v", err)
 	}
@@ -229,6 +234,7 @@ func (sr *snapshotReader) end() error {
 	if _, err := io.ReadFull(sr.r, sum[:]); err != nil {
 		return corrupt("truncated checksum")
 	}
+	sr.n += sha256.Size
 	if sum != sr.info.SHA256 {
 		return corrupt("checksum mismatch")
 	}
@@ -258,6 +264,11 @@ func VerifySnapshot(path string) (SnapshotInfo, error) {
 	return readSnapshot(path, func(snapshotRecord) error { return nil })
 }
 
+// CheckSnapshot reads a whole snapshot from r and checks it.
+func CheckSnapshot(r io.Reader) (SnapshotInfo, error) {
+	return readSnapshotFrom(r, func(snapshotRecord) error { return nil })
+}
+
 // readSnapshot hands each record of the snapshot at path to f, and fails
 // if the snapshot turns out corrupt.
 func readSnapshot(path string, f func(snapshotRecord) error) (SnapshotInfo, error) {
@@ -266,7 +277,11 @@ func readSnapshot(path string, f func(snapshotRecord) error) (SnapshotInfo, erro
 		return SnapshotInfo{}, err
 	}
 	defer file.Close()
-	sr, err := readSnapshotHeader(file)
+	return readSnapshotFrom(file, f)
+}
+
+func readSnapshotFrom(r io.Reader, f func(snapshotRecord) error) (SnapshotInfo, error) {
+	sr, err := readSnapshotHeader(r)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -282,11 +297,7 @@ func readSnapshot(path string, f func(snapshotRecord) error) (SnapshotInfo, erro
 			return sr.info, err
 		}
 	}
-	st, err := file.Stat()
-	if err != nil {
-		return sr.info, err
-	}
-	sr.info.Bytes = st.Size()
+	sr.info.Bytes = sr.n
 	return sr.info, nil
 }
 

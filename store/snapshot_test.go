@@ -100,7 +100,7 @@ func TestBadgerSnapshotRestoreRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rinfo.Revision != info.Revision || rinfo.Keys != info.Keys || rinfo.SHA256 != info.SHA256 {
+	if rinfo.Revision != info.Revision || rinfo.Keys != info.Keys || rinfo.SHA256 != info.SHA256 || rinfo.Bytes != info.Bytes {
 		t.Fatalf("restore read %+v, save wrote %+v", rinfo, info)
 	}
 	dst := openBadger(t, store.BadgerOptions{Dir: dir, Expire: []store.ExpiryRule{{Prefix: "/registry/events/", TTL: time.Hour}}})
