@@ -16,9 +16,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -171,8 +173,8 @@ func newSnapshotCmd(stdout io.Writer) *cobra.Command {
 // save writes a snapshot to path (default: a new name in the snapshot
 // dir), from the running server if the data dir is locked by one.
 func (o *snapshotOptions) save(ctx context.Context, stdout io.Writer, path string) error {
+	node := o.nodeName
 	if path == "" {
-		node := o.nodeName
 		if node == "" {
 			h, err := os.Hostname()
 			if err != nil {
@@ -180,37 +182,60 @@ func (o *snapshotOptions) save(ctx context.Context, stdout io.Writer, path strin
 			}
 			node = strings.ToLower(h)
 		}
-		for flag, v := range map[string]string{"--name": o.name, "--node-name": node} {
-			if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-				return fmt.Errorf("%s %q: %s", flag, v, strings.Join(errs, "; "))
+		for _, f := range []struct{ flag, v string }{{"--name", o.name}, {"--node-name", node}} {
+			if errs := validation.IsDNS1123Subdomain(f.v); len(errs) > 0 {
+				return fmt.Errorf("%s %q: %s", f.flag, f.v, strings.Join(errs, "; "))
 			}
 		}
+	} else if err := checkNewFile(path); err != nil {
+		return err
+	}
+	// Whether a server runs decides where the snapshot comes from; the
+	// lock, held to the end, keeps one from starting meanwhile.
+	lock, err := tryLockDir(o.dataDir)
+	fromServer := errors.Is(err, errDirBusy)
+	if err != nil && !fromServer {
+		return err
+	}
+	db := filepath.Join(o.dataDir, "db")
+	if lock != nil {
+		defer lock.Close()
+		if _, err := os.Stat(filepath.Join(db, "MANIFEST")); err != nil {
+			return fmt.Errorf("no server runs on %s and it holds no store (%s); nothing to snapshot", o.dataDir, db)
+		}
+	}
+	if path == "" {
 		if err := os.MkdirAll(o.snapshotDir(), 0o700); err != nil {
 			return fmt.Errorf("--snapshot-dir %s: %v", o.snapshotDir(), pathErrReason(err))
 		}
 		path = filepath.Join(o.snapshotDir(), snapshotFileName(o.name, node, time.Now()))
+		if err := checkNewFile(path); err != nil {
+			return err
+		}
 	}
+	start := time.Now()
+	var info store.SnapshotInfo
+	if fromServer {
+		info, err = o.saveFromServer(ctx, path)
+	} else {
+		info, err = saveFromStore(ctx, db, path)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot save: %v", err)
+	}
+	fmt.Fprintf(stdout, "Saved snapshot %s: revision %d, %d keys, %d bytes, in %s\n", path, info.Revision, info.Keys, info.Bytes, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// checkNewFile refuses a snapshot path that exists or whose directory
+// does not.
+func checkNewFile(path string) error {
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("%s exists; refusing to overwrite it", path)
 	}
 	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
 		return fmt.Errorf("%s: directory %s does not exist", path, filepath.Dir(path))
 	}
-	start := time.Now()
-	var info store.SnapshotInfo
-	lock, err := tryLockDir(o.dataDir)
-	switch {
-	case errors.Is(err, errDirBusy):
-		info, err = o.saveFromServer(ctx, path)
-	case err != nil:
-		return err
-	default:
-		info, err = saveFromDataDir(ctx, lock, o.dataDir, path)
-	}
-	if err != nil {
-		return fmt.Errorf("snapshot save: %v", err)
-	}
-	fmt.Fprintf(stdout, "Saved snapshot %s: revision %d, %d keys, %d bytes, in %s\n", path, info.Revision, info.Keys, info.Bytes, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -234,14 +259,8 @@ func tryLockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// saveFromDataDir snapshots the store of a data dir no server uses,
-// holding its lock meanwhile.
-func saveFromDataDir(ctx context.Context, lock *os.File, dataDir, path string) (store.SnapshotInfo, error) {
-	defer lock.Close()
-	db := filepath.Join(dataDir, "db")
-	if _, err := os.Stat(filepath.Join(db, "MANIFEST")); err != nil {
-		return store.SnapshotInfo{}, fmt.Errorf("no server runs on %s and it holds no store (%s); nothing to snapshot", dataDir, db)
-	}
+// saveFromStore snapshots the store in db, which no server uses.
+func saveFromStore(ctx context.Context, db, path string) (store.SnapshotInfo, error) {
 	st, err := store.OpenBadger(store.BadgerOptions{Dir: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return store.SnapshotInfo{}, err
@@ -420,4 +439,115 @@ func pruneSnapshots(dir, name string, keep int) ([]string, error) {
 		removed = append(removed, s.path)
 	}
 	return removed, nil
+}
+
+// takeSnapshot writes a snapshot named <name>-<node>-<unix time> into
+// dir and returns its path.
+func takeSnapshot(ctx context.Context, sn store.Snapshotter, dir, name, node string) (string, store.SnapshotInfo, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", store.SnapshotInfo{}, err
+	}
+	path := filepath.Join(dir, snapshotFileName(name, node, time.Now()))
+	info, err := writeSnapshot(ctx, sn, path)
+	return path, info, err
+}
+
+// runSnapshotSchedule takes the scheduled snapshots until ctx ends, each
+// followed by a prune to the retention, as k3s does after its own. A
+// failed snapshot is logged and the next one is still taken.
+func runSnapshotSchedule(ctx context.Context, sched cron.Schedule, sn store.Snapshotter, cfg *serverConfig, log *slog.Logger) {
+	for {
+		t := time.NewTimer(time.Until(sched.Next(time.Now())))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		path, info, err := takeSnapshot(ctx, sn, cfg.SnapshotDir, snapshotNameScheduled, cfg.NodeName)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("scheduled snapshot failed", "dir", cfg.SnapshotDir, "err", err)
+			}
+			continue
+		}
+		log.Info("scheduled snapshot taken", "path", path, "revision", info.Revision, "keys", info.Keys, "bytes", info.Bytes, "took", time.Since(start).Round(time.Millisecond))
+		removed, err := pruneSnapshots(cfg.SnapshotDir, snapshotNameScheduled, cfg.SnapshotRetention)
+		if len(removed) > 0 {
+			log.Info("pruned scheduled snapshots", "removed", removed, "retention", cfg.SnapshotRetention)
+		}
+		if err != nil {
+			log.Error("pruning scheduled snapshots failed", "dir", cfg.SnapshotDir, "err", err)
+		}
+	}
+}
+
+// startSnapshots starts the scheduled snapshots of the embedded store;
+// the function it returns waits for them to stop (after ctx ends), so
+// that the store is not closed under one.
+func startSnapshots(ctx context.Context, cfg *serverConfig, st store.Store, log *slog.Logger) func() {
+	sn, ok := st.(store.Snapshotter)
+	switch {
+	case cfg.SnapshotSchedule == nil:
+		return func() {}
+	case !ok:
+		log.Info("no scheduled snapshots of an etcd datastore: take them with etcd's own tools (etcdctl snapshot save)")
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runSnapshotSchedule(ctx, cfg.SnapshotSchedule, sn, cfg, log)
+	}()
+	return func() { <-done }
+}
+
+// versionFile records the version of the bonsai that last used a data
+// dir, so that a newer one knows to take a snapshot first.
+func versionFile(dataDir string) string { return filepath.Join(dataDir, "bonsai-version") }
+
+// snapshotBeforeUpgrade takes a pre-upgrade snapshot of a store that an
+// older bonsai used last (or one from before bonsai recorded its version)
+// before anything of this version writes to it, then records this
+// version. A development build (a version that is not semantic) takes
+// none and records nothing.
+func snapshotBeforeUpgrade(ctx context.Context, cfg *serverConfig, st store.Store, hadStore bool, log *slog.Logger) error {
+	sn, ok := st.(store.Snapshotter)
+	cur, err := utilversion.ParseSemantic(version)
+	if !ok || err != nil {
+		return nil
+	}
+	last := ""
+	b, err := os.ReadFile(versionFile(cfg.DataDir))
+	switch {
+	case err == nil:
+		last = strings.TrimSpace(string(b))
+		if last == version {
+			return nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("data dir %s: %v", cfg.DataDir, pathErrReason(err))
+	case !hadStore:
+		last = version // a new store: nothing to keep
+	}
+	older := last != version
+	if prev, err := utilversion.ParseSemantic(last); err == nil {
+		older = prev.LessThan(cur)
+	}
+	if older {
+		path, info, err := takeSnapshot(ctx, sn, cfg.SnapshotDir, snapshotNamePreUpgrade, cfg.NodeName)
+		if err != nil {
+			return fmt.Errorf("snapshot before the data dir is first used by bonsai %s: %v", version, err)
+		}
+		from := last
+		if from == "" {
+			from = "a bonsai that did not record its version"
+		}
+		log.Info("took a snapshot before the first use of the data dir by this version", "from", from, "to", version, "path", path, "revision", info.Revision)
+	}
+	return store.WriteFileDurably(versionFile(cfg.DataDir), 0o600, func(w io.Writer) error {
+		_, err := io.WriteString(w, version+"\n")
+		return err
+	})
 }
