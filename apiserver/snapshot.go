@@ -15,16 +15,21 @@ import (
 // Secret.
 const snapshotPath = "/bonsai/snapshot"
 
+// SnapshotBackendHeader names the format of the snapshot streamed:
+// badger (bonsai's own) or etcd (etcd's database file).
+const SnapshotBackendHeader = "Bonsai-Snapshot-Backend"
+
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	u, ok := encryptionCaller(w, r, "take a snapshot of the datastore")
 	if !ok {
 		return
 	}
 	if s.snapshots == nil {
-		writeError(w, apierrors.NewBadRequest("this datastore does not take bonsai snapshots; use its own tools (etcdctl snapshot save for etcd)"))
+		writeError(w, apierrors.NewBadRequest("this datastore does not take snapshots"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(SnapshotBackendHeader, s.snapshots.SnapshotBackend())
 	// An error once bytes are sent shows as a truncated snapshot, which
 	// the client refuses; before, it gets a Status.
 	cw := &countingWriter{w: w}

@@ -61,6 +61,9 @@ type Snapshotter interface {
 	// Snapshot writes every live key at the current revision to w.
 	// bonsaiVersion goes into the header.
 	Snapshot(ctx context.Context, w io.Writer, bonsaiVersion string) (SnapshotInfo, error)
+	// SnapshotBackend is the Backend of its snapshots' headers: badger
+	// (this package's format) or etcd (etcd's own).
+	SnapshotBackend() string
 }
 
 // ErrCorruptSnapshot is a snapshot file that cannot be read back whole.

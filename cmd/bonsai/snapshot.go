@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -34,7 +35,9 @@ import (
 // first uses the data dir (name pre-upgrade). A snapshot is the
 // datastore only: the data dir's CA, keys and encryption configuration
 // are not in it, as k3s's token and certificates are not in its etcd
-// snapshots.
+// snapshots. With an etcd datastore the same commands write etcd's own
+// snapshots (its snapshot API, through the running server), which etcd's
+// tools restore.
 
 const (
 	defaultSnapshotRetention = 5
@@ -80,7 +83,8 @@ func newSnapshotCmd(stdout io.Writer) *cobra.Command {
 		Use:   "save [FILE]",
 		Short: "Take a snapshot of the datastore at one revision, from the running server or, when none runs, from the data dir",
 		Long: "Writes FILE, or <snapshot-dir>/<name>-<node>-<unix time>. With a server running on the data dir the snapshot comes from it " +
-			"(as a member of system:masters, with the admin kubeconfig); otherwise the store in <data-dir>/db is read directly.",
+			"(as a member of system:masters, with the admin kubeconfig); otherwise the store in <data-dir>/db is read directly. " +
+			"With an etcd datastore (--datastore-endpoint) the server takes etcd's own snapshot, through etcd's snapshot API; etcdutl snapshot restore reads it.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := ""
@@ -115,9 +119,13 @@ func newSnapshotCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "Name\tLocation\tSize\tRevision\tCreated")
+			fmt.Fprintln(tw, "Name\tLocation\tSize\tBackend\tRevision\tCreated")
 			for _, s := range snaps {
-				fmt.Fprintf(tw, "%s\tfile://%s\t%d\t%d\t%s\n", s.name, s.path, s.size, s.hdr.Revision, s.hdr.Created.Format(time.RFC3339))
+				rev := "-"
+				if s.hdr.Revision > 0 {
+					rev = fmt.Sprint(s.hdr.Revision)
+				}
+				fmt.Fprintf(tw, "%s\tfile://%s\t%d\t%s\t%s\t%s\n", s.name, s.path, s.size, s.hdr.Backend, rev, s.hdr.Created.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -223,7 +231,12 @@ func (o *snapshotOptions) save(ctx context.Context, stdout io.Writer, path strin
 	if err != nil {
 		return fmt.Errorf("snapshot save: %v", err)
 	}
-	fmt.Fprintf(stdout, "Saved snapshot %s: revision %d, %d keys, %d bytes, in %s\n", path, info.Revision, info.Keys, info.Bytes, time.Since(start).Round(time.Millisecond))
+	took := time.Since(start).Round(time.Millisecond)
+	if info.Backend == "etcd" {
+		fmt.Fprintf(stdout, "Saved etcd snapshot %s: %d bytes, in %s; etcdutl snapshot restore reads it\n", path, info.Bytes, took)
+		return nil
+	}
+	fmt.Fprintf(stdout, "Saved snapshot %s: revision %d, %d keys, %d bytes, in %s\n", path, info.Revision, info.Keys, info.Bytes, took)
 	return nil
 }
 
@@ -315,6 +328,11 @@ func (o *snapshotOptions) saveFromServer(ctx context.Context, path string) (stor
 	var info store.SnapshotInfo
 	err = store.WriteFileDurably(path, 0o600, func(w io.Writer) error {
 		var err error
+		if resp.Header.Get(apiserver.SnapshotBackendHeader) == "etcd" {
+			info.Backend = "etcd"
+			info.Bytes, err = store.CheckEtcdSnapshot(resp.Body, w)
+			return err
+		}
 		info, err = store.CheckSnapshot(io.TeeReader(resp.Body, w))
 		return err
 	})
@@ -325,6 +343,9 @@ func (o *snapshotOptions) saveFromServer(ctx context.Context, path string) (stor
 // dir's lock so that no server starts on it meanwhile.
 func (o *snapshotOptions) restore(stdout io.Writer, path string) error {
 	start := time.Now()
+	if store.IsEtcdSnapshot(path) {
+		return fmt.Errorf("snapshot restore %s: an etcd snapshot; restore it with etcdutl snapshot restore into a new etcd data dir and start bonsai with --datastore-endpoint on that etcd", path)
+	}
 	hdr, err := store.ReadSnapshotHeader(path)
 	if err != nil {
 		return fmt.Errorf("snapshot restore %s: %v", path, pathErrReason(err))
@@ -397,13 +418,16 @@ func listSnapshots(dir string) ([]snapshotFile, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		hdr, err := store.ReadSnapshotHeader(path)
-		if err != nil {
-			continue
-		}
 		fi, err := e.Info()
 		if err != nil {
 			continue
+		}
+		hdr, err := store.ReadSnapshotHeader(path)
+		if err != nil {
+			if !store.IsEtcdSnapshot(path) {
+				continue
+			}
+			hdr = store.SnapshotHeader{Backend: "etcd", Created: fi.ModTime().UTC()}
 		}
 		snaps = append(snaps, snapshotFile{name: e.Name(), path: path, size: fi.Size(), hdr: hdr})
 	}
@@ -492,7 +516,6 @@ func startSnapshots(ctx context.Context, cfg *serverConfig, st store.Store, log 
 	case cfg.SnapshotSchedule == nil:
 		return func() {}
 	case !ok:
-		log.Info("no scheduled snapshots of an etcd datastore: take them with etcd's own tools (etcdctl snapshot save)")
 		return func() {}
 	}
 	done := make(chan struct{})
