@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,11 +17,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/store"
@@ -296,35 +292,11 @@ func writeSnapshot(ctx context.Context, sn store.Snapshotter, path string) (stor
 // saveFromServer streams the running server's snapshot into path,
 // checking it on the way: a truncated or corrupt stream leaves no file.
 func (o *snapshotOptions) saveFromServer(ctx context.Context, path string) (store.SnapshotInfo, error) {
-	kc := o.kubeconfig
-	if kc == "" {
-		kc = filepath.Join(o.dataDir, "kubeconfig.yaml")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		return store.SnapshotInfo{}, fmt.Errorf("a server runs on %s; --kubeconfig %s: %v", o.dataDir, kc, err)
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return store.SnapshotInfo{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/bonsai/snapshot", nil)
-	if err != nil {
-		return store.SnapshotInfo{}, err
-	}
-	resp, err := hc.Do(req)
+	resp, err := adminRequest(ctx, o.dataDir, o.kubeconfig, http.MethodGet, "/bonsai/snapshot")
 	if err != nil {
 		return store.SnapshotInfo{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		var st metav1.Status
-		if json.Unmarshal(body, &st) == nil && st.Message != "" {
-			return store.SnapshotInfo{}, errors.New(st.Message)
-		}
-		return store.SnapshotInfo{}, fmt.Errorf("the server answered %s", resp.Status)
-	}
 	var info store.SnapshotInfo
 	err = store.WriteFileDurably(path, 0o600, func(w io.Writer) error {
 		var err error
