@@ -173,3 +173,41 @@ func TestSnapshotCommandErrors(t *testing.T) {
 		t.Errorf("refused commands left %v in %s", entries, dir)
 	}
 }
+
+// TestSnapshotRestoreOverwrite: --overwrite moves the store in place
+// aside, whole, and restores the snapshot in its place.
+func TestSnapshotRestoreOverwrite(t *testing.T) {
+	src := t.TempDir()
+	st := openTestStore(t, src, 7)
+	snap := filepath.Join(t.TempDir(), "snap")
+	info, err := writeSnapshot(context.Background(), st.(store.Snapshotter), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	old := openTestStore(t, dataDir, 2)
+	oldRev, _ := old.CurrentRevision(context.Background())
+	old.Close()
+
+	var out bytes.Buffer
+	root := newRootCmd(&out, &out, nil)
+	root.SetArgs([]string{"snapshot", "restore", snap, "--data-dir", dataDir, "--overwrite"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	aside, _ := filepath.Glob(filepath.Join(dataDir, "db.old-*"))
+	if len(aside) != 1 || !strings.Contains(out.String(), "Moved the store that was in the data dir to "+aside[0]) {
+		t.Fatalf("stores moved aside: %v; output %q", aside, out.String())
+	}
+	for dir, want := range map[string]uint64{filepath.Join(dataDir, "db"): info.Revision, aside[0]: oldRev} {
+		s, err := store.OpenBadger(store.BadgerOptions{Dir: dir, Logger: quietLog()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := s.CurrentRevision(context.Background())
+		s.Close()
+		if rev != want {
+			t.Errorf("%s at revision %d, want %d", dir, rev, want)
+		}
+	}
+}
