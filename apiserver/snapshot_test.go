@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -35,5 +38,14 @@ func TestSnapshotEndpoint(t *testing.T) {
 	info, err := store.CheckSnapshot(bytes.NewReader(rr.Body.Bytes()))
 	if err != nil || info.Revision < rev || info.Keys == 0 || info.Backend != "badger" {
 		t.Fatalf("snapshot: %+v %v, want one at revision >= %d", info, err, rev)
+	}
+}
+
+// TestSnapshotIsLongRunning: a snapshot's time grows with the store; the
+// request timeout must not cut it.
+func TestSnapshotIsLongRunning(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, snapshotPath, nil)
+	if !longRunning(authz.RequestAttributes(r, &authn.User{})) {
+		t.Error("GET /bonsai/snapshot is not long-running")
 	}
 }
