@@ -149,9 +149,11 @@ func (f *flowControl) level(r *http.Request, u *authn.User) *priorityLevel {
 }
 
 // longRunning requests (watches, exec, attach, port-forward, proxy, logs)
-// hold no seat and get no request timeout, as in kube-apiserver.
+// hold no seat and get no request timeout, as in kube-apiserver; nor does
+// a snapshot, whose time grows with the store.
 func longRunning(a authz.Attributes) bool {
-	return a.Verb == "watch" || a.Verb == "proxy" || (a.ResourceRequest && (connectSubresources[a.Subresource] || a.Subresource == "log" || a.Subresource == "proxy"))
+	return a.Verb == "watch" || a.Verb == "proxy" || (a.ResourceRequest && (connectSubresources[a.Subresource] || a.Subresource == "log" || a.Subresource == "proxy")) ||
+		(!a.ResourceRequest && a.Path == snapshotPath)
 }
 
 func mutating(method string) bool {

@@ -136,6 +136,9 @@ type Server struct {
 	// encryption is the store's encryption at rest, nil without it: the
 	// bottom of cfg.Store, below every cache and fast path.
 	encryption *encryption.Store
+	// snapshots is the store's own snapshotter, below encryption: a
+	// snapshot holds what is stored, encrypted values as they are.
+	snapshots store.Snapshotter
 
 	// bookmarkEvery is how often watches that allow bookmarks get one.
 	bookmarkEvery time.Duration
@@ -239,6 +242,7 @@ func New(cfg Config) (*Server, error) {
 	// caches, the no-op write check, the watch fan-out, sees plaintext,
 	// and everything written reaches the store through it.
 	stored := cfg.Store
+	s.snapshots, _ = cfg.Store.(store.Snapshotter)
 	if cfg.Encryption != nil {
 		s.encryption = encryption.NewStore(cfg.Store, cfg.Encryption)
 		stored = s.encryption
@@ -323,6 +327,7 @@ func (s *Server) routes(r chi.Router) {
 	r.Get(encryptionStatusPath, s.serveEncryptionStatus)
 	r.Post(encryptionRotatePath, s.serveEncryptionRotate)
 	r.Post(encryptionReencryptPath, s.serveEncryptionReencrypt)
+	r.Get(snapshotPath, s.serveSnapshot)
 	r.Get("/openapi/v2", s.openapi.ServeV2)
 	r.Get("/openapi/v3", s.openapi.ServeV3)
 	r.Get("/openapi/v3/*", s.serveOpenAPIV3GroupVersion)

@@ -295,38 +295,7 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 	// is the whole file (twice the memtable); a value log takes writes
 	// until it passes its size, by one value at most.
 	memLogBytes, vlogBytes := 2*memtable, int64(valueLogFileSize+opts.MaxValueBytes+1<<20)
-	bo := badger.DefaultOptions(dir).
-		WithLogger(badgerLogger{opts.Logger}).
-		WithSyncWrites(false). // the committer syncs once per batch
-		// Values of at least valueThreshold bytes go to the value log,
-		// written once; the tree holds small pointers to them, so its
-		// compactions rewrite pointers, not objects.
-		WithValueThreshold(valueThreshold).
-		WithVerifyValueChecksum(true).
-		// A tree of pointers is small: a shallow, eagerly compacted tree
-		// costs little rewriting (1.6 KB written per 1 KB update in all,
-		// against 1.5 KB for 10 L0 tables and a 32 MB first level), and
-		// compactions are what tell the value log's garbage collector
-		// which values history no longer needs. Smaller memtables would
-		// tell it sooner still, but the compactions' buffers cost more
-		// resident memory than the memtables save (41 against 36 MB for
-		// 10,000 small objects with 1 MB memtables).
-		WithMemTableSize(memtable).
-		WithNumMemtables(2).
-		WithNumLevelZeroTables(3).
-		WithNumLevelZeroTablesStall(10).
-		WithBaseTableSize(1 << 20).
-		WithBaseLevelSize(4 << 20).
-		WithBlockCacheSize(mem / 3).
-		WithIndexCacheSize(mem / 6).
-		// Smaller value-log files: garbage collection rewrites a file's
-		// live values to free it, so a small file frees space sooner and
-		// for less rewriting.
-		WithValueLogFileSize(valueLogFileSize).
-		WithNumCompactors(2).
-		WithDetectConflicts(false).
-		WithMetricsEnabled(false).
-		WithNumGoroutines(2)
+	bo := badgerOptions(dir, mem, opts.Logger)
 	advisor, err := startLogAdvisor(dir, func(path string) {
 		if strings.HasSuffix(path, ".mem") {
 			guard.allocateLog(path, memLogBytes)
@@ -385,6 +354,45 @@ func OpenBadger(opts BadgerOptions) (Store, error) {
 		go s.every(opts.ExpiryInterval, s.expireKeys)
 	}
 	return s, nil
+}
+
+// badgerOptions are badger's options for a store in dir with a memory
+// budget of mem bytes: the ones OpenBadger opens it with, and a restore
+// writes it with.
+func badgerOptions(dir string, mem int64, log *slog.Logger) badger.Options {
+	memtable := mem / 6
+	return badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{log}).
+		WithSyncWrites(false). // the committer syncs once per batch
+		// Values of at least valueThreshold bytes go to the value log,
+		// written once; the tree holds small pointers to them, so its
+		// compactions rewrite pointers, not objects.
+		WithValueThreshold(valueThreshold).
+		WithVerifyValueChecksum(true).
+		// A tree of pointers is small: a shallow, eagerly compacted tree
+		// costs little rewriting (1.6 KB written per 1 KB update in all,
+		// against 1.5 KB for 10 L0 tables and a 32 MB first level), and
+		// compactions are what tell the value log's garbage collector
+		// which values history no longer needs. Smaller memtables would
+		// tell it sooner still, but the compactions' buffers cost more
+		// resident memory than the memtables save (41 against 36 MB for
+		// 10,000 small objects with 1 MB memtables).
+		WithMemTableSize(memtable).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(3).
+		WithNumLevelZeroTablesStall(10).
+		WithBaseTableSize(1 << 20).
+		WithBaseLevelSize(4 << 20).
+		WithBlockCacheSize(mem / 3).
+		WithIndexCacheSize(mem / 6).
+		// Smaller value-log files: garbage collection rewrites a file's
+		// live values to free it, so a small file frees space sooner and
+		// for less rewriting.
+		WithValueLogFileSize(valueLogFileSize).
+		WithNumCompactors(2).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithNumGoroutines(2)
 }
 
 // checkStoreDir refuses, before badger touches anything, a directory that

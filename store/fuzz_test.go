@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -109,4 +110,39 @@ func TestObjectKeys(t *testing.T) {
 	if _, err := store.ParseObjectKey("/other/core/pods/default/web", true); err == nil {
 		t.Error("a key outside /registry/ parsed")
 	}
+}
+
+// FuzzCheckSnapshot: any file either reads back whole, every byte of it
+// accounted for, or is refused as corrupt (or of another format); none
+// panics or makes the reader allocate what its lengths claim.
+func FuzzCheckSnapshot(f *testing.F) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: f.TempDir()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := st.Create(ctx, "/registry/core/configmaps/ns/c"+strings.Repeat("x", i), []byte(strings.Repeat("v", 600*i))); err != nil {
+			f.Fatal(err)
+		}
+	}
+	var good bytes.Buffer
+	if _, err := st.(store.Snapshotter).Snapshot(ctx, &good, "fuzz"); err != nil {
+		f.Fatal(err)
+	}
+	st.Close()
+	f.Add(good.Bytes())
+	f.Add(good.Bytes()[:good.Len()/2])
+	f.Add([]byte("bonsai-snapshot/1\n{\"format\":1,\"revision\":5}\nk\xff\xff\xff\xff\xff\xff\xff\xff\x7f"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info, err := store.CheckSnapshot(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, store.ErrCorruptSnapshot) && !strings.Contains(err.Error(), "snapshot format") {
+				t.Fatalf("error %v is neither ErrCorruptSnapshot nor a format error", err)
+			}
+			return
+		}
+		if info.Bytes != int64(len(data)) || info.Revision == 0 {
+			t.Fatalf("accepted %d bytes as %+v", len(data), info)
+		}
+	})
 }

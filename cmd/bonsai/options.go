@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"github.com/spf13/pflag"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -79,6 +80,9 @@ type serverOptions struct {
 	nodeLifecycle     nodeLifecycleOptions
 	schedulerConfig   string
 	disableScheduler  bool
+	snapshotSchedule  string
+	snapshotRetention int
+	snapshotDir       string
 	maxEndpoints      int
 	maxObjectSize     int
 	eventTTL          time.Duration
@@ -170,6 +174,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.ingressHTTPPort, "ingress-http-port", 80, "port the built-in Ingress controller serves HTTP on; 0: no HTTP")
 	fs.IntVar(&o.ingressHTTPSPort, "ingress-https-port", 443, "port the built-in Ingress controller serves HTTPS on; 0: no HTTPS")
 	fs.BoolVar(&o.disableScheduler, "disable-scheduler", false, "do not run the built-in default-scheduler (another scheduler places pods, or they wait) (default false)")
+	fs.StringVar(&o.snapshotSchedule, "snapshot-schedule", defaultSnapshotSchedule, "cron schedule (five fields, or a descriptor such as @daily, in the server's local time) of the embedded store's scheduled snapshots, named scheduled-<node>-<unix time> in --snapshot-dir; \"\": none (k3s's --etcd-snapshot-schedule-cron)")
+	fs.IntVar(&o.snapshotRetention, "snapshot-retention", defaultSnapshotRetention, "scheduled snapshots kept; older ones are deleted after each new one (k3s's --etcd-snapshot-retention)")
+	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "directory of the scheduled and pre-upgrade snapshots (default <data-dir>/snapshots)")
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -257,6 +264,12 @@ type serverConfig struct {
 	Devices *generic.Config
 	// ShutdownGroups are graceful node shutdown's phases; nil = off.
 	ShutdownGroups []kubelet.ShutdownGroup
+	// SnapshotSchedule is --snapshot-schedule parsed; nil = none.
+	// SnapshotRetention is how many scheduled snapshots are kept, in
+	// SnapshotDir with the pre-upgrade ones.
+	SnapshotSchedule  cron.Schedule
+	SnapshotRetention int
+	SnapshotDir       string
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -438,6 +451,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--event-ttl %v: must be at least 1s", o.eventTTL)
 	}
 	c.EventTTL = o.eventTTL
+	if err := o.validateSnapshots(c); err != nil {
+		return nil, err
+	}
 	// Under 64 MiB the embedded store would be refused writes while
 	// nearly empty: its logs are allocated ahead (some 30 MB).
 	if o.quotaBackendBytes != 0 && o.quotaBackendBytes < minQuotaBytes {
@@ -839,4 +855,23 @@ func (o *serverOptions) validateIngress(c *serverConfig) error {
 // would collide.
 func sameListenAddress(a, b netip.Addr) bool {
 	return a == b || a.IsUnspecified() || b.IsUnspecified()
+}
+
+func (o *serverOptions) validateSnapshots(c *serverConfig) error {
+	if o.snapshotSchedule != "" {
+		sched, err := cron.ParseStandard(o.snapshotSchedule)
+		if err != nil {
+			return fmt.Errorf("--snapshot-schedule %q: %v", o.snapshotSchedule, err)
+		}
+		c.SnapshotSchedule = sched
+	}
+	if o.snapshotRetention < 1 {
+		return fmt.Errorf("--snapshot-retention %d: must be at least 1", o.snapshotRetention)
+	}
+	c.SnapshotRetention = o.snapshotRetention
+	c.SnapshotDir = snapshotDirOf(c.DataDir)
+	if o.snapshotDir != "" {
+		c.SnapshotDir = filepath.Clean(o.snapshotDir)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/robfig/cron/v3"
 
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/admission"
@@ -99,9 +100,12 @@ func TestServerDefaults(t *testing.T) {
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 100, MaxBackups: 10},
 		Limits:               apiserver.Limits{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, RequestTimeout: time.Minute, MinRequestTimeout: 30 * time.Minute, MaxWatchesPerUser: 1000},
 		// No --admission-control-config-file: PodSecurity's defaults.
-		Admission: defaultAdmission(t),
+		Admission:         defaultAdmission(t),
+		SnapshotSchedule:  mustCron(t, "0 */12 * * *"),
+		SnapshotRetention: 5,
+		SnapshotDir:       "/var/lib/bonsai/snapshots",
 	}
-	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{}), sameLocation); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 }
@@ -136,6 +140,7 @@ func TestServerFlags(t *testing.T) {
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
+		"--snapshot-schedule", "@daily", "--snapshot-retention", "3", "--snapshot-dir", "/backup/bonsai/",
 		"--admission-control-config-file", writeFile(t, "admission.yaml", admissionConfigYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -194,11 +199,14 @@ func TestServerFlags(t *testing.T) {
 		NodeLifecycle:        defaultNodeLifecycle,
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
 		Limits:               apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
+		SnapshotSchedule:     mustCron(t, "@daily"),
+		SnapshotRetention:    3,
+		SnapshotDir:          "/backup/bonsai",
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
 	want.Etcd.QuotaBytes = 4294967296
-	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{}), sameLocation); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 }
@@ -348,6 +356,9 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--write-kubeconfig", filepath.Join(dir, "no/such/dir/kubeconfig")}, []string{"--write-kubeconfig"}},
 		{[]string{"--write-kubeconfig", dir}, []string{"--write-kubeconfig", "directory"}},
 		{[]string{"--data-dir", ""}, []string{"--data-dir"}},
+		{[]string{"--snapshot-schedule", "twice a day"}, []string{"--snapshot-schedule \"twice a day\""}},
+		{[]string{"--snapshot-schedule", "0 */12 * *"}, []string{"--snapshot-schedule", "expected exactly 5 fields"}},
+		{[]string{"--snapshot-retention", "0"}, []string{"--snapshot-retention 0", "at least 1"}},
 		{[]string{"--no-such-flag"}, []string{"--no-such-flag"}},
 		{[]string{"extra-arg"}, []string{"extra-arg"}},
 	} {
@@ -476,6 +487,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--node-cidr-mask-size int`, `(default 24 for IPv4, 64 for IPv6)`, `--simulated-nodes int`,
 		`--scheduler-config string`, `--disable-scheduler`, `--admission-control-config-file string`,
 		`--encryption-provider-config string`, `--secrets-encryption`,
+		`--snapshot-schedule string`, `(default "0 */12 * * *")`, `--snapshot-retention int`, `(default 5)`, `--snapshot-dir string`,
 		`--disable-ingress`, `--ingress-bind-address string`, `--ingress-http-port int`, `(default 80)`, `--ingress-https-port int`, `(default 443)`,
 	} {
 		if !strings.Contains(help, want) {
@@ -783,7 +795,7 @@ func TestSecretsEncryptCommandErrors(t *testing.T) {
 // groups others fails in one line, as at the root; alone, such a command
 // prints its help and succeeds.
 func TestUnknownSubcommands(t *testing.T) {
-	for _, args := range [][]string{{"bogus"}, {"images", "bogus"}, {"token", "bogus"}, {"secrets-encrypt", "bogus"}} {
+	for _, args := range [][]string{{"bogus"}, {"images", "bogus"}, {"token", "bogus"}, {"secrets-encrypt", "bogus"}, {"snapshot", "bogus"}} {
 		var out bytes.Buffer
 		root := newRootCmd(&out, &out, nil)
 		root.SetArgs(args)
@@ -799,3 +811,16 @@ func TestUnknownSubcommands(t *testing.T) {
 		t.Errorf("secrets-encrypt alone: %v, output %q, want its help", err, out.String())
 	}
 }
+
+func mustCron(t *testing.T, spec string) cron.Schedule {
+	t.Helper()
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sameLocation compares the zones of parsed cron schedules by identity:
+// time.Location has no exported fields to compare.
+var sameLocation = cmp.Comparer(func(a, b *time.Location) bool { return a == b })

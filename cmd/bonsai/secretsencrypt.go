@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,9 +83,30 @@ func newSecretsEncryptCmd(stdout io.Writer) *cobra.Command {
 // call asks the server and decodes its answer: the status, or the
 // message of the Status error it sent.
 func (o *secretsEncryptOptions) call(ctx context.Context, method, path string) (*encryption.Status, error) {
-	kc := o.kubeconfig
+	resp, err := adminRequest(ctx, o.dataDir, o.kubeconfig, method, path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	var st encryption.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("the server's answer: %v", err)
+	}
+	return &st, nil
+}
+
+// adminRequest sends a request to the server of a data dir as its admin
+// (the kubeconfig given, or the data dir's): a member of
+// system:masters. An answer other than 200 is an error with the message
+// of the Status the server sent.
+func adminRequest(ctx context.Context, dataDir, kubeconfig, method, path string) (*http.Response, error) {
+	kc := kubeconfig
 	if kc == "" {
-		kc = filepath.Join(o.dataDir, "kubeconfig.yaml")
+		kc = filepath.Join(dataDir, "kubeconfig.yaml")
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
@@ -98,28 +120,22 @@ func (o *secretsEncryptOptions) call(ctx context.Context, method, path string) (
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
+	// Errors come as a JSON Status; a snapshot as bytes.
+	req.Header.Set("Accept", "application/json, */*")
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		var st metav1.Status
 		if json.Unmarshal(body, &st) == nil && st.Message != "" {
-			return nil, fmt.Errorf("%s", st.Message)
+			return nil, errors.New(st.Message)
 		}
 		return nil, fmt.Errorf("the server answered %s", resp.Status)
 	}
-	var st encryption.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("the server's answer: %v", err)
-	}
-	return &st, nil
+	return resp, nil
 }
 
 func printEncryptionStatus(w io.Writer, st *encryption.Status) {

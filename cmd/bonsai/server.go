@@ -101,6 +101,8 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		log.Info("encrypting stored objects at rest", "config", enc.Path)
 	}
 
+	_, err = os.Stat(filepath.Join(cfg.DataDir, "db", "MANIFEST"))
+	hadStore := err == nil
 	st, storeDesc, err := openStore(cfg, log)
 	if err != nil {
 		return err
@@ -111,6 +113,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 			st.Close()
 		}
 	}()
+	if err := snapshotBeforeUpgrade(ctx, cfg, st, hadStore, log); err != nil {
+		return err
+	}
 
 	sans, err := pki.ServingSANs(cfg.ClusterDomain, cfg.ServiceCIDR, cfg.TLSSANs)
 	if err != nil {
@@ -221,6 +226,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
+	waitSnapshots := startSnapshots(ctx, cfg, st, log)
 	stopAgent := func() {}
 	inf := client.NewInformers(api.ClientConfig(controllerManagerUser))
 	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, inf, log); err != nil {
@@ -276,6 +282,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		waitIngress() // it stops with ctx
 	}
 	stopAgent()
+	waitSnapshots()
 	storeOpen = false
 	if err := st.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)

@@ -37,6 +37,7 @@ type suite struct {
 var suites = []suite{
 	{name: "store", about: "the store (badger) against etcd under the same workload", run: storeSuite},
 	{name: "api", about: "a real `bonsai server` driven by client-go over TLS", run: apiSuite},
+	{name: "snapshot", about: "`bonsai snapshot save` from a running server holding 10,000 objects, the file's size, and its restore", run: snapshotSuite},
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
 	{name: "deviceplugin", about: "device plugins on a real node: registration to Node capacity, Allocate's cost at admission, a burst of pods for few devices", run: devicePluginSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
