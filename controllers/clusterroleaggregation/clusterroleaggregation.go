@@ -9,6 +9,7 @@
 package clusterroleaggregation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -47,9 +48,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.RESTConfig == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("clusterrole-aggregation controller: RESTConfig and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	rc, err := client.REST(cfg.RESTConfig, "/apis", rbacv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err

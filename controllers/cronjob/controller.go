@@ -13,6 +13,7 @@
 package cronjob
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -69,12 +71,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("cronjob controller: Client and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.WithDelayedExecution](cfg.Clock, clock.RealClock{})
 	if cfg.Workers <= 0 {
 		cfg.Workers = 5
 	}
@@ -119,10 +117,7 @@ func New(cfg Config) (*Controller, error) {
 
 // jobChanged queues the CronJob that controls the Job.
 func (c *Controller) jobChanged(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	j, ok := obj.(*batchv1.Job)
+	j, ok := kit.Unwrap[*batchv1.Job](obj)
 	if !ok {
 		return
 	}

@@ -12,6 +12,7 @@
 package daemonset
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -79,12 +80,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("daemonset: Client and Informers are required")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Controller{
 		client:       cfg.Client,
 		clock:        cfg.Clock,
@@ -159,10 +156,7 @@ func (c *Controller) enqueueOwner(obj any) {
 
 // metaOf reads an informer object, tombstones included.
 func metaOf(obj any) (metav1.Object, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, ok := obj.(metav1.Object)
+	m, ok := kit.Unwrap[metav1.Object](obj)
 	return m, ok
 }
 

@@ -15,6 +15,7 @@
 package deployment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -69,12 +70,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, errors.New("deployment: Client and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -114,10 +111,7 @@ func (c *Controller) Run(ctx context.Context) error {
 func keyOf(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }
 
 func (c *Controller) enqueue(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if d, ok := obj.(*appsv1.Deployment); ok {
+	if d, ok := kit.Unwrap[*appsv1.Deployment](obj); ok {
 		c.queue.Add(keyOf(d))
 	}
 }
@@ -162,10 +156,7 @@ func (c *Controller) updateReplicaSet(old, cur any) {
 }
 
 func (c *Controller) deleteReplicaSet(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	rs, ok := obj.(*appsv1.ReplicaSet)
+	rs, ok := kit.Unwrap[*appsv1.ReplicaSet](obj)
 	if !ok {
 		return
 	}
@@ -178,10 +169,7 @@ func (c *Controller) deleteReplicaSet(obj any) {
 // gone before it creates new ones, and a pod's deletion changes no
 // ReplicaSet.
 func (c *Controller) deletePod(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := kit.Unwrap[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

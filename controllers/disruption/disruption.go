@@ -14,6 +14,7 @@
 package disruption
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -63,12 +65,8 @@ type Controller struct {
 
 // New builds the controller and registers its handlers.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})
 	pdbInf := cfg.Informers.For(&policyv1.PodDisruptionBudget{})
 	podInf := cfg.Informers.For(&corev1.Pod{})
 	c := &Controller{
@@ -111,10 +109,7 @@ func New(cfg Config) (*Controller, error) {
 
 // onPod queues the budgets selecting the pod.
 func (c *Controller) onPod(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := kit.Unwrap[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

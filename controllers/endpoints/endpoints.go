@@ -13,6 +13,7 @@
 package endpoints
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,12 +96,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = defaultWorkers
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Controller{
 		cfg:       cfg,
 		log:       cfg.Logger,

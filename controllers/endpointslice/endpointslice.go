@@ -12,6 +12,7 @@
 package endpointslice
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,12 +104,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = defaultWorkers
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Controller{
 		cfg:      cfg,
 		log:      cfg.Logger,

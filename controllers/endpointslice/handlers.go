@@ -3,8 +3,8 @@ package endpointslice
 import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -23,10 +23,7 @@ func (c *Controller) enqueueBatched(keys sets.Set[string]) {
 // managedKey is the key of the Service a slice of this controller's
 // belongs to, or "" for other slices.
 func managedKey(obj any) (string, *discoveryv1.EndpointSlice) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := kit.Unwrap[*discoveryv1.EndpointSlice](obj)
 	if !ok || s.Labels[discoveryv1.LabelManagedBy] != ControllerName || s.Labels[discoveryv1.LabelServiceName] == "" {
 		return "", nil
 	}

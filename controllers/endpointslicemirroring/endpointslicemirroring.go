@@ -14,6 +14,7 @@
 package endpointslicemirroring
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/endpoints"
 	"bonsai.dev/bonsai/controllers/endpointslice"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -92,12 +94,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = defaultWorkers
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Controller{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -163,10 +161,7 @@ func (c *Controller) enqueue(obj any) {
 // mirroredKey is the Endpoints key of a slice this controller mirrored,
 // or "".
 func mirroredKey(obj any) (string, *discoveryv1.EndpointSlice) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := kit.Unwrap[*discoveryv1.EndpointSlice](obj)
 	if !ok || s.Labels[discoveryv1.LabelManagedBy] != ControllerName || s.Labels[discoveryv1.LabelServiceName] == "" {
 		return "", nil
 	}

@@ -9,6 +9,7 @@
 package ephemeral
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -46,9 +47,7 @@ type Controller struct {
 
 // New builds the controller and registers its handlers.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	podInf := cfg.Informers.For(&corev1.Pod{})
 	claimInf := cfg.Informers.For(&corev1.PersistentVolumeClaim{})
 	c := &Controller{

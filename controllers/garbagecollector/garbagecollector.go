@@ -23,6 +23,7 @@
 package garbagecollector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,9 +83,7 @@ func (c *Config) defaults() {
 			{Group: "events.k8s.io", Resource: "events"}: true,
 		}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // objectRef names one object the collector works on. The uid tells a

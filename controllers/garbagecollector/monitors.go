@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 )
 
 // Index names of every monitor's cache.
@@ -225,10 +226,7 @@ func (gc *Controller) onChange(m *monitor, old, obj any) {
 // onDelete: the object's dependents may now be garbage, and an owner
 // waiting in the foreground may now be free to go.
 func (gc *Controller) onDelete(m *monitor, obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	o, ok := obj.(metav1.Object)
+	o, ok := kit.Unwrap[metav1.Object](obj)
 	if !ok {
 		return
 	}

@@ -14,6 +14,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -88,12 +89,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("job controller: Client and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = DefaultBackoff
 	}
@@ -148,10 +145,7 @@ func (c *Controller) enqueue(obj any) {
 
 // podChanged queues the Job that controls the pod and returns its key.
 func (c *Controller) podChanged(obj any) string {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := kit.Unwrap[*corev1.Pod](obj)
 	if !ok {
 		return ""
 	}

@@ -130,3 +130,14 @@ func indexed[T any](inf cache.SharedIndexInformer, key string) []T {
 	}
 	return out
 }
+
+// Unwrap is an informer handler's object as a T, a tombstone's
+// (cache.DeletedFinalStateUnknown, a delete the informer missed)
+// included; false when it is not a T.
+func Unwrap[T any](obj any) (T, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}

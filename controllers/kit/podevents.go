@@ -79,10 +79,7 @@ func (e *PodEvents[T]) Update(oldObj, curObj any) {
 
 // Delete wakes a deleted pod's owner.
 func (e *PodEvents[T]) Delete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(metav1.Object)
+	pod, ok := Unwrap[metav1.Object](obj)
 	if !ok {
 		return
 	}

@@ -21,6 +21,7 @@
 package localpath
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -85,9 +86,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("local-path provisioner: no data dir")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	root, err := filepath.Abs(filepath.Join(cfg.DataDir, "storage"))
 	if err != nil {
 		return nil, err

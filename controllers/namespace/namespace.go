@@ -15,6 +15,7 @@
 package namespace
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,9 +78,7 @@ func (c *Config) defaults() {
 	if c.ParallelResources <= 0 {
 		c.ParallelResources = DefaultParallelResources
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // Controller is the namespace controller.

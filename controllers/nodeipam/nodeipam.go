@@ -12,6 +12,7 @@ package nodeipam
 import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/worker"
+	"cmp"
 
 	"context"
 	"encoding/json"
@@ -75,9 +76,7 @@ type Controller struct {
 
 // New builds the controller; Run starts it.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
 	}

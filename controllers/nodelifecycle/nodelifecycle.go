@@ -20,6 +20,7 @@ package nodelifecycle
 import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/worker"
+	"cmp"
 	"fmt"
 
 	"context"
@@ -134,12 +135,8 @@ func (c *Config) defaults() {
 	if c.Workers <= 0 {
 		c.Workers = 4
 	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Clock = cmp.Or[clock.WithTicker](c.Clock, clock.RealClock{})
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // nodeHealth is what the controller has seen of a node's heartbeats.

@@ -15,6 +15,7 @@
 package replicaset
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -77,12 +78,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, errors.New("replicaset: Client and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -153,10 +150,7 @@ func (c *Controller) enqueue(obj any) {
 }
 
 func (c *Controller) deleteReplicaSet(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	rs, ok := obj.(metav1.Object)
+	rs, ok := kit.Unwrap[metav1.Object](obj)
 	if !ok {
 		return
 	}

@@ -12,6 +12,7 @@
 package resourcequota
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -81,15 +82,11 @@ var countedByMetadata = []schema.GroupResource{{Resource: "configmaps"}, {Resour
 
 // New builds the controller and registers its handlers.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = DefaultSyncPeriod
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Clock = cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})
 	meta, err := metadata.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err

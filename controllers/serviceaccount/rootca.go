@@ -1,6 +1,7 @@
 package serviceaccount
 
 import (
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 	"context"
 	"errors"
@@ -63,12 +64,12 @@ func NewRootCAPublisher(cfg Config) (*RootCAPublisher, error) {
 	}
 	if _, err := p.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if ns, ok := unwrap[*corev1.Namespace](obj); ok {
+			if ns, ok := kit.Unwrap[*corev1.Namespace](obj); ok {
 				p.queue.Add(ns.Name)
 			}
 		},
 		UpdateFunc: func(_, cur any) {
-			if ns, ok := unwrap[*corev1.Namespace](cur); ok && ns.Status.Phase == corev1.NamespaceActive {
+			if ns, ok := kit.Unwrap[*corev1.Namespace](cur); ok && ns.Status.Phase == corev1.NamespaceActive {
 				p.queue.Add(ns.Name)
 			}
 		},
@@ -81,7 +82,7 @@ func NewRootCAPublisher(cfg Config) (*RootCAPublisher, error) {
 // enqueueConfigMap looks again at a namespace whose CA ConfigMap was
 // changed or deleted.
 func (p *RootCAPublisher) enqueueConfigMap(obj any) {
-	if cm, ok := unwrap[*corev1.ConfigMap](obj); ok && cm.Name == RootCACertConfigMapName {
+	if cm, ok := kit.Unwrap[*corev1.ConfigMap](obj); ok && cm.Name == RootCACertConfigMapName {
 		p.queue.Add(cm.Namespace)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -73,7 +74,7 @@ func New(cfg Config) (*Controller, error) {
 	// A deleted default account is made again; any namespace event may
 	// be the one that makes it active.
 	if _, err := c.saInf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-		if sa, ok := unwrap[*corev1.ServiceAccount](obj); ok && sa.Name == DefaultServiceAccountName {
+		if sa, ok := kit.Unwrap[*corev1.ServiceAccount](obj); ok && sa.Name == DefaultServiceAccountName {
 			c.queue.Add(sa.Namespace)
 		}
 	}}); err != nil {
@@ -102,7 +103,7 @@ func (cfg *Config) check() error {
 }
 
 func (c *Controller) enqueueNamespace(obj any) {
-	if ns, ok := unwrap[*corev1.Namespace](obj); ok {
+	if ns, ok := kit.Unwrap[*corev1.Namespace](obj); ok {
 		c.queue.Add(ns.Name)
 	}
 }
@@ -140,14 +141,4 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	return fmt.Errorf("create default service account in %s: %w", name, err)
-}
-
-// unwrap reads obj as T, looking through the tombstone of a delete the
-// informer missed.
-func unwrap[T any](obj any) (T, bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	t, ok := obj.(T)
-	return t, ok
 }

@@ -14,6 +14,7 @@
 package statefulset
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -69,12 +70,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("statefulset: Client and Informers are required")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Clock = cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Controller{
 		client: cfg.Client,
 		clock:  cfg.Clock,
@@ -134,10 +131,7 @@ func (c *Controller) selecting(pod metav1.Object) []*appsv1.StatefulSet {
 }
 
 func (c *Controller) onClaimDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	pvc, ok := kit.Unwrap[*corev1.PersistentVolumeClaim](obj)
 	if !ok {
 		return
 	}

@@ -9,6 +9,7 @@
 package ttlafterfinished
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -50,12 +51,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Informers == nil {
 		return nil, fmt.Errorf("ttl-after-finished controller: Client and Informers are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	if cfg.Workers <= 0 {
 		cfg.Workers = 5
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/component-helpers/storage/ephemeral"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/kit"
 	"bonsai.dev/bonsai/controllers/worker"
 )
 
@@ -104,10 +105,7 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) onPod(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := kit.Unwrap[*corev1.Pod](obj)
 	if !ok {
 		return
 	}
