@@ -48,6 +48,14 @@ func rssBytes(pid string) (uint64, error) {
 	return kb << 10, err
 }
 
+// anonBytes is a process's anonymous resident memory (RssAnon): what
+// it allocated, without the pages of its binary and files, which come
+// and go with what code ran.
+func anonBytes(pid int) (uint64, error) {
+	kb, err := procField("/proc/"+strconv.Itoa(pid)+"/status", "RssAnon")
+	return kb << 10, err
+}
+
 // dirSize returns the blocks allocated under dir and the apparent size of
 // its files. badger preallocates sparse files, so only the allocated figure
 // says how much disk the store takes.
