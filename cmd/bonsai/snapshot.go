@@ -325,6 +325,11 @@ func (o *snapshotOptions) restore(stdout io.Writer, path string) error {
 	if hdr.Backend != "badger" {
 		return fmt.Errorf("snapshot restore %s: a snapshot of a %s datastore; bonsai restores its embedded store only", path, hdr.Backend)
 	}
+	// The whole file is checked before anything is made or moved: a
+	// bad file changes nothing.
+	if _, err := store.VerifySnapshot(path); err != nil {
+		return fmt.Errorf("snapshot restore %s: %v", path, err)
+	}
 	if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir %s cannot be created: %v", o.dataDir, pathErrReason(err))
 	}
@@ -341,11 +346,6 @@ func (o *snapshotOptions) restore(stdout io.Writer, path string) error {
 	if entries, err := os.ReadDir(db); err == nil && len(entries) > 0 {
 		if !o.overwrite {
 			return fmt.Errorf("data dir %s already holds a store (%s); restore into a new --data-dir, or give --overwrite to move it aside", o.dataDir, db)
-		}
-		// Checked before the store in place is moved: a bad file
-		// changes nothing.
-		if _, err := store.VerifySnapshot(path); err != nil {
-			return fmt.Errorf("snapshot restore %s: %v", path, err)
 		}
 		aside = fmt.Sprintf("%s.old-%d", db, time.Now().Unix())
 		if err := os.Rename(db, aside); err != nil {

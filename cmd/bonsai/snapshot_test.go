@@ -211,3 +211,30 @@ func TestSnapshotRestoreOverwrite(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotRestoreTruncated: a snapshot cut short is refused before
+// the data dir is made.
+func TestSnapshotRestoreTruncated(t *testing.T) {
+	st := openTestStore(t, t.TempDir(), 7)
+	snap := filepath.Join(t.TempDir(), "snap")
+	if _, err := writeSnapshot(context.Background(), st.(store.Snapshotter), snap); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(snap, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(t.TempDir(), "new")
+	var out bytes.Buffer
+	root := newRootCmd(&out, &out, nil)
+	root.SetArgs([]string{"snapshot", "restore", snap, "--data-dir", dataDir})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "not a valid bonsai snapshot") {
+		t.Errorf("restore of half a snapshot: %v", err)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Errorf("refused restore left %s: %v", dataDir, err)
+	}
+}
