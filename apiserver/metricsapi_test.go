@@ -2,12 +2,17 @@ package apiserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,14 +70,41 @@ func TestMetricsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &fakeSummaries{sums: map[string]*statsapi.Summary{}}
-	s, cs := newServerOn(t, st, Config{MetricsSource: src, MetricResolution: time.Hour})
+	// The node agent's kubelet, reached over HTTPS: 0.5 cores more at
+	// each scrape, 10 s apart.
+	var scrapes atomic.Int64
+	agentT0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	kubelet := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stats/summary" || r.URL.Query().Get("only_cpu_and_memory") != "true" {
+			http.NotFound(w, r)
+			return
+		}
+		n := scrapes.Add(1)
+		sum := summaryAt("agent", "", agentT0.Add(time.Duration(n)*10*time.Second), uint64(n)*5e9, 1<<20)
+		sum.Pods = nil
+		json.NewEncoder(w).Encode(sum)
+	}))
+	t.Cleanup(kubelet.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(kubelet.Certificate())
+	s, cs := newServerOn(t, st, Config{MetricsSource: src, MetricResolution: -1, KubeletTLS: &tls.Config{RootCAs: roots}})
 	ctx := context.Background()
 	for _, n := range []*corev1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "edge", Labels: map[string]string{"zone": "a"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "sim-0", Labels: map[string]string{"zone": "b"}, Annotations: map[string]string{"bonsai.dev/simulated": "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "agent"}},
 	} {
-		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		n, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if n.Name == "agent" {
+			port, _ := strconv.Atoi(portOf(kubelet))
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+			n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
+			if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	mkPod := func(name, node string, requests corev1.ResourceList) *corev1.Pod {
@@ -175,8 +207,15 @@ func TestMetricsAPI(t *testing.T) {
 	// A node that stops answering loses its figures.
 	delete(src.sums, "edge")
 	s.resourceMetrics.Scrape(ctx)
-	if items := nodeList(""); len(items) != 1 {
-		t.Errorf("after edge stopped answering: %+v", items)
+	var names []string
+	for _, m := range nodeList("") {
+		names = append(names, m.Name)
+		if m.Name == "agent" && (m.Usage.Cpu().MilliValue() != 500 || m.Window.Duration != 10*time.Second) {
+			t.Errorf("agent, scraped over HTTPS: %+v", m)
+		}
+	}
+	if got := strings.Join(names, " "); got != "agent sim-0" || scrapes.Load() != 3 {
+		t.Errorf("after edge stopped answering: %s; the agent's kubelet scraped %d times", got, scrapes.Load())
 	}
 
 	// Discovery and the local APIService.
@@ -184,7 +223,7 @@ func TestMetricsAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	names = nil
 	for _, r := range rl.APIResources {
 		names = append(names, fmt.Sprintf("%s:%s:%v:%v", r.Name, r.Kind, r.Namespaced, r.Verbs))
 	}

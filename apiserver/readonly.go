@@ -2,13 +2,18 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"bonsai.dev/bonsai/apiserver/metricsapi"
 )
@@ -36,11 +41,7 @@ func (s *Server) serveRead(w http.ResponseWriter, r *http.Request, ri requestInf
 		}
 		return s.respond(w, r, http.StatusOK, res, obj, format)
 	case "list":
-		format, err := negotiate(r, res, false)
-		if err != nil {
-			return err
-		}
-		o, err := parseListOptions(r, res, false)
+		format, o, err := listRequest(r, res)
 		if err != nil {
 			return err
 		}
@@ -65,26 +66,21 @@ func (s *Server) serveRead(w http.ResponseWriter, r *http.Request, ri requestInf
 type metricsObjects struct{ s *Server }
 
 func (m metricsObjects) Nodes(ctx context.Context) ([]*corev1.Node, error) {
-	objs, err := m.list(ctx, gvr("", "v1", "nodes"), "")
-	out := make([]*corev1.Node, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*corev1.Node))
-	}
-	return out, err
+	return listTyped[*corev1.Node](ctx, m.s, gvr("", "v1", "nodes"), "")
 }
 
 func (m metricsObjects) Pods(ctx context.Context, namespace string) ([]*corev1.Pod, error) {
-	objs, err := m.list(ctx, gvr("", "v1", "pods"), namespace)
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		out = append(out, o.(*corev1.Pod))
-	}
-	return out, err
+	return listTyped[*corev1.Pod](ctx, m.s, gvr("", "v1", "pods"), namespace)
 }
 
-func (m metricsObjects) list(ctx context.Context, g schema.GroupVersionResource, namespace string) ([]runtime.Object, error) {
-	items, _, err := m.s.listObjects(ctx, m.s.reg.byGVR[g], namespace, listOptions{labels: labels.Everything()})
-	return items, err
+// listTyped is every stored object of a built-in resource in namespace.
+func listTyped[T runtime.Object](ctx context.Context, s *Server, g schema.GroupVersionResource, namespace string) ([]T, error) {
+	items, _, err := s.listObjects(ctx, s.reg.byGVR[g], namespace, listOptions{labels: labels.Everything()})
+	out := make([]T, 0, len(items))
+	for _, o := range items {
+		out = append(out, o.(T))
+	}
+	return out, err
 }
 
 var _ metricsapi.Objects = metricsObjects{}
@@ -98,4 +94,47 @@ func (s *Server) readOnlyResources() []*resource {
 		out[i] = newResource(&kinds[i])
 	}
 	return out
+}
+
+// kubeletSummaries is the metrics API's source: local (this host's
+// node, in-process) when it has the node's figures, else the node's
+// kubelet API over HTTPS with the API server's kubelet-client identity,
+// as nodes/proxy reaches it (agents' nodes).
+type kubeletSummaries struct {
+	s     *Server
+	local metricsapi.Source
+}
+
+// kubeletRequestTimeout is metrics-server's --kubelet-request-timeout.
+const kubeletRequestTimeout = 10 * time.Second
+
+func (k kubeletSummaries) Summary(ctx context.Context, node string) (*statsapi.Summary, error) {
+	if k.local != nil {
+		if sum, err := k.local.Summary(ctx, node); err == nil && sum != nil {
+			return sum, nil
+		}
+	}
+	host, err := k.s.kubeletHost(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, kubeletRequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "https://"+host+"/stats/summary?only_cpu_and_memory=true", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := k.s.kubelet.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("kubelet of node %s: GET /stats/summary: %s", node, resp.Status)
+	}
+	var sum statsapi.Summary
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&sum); err != nil {
+		return nil, fmt.Errorf("kubelet of node %s: /stats/summary: %w", node, err)
+	}
+	return &sum, nil
 }

@@ -106,10 +106,12 @@ type Config struct {
 	// DefaultMaxObjectSize, etcd's limit). Larger ones are refused with
 	// 413, dry runs too.
 	MaxObjectSize int
-	// MetricsSource gives the nodes' figures the resource metrics API
-	// (metrics.k8s.io) serves, scraped every MetricResolution
-	// (--metric-resolution, default metricsapi.DefaultResolution); nil:
-	// only simulated nodes have figures.
+	// MetricsSource gives this host's node's figures in-process to the
+	// resource metrics API (metrics.k8s.io), which scrapes every
+	// MetricResolution (--metric-resolution, default
+	// metricsapi.DefaultResolution); other nodes' figures come from
+	// their kubelet API's /stats/summary over KubeletTLS. A negative
+	// MetricResolution scrapes nothing on its own (tests scrape by hand).
 	MetricsSource    metricsapi.Source
 	MetricResolution time.Duration
 	Logger           *slog.Logger
@@ -217,7 +219,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	setJSONPatchCopyLimit()
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, authFailures: newAuthFailureLog()}
-	s.resourceMetrics = metricsapi.New(metricsapi.Config{Source: cfg.MetricsSource, Objects: metricsObjects{s}, Resolution: cfg.MetricResolution, Logger: cfg.Logger})
+	s.resourceMetrics = metricsapi.New(metricsapi.Config{Source: kubeletSummaries{s: s, local: cfg.MetricsSource}, Objects: metricsObjects{s}, Resolution: cfg.MetricResolution, Logger: cfg.Logger})
 	s.reg = newRegistry(append(builtinResources(), s.readOnlyResources()...))
 	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s}}
 	s.bindStrategies()
@@ -297,7 +299,9 @@ func New(cfg Config) (*Server, error) {
 	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
 	go s.runAggregator(ctx)
-	go s.resourceMetrics.Run(ctx)
+	if cfg.MetricResolution >= 0 {
+		go s.resourceMetrics.Run(ctx)
+	}
 	return s, nil
 }
 

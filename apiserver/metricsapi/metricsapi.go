@@ -141,9 +141,6 @@ func New(cfg Config) *Provider {
 
 // Run scrapes at once, then every Resolution until ctx ends.
 func (p *Provider) Run(ctx context.Context) {
-	if p.cfg.Source == nil {
-		return
-	}
 	t := time.NewTicker(p.cfg.Resolution)
 	defer t.Stop()
 	for {
@@ -165,20 +162,27 @@ func (p *Provider) Scrape(ctx context.Context) {
 		p.cfg.Logger.Debug("metrics: list nodes", "err", err)
 		return
 	}
+	// All at once, as metrics-server: one slow kubelet does not hold
+	// the others' figures back.
 	sums := map[string]*statsapi.Summary{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, n := range nodes {
-		if simulated(n) {
+		if simulated(n) || p.cfg.Source == nil {
 			continue
 		}
-		sum, err := p.cfg.Source.Summary(ctx, n.Name)
-		if err != nil {
-			p.cfg.Logger.Debug("metrics: scrape node", "node", n.Name, "err", err)
-			continue
-		}
-		if sum != nil {
+		wg.Go(func() {
+			sum, err := p.cfg.Source.Summary(ctx, n.Name)
+			if err != nil || sum == nil {
+				p.cfg.Logger.Debug("metrics: scrape node", "node", n.Name, "err", err)
+				return
+			}
+			mu.Lock()
 			sums[n.Name] = sum
-		}
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	p.store(sums)
 }
 
@@ -388,7 +392,10 @@ var (
 type nodeReader struct{ p *Provider }
 
 func (r nodeReader) List(ctx context.Context, _ string) ([]runtime.Object, error) {
-	ms, err := r.p.NodeMetrics(ctx)
+	return objects(r.p.NodeMetrics(ctx))
+}
+
+func objects[T runtime.Object](ms []T, err error) ([]runtime.Object, error) {
 	out := make([]runtime.Object, len(ms))
 	for i, m := range ms {
 		out[i] = m
@@ -412,12 +419,7 @@ func (r nodeReader) Get(ctx context.Context, _, name string) (runtime.Object, er
 type podReader struct{ p *Provider }
 
 func (r podReader) List(ctx context.Context, namespace string) ([]runtime.Object, error) {
-	ms, err := r.p.PodMetrics(ctx, namespace)
-	out := make([]runtime.Object, len(ms))
-	for i, m := range ms {
-		out[i] = m
-	}
-	return out, err
+	return objects(r.p.PodMetrics(ctx, namespace))
 }
 
 func (r podReader) Get(ctx context.Context, namespace, name string) (runtime.Object, error) {

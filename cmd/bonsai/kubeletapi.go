@@ -19,7 +19,8 @@ import (
 
 // localStats is the metrics API's source for this host's node: its
 // kubelet's last sample, read in-process (no HTTPS round trip to
-// itself). Other nodes have none yet: their figures are not scraped.
+// itself). Other nodes' figures the API server reads from their kubelet
+// API.
 type localStats struct {
 	node    string
 	sampler atomic.Pointer[kubelet.StatsSampler]
