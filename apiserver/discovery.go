@@ -39,6 +39,9 @@ func (r *resource) verbs() metav1.Verbs {
 	if r.createOnly {
 		return metav1.Verbs{"create"}
 	}
+	if r.reader != nil {
+		return metav1.Verbs{"get", "list"}
+	}
 	if r.noCollection {
 		return metav1.Verbs{"create", "delete", "get", "list", "patch", "update", "watch"}
 	}

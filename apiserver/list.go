@@ -159,20 +159,26 @@ func (res *resource) matches(o *listOptions, obj runtime.Object) bool {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
-	format, err := negotiate(r, res, false)
+	format, o, err := listRequest(r, res)
 	if err != nil {
 		return err
 	}
-	o, err := parseListOptions(r, res, false)
-	if err != nil {
-		return err
-	}
-	o.metadataOnly = format.metadataOnly()
 	items, lm, err := s.listObjects(r.Context(), res, ri.namespace, o)
 	if err != nil {
 		return err
 	}
 	return s.writeList(w, r, res, format, items, lm)
+}
+
+// listRequest is a list's answer format and options.
+func listRequest(r *http.Request, res *resource) (outputFormat, listOptions, error) {
+	format, err := negotiate(r, res, false)
+	if err != nil {
+		return format, listOptions{}, err
+	}
+	o, err := parseListOptions(r, res, false)
+	o.metadataOnly = format.metadataOnly()
+	return format, o, err
 }
 
 // writeList answers items as a list of res's kind in format (a Table or

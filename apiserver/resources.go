@@ -50,7 +50,9 @@ type resource struct {
 	// createOnly: a review kind (SubjectAccessReview, TokenReview ...)
 	// that is only ever created, answered and never stored.
 	createOnly bool
-	strategy   registry.Strategy
+	// reader serves a kind that is computed, not stored: get and list.
+	reader   registry.Reader
+	strategy registry.Strategy
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool
@@ -257,7 +259,7 @@ func newResource(k *registry.Kind) *resource {
 	r := &resource{
 		gvr: k.GVR, kind: k.Kind, listKind: k.ListKind, singular: k.Singular, namespaced: k.Namespaced,
 		shortNames: k.ShortNames, categories: k.Categories, subresources: k.Subresources,
-		noCollection: k.NoCollection, createOnly: k.CreateOnly, strategy: k.Strategy,
+		noCollection: k.NoCollection, createOnly: k.CreateOnly, reader: k.Reader, strategy: k.Strategy,
 		returnDeleted: k.ReturnDeleted, allowCreateOnUpdate: k.AllowCreateOnUpdate, fields: k.Fields,
 		storedAs: k.StoredAs, toStorage: k.ToStorage, fromStorage: k.FromStorage,
 		def: k, printer: k.Printer, defaulter: k.Defaulter,

@@ -54,6 +54,12 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if res.reader != nil {
+		if err := s.serveRead(w, r, ri, res); err != nil {
+			writeError(w, err)
+		}
+		return
+	}
 	if err := s.dispatch(w, r, ri, res); err != nil {
 		writeError(w, err)
 	}

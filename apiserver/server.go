@@ -30,6 +30,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/apiserver/encryption"
+	"bonsai.dev/bonsai/apiserver/metricsapi"
 	"bonsai.dev/bonsai/apiserver/openapi"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/apiserver/registry"
@@ -105,7 +106,15 @@ type Config struct {
 	// DefaultMaxObjectSize, etcd's limit). Larger ones are refused with
 	// 413, dry runs too.
 	MaxObjectSize int
-	Logger        *slog.Logger
+	// MetricsSource gives this host's node's figures in-process to the
+	// resource metrics API (metrics.k8s.io), which scrapes every
+	// MetricResolution (--metric-resolution, default
+	// metricsapi.DefaultResolution); other nodes' figures come from
+	// their kubelet API's /stats/summary over KubeletTLS. A negative
+	// MetricResolution scrapes nothing on its own (tests scrape by hand).
+	MetricsSource    metricsapi.Source
+	MetricResolution time.Duration
+	Logger           *slog.Logger
 }
 
 // PortRange is an inclusive range of ports, as --service-node-port-range.
@@ -182,6 +191,9 @@ type Server struct {
 	// kubelet and kubeletInsecure (no server certificate check, for
 	// insecureSkipTLSVerifyBackend) call kubelets.
 	kubelet, kubeletInsecure *http.Transport
+
+	// resourceMetrics serves metrics.k8s.io.
+	resourceMetrics *metricsapi.Provider
 }
 
 // New builds the API server over cfg.Store.
@@ -206,7 +218,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.ServiceAccountIssuer = "https://kubernetes.default.svc." + cfg.ClusterDomain
 	}
 	setJSONPatchCopyLimit()
-	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, reg: newRegistry(builtinResources()), authFailures: newAuthFailureLog()}
+	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, authFailures: newAuthFailureLog()}
+	s.resourceMetrics = metricsapi.New(metricsapi.Config{Source: kubeletSummaries{s: s, local: cfg.MetricsSource}, Objects: metricsObjects{s}, Resolution: cfg.MetricResolution, Logger: cfg.Logger})
+	s.reg = newRegistry(append(builtinResources(), s.readOnlyResources()...))
 	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s}}
 	s.bindStrategies()
 	if err := s.setupServiceAccountTokens(); err != nil {
@@ -285,6 +299,9 @@ func New(cfg Config) (*Server, error) {
 	go s.runCustomResources(ctx)
 	go s.runServiceRepair(ctx)
 	go s.runAggregator(ctx)
+	if cfg.MetricResolution >= 0 {
+		go s.resourceMetrics.Run(ctx)
+	}
 	return s, nil
 }
 

@@ -137,6 +137,8 @@ var builtinPriorities = map[string]struct{ group, version int32 }{
 	"discovery.k8s.io/v1":             {16200, 15},
 	"flowcontrol.apiserver.k8s.io/v1": {16100, 21},
 	"apiregistration.k8s.io/v1":       {18000, 15},
+	// metrics-server's own APIService's.
+	"metrics.k8s.io/v1beta1": {100, 100},
 }
 
 // LocalAPIService is the local APIService of a built-in group version,

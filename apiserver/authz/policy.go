@@ -104,6 +104,9 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule(writeVerbs, "policy", "poddisruptionbudgets"),
 			rule(writeVerbs, "networking.k8s.io", "ingresses", "networkpolicies"),
 			rule(writeVerbs, "coordination.k8s.io", "leases")),
+		// metrics-server's, for kubectl top: the metrics API is built in.
+		clusterRole("system:aggregated-metrics-reader", map[string]string{aggregateToView: "true", aggregateToEdit: "true", aggregateToAdmin: "true"},
+			rule([]string{"get", "list", "watch"}, "metrics.k8s.io", "pods", "nodes")),
 		clusterRole("system:aggregate-to-view", map[string]string{aggregateToView: "true"},
 			rule(readVerbs, "", "configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services", "services/status"),
 			rule(readVerbs, "", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status", "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"),

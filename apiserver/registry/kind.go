@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -48,6 +50,18 @@ type Kind struct {
 	// ToStorage and FromStorage.
 	StoredAs               schema.GroupVersionResource
 	ToStorage, FromStorage func(runtime.Object) runtime.Object
+	// Reader serves a kind whose objects are computed, never stored
+	// (metrics.k8s.io's NodeMetrics and PodMetrics): get and list only.
+	Reader Reader
+}
+
+// Reader reads the objects of a kind that is not stored.
+type Reader interface {
+	// Get is one object, or the kind's NotFound error.
+	Get(ctx context.Context, namespace, name string) (runtime.Object, error)
+	// List is the objects in namespace ("": all of them); the caller
+	// filters them by label and field.
+	List(ctx context.Context, namespace string) ([]runtime.Object, error)
 }
 
 // HasSubresource reports whether the kind serves subresource s.

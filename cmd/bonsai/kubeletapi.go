@@ -3,15 +3,38 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
+
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/cri"
 )
+
+// localStats is the metrics API's source for this host's node: its
+// kubelet's last sample, read in-process (no HTTPS round trip to
+// itself). Other nodes' figures the API server reads from their kubelet
+// API.
+type localStats struct {
+	node    string
+	sampler atomic.Pointer[kubelet.StatsSampler]
+}
+
+func (l *localStats) set(s *kubelet.StatsSampler) { l.sampler.Store(s) }
+
+func (l *localStats) Summary(_ context.Context, node string) (*statsapi.Summary, error) {
+	s := l.sampler.Load()
+	if node != l.node || s == nil {
+		return nil, fmt.Errorf("no figures for node %q", node)
+	}
+	return s.Summary(), nil
+}
 
 // kubeletCerts issues (or reuses) the API server's kubelet-client
 // certificate and this host's kubelet serving certificate, valid for the
@@ -33,8 +56,12 @@ func kubeletClientTLS(certs *pki.KubeletCerts, ca *pki.Authority) *tls.Config {
 // Only the API server's kubelet-client identity and system:masters may
 // call it. rt is nil for a node without containers (--runtime=simulated);
 // states are the agent's pods.
-func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, states *kubelet.PodStates, log *slog.Logger) {
-	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, Logger: log})
+func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.KubeletCerts, ca *pki.Authority, rt cri.Runtime, states *kubelet.PodStates, local *localStats, log *slog.Logger) {
+	// Sampled at least as often as the metrics API scrapes, so that
+	// each scrape has a new point.
+	interval := min(kubelet.DefaultStatsInterval, cfg.MetricResolution)
+	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, Interval: interval, Logger: log})
+	local.set(stats)
 	go stats.Run(ctx)
 	srv := kubelet.NewServer(kubelet.ServerConfig{
 		Runtime: rt, Cert: certs.Serving, ClientCAs: ca.Pool(),

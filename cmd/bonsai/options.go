@@ -24,6 +24,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/encryption"
+	"bonsai.dev/bonsai/apiserver/metricsapi"
 	"bonsai.dev/bonsai/apiserver/pki"
 	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet"
@@ -38,6 +39,7 @@ var defaultConfigFile = "/etc/bonsai/config.yaml"
 
 // serverOptions are `bonsai server`'s flags as typed.
 type serverOptions struct {
+	metricResolution  time.Duration
 	configFile        string
 	dataDir           string
 	bindAddress       string
@@ -157,6 +159,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
 	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
+	fs.DurationVar(&o.metricResolution, "metric-resolution", metricsapi.DefaultResolution, "how often the resource metrics API (metrics.k8s.io, kubectl top) scrapes each node's figures; at least 10s (metrics-server's --metric-resolution)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
@@ -239,6 +242,8 @@ type serverConfig struct {
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
 	KubeletPort    int
+	// MetricResolution is --metric-resolution.
+	MetricResolution time.Duration
 	// Ingress is the built-in Ingress controller's listeners; it runs
 	// when Ingress.Enabled (never without the agent).
 	Ingress ingressConfig
@@ -672,6 +677,10 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--kubelet-port %d: the API server listens there (--https-listen-port)", o.kubeletPort)
 	}
 	c.KubeletPort = o.kubeletPort
+	if o.metricResolution < 10*time.Second {
+		return fmt.Errorf("Metric-resolution should be a time duration at least 10s, but value %v provided", o.metricResolution)
+	}
+	c.MetricResolution = o.metricResolution
 	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
 	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {
 		return fmt.Errorf("--container-runtime-endpoint %q: must be an absolute path to a unix socket", o.runtimeEndpoint)

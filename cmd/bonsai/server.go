@@ -161,6 +161,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		}
 		defer auditLog.Close()
 	}
+	local := &localStats{node: cfg.NodeName}
 	api, err := apiserver.New(apiserver.Config{
 		Store:             st,
 		Authenticator:     authenticators,
@@ -196,7 +197,10 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		ClientCAPEM:   certs.CA.CertPEM,
 		Version:       version,
 		MaxObjectSize: cfg.MaxObjectSize,
-		Logger:        log,
+		// kubectl top: this host's node's figures, in-process.
+		MetricsSource:    local,
+		MetricResolution: cfg.MetricResolution,
+		Logger:           log,
 	})
 	if err != nil {
 		return err
@@ -242,7 +246,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
 		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates) {
-			startKubeletAPI(ctx, cfg, kubeletLn, kcerts, certs.CA, rt, states, log)
+			startKubeletAPI(ctx, cfg, kubeletLn, kcerts, certs.CA, rt, states, local, log)
 		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
