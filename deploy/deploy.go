@@ -341,7 +341,7 @@ func (c *Controller) syncFile(ctx context.Context, name, path string) {
 		st.lastErr = ""
 		c.log.Info("applied a manifest", "file", path, "objects", applied, "took", time.Since(start).Round(time.Millisecond))
 		if addon != nil {
-			c.events.Eventf(addon, corev1.EventTypeNormal, "ApplyJob", "applied %s: %d objects", filepath.Base(path), applied)
+			c.events.Eventf(addon, corev1.EventTypeNormal, "Applied", "applied %s: %d objects", filepath.Base(path), applied)
 		}
 	case errors.As(err, &notServed):
 		// A custom resource before its CRD is served: tried again on
