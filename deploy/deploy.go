@@ -106,6 +106,8 @@ type Controller struct {
 	events record.EventRecorder
 	log    *slog.Logger
 	files  map[string]*fileState // by Addon name
+	// clashes are files ignored for another's Addon name, said once.
+	clashes map[string]string
 }
 
 // ref is one applied object, as recorded in its Addon's status.
@@ -131,13 +133,17 @@ func (r ref) String() string {
 
 // fileState is what the controller last did with one file.
 type fileState struct {
-	path    string
-	sum     string
-	mtime   time.Time
-	size    int64
-	done    bool // applied, or refused for good, at sum
-	objects []ref
-	lastErr string
+	path  string
+	sum   string
+	mtime time.Time
+	size  int64
+	done  bool // applied, or refused for good, at sum
+	// failures since the last success or change; the next try is at
+	// retryAt.
+	failures int
+	retryAt  time.Time
+	objects  []ref
+	lastErr  string
 }
 
 // New checks cfg.
@@ -159,7 +165,7 @@ func New(cfg Config) (*Controller, error) {
 	return &Controller{
 		cfg: cfg, dyn: dyn, log: cfg.Logger.With("component", "deploy", "dir", cfg.Dir),
 		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
-		files:  map[string]*fileState{},
+		files:  map[string]*fileState{}, clashes: map[string]string{},
 	}, nil
 }
 
@@ -256,6 +262,16 @@ func (c *Controller) sync(ctx context.Context) {
 		if slices.Contains(c.cfg.Disabled, name) {
 			continue
 		}
+		if present[name] {
+			// a.yaml and a.json, or A.yaml and a.yaml: one Addon
+			// cannot record both.
+			if c.clashes[path] != name {
+				c.log.Error("a manifest is ignored: another file of the directory has its name", "file", path, "addon", name)
+				c.clashes[path] = name
+			}
+			continue
+		}
+		delete(c.clashes, path)
 		present[name] = true
 		if names[e.Name()+".skip"] {
 			continue // left as it is, applied or not
@@ -310,7 +326,10 @@ func (c *Controller) syncFile(ctx context.Context, name, path string) {
 	if err != nil {
 		return // gone since the listing: the next pass deletes
 	}
-	if st.done && st.path == path && fi.ModTime().Equal(st.mtime) && fi.Size() == st.size {
+	// Done, or failed and waiting for its next try: read again only
+	// when the file may have changed.
+	waiting := st.done || time.Now().Before(st.retryAt)
+	if waiting && st.path == path && fi.ModTime().Equal(st.mtime) && fi.Size() == st.size {
 		return
 	}
 	data, err := os.ReadFile(path)
@@ -321,48 +340,65 @@ func (c *Controller) syncFile(ctx context.Context, name, path string) {
 	h := sha256.Sum256(data)
 	sum := hex.EncodeToString(h[:])
 	st.mtime, st.size = fi.ModTime(), fi.Size()
-	if st.done && st.path == path && sum == st.sum {
-		return
+	if st.path == path && sum == st.sum {
+		if waiting {
+			return
+		}
+	} else {
+		st.failures = 0
 	}
 	st.path, st.sum = path, sum
 	start := time.Now()
 	applied, err := c.apply(ctx, name, path, data, st)
-	var notServed *notServedError
-	if errors.As(err, &notServed) && err.Error() == st.lastErr {
-		return // as on the last pass: nothing new to record or say
+	var pe *parseError
+	switch {
+	case err == nil:
+		st.done, st.failures = true, 0
+	case errors.As(err, &pe):
+		// Nothing to try again until the file changes, or the next start.
+		st.done = true
+	default:
+		// The API refused, or a kind is not served yet (a custom
+		// resource before its CRD, a namespace another file makes):
+		// tried again, sooner at first.
+		st.done = false
+		st.failures++
+		st.retryAt = time.Now().Add(min(c.cfg.Interval<<min(st.failures-1, 8), maxRetry))
+	}
+	if err != nil && err.Error() == st.lastErr {
+		return // as on the last try: nothing new to record or say
 	}
 	addon, aerr := c.writeAddon(ctx, name, st, err)
 	if aerr != nil {
 		c.log.Error("cannot record a manifest's Addon", "file", path, "addon", Namespace+"/"+name, "err", aerr)
 	}
+	var notServed *notServedError
 	switch {
 	case err == nil:
-		st.done = true
 		st.lastErr = ""
 		c.log.Info("applied a manifest", "file", path, "objects", applied, "took", time.Since(start).Round(time.Millisecond))
 		if addon != nil {
 			c.events.Eventf(addon, corev1.EventTypeNormal, "Applied", "applied %s: %d objects", filepath.Base(path), applied)
 		}
 	case errors.As(err, &notServed):
-		// A custom resource before its CRD is served: tried again on
-		// the next pass, and said once.
-		st.done = false
-		if err.Error() != st.lastErr {
-			c.log.Info("a manifest's kind is not served yet; trying again", "file", path, "err", err)
-		}
 		st.lastErr = err.Error()
+		c.log.Info("a manifest's kind is not served yet; trying again", "file", path, "err", err)
 	default:
-		// Tried again when the file changes, or at the next start.
-		st.done = true
-		if err.Error() != st.lastErr {
-			c.log.Warn("cannot apply a manifest", "file", path, "err", err)
-			if addon != nil {
-				c.events.Event(addon, corev1.EventTypeWarning, "ApplyFailed", err.Error())
-			}
-		}
 		st.lastErr = err.Error()
+		c.log.Warn("cannot apply a manifest", "file", path, "err", err)
+		if addon != nil {
+			c.events.Event(addon, corev1.EventTypeWarning, "ApplyFailed", err.Error())
+		}
 	}
 }
+
+// maxRetry bounds the wait before a failed file is tried again.
+const maxRetry = 2 * time.Minute
+
+// parseError is a file that does not decode: nothing of it is applied.
+type parseError struct{ err error }
+
+func (e *parseError) Error() string { return e.err.Error() }
 
 type notServedError struct{ err error }
 
@@ -374,7 +410,7 @@ func (e *notServedError) Error() string { return e.err.Error() }
 func (c *Controller) apply(ctx context.Context, name, path string, data []byte, st *fileState) (int, error) {
 	objs, err := decode(filepath.Base(path), data)
 	if err != nil {
-		return 0, err // nothing applied, nothing deleted
+		return 0, &parseError{err} // nothing applied, nothing deleted
 	}
 	label := labelValue(name)
 	var errs []error

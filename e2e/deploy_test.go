@@ -91,6 +91,9 @@ func TestManifestsDirWithKubectl(t *testing.T) {
 	put("skipped.json", `{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm-skip", "namespace": "default"}}`)
 	put("skipped.json.skip", "")
 	put("notes.txt", "not a manifest")
+	// Its namespace comes from a file applied after it: tried again.
+	put("0-early.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-early, namespace: deploy-late}\ndata: {k: early}\n")
+	put("z-late.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: deploy-late}\n")
 
 	s := startServer(t, dir)
 	k := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: filepath.Join(s.dataDir, "kubeconfig.yaml"), cacheDir: t.TempDir()}
@@ -115,6 +118,7 @@ func TestManifestsDirWithKubectl(t *testing.T) {
 	}
 
 	waitFor("app.yaml applied", 30*time.Second, func() bool { return data("deploy-e2e", "cm-a") == "a" && data("kube-system", "cm-b") == "b" })
+	waitFor("a ConfigMap after its namespace, from a later file", 30*time.Second, func() bool { return data("deploy-late", "cm-early") == "early" })
 	waitFor("the Widget after its CRD", 30*time.Second, func() bool {
 		out, _ := get("widgets.example.com", "w1", "-n", "deploy-e2e", "-o", "jsonpath={.spec.size}")
 		return out == "3"
@@ -192,7 +196,7 @@ func TestManifestsDirWithKubectl(t *testing.T) {
 	if data("deploy-e2e", "by-hand") != "user" || data("deploy-e2e", "cm-a") != "a" {
 		t.Error("a restart changed objects it should have left")
 	}
-	if got := k.must("get", "addons.k3s.cattle.io", "-n", "kube-system", "-o", "name"); got != "addon.k3s.cattle.io/app\n" {
+	if got := k.must("get", "addons.k3s.cattle.io", "-n", "kube-system", "-o", "name"); got != "addon.k3s.cattle.io/0-early\naddon.k3s.cattle.io/app\naddon.k3s.cattle.io/z-late\n" {
 		t.Errorf("Addons after the restart: %q", got)
 	}
 }

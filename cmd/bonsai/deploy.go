@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -23,11 +24,15 @@ func (o *serverOptions) addDeployFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.disable, "disable", nil, "do not deploy these files of --manifests-dir (names without extension), and delete what they deployed before; repeatable (default none)")
 }
 
+func defaultManifestsDir(dataDir string) string {
+	return filepath.Join(dataDir, "server", "manifests")
+}
+
 // validateDeploy checks --manifests-dir and --disable.
 func (o *serverOptions) validateDeploy(c *serverConfig) error {
 	c.ManifestsDir = o.manifestsDir
 	if c.ManifestsDir == "" {
-		c.ManifestsDir = filepath.Join(c.DataDir, "server", "manifests")
+		c.ManifestsDir = defaultManifestsDir(c.DataDir)
 	} else if !filepath.IsAbs(c.ManifestsDir) {
 		return fmt.Errorf("--manifests-dir %q: must be an absolute path", o.manifestsDir)
 	}
@@ -48,6 +53,13 @@ func (o *serverOptions) validateDeploy(c *serverConfig) error {
 
 // startDeploy applies the manifests directory once the API serves.
 func startDeploy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+	// The data dir's is made, for the user to find; one given
+	// elsewhere is the user's to make.
+	if cfg.ManifestsDir == defaultManifestsDir(cfg.DataDir) {
+		if err := os.MkdirAll(cfg.ManifestsDir, 0o700); err != nil {
+			return fmt.Errorf("manifests directory: %w", err)
+		}
+	}
 	c, err := deploy.New(deploy.Config{
 		RESTConfig: api.ClientConfig(deployUser),
 		Dir:        cfg.ManifestsDir,
