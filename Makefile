@@ -37,7 +37,7 @@ BENCH_DEPS := nginx
 
 TEST_TIMEOUT ?= 20m
 FUZZTIME ?= 20s
-FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/
+FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/ ./deploy/
 BENCH_FLAGS ?=
 CHURN ?= 10m
 

@@ -103,6 +103,8 @@ type serverOptions struct {
 	shutdownGrace     time.Duration
 	shutdownCritical  time.Duration
 	shutdownByPrio    []string
+	manifestsDir      string
+	disable           []string
 }
 
 const defaultPodBridge = "bonsai0"
@@ -180,6 +182,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.snapshotSchedule, "snapshot-schedule", defaultSnapshotSchedule, "cron schedule (five fields, or a descriptor such as @daily, in the server's local time) of the embedded store's scheduled snapshots, named scheduled-<node>-<unix time> in --snapshot-dir; \"\": none (k3s's --etcd-snapshot-schedule-cron)")
 	fs.IntVar(&o.snapshotRetention, "snapshot-retention", defaultSnapshotRetention, "scheduled snapshots kept; older ones are deleted after each new one (k3s's --etcd-snapshot-retention)")
 	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "directory of the scheduled and pre-upgrade snapshots (default <data-dir>/snapshots)")
+	o.addDeployFlags(fs)
 }
 
 // serverConfig is serverOptions checked and parsed: everything `bonsai
@@ -275,6 +278,9 @@ type serverConfig struct {
 	SnapshotSchedule  cron.Schedule
 	SnapshotRetention int
 	SnapshotDir       string
+	// ManifestsDir is deployed, but for DisabledManifests (Addon names).
+	ManifestsDir      string
+	DisabledManifests []string
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command
@@ -457,6 +463,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 	}
 	c.EventTTL = o.eventTTL
 	if err := o.validateSnapshots(c); err != nil {
+		return nil, err
+	}
+	if err := o.validateDeploy(c); err != nil {
 		return nil, err
 	}
 	// Under 64 MiB the embedded store would be refused writes while

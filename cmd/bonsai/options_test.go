@@ -105,6 +105,7 @@ func TestServerDefaults(t *testing.T) {
 		SnapshotSchedule:  mustCron(t, "0 */12 * * *"),
 		SnapshotRetention: 5,
 		SnapshotDir:       "/var/lib/bonsai/snapshots",
+		ManifestsDir:      "/var/lib/bonsai/server/manifests",
 	}
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{}), sameLocation); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -142,6 +143,7 @@ func TestServerFlags(t *testing.T) {
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
 		"--snapshot-schedule", "@daily", "--snapshot-retention", "3", "--snapshot-dir", "/backup/bonsai/",
+		"--manifests-dir", "/etc/bonsai/manifests/", "--disable", "traefik,Local_Storage",
 		"--admission-control-config-file", writeFile(t, "admission.yaml", admissionConfigYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +206,8 @@ func TestServerFlags(t *testing.T) {
 		SnapshotSchedule:     mustCron(t, "@daily"),
 		SnapshotRetention:    3,
 		SnapshotDir:          "/backup/bonsai",
+		ManifestsDir:         "/etc/bonsai/manifests",
+		DisabledManifests:    []string{"traefik", "local-storage"},
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
@@ -362,6 +366,8 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--snapshot-schedule", "twice a day"}, []string{"--snapshot-schedule \"twice a day\""}},
 		{[]string{"--snapshot-schedule", "0 */12 * *"}, []string{"--snapshot-schedule", "expected exactly 5 fields"}},
 		{[]string{"--snapshot-retention", "0"}, []string{"--snapshot-retention 0", "at least 1"}},
+		{[]string{"--manifests-dir", "manifests"}, []string{"--manifests-dir", "absolute"}},
+		{[]string{"--disable", "addons/traefik"}, []string{"--disable", "without directory"}},
 		{[]string{"--no-such-flag"}, []string{"--no-such-flag"}},
 		{[]string{"extra-arg"}, []string{"extra-arg"}},
 	} {

@@ -43,6 +43,7 @@ var suites = []suite{
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},
+	{name: "deploy", about: "the manifests directory: a file's edit to the object changed", run: deploySuite},
 	{name: "crd", about: "CustomResourceDefinitions: create to served, custom object creates with and without a CEL rule", run: crdSuite},
 	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
 	{name: "rbac", about: "authorization: the API server's handler chain under RBAC with 1,000 RoleBindings against AlwaysAllow", run: rbacSuite},
