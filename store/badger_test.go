@@ -179,17 +179,7 @@ func TestBadgerAutoCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := s.Watch(ctx, "/registry/a/", first)
-		if errors.Is(err, store.ErrCompacted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history from %d not compacted within 10s (watch: %v)", first, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCompacted(t, s, first)
 	// The last RetainRevisions revisions stay.
 	w, err := s.Watch(ctx, "/registry/a/", rev-10)
 	if err != nil {
@@ -205,6 +195,23 @@ func TestBadgerAutoCompaction(t *testing.T) {
 		if ev.Revision == rev {
 			break
 		}
+	}
+}
+
+// waitCompacted waits until a watch of /registry/a/ from rev is refused
+// as compacted.
+func waitCompacted(t *testing.T, s store.Store, rev uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Watch(ctx, "/registry/a/", rev)
+		if errors.Is(err, store.ErrCompacted) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history from %d not compacted within 10s (watch: %v)", rev, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -242,17 +249,7 @@ func TestBadgerAutoCompactionWaitsForABatch(t *testing.T) {
 	w.Stop()
 	// Ten more: the batch is due.
 	update(10)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := s.Watch(ctx, "/registry/a/", first)
-		if errors.Is(err, store.ErrCompacted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history from %d not compacted within 10s once a batch was due (watch: %v)", first, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCompacted(t, s, first)
 }
 
 // TestBadgerDiskUseBounded churns updates over the same keys; with history
