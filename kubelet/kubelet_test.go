@@ -38,25 +38,10 @@ func TestLeaseRetryBackoff(t *testing.T) {
 }
 
 func TestRegistersNodeAndRenewsLease(t *testing.T) {
-	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
-	restCfg := api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
-	cs := kubernetes.NewForConfigOrDie(restCfg)
-	agentClient, err := NewClient(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{
-			NodeName: "n1", Client: agentClient, Labels: map[string]string{"site": "edge"},
-			Taints:  []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
-			Address: netip.MustParseAddr("127.0.0.1"), DataDir: t.TempDir(),
-			RuntimeVersion: "simulated://0.1", KubeletVersion: "v1.37.2", Clock: clk,
-		})
-	}()
+	ctx, cs, clk, stop := fakeClockAgent(t, Config{
+		Labels: map[string]string{"site": "edge"},
+		Taints: []corev1.Taint{{Key: "dedicated", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
+	})
 	node := waitFor(t, func() (*corev1.Node, bool) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 		return n, err == nil && len(n.Status.Conditions) > 0
@@ -114,7 +99,7 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 	// The node lifecycle controller marks the node Unknown (its
 	// heartbeats stalled): the next status check, 10 s on, puts Ready
 	// back rather than waiting for the 5-minute report.
-	node, err = cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	node, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +124,35 @@ func TestRegistersNodeAndRenewsLease(t *testing.T) {
 		}
 		return false, false
 	})
-	cancel()
-	if err := <-done; err != nil {
+	stop()
+}
+
+// fakeClockAgent runs the agent of node n1, on a fake clock, against a
+// test API server, with cfg's labels and taints; stop ends it and fails
+// the test if Run failed.
+func fakeClockAgent(t *testing.T, cfg Config) (ctx context.Context, cs kubernetes.Interface, clk *clocktesting.FakeClock, stop func()) {
+	t.Helper()
+	api := clustertest.New(t, clustertest.Options{WithoutServiceAccounts: true})
+	restCfg := api.ConfigFor(&authn.User{Name: "system:node:n1", Groups: []string{"system:nodes"}})
+	cs = kubernetes.NewForConfigOrDie(restCfg)
+	agentClient, err := NewClient(restCfg)
+	if err != nil {
 		t.Fatal(err)
+	}
+	clk = clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.NodeName, cfg.Client, cfg.Clock = "n1", agentClient, clk
+	cfg.Address, cfg.DataDir = netip.MustParseAddr("127.0.0.1"), t.TempDir()
+	cfg.RuntimeVersion, cfg.KubeletVersion = "simulated://0.1", "v1.37.2"
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	return ctx, cs, clk, func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -210,4 +221,54 @@ func TestSimulatedRuntimeHandsNodeToSimulator(t *testing.T) {
 		_, annotated := n.Annotations["bonsai.dev/simulated"]
 		return n, err == nil && !annotated
 	})
+}
+
+// TestIdleNodeStatusWritesOnlyEveryReport: on flash storage every write
+// wears the card, so an idle node whose status does not change writes its
+// Node only at the 5-minute report; the 10 s checks in between read and
+// write nothing, and the Lease alone carries the heartbeat.
+func TestIdleNodeStatusWritesOnlyEveryReport(t *testing.T) {
+	ctx, cs, clk, stop := fakeClockAgent(t, Config{})
+	node := waitFor(t, func() (*corev1.Node, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return n, err == nil && len(n.Status.Conditions) > 0
+	})
+	rv := node.ResourceVersion
+	// step moves the clock by 10 s once the lease renewer and the status
+	// loop both wait on it, and returns once both wait again: their work
+	// for that tick is done.
+	step := func() {
+		waitFor(t, func() (bool, bool) { return true, clk.Waiters() >= 2 })
+		clk.Step(10 * time.Second)
+		waitFor(t, func() (bool, bool) { return true, clk.Waiters() >= 2 })
+	}
+	nodeRV := func() string {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.ResourceVersion
+	}
+	elapsed := time.Duration(0)
+	for elapsed+10*time.Second < statusInterval {
+		step()
+		elapsed += 10 * time.Second
+		if got := nodeRV(); got != rv {
+			t.Fatalf("%v after registration, with nothing changed, the Node was written (resourceVersion %s -> %s); want no write before %v", elapsed, rv, got, statusInterval)
+		}
+	}
+	// The lease carried the heartbeat all along.
+	waitForLease(t, cs, clk.Now())
+	// The report is due: one write, with a fresh heartbeat time.
+	step()
+	n := waitFor(t, func() (*corev1.Node, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		return n, err == nil && n.ResourceVersion != rv
+	})
+	for _, c := range n.Status.Conditions {
+		if !c.LastHeartbeatTime.Time.Equal(clk.Now()) {
+			t.Errorf("condition %s: heartbeat %v after the %v report, want %v", c.Type, c.LastHeartbeatTime.Time, statusInterval, clk.Now())
+		}
+	}
+	stop()
 }

@@ -1496,7 +1496,11 @@ func (s *badgerStore) compactionTxns(op *writeOp) ([]*badger.Txn, error) {
 }
 
 // autoCompact keeps at least RetainFor of history and at least the last
-// RetainRevisions revisions.
+// RetainRevisions revisions. It waits until a tenth of RetainRevisions can
+// go: a compaction is itself a synced write, and on an idle node, where
+// only the Lease renewals move the revision (360 an hour), compacting the
+// few of the last minute every minute would add a write for every six
+// renewals, all of it wear on the card and none of it needed.
 func (s *badgerStore) autoCompact() {
 	if !s.guard.housekeeping() {
 		return
@@ -1533,7 +1537,7 @@ func (s *badgerStore) autoCompact() {
 	}
 	it.Close()
 	txn.Discard()
-	if target > from {
+	if target > from && target-from >= max(s.opts.RetainRevisions/10, 1) {
 		if err := s.Compact(context.Background(), target); err != nil {
 			s.log.Warn("store compaction failed", "target", target, "err", err)
 			return

@@ -179,17 +179,7 @@ func TestBadgerAutoCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := s.Watch(ctx, "/registry/a/", first)
-		if errors.Is(err, store.ErrCompacted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history from %d not compacted within 10s (watch: %v)", first, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCompacted(t, s, first)
 	// The last RetainRevisions revisions stay.
 	w, err := s.Watch(ctx, "/registry/a/", rev-10)
 	if err != nil {
@@ -206,6 +196,60 @@ func TestBadgerAutoCompaction(t *testing.T) {
 			break
 		}
 	}
+}
+
+// waitCompacted waits until a watch of /registry/a/ from rev is refused
+// as compacted.
+func waitCompacted(t *testing.T, s store.Store, rev uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.Watch(ctx, "/registry/a/", rev)
+		if errors.Is(err, store.ErrCompacted) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history from %d not compacted within 10s (watch: %v)", rev, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBadgerAutoCompactionWaitsForABatch: a compaction is a synced write
+// of its own, so a store that gains a few revisions a minute (an idle
+// node's Lease renewals) must not compact them away one minute at a time;
+// it compacts once a tenth of RetainRevisions can go.
+func TestBadgerAutoCompactionWaitsForABatch(t *testing.T) {
+	s := openBadger(t, store.BadgerOptions{
+		Dir: t.TempDir(), CompactInterval: 10 * time.Millisecond,
+		RetainFor: time.Nanosecond, RetainRevisions: 100,
+	})
+	defer s.Close()
+	first := mustCreate(t, s, "/registry/a/k", "0")
+	rev := first
+	update := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			var err error
+			if rev, err = s.Update(ctx, "/registry/a/k", []byte(fmt.Sprint(i)), rev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// 105 revisions past the first: 5 could go, fewer than the batch of 10.
+	update(105)
+	time.Sleep(300 * time.Millisecond) // 30 compaction intervals
+	if cur, err := s.CurrentRevision(ctx); err != nil || cur != rev {
+		t.Fatalf("current revision %d (%v) after 30 idle compaction intervals, want %d: a compaction wrote for fewer than a batch", cur, err, rev)
+	}
+	w, err := s.Watch(ctx, "/registry/a/", first)
+	if err != nil {
+		t.Fatalf("history from %d compacted before a batch was due: %v", first, err)
+	}
+	w.Stop()
+	// Ten more: the batch is due.
+	update(10)
+	waitCompacted(t, s, first)
 }
 
 // TestBadgerDiskUseBounded churns updates over the same keys; with history

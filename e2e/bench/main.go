@@ -32,6 +32,9 @@ type suite struct {
 	name  string
 	about string
 	run   func(ctx context.Context, b *bench) ([]Row, error)
+	// optIn suites run only when -only names them: they take too long
+	// for every `make bench`.
+	optIn bool
 }
 
 var suites = []suite{
@@ -53,6 +56,7 @@ var suites = []suite{
 	{name: "netpol", about: "network policies on a real node: a write to enforcement, a full sync of many, their cost to a pod's throughput", run: netpolSuite},
 	{name: "ingress", about: "the built-in Ingress controller on a real node against Debian's nginx as a reverse proxy to the same pod: requests/s and added p99, HTTP and TLS; Ingress change to served; RSS of 100 Ingresses", run: ingressSuite},
 	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
+	{name: "wear", about: "flash wear: bytes an idle real node writes per hour with 0 and 30 pods (-wear-window each, 15 min by default; `-only wear`)", run: wearSuite, optIn: true},
 }
 
 // bench is what every suite gets: the run's settings and its housekeeping.
@@ -125,6 +129,7 @@ func run() int {
 		simN    = flag.String("sim-nodes", "1000,10000", "comma-separated simulated node counts of the simnodes suite (-quick: the first only)")
 		schedN  = flag.String("sched-nodes", "100,1000", "comma-separated simulated node counts of the scheduler suite (-quick: 100)")
 	)
+	flag.DurationVar(&wearWindow, "wear-window", 0, "each idle window of the wear suite (default 15m; -quick: 90s)")
 	flag.Parse()
 	profilesDir = *profs
 	var err error
@@ -249,7 +254,13 @@ func suiteNames() string {
 
 func selectSuites(only string) ([]suite, error) {
 	if only == "" {
-		return suites, nil
+		var out []suite
+		for _, s := range suites {
+			if !s.optIn {
+				out = append(out, s)
+			}
+		}
+		return out, nil
 	}
 	var out []suite
 	for _, name := range strings.Split(only, ",") {
