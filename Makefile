@@ -41,7 +41,7 @@ FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./
 BENCH_FLAGS ?=
 CHURN ?= 10m
 
-.PHONY: build run test vet bench churn size deps run-deps fuzz clean go-check
+.PHONY: build run test vet bench wear churn size deps run-deps fuzz clean go-check
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "Go not found: install Go 1.21 or newer (it fetches the toolchain go.mod asks for through the module proxy)" >&2; exit 1; }
@@ -76,6 +76,12 @@ bench: deps go-check
 	@bash scripts/install-deps.sh $(BENCH_DEPS)
 	@$(GO) build -o bin/bonsai-bench ./e2e/bench
 	@bin/bonsai-bench $(BENCH_FLAGS)
+
+# The idle write rates of a real node, 15 minutes with no pods and 15
+# with 30 (too long for make bench's default run): make wear.
+wear: deps go-check
+	@$(GO) build -o bin/bonsai-bench ./e2e/bench
+	bin/bonsai-bench -only wear $(BENCH_FLAGS)
 
 # The store's long garbage-collection test: make churn CHURN=10m.
 churn: go-check

@@ -68,7 +68,9 @@ func wearSuite(ctx context.Context, b *bench) ([]Row, error) {
 		return rows(), errors.New("the wear suite needs root (network namespaces, containerd)")
 	}
 	b.logf("wear: starting bonsai with its own containerd")
-	n, err := startRealNode(ctx, b, "wear", "10.251.0.0/16")
+	// Ranges of its own: its cluster DNS address (the service range's
+	// tenth) is on the host, where a test's node may be running too.
+	n, err := startRealNode(ctx, b, "wear", "10.248.0.0/16", "--service-cidr=10.249.0.0/16")
 	if err != nil {
 		return rows(), err
 	}
