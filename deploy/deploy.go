@@ -378,7 +378,7 @@ func (c *Controller) syncFile(ctx context.Context, name, path string) {
 		st.lastErr = ""
 		c.log.Info("applied a manifest", "file", path, "objects", applied, "took", time.Since(start).Round(time.Millisecond))
 		if addon != nil {
-			c.events.Eventf(addon, corev1.EventTypeNormal, "Applied", "applied %s: %d objects", filepath.Base(path), applied)
+			c.events.Eventf(addon, corev1.EventTypeNormal, "AppliedManifest", "applied %s: %d objects", filepath.Base(path), applied)
 		}
 	case errors.As(err, &notServed):
 		st.lastErr = err.Error()
@@ -387,7 +387,12 @@ func (c *Controller) syncFile(ctx context.Context, name, path string) {
 		st.lastErr = err.Error()
 		c.log.Warn("cannot apply a manifest", "file", path, "err", err)
 		if addon != nil {
-			c.events.Event(addon, corev1.EventTypeWarning, "ApplyFailed", err.Error())
+			// k3s's reasons, for what watches its Addons' events.
+			reason := "ApplyManifestFailed"
+			if errors.As(err, &pe) {
+				reason = "ParseManifestFailed"
+			}
+			c.events.Event(addon, corev1.EventTypeWarning, reason, err.Error())
 		}
 	}
 }

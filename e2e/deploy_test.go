@@ -135,7 +135,7 @@ func TestManifestsDirWithKubectl(t *testing.T) {
 	// of it applied, the others applied all the same (above).
 	waitFor("the broken file's Warning event", 15*time.Second, func() bool {
 		out := k.must("get", "events", "-n", "kube-system", "-o", `jsonpath={range .items[*]}{.type} {.reason} {.involvedObject.kind}/{.involvedObject.name}: {.message}{"\n"}{end}`)
-		return strings.Contains(out, "Warning ApplyFailed Addon/broken: broken.yaml:8: ")
+		return strings.Contains(out, "Warning ParseManifestFailed Addon/broken: broken.yaml:8: ")
 	})
 	if !strings.Contains(s.stderrText(), "broken.yaml:8: ") {
 		t.Errorf("no log line names broken.yaml:8:\n%s", s.stderrText())
