@@ -63,9 +63,11 @@ func startPodEnv(t *testing.T, extra ...string) *podEnv {
 	if err := os.WriteFile(filepath.Join(dir, "images", "busybox.tar"), img, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A local registry that registries.yaml mirrors registry.bonsai.test to.
+	// A local registry that registries.yaml mirrors registry.bonsai.test,
+	// and every other registry, to; with
+	// --disable-default-registry-endpoint no pull leaves the machine.
 	reg := testenv.StartRegistry(t)
-	regYAML := fmt.Sprintf("mirrors:\n  registry.bonsai.test:\n    endpoint:\n      - http://%s\n", reg.Addr)
+	regYAML := fmt.Sprintf("mirrors:\n  registry.bonsai.test:\n    endpoint:\n      - http://%s\n  \"*\":\n    endpoint:\n      - http://%s\n", reg.Addr, reg.Addr)
 	if err := os.WriteFile(filepath.Join(dir, "registries.yaml"), []byte(regYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func startPodEnv(t *testing.T, extra ...string) *podEnv {
 	env := &podEnv{t: t, registry: reg, node: "e2e-" + hex.EncodeToString(b), bridge: bridge}
 	// The built-in network unless a test asks otherwise, whatever the
 	// host's /etc/cni/net.d holds.
-	env.args = []string{"--runtime=containerd", "--node-name=" + env.node, "--pod-bridge=" + bridge, "--pod-network=builtin",
+	env.args = []string{"--runtime=containerd", "--disable-default-registry-endpoint", "--node-name=" + env.node, "--pod-bridge=" + bridge, "--pod-network=builtin",
 		fmt.Sprintf("--cluster-cidr=10.%d.0.0/16", 100+int(b[0])%100),
 		"--container-runtime-endpoint=" + filepath.Join(dir, "no-containerd.sock")}
 	env.args = append(env.args, extra...)
@@ -674,6 +676,33 @@ func TestPods(t *testing.T) {
 			cs := p.Status.ContainerStatuses
 			return len(cs) == 1 && cs[0].State.Waiting != nil && (cs[0].State.Waiting.Reason == "ErrImagePull" || cs[0].State.Waiting.Reason == "ImagePullBackOff")
 		})
+		// The pull is tried again after its 10 s back-off, and the
+		// repeat raises the count of the same Event, as the kubelet's
+		// event correlator does, rather than adding an Event per retry
+		// (a pod that can never pull must not fill the store).
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			evs := e.events(t, bad.Name)
+			seen := map[string]string{}
+			retried := false
+			for _, ev := range evs {
+				k := ev.Reason + "|" + ev.Message + "|" + ev.InvolvedObject.FieldPath
+				if other, ok := seen[k]; ok {
+					t.Fatalf("events %s and %s repeat %q: a repeat must raise the count of one Event", other, ev.Name, k)
+				}
+				seen[k] = ev.Name
+				if ev.Reason == "Failed" && ev.Message == "Error: ErrImagePull" && ev.Count >= 2 {
+					retried = true
+				}
+			}
+			if retried {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no second pull counted on one Event in 40 s: %+v", evs)
+			}
+			time.Sleep(time.Second)
+		}
 	})
 
 	t.Run("bonsai images import and list", func(t *testing.T) {

@@ -57,12 +57,14 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *corev1.Pod, c *corev1.
 	got, err := w.m.rt.PullImage(ctx, c.Image, auth)
 	if err != nil {
 		w.m.backoff.Next(key, time.Now())
+		w.pullRetryAt[c.Name] = time.Now().Add(w.m.backoff.Get(key))
 		w.waiting[c.Name] = corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: err.Error()}
 		w.event(ctx, pod, c.Name, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
 		w.event(ctx, pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: ErrImagePull")
 		return err
 	}
 	w.m.backoff.Reset(key)
+	delete(w.pullRetryAt, c.Name)
 	took := time.Since(start).Round(time.Millisecond)
 	w.event(ctx, pod, c.Name, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.", c.Image, took, got.Size))
 	return nil

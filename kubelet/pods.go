@@ -12,9 +12,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/netplugin"
 )
@@ -56,6 +59,13 @@ type podManager struct {
 	// shutdown is graceful node shutdown (nil when off): while the node
 	// shuts down, new pods are refused.
 	shutdown *shutdownManager
+	// events records the pods' Events through client-go's correlator, as
+	// the kubelet does: a repeat of the same event (a pull back-off
+	// every retry) raises the count of one Event, and a pod's burst of
+	// more than 25 is then let through once in 5 minutes, so a pod that
+	// keeps failing cannot fill the store with Events.
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -64,17 +74,22 @@ type podManager struct {
 }
 
 func newPodManager(cfg Config) *podManager {
-	return &podManager{
+	m := &podManager{
 		cfg: cfg, rt: cfg.Runtime, client: cfg.Client, log: cfg.Logger,
 		backoff:        flowcontrol.NewBackOff(backoffInitial, backoffMax),
 		sandboxBackoff: flowcontrol.NewBackOff(sandboxBackoffInitial, sandboxBackoffMax),
 		tokens:         newTokenManager(cfg.Client),
 		workers:        map[types.UID]*podWorker{},
+		events:         record.NewBroadcaster(),
 	}
+	m.recorder = m.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	return m
 }
 
 // run watches this node's pods until ctx ends. Workers outlive neither.
 func (m *podManager) run(ctx context.Context) {
+	sink := m.events.StartRecordingToSink(&client.EventSink{Core: m.client.core, Ctx: ctx})
+	defer func() { sink.Stop(); m.events.Shutdown() }()
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: m.client.podListWatch(m.cfg.NodeName),
 		ObjectType:    &corev1.Pod{},

@@ -47,6 +47,10 @@ type podWorker struct {
 	sandboxRetryAt time.Time
 	deadline       bool // activeDeadlineSeconds passed
 	events         map[string]time.Time
+	// pullRetryAt is when an image that failed to pull (by container
+	// name) may be pulled again: the worker sleeps until then rather
+	// than waking every second to find the back-off still on.
+	pullRetryAt map[string]time.Time
 	// claimMounts are the pod's claim volumes, resolved once (by volume
 	// name).
 	claimMounts map[string]claimMount
@@ -131,7 +135,7 @@ func (w *podWorker) rejectForShutdown(ctx context.Context, pod *corev1.Pod, inst
 
 func newPodWorker(m *podManager, pod *corev1.Pod) *podWorker {
 	return &podWorker{m: m, uid: pod.UID, pod: pod, kick: make(chan struct{}, 1),
-		waiting: map[string]corev1.ContainerStateWaiting{}, probes: map[string]*probeState{}, events: map[string]time.Time{}}
+		waiting: map[string]corev1.ContainerStateWaiting{}, probes: map[string]*probeState{}, events: map[string]time.Time{}, pullRetryAt: map[string]time.Time{}}
 }
 
 func (w *podWorker) update(pod *corev1.Pod, deleted bool) {
@@ -354,6 +358,9 @@ func (w *podWorker) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev
 	}
 	if err := w.startContainer(ctx, pod, c, attempt); err != nil {
 		w.m.log.Info("starting container failed", "pod", podKey(pod), "container", c.Name, "err", err)
+		if d := time.Until(w.pullRetryAt[c.Name]); d > time.Second {
+			return d
+		}
 		return time.Second
 	}
 	delete(w.waiting, c.Name)
@@ -710,10 +717,7 @@ func (w *podWorker) event(ctx context.Context, pod *corev1.Pod, container, typ, 
 			}
 		}
 	}
-	e := kubeletEvent(w.m.cfg.NodeName, pod.Namespace, ref, typ, reason, msg)
-	if err := w.m.client.createEvent(ctx, e); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-		w.m.log.Debug("recording event", "pod", podKey(pod), "reason", reason, "err", err)
-	}
+	w.m.recorder.Event(&ref, typ, reason, msg)
 }
 
 // kubeletEvent is an Event the kubelet of node reports about ref, in

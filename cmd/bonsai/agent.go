@@ -55,7 +55,7 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (r
 	}
 	crt, err := containerd.New(ctx, containerd.Config{
 		Endpoint: endpoint, Namespace: "k8s.io", StateDir: filepath.Join(cfg.DataDir, "agent", "io"),
-		Logger: log, Hosts: regs,
+		Logger: log, Hosts: regs, NoDefaultEndpoint: cfg.NoDefaultRegistry,
 	})
 	if err != nil {
 		if daemon != nil {

@@ -67,6 +67,7 @@ type serverOptions struct {
 	maxPods           int
 	podMaxPids        int64
 	runtimeEndpoint   string
+	noDefaultRegistry bool
 	podBridge         string
 	podNetwork        string
 	cniConfDir        string
@@ -154,6 +155,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxPods, "max-pods", 110, "pods this host's Node may run")
 	fs.Int64Var(&o.podMaxPids, "pod-max-pids", -1, "the most processes each pod may run (its pod cgroup's pids.max); -1: no limit, as the kubelet's default")
 	fs.StringVar(&o.runtimeEndpoint, "container-runtime-endpoint", "/run/containerd/containerd.sock", "containerd's socket; when absent, bonsai starts containerd itself under <data-dir>/containerd")
+	fs.BoolVar(&o.noDefaultRegistry, "disable-default-registry-endpoint", false, "pull the images of a registry that registries.yaml lists mirrors for only from those mirrors, never from the registry itself (as k3s's flag of that name)")
 	fs.StringVar(&o.podBridge, "pod-bridge", defaultPodBridge, "name of the pod network's bridge and of its nftables table")
 	fs.StringVar(&o.podNetwork, "pod-network", "auto", "pod network of this host's node: builtin (bridge, veths, nftables), cni (the CNI plugins configured in --cni-conf-dir), or auto (cni when --cni-conf-dir holds a configuration at start, else builtin)")
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "directory of CNI network configurations; the first *.conflist, *.conf or *.json in lexical order is used")
@@ -234,6 +236,9 @@ type serverConfig struct {
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
 	PodBridge       string
+	// NoDefaultRegistry: registries with mirrors are pulled from those
+	// only (--disable-default-registry-endpoint).
+	NoDefaultRegistry bool
 	// PodNetwork is builtin, cni or auto; CNIConfDir and CNIBinDirs are
 	// where the CNI host looks.
 	PodNetwork      string
@@ -691,6 +696,7 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 	}
 	c.MetricResolution = o.metricResolution
 	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
+	c.NoDefaultRegistry = o.noDefaultRegistry
 	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {
 		return fmt.Errorf("--container-runtime-endpoint %q: must be an absolute path to a unix socket", o.runtimeEndpoint)
 	}

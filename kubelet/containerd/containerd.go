@@ -72,6 +72,11 @@ type Config struct {
 	Logger      *slog.Logger
 	// Hosts configures registries (mirrors, credentials); nil = defaults.
 	Hosts *Registries
+	// NoDefaultEndpoint: a registry Hosts lists mirrors for is pulled
+	// from those mirrors only, never from the registry itself (k3s's
+	// --disable-default-registry-endpoint), so an air-gapped box never
+	// sends a pull (or a name lookup) out of the site.
+	NoDefaultEndpoint bool
 	// CDISpecDirs are where CDI specs are looked up for device plugins'
 	// CDI devices; nil = DefaultCDISpecDirs.
 	CDISpecDirs []string

@@ -136,6 +136,13 @@ func (r *Runtime) resolver(auth *cri.Auth) remotes.Resolver {
 		return c.Auth.Username, c.Auth.Password, nil
 	}
 	authorizer := docker.NewDockerAuthorizer(docker.WithAuthCreds(creds))
+	return docker.NewResolver(docker.ResolverOptions{Hosts: r.registryHosts(regs, authorizer)})
+}
+
+// registryHosts lists, for a registry host, the endpoints a pull tries
+// in order: its mirrors, then the registry itself unless
+// NoDefaultEndpoint drops it for a mirrored registry.
+func (r *Runtime) registryHosts(regs *Registries, authorizer docker.Authorizer) docker.RegistryHosts {
 	hostFor := func(endpoint *url.URL) docker.RegistryHost {
 		path := strings.TrimSuffix(endpoint.Path, "/")
 		if !strings.HasSuffix(path, "/v2") {
@@ -148,7 +155,7 @@ func (r *Runtime) resolver(auth *cri.Auth) remotes.Resolver {
 		}
 	}
 	defaults := docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost), docker.WithAuthorizer(authorizer))
-	hosts := func(host string) ([]docker.RegistryHost, error) {
+	return func(host string) ([]docker.RegistryHost, error) {
 		m, ok := regs.Mirrors[host]
 		if !ok {
 			m, ok = regs.Mirrors["*"]
@@ -162,6 +169,9 @@ func (r *Runtime) resolver(auth *cri.Auth) remotes.Resolver {
 				}
 				out = append(out, hostFor(u))
 			}
+			if r.cfg.NoDefaultEndpoint {
+				return out, nil
+			}
 		}
 		def, err := defaults(host)
 		if err != nil {
@@ -172,7 +182,6 @@ func (r *Runtime) resolver(auth *cri.Auth) remotes.Resolver {
 		}
 		return append(out, def...), nil
 	}
-	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 }
 
 func transportFor(c RegistryConfig) http.RoundTripper {

@@ -3,6 +3,7 @@ package containerd
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,37 @@ func TestLoadRegistries(t *testing.T) {
 	} {
 		if _, err := LoadRegistries(write(tc.content)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one mentioning %q", tc.content, err, tc.want)
+		}
+	}
+}
+
+// With --disable-default-registry-endpoint a mirrored registry is pulled
+// from its mirrors only; a registry with no mirror keeps its own endpoint.
+func TestRegistryHostsDefaultEndpoint(t *testing.T) {
+	regs := &Registries{Mirrors: map[string]Mirror{"registry.example.com": {Endpoints: []string{"http://127.0.0.1:5000"}}}}
+	hostsOf := func(noDefault bool, host string) []string {
+		r := &Runtime{cfg: Config{NoDefaultEndpoint: noDefault}}
+		hs, err := r.registryHosts(regs, nil)(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range hs {
+			out = append(out, h.Scheme+"://"+h.Host+h.Path)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		noDefault bool
+		host      string
+		want      []string
+	}{
+		{false, "registry.example.com", []string{"http://127.0.0.1:5000/v2", "https://registry.example.com/v2"}},
+		{true, "registry.example.com", []string{"http://127.0.0.1:5000/v2"}},
+		{true, "docker.io", []string{"https://registry-1.docker.io/v2"}},
+	} {
+		if got := hostsOf(c.noDefault, c.host); !slices.Equal(got, c.want) {
+			t.Errorf("noDefault=%v %s: endpoints %v, want %v", c.noDefault, c.host, got, c.want)
 		}
 	}
 }
