@@ -21,6 +21,7 @@ var subresourceInfo = map[string]struct {
 	verbs metav1.Verbs
 }{
 	"status":              {verbs: metav1.Verbs{"get", "patch", "update"}},
+	"approval":            {verbs: metav1.Verbs{"get", "patch", "update"}},
 	"scale":               {gvk: schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}, verbs: metav1.Verbs{"get", "patch", "update"}},
 	"binding":             {gvk: schema.GroupVersionKind{Version: "v1", Kind: "Binding"}, verbs: metav1.Verbs{"create"}},
 	"eviction":            {gvk: schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}, verbs: metav1.Verbs{"create"}},

@@ -18,6 +18,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/apiserver/registry/apps"
 	"bonsai.dev/bonsai/apiserver/registry/batch"
+	"bonsai.dev/bonsai/apiserver/registry/certificates"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
 	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
@@ -227,7 +228,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // is discovery order, as kube-apiserver lists them.
 func builtinKinds() []registry.Kind {
 	apiExtensions := []string{"api-extensions"}
-	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), batch.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

@@ -80,7 +80,7 @@ func methodNotSupported(res *resource, verb string) error {
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
 	switch ri.subresource {
 	case "":
-	case "status":
+	case "status", "approval":
 		switch ri.verb {
 		case "get":
 			return s.get(w, r, ri, res)
@@ -492,6 +492,9 @@ type createSteps struct {
 }
 
 func (c *createSteps) Prepare(context.Context) error {
+	if u := c.a.user; u != nil {
+		c.wc.User = registry.UserInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra}
+	}
 	return c.wc.res.strategy.PrepareForCreate(&c.wc.WriteCtx, c.a.obj)
 }
 
@@ -520,9 +523,10 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
 	}
-	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR {
+	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR || res.gvr.Resource == "certificatesigningrequests" {
 		// RBAC names only need to be path segments (system:discovery),
-		// as APIServices' ("v1." is the core group's).
+		// as APIServices' ("v1." is the core group's) and
+		// CertificateSigningRequests' (any name will do upstream).
 		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
 	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))
@@ -792,6 +796,17 @@ func (u *updateSteps) Prepare(context.Context) error {
 				return err
 			}
 		}
+	case "approval":
+		st, ok := res.strategy.(registry.ApprovalStrategy)
+		if !ok {
+			return methodNotSupported(res, ri.verb)
+		}
+		obj = st.PrepareForApprovalUpdate(&wc.WriteCtx, obj, old)
+		mm, _ := metaOf(obj)
+		mm.SetManagedFields(m.GetManagedFields())
+		mm.SetResourceVersion(m.GetResourceVersion())
+		resetMetaForStatus(mm, om)
+		m = mm
 	case "finalize":
 		merged := old.DeepCopyObject()
 		registry.CopyField(merged, obj, "Spec")
@@ -826,6 +841,8 @@ func (u *updateSteps) Validate(context.Context) error {
 		errs = append(errs, res.strategy.ValidateUpdate(&wc.WriteCtx, obj, u.old)...)
 	} else if sv, ok := res.strategy.(registry.StatusValidator); ok && ri.subresource == "status" {
 		errs = append(errs, sv.ValidateStatusUpdate(&wc.WriteCtx, obj, u.old)...)
+	} else if av, ok := res.strategy.(registry.ApprovalStrategy); ok && ri.subresource == "approval" {
+		errs = append(errs, av.ValidateApprovalUpdate(&wc.WriteCtx, obj, u.old)...)
 	}
 	if len(errs) > 0 {
 		return invalid(res, ri.name, errs)

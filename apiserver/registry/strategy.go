@@ -51,6 +51,15 @@ type StatusValidator interface {
 	ValidateStatusUpdate(w *WriteCtx, obj, old runtime.Object) field.ErrorList
 }
 
+// ApprovalStrategy is implemented by kinds with an approval subresource
+// (CertificateSigningRequests): an approval write keeps old but for what
+// PrepareForApprovalUpdate takes from the request's object, and is
+// validated by ValidateApprovalUpdate.
+type ApprovalStrategy interface {
+	PrepareForApprovalUpdate(w *WriteCtx, obj, old runtime.Object) runtime.Object
+	ValidateApprovalUpdate(w *WriteCtx, obj, old runtime.Object) field.ErrorList
+}
+
 // StatusAnnotationsWriter is implemented by kinds whose status writes may
 // change annotations too, as kube-apiserver's status strategies for them
 // allow: the Deployment controller records a rollout's revision on the

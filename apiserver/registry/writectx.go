@@ -24,6 +24,9 @@ type WriteCtx struct {
 	// GeneratedName: the object's name was made from its generateName
 	// by this request.
 	GeneratedName bool
+	// User is who creates the object, for the kinds that record it (a
+	// CertificateSigningRequest's requester); set on create only.
+	User UserInfo
 	// undo gives back what the strategy took in the store for this write
 	// (a Service's cluster IP and node ports) if the write fails; release
 	// gives back what the stored object no longer holds once it is stored.
@@ -62,6 +65,13 @@ func (w *WriteCtx) GroupResource() schema.GroupResource { return w.Kind.GVR.Grou
 // Invalid is the 422 Invalid error for the object named name.
 func (w *WriteCtx) Invalid(name string, errs field.ErrorList) error {
 	return apierrors.NewInvalid(schema.GroupKind{Group: w.Kind.GVR.Group, Kind: w.Kind.Kind}, name, errs)
+}
+
+// UserInfo is an authenticated user as a strategy sees it.
+type UserInfo struct {
+	Name, UID string
+	Groups    []string
+	Extra     map[string][]string
 }
 
 // Env is the part of the server's configuration strategies may read, and
