@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/authn"

@@ -86,9 +86,9 @@ func listTyped[T runtime.Object](ctx context.Context, s *Server, g schema.GroupV
 var _ metricsapi.Objects = metricsObjects{}
 
 // readOnlyResources are the table's rows of the kinds the server
-// computes rather than stores: metrics.k8s.io's.
+// computes rather than stores: metrics.k8s.io's and ComponentStatuses.
 func (s *Server) readOnlyResources() []*resource {
-	kinds := s.resourceMetrics.Kinds()
+	kinds := append(s.resourceMetrics.Kinds(), componentStatusKind(s))
 	out := make([]*resource, len(kinds))
 	for i := range kinds {
 		out[i] = newResource(&kinds[i])

@@ -48,6 +48,9 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFoundPath())
 		return
 	}
+	if res.def != nil && res.def.Warning != "" {
+		addWarning(w, res.def.Warning)
+	}
 	if res.createOnly {
 		if err := s.serveReview(w, r, ri, res); err != nil {
 			writeError(w, err)

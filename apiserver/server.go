@@ -194,6 +194,8 @@ type Server struct {
 
 	// resourceMetrics serves metrics.k8s.io.
 	resourceMetrics *metricsapi.Provider
+	// components are the in-process components ComponentStatuses show.
+	components componentStatuses
 }
 
 // New builds the API server over cfg.Store.

@@ -150,6 +150,9 @@ type Options struct {
 	// Informers, when set, are shared with other components of the
 	// process (made with RESTConfig's identity); Start starts them.
 	Informers *client.Informers
+	// Stopped, if set, learns of a controller that stopped with an
+	// error while ctx still ran.
+	Stopped func(controller string, err error)
 }
 
 // Start builds every controller and runs them until ctx ends. An error
@@ -180,6 +183,9 @@ func Start(ctx context.Context, o Options) error {
 		go func() {
 			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("controller stopped", "controller", name, "err", err)
+				if o.Stopped != nil {
+					o.Stopped(name, err)
+				}
 			}
 		}()
 	}

@@ -53,6 +53,9 @@ type Kind struct {
 	// Reader serves a kind whose objects are computed, never stored
 	// (metrics.k8s.io's NodeMetrics and PodMetrics): get and list only.
 	Reader Reader
+	// Warning goes with every answer about the kind, as kube-apiserver
+	// warns of a deprecated kind.
+	Warning string
 }
 
 // Reader reads the objects of a kind that is not stored.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"bonsai.dev/bonsai/apiserver"
@@ -44,7 +45,11 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := ensureKubeDNSService(ctx, cfg, api.ClientConfig(user)); err != nil {
 		log.Error("kube-dns Service", "err", err)
 	}
-	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, Informers: inf})
+	// kubectl get cs shows the controller manager Healthy until one of
+	// its controllers stops.
+	stopped := api.RunningComponent("controller-manager")
+	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, Informers: inf,
+		Stopped: func(name string, err error) { stopped(fmt.Errorf("controller %s stopped: %w", name, err)) }})
 }
 
 // controllerManagerUser is who the in-process controllers, and the

@@ -48,9 +48,11 @@ func startScheduler(ctx context.Context, cfg *serverConfig, api *apiserver.Serve
 		}
 		return err
 	}
+	stopped := api.RunningComponent("scheduler")
 	go func() {
 		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("scheduler stopped", "err", err)
+			stopped(err)
 		}
 	}()
 	return nil
