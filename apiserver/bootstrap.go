@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,6 +66,40 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if err := s.ensureExtensionAuthentication(ctx); err != nil {
 		return err
 	}
+	return s.ensureKubernetesService(ctx)
+}
+
+// kubernetesServiceInterval is how often the kubernetes Service, its
+// endpoints and the system namespaces are checked, as kube-apiserver's
+// bootstrap controller does: deleted, they come back.
+var kubernetesServiceInterval = 10 * time.Second
+
+// keepKubernetesService puts back, until ctx ends, the system namespaces
+// and the kubernetes Service and endpoints when someone deletes them (a
+// deletecollection of Services takes it too).
+func (s *Server) keepKubernetesService(ctx context.Context) {
+	t := time.NewTicker(kubernetesServiceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, ns := range systemNamespaces {
+			if err := s.ensure(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, gvr("", "v1", "namespaces")); err != nil && ctx.Err() == nil {
+				s.log.Warn("system namespace", "namespace", ns, "err", err)
+			}
+		}
+		if err := s.ensureKubernetesService(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("kubernetes Service", "err", err)
+		}
+	}
+}
+
+// ensureKubernetesService makes the default/kubernetes Service, its
+// Endpoints and EndpointSlice point at this server.
+func (s *Server) ensureKubernetesService(ctx context.Context) error {
 	if !s.cfg.AdvertiseAddress.IsValid() || s.cfg.SecurePort == 0 {
 		return nil
 	}

@@ -295,6 +295,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	go s.runNamespaceCache(ctx)
+	go s.keepKubernetesService(ctx)
 	go s.runAdmissionCaches(ctx)
 	s.crdController = s.newCRDController()
 	go s.crdController.Run(ctx)

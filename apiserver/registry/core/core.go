@@ -13,14 +13,14 @@ func Kinds() []registry.Kind {
 	all := []string{"all"}
 	return []registry.Kind{
 		{GVR: registry.GVR("", "v1", "namespaces"), Kind: "Namespace", ShortNames: []string{"ns"}, Subresources: []string{"status", "finalize"},
-			Strategy: namespaceStrategy{}, Defaulter: defaultNamespace, Printer: &namespacePrinter, Fields: fieldsNamespace},
+			Strategy: namespaceStrategy{}, Defaulter: defaultNamespace, Printer: &namespacePrinter, Fields: fieldsNamespace, NoCollection: true},
 		{GVR: registry.GVR("", "v1", "nodes"), Kind: "Node", ShortNames: []string{"no"}, Subresources: []string{"status", "proxy"},
 			Strategy: nodeStrategy{}, Printer: &nodePrinter, Fields: fieldsNode},
 		{GVR: registry.GVR("", "v1", "pods"), Kind: "Pod", Namespaced: true, ShortNames: []string{"po"}, Categories: all,
 			Subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward", "proxy"},
 			Strategy:     podStrategy{}, Defaulter: defaultPod, Printer: &podPrinter, ReturnDeleted: true, Fields: fieldsPod},
 		{GVR: registry.GVR("", "v1", "services"), Kind: "Service", Namespaced: true, ShortNames: []string{"svc"}, Categories: all, Subresources: []string{"status", "proxy"},
-			Strategy: serviceStrategy{}, Defaulter: defaultServiceObject, Printer: &servicePrinter, NoCollection: true},
+			Strategy: serviceStrategy{}, Defaulter: defaultServiceObject, Printer: &servicePrinter},
 		{GVR: registry.GVR("", "v1", "endpoints"), Kind: "Endpoints", ListKind: "EndpointsList", Singular: "endpoints", Namespaced: true, ShortNames: []string{"ep"},
 			Defaulter: defaultEndpoints, Printer: &endpointsPrinter, AllowCreateOnUpdate: true},
 		{GVR: registry.GVR("", "v1", "configmaps"), Kind: "ConfigMap", Namespaced: true, ShortNames: []string{"cm"}, Strategy: configMapStrategy{}, Printer: &configMapPrinter},

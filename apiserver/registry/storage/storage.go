@@ -30,7 +30,7 @@ func Kinds() []registry.Kind {
 			Strategy: volumeAttributesClassStrategy{}, Printer: &volumeAttributesClassPrinter},
 		{GVR: registry.GVR("storage.k8s.io", "v1", "csidrivers"), Kind: "CSIDriver",
 			Strategy: csiDriverStrategy{}, Defaulter: defaultCSIDriver, Printer: &csiDriverPrinter},
-		{GVR: registry.GVR("storage.k8s.io", "v1", "csinodes"), Kind: "CSINode",
+		{GVR: registry.GVR("storage.k8s.io", "v1", "csinodes"), Kind: "CSINode", Subresources: []string{"status"},
 			Strategy: csiNodeStrategy{}, Printer: &csiNodePrinter},
 		{GVR: registry.GVR("storage.k8s.io", "v1", "csistoragecapacities"), Kind: "CSIStorageCapacity", Namespaced: true,
 			Strategy: csiStorageCapacityStrategy{}, Printer: &csiStorageCapacityPrinter},
