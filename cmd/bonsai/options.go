@@ -119,7 +119,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bindAddress, "bind-address", "0.0.0.0", "IP address the API server listens on")
 	fs.IntVar(&o.port, "https-listen-port", 6443, "port the API server listens on (HTTPS)")
 	fs.BoolVar(&o.disableAgent, "disable-agent", false, "run the control plane only, without a kubelet on this host (default false)")
-	fs.BoolVar(&o.cleanup, "cleanup", false, "delete the service proxy's nftables table (<pod-bridge>-svc) and the network policy tables (<pod-bridge>-netpol), which stay in place while bonsai is stopped, and exit: for uninstall (default false)")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "for uninstall, with bonsai stopped: delete the service proxy's and network policy tables (<pod-bridge>-svc, <pod-bridge>-netpol), and with the data dir the containers bonsai's own containerd still runs, the pods' mounts, the pod network's table and bridge, and exit (default false)")
 	fs.StringVar(&o.writeKubeconfig, "write-kubeconfig", "", "also write the admin kubeconfig to this path (default: only <data-dir>/kubeconfig.yaml)")
 	fs.StringSliceVar(&o.tlsSANs, "tls-san", nil, "extra host name or IP for the serving certificate; repeatable (default none)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "Kubernetes static token file (token,user,uid[,\"group1,group2\"]) for bearer-token authentication (default none)")

@@ -30,8 +30,6 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/cri"
-	"bonsai.dev/bonsai/netplugin/netpol"
-	"bonsai.dev/bonsai/netplugin/proxy"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -49,17 +47,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	klog.SetSlogLogger(log)
 
 	if cfg.Cleanup {
-		// Like kube-proxy --cleanup: the rules bonsai leaves in place
-		// across restarts go; nothing else is touched.
-		if err := proxy.Cleanup(cfg.PodBridge); err != nil {
-			return err
-		}
-		log.Info("deleted the service proxy's nftables table", "table", "ip "+proxy.TableName(cfg.PodBridge))
-		if err := netpol.Cleanup(cfg.PodBridge); err != nil {
-			return err
-		}
-		log.Info("deleted the network policy enforcer's nftables tables", "tables", "ip and bridge "+netpol.TableName(cfg.PodBridge))
-		return nil
+		return cleanupHost(cfg, log)
 	}
 
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
