@@ -44,7 +44,7 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	if err := ensureKubeDNSService(ctx, cfg, api.ClientConfig(user)); err != nil {
 		log.Error("kube-dns Service", "err", err)
 	}
-	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, Informers: inf})
+	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, HPA: cfg.HPA, Informers: inf})
 }
 
 // controllerManagerUser is who the in-process controllers, and the
