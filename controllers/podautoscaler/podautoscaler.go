@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"sync"
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -85,8 +87,10 @@ type Controller struct {
 	podsList corelisters.PodLister
 	targets  *targets
 	history  *history
-	recorder record.EventRecorder
-	queue    workqueue.TypedRateLimitingInterface[string]
+	// selectors are the autoscalers' selectors, for AmbiguousSelector.
+	selectors selectorIndex
+	recorder  record.EventRecorder
+	queue     workqueue.TypedRateLimitingInterface[string]
 }
 
 // New builds the controller and registers its handlers.
@@ -133,6 +137,7 @@ func New(cfg Config) (*Controller, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.history.forget(key)
+				c.selectors.forget(key)
 			}
 		},
 	}}); err != nil {
@@ -158,6 +163,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	hpa, err := c.lister.HorizontalPodAutoscalers(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.history.forget(key)
+		c.selectors.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -379,7 +385,62 @@ func (c *Controller) selector(hpa *autoscalingv2.HorizontalPodAutoscaler, s stri
 		setCondition(hpa, autoscalingv2.ScalingActive, corev1.ConditionFalse, "InvalidSelector", msg, now)
 		return nil, errors.New(msg)
 	}
+	key := hpa.Namespace + "/" + hpa.Name
+	if others := c.selectors.put(key, hpa.Namespace, sel, c.podsOf(hpa.Namespace, sel)); len(others) > 1 {
+		msg := fmt.Sprintf("pods by selector %v are controlled by multiple HPAs: %v", sel, others)
+		c.recorder.Event(hpa, corev1.EventTypeWarning, "AmbiguousSelector", msg)
+		setCondition(hpa, autoscalingv2.ScalingActive, corev1.ConditionFalse, "AmbiguousSelector", msg, now)
+		return nil, errors.New(msg)
+	}
 	return sel, nil
+}
+
+func (c *Controller) podsOf(ns string, sel labels.Selector) []*corev1.Pod {
+	pods, _ := c.podsList.Pods(ns).List(sel)
+	return pods
+}
+
+// selectorIndex remembers each autoscaler's last selector, to find pods
+// that two autoscalers would scale, which upstream refuses to do.
+type selectorIndex struct {
+	mu  sync.Mutex
+	sel map[string]nsSelector
+}
+
+type nsSelector struct {
+	ns  string
+	sel labels.Selector
+}
+
+// put records key's selector and returns the autoscalers (key among
+// them) whose selectors take any of pods, sorted.
+func (x *selectorIndex) put(key, ns string, sel labels.Selector, pods []*corev1.Pod) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sel == nil {
+		x.sel = map[string]nsSelector{}
+	}
+	x.sel[key] = nsSelector{ns, sel}
+	var out []string
+	for k, s := range x.sel {
+		if s.ns != ns {
+			continue
+		}
+		for _, p := range pods {
+			if s.sel.Matches(labels.Set(p.Labels)) {
+				out = append(out, k)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (x *selectorIndex) forget(key string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.sel, key)
 }
 
 // unable is upstream's condition (and Warning event) for a metric that

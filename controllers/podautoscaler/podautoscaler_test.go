@@ -153,7 +153,8 @@ func TestScalesDeployment(t *testing.T) {
 }
 
 // What goes wrong is told as upstream tells it: a missing target, a
-// target scaled to zero, pods without CPU requests.
+// target scaled to zero, pods without CPU requests, two autoscalers of
+// the same pods, a metric of an API nobody serves.
 func TestConditionsOfFailures(t *testing.T) {
 	e := start(t)
 	hpas := e.Client.Autoscaling.HorizontalPodAutoscalers(ns)
@@ -189,10 +190,24 @@ func TestConditionsOfFailures(t *testing.T) {
 	}
 	waitEvent(t, e, "norequests", "FailedComputeMetricsReplicas", "invalid metrics (1 invalid out of 1), first error is: failed to get cpu utilization: missing request for cpu")
 
+	// Two autoscalers of the same pods: neither scales.
+	twin := hpaFor("Deployment", "apps/v1", "norequests", 50, 3)
+	twin.Name = "twin"
+	if _, err := hpas.Create(e.Ctx, twin, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = waitCondition(t, e, "twin", autoscalingv2.ScalingActive, corev1.ConditionFalse, "AmbiguousSelector")
+	if c.Message != "pods by selector app=norequests are controlled by multiple HPAs: [default/norequests default/twin]" {
+		t.Errorf("ScalingActive of twin autoscalers: %q", c.Message)
+	}
+	waitEvent(t, e, "twin", "AmbiguousSelector", "controlled by multiple HPAs")
+
 	// A Pods metric needs custom.metrics.k8s.io, which only an adapter
 	// serves.
-	pods := hpaFor("Deployment", "apps/v1", "norequests", 50, 3)
-	pods.Name = "custom"
+	if _, err := e.Client.Apps.Deployments(ns).Create(e.Ctx, deploymentOf("custom", 1, "100m"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := hpaFor("Deployment", "apps/v1", "custom", 50, 3)
 	pods.Spec.Metrics = []autoscalingv2.MetricSpec{{Type: "Pods", Pods: &autoscalingv2.PodsMetricSource{Metric: autoscalingv2.MetricIdentifier{Name: "qps"},
 		Target: autoscalingv2.MetricTarget{Type: "AverageValue", AverageValue: ptr.To(resource.MustParse("10"))}}}}
 	if _, err := hpas.Create(e.Ctx, pods, metav1.CreateOptions{}); err != nil {
