@@ -111,6 +111,31 @@ func TestHorizontalPodAutoscaler(t *testing.T) {
 		t.Errorf("kubectl get hpa row: %q", lines[1])
 	}
 
+	desc := k.must("describe", "hpa", "burner")
+	for _, w := range []string{"Reference:", "Deployment/burner", "Min replicas:", "Conditions:", "ValidMetricFound", "SuccessfulRescale"} {
+		if !strings.Contains(desc, w) {
+			t.Errorf("kubectl describe hpa lacks %q:\n%s", w, desc)
+		}
+	}
+	if out := k.must("get", "all", "-o", "name"); !strings.Contains(out, "horizontalpodautoscaler.autoscaling/burner") {
+		t.Errorf("kubectl get all lacks the HPA:\n%s", out)
+	}
+	// Through autoscaling/v1: the CPU target, the rest in annotations.
+	var v1 struct {
+		Metadata struct{ Annotations map[string]string }
+		Spec     struct{ TargetCPUUtilizationPercentage int32 }
+		Status   struct{ CurrentCPUUtilizationPercentage *int32 }
+	}
+	raw := k.must("get", "horizontalpodautoscalers.v1.autoscaling", "burner", "-o", "json")
+	if err := json.Unmarshal([]byte(raw), &v1); err != nil {
+		t.Fatal(err)
+	}
+	if v1.Spec.TargetCPUUtilizationPercentage != 50 || v1.Status.CurrentCPUUtilizationPercentage == nil ||
+		!strings.Contains(v1.Metadata.Annotations["autoscaling.alpha.kubernetes.io/behavior"], `"stabilizationWindowSeconds":30`) ||
+		!strings.Contains(v1.Metadata.Annotations["autoscaling.alpha.kubernetes.io/conditions"], "ScalingActive") {
+		t.Errorf("the HPA through autoscaling/v1: %s", raw)
+	}
+
 	// The load stops: back to 1 after the 30 s window.
 	k.must("exec", first, "--", "rm", "/tmp/burn")
 	stop := time.Now()
