@@ -75,6 +75,30 @@ func TestHorizontalPodAutoscalerVersions(t *testing.T) {
 		!strings.Contains(asV1.Annotations["autoscaling.alpha.kubernetes.io/behavior"], `"stabilizationWindowSeconds":30`) {
 		t.Errorf("v2 object read as v1: %+v %v", asV1.Spec, asV1.Annotations)
 	}
+	// The controller's status (through v2) survives a v1 update that
+	// drops the annotations carrying it.
+	created.Status = autoscalingv2.HorizontalPodAutoscalerStatus{CurrentReplicas: 2, DesiredReplicas: 2,
+		Conditions: []autoscalingv2.HorizontalPodAutoscalerCondition{{Type: "AbleToScale", Status: "True", Reason: "SucceededGetScale", LastTransitionTime: metav1.Now().Rfc3339Copy()}}}
+	if created, err = e.cs.AutoscalingV2().HorizontalPodAutoscalers("default").UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bare, err := e.cs.AutoscalingV1().HorizontalPodAutoscalers("default").Get(e.ctx, "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(bare.Annotations, "autoscaling.alpha.kubernetes.io/conditions")
+	bare.Status.CurrentReplicas = 7 // status is not written through the main resource
+	if _, err := e.cs.AutoscalingV1().HorizontalPodAutoscalers("default").Update(e.ctx, bare, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.cs.AutoscalingV2().HorizontalPodAutoscalers("default").Get(e.ctx, "api", metav1.GetOptions{}); err != nil || len(got.Status.Conditions) != 1 || got.Status.CurrentReplicas != 2 {
+		t.Fatalf("status after a v1 update without its annotations: %v %+v", err, got.Status)
+	}
+	asV1, err = e.cs.AutoscalingV1().HorizontalPodAutoscalers("default").Get(e.ctx, "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// Updating through v1 with the annotations keeps every v2 field.
 	asV1.Spec.MaxReplicas = 4
 	if _, err := e.cs.AutoscalingV1().HorizontalPodAutoscalers("default").Update(e.ctx, asV1, metav1.UpdateOptions{}); err != nil {
@@ -174,7 +198,7 @@ func TestHorizontalPodAutoscalerVersions(t *testing.T) {
 		t.Errorf("columns (-want +got):\n%s", diff)
 	}
 	cells := tbl.Rows[0].Cells
-	if cells[1] != "Deployment/api" || cells[2] != "memory: <unknown>/100Mi, cpu: <unknown>/50%" || cells[3] != "1" || cells[4] != float64(4) || cells[5] != float64(0) {
+	if cells[1] != "Deployment/api" || cells[2] != "memory: <unknown>/100Mi, cpu: <unknown>/50%" || cells[3] != "1" || cells[4] != float64(4) || cells[5] != float64(2) {
 		t.Errorf("row: %v", cells)
 	}
 }

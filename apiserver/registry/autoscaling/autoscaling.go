@@ -144,6 +144,45 @@ func updateLowerBound(old *autoscalingv2.HorizontalPodAutoscaler) int32 {
 // validates the internal form) do.
 type hpaV1Strategy struct{ registry.GenerationStrategy }
 
+// PrepareForCreate resets the status, and the status v1 carries in
+// annotations.
+func (st hpaV1Strategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object) error {
+	hpa := obj.(*autoscalingv1.HorizontalPodAutoscaler)
+	hpa.Status = autoscalingv1.HorizontalPodAutoscalerStatus{}
+	keepStatusAnnotations(hpa, nil)
+	return nil
+}
+
+// PrepareForUpdate keeps the status, the annotations that carry the rest
+// of it included: a v1 client that drops them keeps the conditions and
+// current metrics, as upstream's status-preserving update does.
+func (st hpaV1Strategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.Object) error {
+	hpa, o := obj.(*autoscalingv1.HorizontalPodAutoscaler), old.(*autoscalingv1.HorizontalPodAutoscaler)
+	hpa.Status = o.Status
+	keepStatusAnnotations(hpa, o.Annotations)
+	return nil
+}
+
+// keepStatusAnnotations sets hpa's status annotations to those of from.
+func keepStatusAnnotations(hpa *autoscalingv1.HorizontalPodAutoscaler, from map[string]string) {
+	for _, k := range []string{MetricStatusesAnnotation, ConditionsAnnotation} {
+		v, ok := from[k]
+		_, had := hpa.Annotations[k]
+		switch {
+		case ok:
+			if hpa.Annotations == nil {
+				hpa.Annotations = map[string]string{}
+			}
+			hpa.Annotations[k] = v
+		case had:
+			delete(hpa.Annotations, k)
+		}
+	}
+	if len(hpa.Annotations) == 0 {
+		hpa.Annotations = nil
+	}
+}
+
 func (hpaV1Strategy) Validate(w *registry.WriteCtx, obj runtime.Object) field.ErrorList {
 	v2, err := ToV2(obj.(*autoscalingv1.HorizontalPodAutoscaler))
 	if err != nil {
