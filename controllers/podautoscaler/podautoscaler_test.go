@@ -22,14 +22,15 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/deployment"
 	"bonsai.dev/bonsai/controllers/replicaset"
+	"bonsai.dev/bonsai/controllers/statefulset"
 	"bonsai.dev/bonsai/testsupport/clustertest"
 )
 
 const ns = "default"
 
 // start runs the API server with a simulated node (whose pods' metrics
-// API figures are half their CPU request), the Deployment and
-// ReplicaSet controllers and the autoscaler syncing every 100 ms.
+// API figures are half their CPU request), the Deployment, ReplicaSet
+// and StatefulSet controllers and the autoscaler syncing every 100 ms.
 func start(t *testing.T) *clustertest.Env {
 	e := clustertest.New(t, clustertest.Options{Nodes: 1})
 	clustertest.Start(e, func(inf *client.Informers) (*replicaset.Controller, error) {
@@ -37,6 +38,9 @@ func start(t *testing.T) *clustertest.Env {
 	})
 	clustertest.Start(e, func(inf *client.Informers) (*deployment.Controller, error) {
 		return deployment.New(deployment.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	})
+	clustertest.Start(e, func(inf *client.Informers) (*statefulset.Controller, error) {
+		return statefulset.New(statefulset.Config{Client: e.Client, Informers: inf, Logger: e.Log})
 	})
 	clustertest.Start(e, func(inf *client.Informers) (*Controller, error) {
 		return New(Config{Client: e.Client, Informers: inf, RESTConfig: e.Config, Logger: e.Log, SyncPeriod: 100 * time.Millisecond,
@@ -149,6 +153,43 @@ func TestScalesDeployment(t *testing.T) {
 	if u := *hpa.Status.CurrentMetrics[0].Resource.Current.AverageUtilization; u != 50 || hpa.Status.CurrentMetrics[0].Resource.Current.AverageValue.String() != "50m" ||
 		hpa.Status.DesiredReplicas != 4 || hpa.Status.LastScaleTime == nil || hpa.Status.ObservedGeneration == nil || *hpa.Status.ObservedGeneration != hpa.Generation {
 		t.Errorf("status: %+v", hpa.Status)
+	}
+}
+
+// A StatefulSet is scaled through its scale subresource too; with a
+// behavior allowing one pod per minute, one step at a time.
+func TestScalesStatefulSetWithBehavior(t *testing.T) {
+	e := start(t)
+	d := deploymentOf("db", 1, "100m")
+	ss := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: appsv1.StatefulSetSpec{Replicas: d.Spec.Replicas, Selector: d.Spec.Selector,
+		Template: d.Spec.Template, PodManagementPolicy: appsv1.ParallelPodManagement}}
+	if _, err := e.Client.Apps.StatefulSets(ns).Create(e.Ctx, ss, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := hpaFor("StatefulSet", "apps/v1", "db", 20, 5)
+	h.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{ScaleUp: &autoscalingv2.HPAScalingRules{
+		Policies: []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 1, PeriodSeconds: 60}}}}
+	if _, err := e.Client.Autoscaling.HorizontalPodAutoscalers(ns).Create(e.Ctx, h, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 30*time.Second, func() error {
+		s, err := e.Client.Apps.StatefulSets(ns).Get(e.Ctx, "db", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if *s.Spec.Replicas != 2 {
+			return fmt.Errorf("replicas %d", *s.Spec.Replicas)
+		}
+		return nil
+	})
+	c, _ := waitCondition(t, e, "db", autoscalingv2.ScalingLimited, corev1.ConditionTrue, "ScaleUpLimit")
+	if c.Message != "the desired replica count is increasing faster than the maximum scale rate" {
+		t.Errorf("ScalingLimited: %+v", c)
+	}
+	// Within the minute the policy holds it at 2.
+	time.Sleep(time.Second)
+	if s, _ := e.Client.Apps.StatefulSets(ns).Get(e.Ctx, "db", metav1.GetOptions{}); *s.Spec.Replicas != 2 {
+		t.Errorf("replicas %d within the policy's period, want 2", *s.Spec.Replicas)
 	}
 }
 
