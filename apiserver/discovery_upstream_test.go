@@ -69,10 +69,6 @@ func upstreamDiscovery(t *testing.T) (string, map[string]*metav1.APIResourceList
 var notServedYet = []string{
 	"admissionregistration.k8s.io/v1 mutatingadmissionpolicies",
 	"admissionregistration.k8s.io/v1 mutatingadmissionpolicybindings",
-	"autoscaling/v1 horizontalpodautoscalers",
-	"autoscaling/v1 horizontalpodautoscalers/status",
-	"autoscaling/v2 horizontalpodautoscalers",
-	"autoscaling/v2 horizontalpodautoscalers/status",
 	"certificates.k8s.io/v1 clustertrustbundles",
 	"certificates.k8s.io/v1 podcertificaterequests",
 	"certificates.k8s.io/v1 podcertificaterequests/status",

@@ -361,6 +361,30 @@ func shallowCopy(obj runtime.Object) runtime.Object {
 // Every update copied the old and the new object twice for nothing.
 type sameVersion struct {
 	runtime.ObjectConvertor
+	// peers convert between a kind and the kind shown as it
+	// (autoscaling/v1 and v2 HorizontalPodAutoscalers), which the
+	// scheme cannot: the managedFields of one object hold entries of
+	// both versions.
+	peers []peerConversion
+}
+
+// peerConversion converts objects of kind from to kind to.
+type peerConversion struct {
+	from, to kschema.GroupVersionKind
+	convert  func(runtime.Object) runtime.Object
+}
+
+// peerConversions are the conversions between r and the resources that
+// share its objects: its storage, or those shown as it.
+func (r *resource) peerConversions() []peerConversion {
+	var out []peerConversion
+	if s := r.storage; s != nil {
+		out = append(out, peerConversion{r.gvk(), s.gvk(), r.toStorage}, peerConversion{s.gvk(), r.gvk(), r.fromStorage})
+	}
+	for _, v := range r.shownAs {
+		out = append(out, peerConversion{r.gvk(), v.gvk(), v.fromStorage}, peerConversion{v.gvk(), r.gvk(), v.toStorage})
+	}
+	return out
 }
 
 func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
@@ -370,6 +394,13 @@ func (c sameVersion) ConvertToVersion(in runtime.Object, gv runtime.GroupVersion
 	if gvk := in.GetObjectKind().GroupVersionKind(); !gvk.Empty() {
 		if target, ok := gv.KindForGroupVersionKinds([]kschema.GroupVersionKind{gvk}); ok && target == gvk {
 			return in, nil
+		}
+		for _, p := range c.peers {
+			if target, ok := gv.KindForGroupVersionKinds([]kschema.GroupVersionKind{p.to}); ok && p.from == gvk && target == p.to {
+				out := p.convert(in)
+				out.GetObjectKind().SetGroupVersionKind(p.to)
+				return out, nil
+			}
 		}
 	}
 	return c.ObjectConvertor.ConvertToVersion(in, gv)

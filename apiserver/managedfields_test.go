@@ -204,7 +204,7 @@ func entriesWithoutTimes(t *testing.T, obj runtime.Object) []metav1.ManagedField
 // not copied; an unstructured one of that version becomes a typed one;
 // a typed one of another version is converted by the scheme.
 func TestSameVersionConvertsOnlyWhatNeedsIt(t *testing.T) {
-	c := sameVersion{scheme.Scheme}
+	c := sameVersion{ObjectConvertor: scheme.Scheme}
 	gv := corev1.SchemeGroupVersion
 	pod := labelledPod("p")
 	pod.SetGroupVersionKind(gv.WithKind("Pod"))

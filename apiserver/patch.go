@@ -259,7 +259,7 @@ func (r *resource) fieldManager(subresource string) (*managedfields.FieldManager
 		objs := r.custom.Objects()
 		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), objs, objs, objs, r.gvk(), r.gvk().GroupVersion(), subresource, nil)
 	} else {
-		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), sameVersion{scheme.Scheme}, r.defaulter, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, r.resetFields(subresource))
+		fm, err = managedfields.NewDefaultFieldManager(r.typeConverter(), sameVersion{scheme.Scheme, r.peerConversions()}, r.defaulter, scheme.Scheme, r.gvk(), r.gvk().GroupVersion(), subresource, r.resetFields(subresource))
 	}
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/registry"
 	"bonsai.dev/bonsai/apiserver/registry/admissionregistration"
 	"bonsai.dev/bonsai/apiserver/registry/apps"
+	"bonsai.dev/bonsai/apiserver/registry/autoscaling"
 	"bonsai.dev/bonsai/apiserver/registry/batch"
 	"bonsai.dev/bonsai/apiserver/registry/certificates"
 	"bonsai.dev/bonsai/apiserver/registry/coordination"
@@ -67,8 +68,10 @@ type resource struct {
 	// another form (events.k8s.io Events are core Events): keys, storage
 	// encoding and watch events are that resource's, converted with
 	// toStorage and fromStorage.
-	storedAs               schema.GroupVersionResource
-	storage                *resource
+	storedAs schema.GroupVersionResource
+	storage  *resource
+	// shownAs are the resources whose storage this one is.
+	shownAs                []*resource
 	toStorage, fromStorage func(runtime.Object) runtime.Object
 
 	// def is the kind's description, which strategies see.
@@ -185,6 +188,7 @@ func newRegistry(resources []*resource) *resourceIndex {
 	for _, r := range resources {
 		if !r.storedAs.Empty() {
 			r.storage = reg.byGVR[r.storedAs]
+			r.storage.shownAs = append(r.storage.shownAs, r)
 		}
 	}
 	return reg
@@ -228,7 +232,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // is discovery order, as kube-apiserver lists them.
 func builtinKinds() []registry.Kind {
 	apiExtensions := []string{"api-extensions"}
-	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), autoscaling.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

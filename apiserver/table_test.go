@@ -642,6 +642,14 @@ func TestTablesOtherGroups(t *testing.T) {
 	})
 }
 
+// upstreamIntegerInString are the columns kube-apiserver declares as
+// string but fills with integers (its HorizontalPodAutoscaler printer),
+// which bonsai's tables copy as they are on the wire.
+var upstreamIntegerInString = map[string]bool{
+	"horizontalpodautoscalers.autoscaling/MaxPods":  true,
+	"horizontalpodautoscalers.autoscaling/Replicas": true,
+}
+
 // TestTablePrintersCoverEveryResource keeps a new kind from silently
 // printing only Name and Created At, and checks every printer's cells
 // against its columns for an empty object (as a fresh create can be).
@@ -674,7 +682,7 @@ func TestTablePrintersCoverEveryResource(t *testing.T) {
 			case registry.TBoolean:
 				_, ok = cells[i].(bool)
 			}
-			if !ok {
+			if !ok && !upstreamIntegerInString[gr.String()+"/"+c.Name] {
 				t.Errorf("%s: column %q is %s but its cell is %T", gr, c.Name, c.Type, cells[i])
 			}
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	appsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
+	autoscalingv2 "k8s.io/client-go/kubernetes/typed/autoscaling/v2"
 	batchv1 "k8s.io/client-go/kubernetes/typed/batch/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -18,6 +19,7 @@ import (
 type Clientset struct {
 	Core         corev1.CoreV1Interface
 	Apps         appsv1.AppsV1Interface
+	Autoscaling  autoscalingv2.AutoscalingV2Interface
 	Batch        batchv1.BatchV1Interface
 	Coordination coordinationv1.CoordinationV1Interface
 	Discovery    discoveryv1.DiscoveryV1Interface
@@ -43,6 +45,9 @@ func NewClientset(cfg *rest.Config) (*Clientset, error) {
 		return nil, err
 	}
 	if s.Apps, err = appsv1.NewForConfigAndClient(c, hc); err != nil {
+		return nil, err
+	}
+	if s.Autoscaling, err = autoscalingv2.NewForConfigAndClient(c, hc); err != nil {
 		return nil, err
 	}
 	if s.Batch, err = batchv1.NewForConfigAndClient(c, hc); err != nil {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -30,6 +31,7 @@ import (
 	"bonsai.dev/bonsai/controllers/job"
 	"bonsai.dev/bonsai/controllers/localpath"
 	"bonsai.dev/bonsai/controllers/namespace"
+	"bonsai.dev/bonsai/controllers/podautoscaler"
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/replicaset"
 	"bonsai.dev/bonsai/controllers/replication"
@@ -58,6 +60,17 @@ type Deps struct {
 	// MaxEndpointsPerSlice is --max-endpoints-per-slice (0: the default,
 	// 100).
 	MaxEndpointsPerSlice int
+	// HPA holds the --horizontal-pod-autoscaler-* settings (zero:
+	// upstream's defaults).
+	HPA HPAOptions
+}
+
+// HPAOptions are kube-controller-manager's --horizontal-pod-autoscaler-*
+// settings; zero values are upstream's defaults.
+type HPAOptions struct {
+	SyncPeriod, DownscaleStabilization, CPUInitializationPeriod, InitialReadinessDelay time.Duration
+	// Tolerance: nil is 0.1.
+	Tolerance *float64
 }
 
 type runner interface {
@@ -133,6 +146,11 @@ var all = []struct {
 	{"clusterrole-aggregation", func(d Deps) (runner, error) {
 		return clusterroleaggregation.New(clusterroleaggregation.Config{RESTConfig: d.RESTConfig, Informers: d.Informers, Logger: d.Logger})
 	}},
+	{"horizontalpodautoscaling", func(d Deps) (runner, error) {
+		return podautoscaler.New(podautoscaler.Config{Client: d.Client, Informers: d.Informers, RESTConfig: d.RESTConfig, Logger: d.Logger,
+			SyncPeriod: d.HPA.SyncPeriod, DownscaleStabilization: d.HPA.DownscaleStabilization, Tolerance: d.HPA.Tolerance,
+			CPUInitializationPeriod: d.HPA.CPUInitializationPeriod, InitialReadinessDelay: d.HPA.InitialReadinessDelay})
+	}},
 	{"ttl-after-finished", func(d Deps) (runner, error) {
 		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
@@ -147,6 +165,7 @@ type Options struct {
 	RootCA               []byte
 	DataDir              string
 	MaxEndpointsPerSlice int
+	HPA                  HPAOptions
 	// Informers, when set, are shared with other components of the
 	// process (made with RESTConfig's identity); Start starts them.
 	Informers *client.Informers
@@ -167,7 +186,7 @@ func Start(ctx context.Context, o Options) error {
 	if inf == nil {
 		inf = client.NewInformers(rc)
 	}
-	d := Deps{Client: cs, Informers: inf, RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice}
+	d := Deps{Client: cs, Informers: inf, RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice, HPA: o.HPA}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
 		dc := d

@@ -123,6 +123,8 @@ var builtinPriorities = map[string]struct{ group, version int32 }{
 	"events.k8s.io/v1":                {17750, 15},
 	"authentication.k8s.io/v1":        {17700, 15},
 	"authorization.k8s.io/v1":         {17600, 15},
+	"autoscaling/v2":                  {17500, 30},
+	"autoscaling/v1":                  {17500, 15},
 	"batch/v1":                        {17400, 15},
 	"certificates.k8s.io/v1":          {17300, 15},
 	"networking.k8s.io/v1":            {17200, 15},

@@ -48,7 +48,7 @@ func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Ser
 	// kubectl get cs shows the controller manager Healthy until one of
 	// its controllers stops.
 	stopped := api.RunningComponent("controller-manager")
-	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, Informers: inf,
+	return controllers.Start(ctx, controllers.Options{RESTConfig: api.ClientConfig(user), Logger: log, RootCA: rootCA, DataDir: cfg.DataDir, MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, HPA: cfg.HPA, Informers: inf,
 		Stopped: func(name string, err error) { stopped(fmt.Errorf("controller %s stopped: %w", name, err)) }})
 }
 

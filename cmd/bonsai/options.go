@@ -26,6 +26,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/encryption"
 	"bonsai.dev/bonsai/apiserver/metricsapi"
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/netplugin/cni"
@@ -81,6 +82,7 @@ type serverOptions struct {
 	ingressHTTPPort   int
 	ingressHTTPSPort  int
 	nodeLifecycle     nodeLifecycleOptions
+	hpa               hpaOptions
 	schedulerConfig   string
 	disableScheduler  bool
 	snapshotSchedule  string
@@ -166,6 +168,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.metricResolution, "metric-resolution", metricsapi.DefaultResolution, "how often the resource metrics API (metrics.k8s.io, kubectl top) scrapes each node's figures; at least 10s (metrics-server's --metric-resolution)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
+	o.hpa.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
 	fs.IntVar(&o.maxObjectSize, "max-object-size", apiserver.DefaultMaxObjectSize, "largest object the API server stores, in bytes of its stored encoding; larger writes are refused with 413 (etcd's --max-request-bytes default; with --datastore-endpoint, keep it within the etcd servers' own limit)")
@@ -257,6 +260,8 @@ type serverConfig struct {
 	Ingress ingressConfig
 	// NodeLifecycle tunes the node lifecycle controller and pod GC.
 	NodeLifecycle nodeLifecycleConfig
+	// HPA is the --horizontal-pod-autoscaler-* flags.
+	HPA controllers.HPAOptions
 	// Scheduler is --scheduler-config, read and checked; zero without it.
 	Scheduler        scheduler.Options
 	DisableScheduler bool
@@ -444,6 +449,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, err
 	}
 	if c.NodeLifecycle, err = o.nodeLifecycle.validate(); err != nil {
+		return nil, err
+	}
+	if c.HPA, err = o.hpa.validate(); err != nil {
 		return nil, err
 	}
 	if err := o.validateScheduler(c); err != nil {

@@ -23,6 +23,7 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/admission"
 	"bonsai.dev/bonsai/apiserver/audit"
+	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/kubelet"
 )
 
@@ -91,6 +92,7 @@ func TestServerDefaults(t *testing.T) {
 		MetricResolution: 15 * time.Second,
 		Ingress:          ingressConfig{Enabled: true, BindAddress: netip.MustParseAddr("0.0.0.0"), HTTPPort: 80, HTTPSPort: 443},
 		NodeLifecycle:    defaultNodeLifecycle,
+		HPA:              defaultHPA(),
 
 		MaxEndpointsPerSlice: 100,
 		MaxObjectSize:        1572864,
@@ -138,7 +140,7 @@ func TestServerFlags(t *testing.T) {
 		"--node-taints", "dedicated=cam:NoSchedule", "--node-taints", "gpu:NoExecute", "--max-pods", "50", "--pod-max-pids", "1024",
 		"--container-runtime-endpoint", "unix:///run/k3s/containerd/containerd.sock", "--pod-bridge", "edge0",
 		"--pod-network", "cni", "--cni-conf-dir", "/srv/cni/net.d/", "--cni-bin-dir", "/usr/lib/cni", "--cni-bin-dir", "/opt/cni/bin",
-		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--metric-resolution", "30s", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--max-object-size", "3145728", "--event-ttl", "30m", "--quota-backend-bytes", "4294967296", "--authorization-mode", "AlwaysAllow", "--profiling=false",
+		"--node-cidr-mask-size", "26", "--kubelet-port", "11250", "--metric-resolution", "30s", "--shutdown-grace-period", "30s", "--shutdown-grace-period-critical-pods", "10s", "--max-endpoints-per-slice", "1000", "--horizontal-pod-autoscaler-sync-period", "5s", "--horizontal-pod-autoscaler-downscale-stabilization", "1m", "--horizontal-pod-autoscaler-tolerance", "0.05", "--max-object-size", "3145728", "--event-ttl", "30m", "--quota-backend-bytes", "4294967296", "--authorization-mode", "AlwaysAllow", "--profiling=false",
 		"--audit-log-maxsize", "5", "--audit-log-maxbackup", "3", "--audit-log-maxage", "7",
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
@@ -194,20 +196,22 @@ func TestServerFlags(t *testing.T) {
 		NodeCIDRMaskSize: 26,
 
 		MaxEndpointsPerSlice: 1000,
-		MaxObjectSize:        3145728,
-		EventTTL:             30 * time.Minute,
-		QuotaBytes:           4294967296,
-		ShutdownGroups:       []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
-		AuthorizationMode:    "AlwaysAllow",
-		KubeletRootDir:       "/var/lib/kubelet",
-		NodeLifecycle:        defaultNodeLifecycle,
-		AuditLogRotation:     audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
-		Limits:               apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
-		SnapshotSchedule:     mustCron(t, "@daily"),
-		SnapshotRetention:    3,
-		SnapshotDir:          "/backup/bonsai",
-		ManifestsDir:         "/etc/bonsai/manifests",
-		DisabledManifests:    []string{"traefik", "local-storage"},
+		HPA: controllers.HPAOptions{SyncPeriod: 5 * time.Second, DownscaleStabilization: time.Minute, Tolerance: func() *float64 { f := 0.05; return &f }(),
+			CPUInitializationPeriod: 5 * time.Minute, InitialReadinessDelay: 30 * time.Second},
+		MaxObjectSize:     3145728,
+		EventTTL:          30 * time.Minute,
+		QuotaBytes:        4294967296,
+		ShutdownGroups:    []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
+		AuthorizationMode: "AlwaysAllow",
+		KubeletRootDir:    "/var/lib/kubelet",
+		NodeLifecycle:     defaultNodeLifecycle,
+		AuditLogRotation:  audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
+		Limits:            apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
+		SnapshotSchedule:  mustCron(t, "@daily"),
+		SnapshotRetention: 3,
+		SnapshotDir:       "/backup/bonsai",
+		ManifestsDir:      "/etc/bonsai/manifests",
+		DisabledManifests: []string{"traefik", "local-storage"},
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
@@ -316,6 +320,8 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--encryption-provider-config", writeFile(t, "enc.yaml", encryptionYAML("aescbc", testKey32)), "--secrets-encryption"}, []string{"--secrets-encryption", "encryption-config.yaml", "not both"}},
 		{[]string{"--authorization-mode", "Webhook"}, []string{"--authorization-mode", "RBAC or AlwaysAllow"}},
 		{[]string{"--max-endpoints-per-slice", "0"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
+		{[]string{"--horizontal-pod-autoscaler-sync-period", "0s"}, []string{"--horizontal-pod-autoscaler-sync-period", "must be positive"}},
+		{[]string{"--horizontal-pod-autoscaler-tolerance", "-0.1"}, []string{"--horizontal-pod-autoscaler-tolerance", "must not be negative"}},
 		{[]string{"--max-endpoints-per-slice", "1001"}, []string{"--max-endpoints-per-slice", "between 1 and 1000"}},
 		{[]string{"--kubelet-port", "0"}, []string{"--kubelet-port", "between 1 and 65535"}},
 		{[]string{"--metric-resolution", "5s"}, []string{"Metric-resolution should be a time duration at least 10s, but value 5s provided"}},
@@ -833,3 +839,11 @@ func mustCron(t *testing.T, spec string) cron.Schedule {
 // sameLocation compares the zones of parsed cron schedules by identity:
 // time.Location has no exported fields to compare.
 var sameLocation = cmp.Comparer(func(a, b *time.Location) bool { return a == b })
+
+// defaultHPA is the horizontal pod autoscaler's settings without flags:
+// kube-controller-manager's defaults.
+func defaultHPA() controllers.HPAOptions {
+	tol := 0.1
+	return controllers.HPAOptions{SyncPeriod: 15 * time.Second, DownscaleStabilization: 5 * time.Minute, Tolerance: &tol,
+		CPUInitializationPeriod: 5 * time.Minute, InitialReadinessDelay: 30 * time.Second}
+}
