@@ -45,7 +45,7 @@ func newRootCmd(stdout, stderr io.Writer, run func(context.Context, *serverConfi
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout))
+	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout), newCertificateCmd(stdout))
 	refuseUnknownSubcommands(root)
 	return root
 }
