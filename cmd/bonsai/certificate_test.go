@@ -59,7 +59,9 @@ func TestCertificateCheckAndRotate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var js struct{ Certificates []struct{ Filename, Status string } }
+	var js struct {
+		Certificates []struct{ Filename, Status string }
+	}
 	if err := json.Unmarshal([]byte(out), &js); err != nil || len(js.Certificates) != 7 {
 		t.Errorf("check -o json: %v\n%s", err, out)
 	}
