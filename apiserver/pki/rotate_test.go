@@ -2,6 +2,7 @@ package pki
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"os"
@@ -377,6 +378,46 @@ func BenchmarkRenewAll(b *testing.B) {
 		}
 		if renewed, err := c.RenewDue(); err != nil || len(renewed) != len(c.Pairs()) {
 			b.Fatalf("renewed %d, %v", len(renewed), err)
+		}
+	}
+}
+
+// TestRunRenewsWithoutHandshakes: with nobody connecting, Run still
+// renews what falls due (so the files and the admin kubeconfig stay
+// fresh) and reports the CA in its last year.
+func TestRunRenewsWithoutHandshakes(t *testing.T) {
+	start := time.Now()
+	e := newRotationEnv(t, start)
+	renewed := make(chan []*KeyPair, 4)
+	e.c.OnRenew(func(ps []*KeyPair) { renewed <- ps })
+	expiring := make(chan []Expiring, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.c.Run(ctx, RunOptions{Interval: 10 * time.Millisecond, Expiring: func(x []Expiring) {
+		select {
+		case expiring <- x:
+		default:
+		}
+	}})
+	e.clk.SetTime(start.Add(9*year + 200*day))
+	select {
+	case ps := <-renewed:
+		if len(ps) != len(e.c.Pairs()) {
+			t.Errorf("renewed %d of %d", len(ps), len(e.c.Pairs()))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run renewed nothing")
+	}
+	e.checkAllValid("+9y200d")
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case x := <-expiring:
+			if len(x) == 2 && x[0].File == CACertFile && x[0].CA && x[1].File == FrontProxyCACertFile {
+				return
+			}
+		case <-deadline:
+			t.Fatal("Run did not report the CAs in their last year")
 		}
 	}
 }
