@@ -230,6 +230,11 @@ func TestCertificatesRenewAcrossClockJumps(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: kubelet API /pods: %d", step, resp.StatusCode)
 		}
+		// The API server reaches the kubelet API (its kubelet client
+		// certificate and the kubelet's serving one, both checked now).
+		if body, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/cert-node/proxy/pods").DoRaw(ctx); err != nil {
+			t.Errorf("%s: nodes/proxy to the kubelet API: %v %s", step, err, body)
+		}
 		// The front proxy's client certificate in force (the gauge reads
 		// the one in memory) is the renewed one on disk, valid now.
 		fpPEM, err := os.ReadFile(filepath.Join(dataDir, "tls", pki.FrontProxyClientCertFile))
