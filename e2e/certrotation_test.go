@@ -110,7 +110,8 @@ func kubeconfigPair(path string) (*tls.Certificate, *x509.CertPool, error) {
 }
 
 // TestCertificatesRenewAcrossClockJumps moves a running server's clock
-// +1, +5 and +9 years and back to a day before now: a client-go client
+// +1, +5 and +9 years, back to a day before now, then to 20 days before
+// the CA's end (the leaves are cut off there: a Warning): a client-go client
 // whose TLS runs on the same clock and reads its certificate from the
 // admin kubeconfig on disk at each handshake (dropping idle connections
 // after a jump, as client-go does when its certificate file changes)
@@ -262,24 +263,16 @@ func TestCertificatesRenewAcrossClockJumps(t *testing.T) {
 	for _, step := range []struct {
 		name   string
 		offset time.Duration
-	}{{"+1y", year}, {"+5y", 5 * year}, {"+9y", 9 * year}, {"-1d", -24 * time.Hour}} {
+	}{{"+1y", year}, {"+5y", 5 * year}, {"+9y", 9 * year}, {"-1d", -24 * time.Hour}, {"+10y-20d", 10*year - 20*24*time.Hour}} {
 		clk.set(t, step.offset)
 		check(step.name)
-		if step.name == "+9y" {
+		switch step.name {
+		case "+9y":
 			// The CA has less than a year left: a Warning on the Node.
-			waitErr(t, 20*time.Second, func() error {
-				evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return err
-				}
-				for _, ev := range evs.Items {
-					if ev.Reason == "CACertificateExpirationWarning" && ev.Type == corev1.EventTypeWarning &&
-						ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == "cert-node" && strings.Contains(ev.Message, "ca.crt") {
-						return nil
-					}
-				}
-				return fmt.Errorf("no CACertificateExpirationWarning event on the Node among %d events", len(evs.Items))
-			})
+			waitEvent(t, ctx, cs, "CACertificateExpirationWarning", "ca.crt")
+		case "+10y-20d":
+			// Leaves cut off at the CA's end, 20 days ahead.
+			waitEvent(t, ctx, cs, "CertificateExpirationWarning", "serving.crt (bonsai) expires at")
 		}
 	}
 	if e := errs.list(); len(e) > 0 {
@@ -308,6 +301,25 @@ func TestCertificatesRenewAcrossClockJumps(t *testing.T) {
 	if code != http.StatusOK {
 		t.Errorf("after restart past expiry: GET %d %s", code, body)
 	}
+}
+
+// waitEvent waits for a Warning event with reason on the Node
+// cert-node whose message holds text.
+func waitEvent(t *testing.T, ctx context.Context, cs kubernetes.Interface, reason, text string) {
+	t.Helper()
+	waitErr(t, 20*time.Second, func() error {
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == reason && ev.Type == corev1.EventTypeWarning &&
+				ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == "cert-node" && strings.Contains(ev.Message, text) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event on the Node about %q among %d events", reason, text, len(evs.Items))
+	})
 }
 
 func gaugeValue(t time.Time) string {

@@ -151,6 +151,8 @@ type Expiring struct {
 	Subject  string
 	NotAfter time.Time
 	CA       bool
+	// WithCA: a leaf that ends with its CA, so renewing cannot help.
+	WithCA bool
 }
 
 // Expiring lists the certificates in force that end within
@@ -168,7 +170,7 @@ func (c *Certs) Expiring() []Expiring {
 	}
 	for _, p := range c.pairs {
 		if leaf := p.Leaf(); leaf.NotAfter.Sub(now) < ExpiryWarning {
-			out = append(out, Expiring{File: p.CertFile, Subject: leaf.Subject.CommonName, NotAfter: leaf.NotAfter})
+			out = append(out, Expiring{File: p.CertFile, Subject: leaf.Subject.CommonName, NotAfter: leaf.NotAfter, WithCA: !leaf.NotAfter.Before(p.ca.Cert.NotAfter)})
 		}
 	}
 	return out

@@ -225,6 +225,18 @@ func TestLeafCutOffAtCAEndIsNotRenewedAgain(t *testing.T) {
 	if !slices.Contains(files, CACertFile) || slices.Contains(files, ServingCertFile) {
 		t.Errorf("expiring %v, want the CA and not the serving certificate (60 days left)", files)
 	}
+	// 20 days before the CA's end the leaves, cut off with it, are
+	// reported too, as ending with their CA.
+	e.clk.SetTime(caEnd.Add(-20 * day))
+	withCA := 0
+	for _, x := range e.c.Expiring() {
+		if !x.CA && x.WithCA {
+			withCA++
+		}
+	}
+	if withCA != len(e.c.Pairs()) {
+		t.Errorf("%d leaves reported as ending with their CA 20 days ahead, want %d", withCA, len(e.c.Pairs()))
+	}
 	// At the CA's end nothing can be renewed; the error says why, once.
 	e.clk.SetTime(caEnd.Add(time.Hour))
 	var reported []error

@@ -145,7 +145,10 @@ func startCertRotation(ctx context.Context, cfg *serverConfig, certs *pki.Certs,
 					continue
 				}
 				msg := fmt.Sprintf("certificate %s (%s) expires at %s and was not renewed", e.File, e.Subject, e.NotAfter.UTC().Format(time.RFC3339))
-				if lastFailure != nil {
+				switch {
+				case e.WithCA:
+					msg = fmt.Sprintf("certificate %s (%s) expires at %s with its CA, which is not renewed", e.File, e.Subject, e.NotAfter.UTC().Format(time.RFC3339))
+				case lastFailure != nil:
 					msg += ": " + lastFailure.Error()
 				}
 				recorder.Event(node, corev1.EventTypeWarning, "CertificateExpirationWarning", msg)
