@@ -115,7 +115,7 @@ func newWardleServer(t *testing.T, auth map[string]string) *wardleServer {
 			http.NotFound(w, r)
 		}
 	}))
-	ws.srv.TLS = &tls.Config{Certificates: []tls.Certificate{certs.Serving}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
+	ws.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*certs.Serving.Current()}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
 	ws.srv.StartTLS()
 	t.Cleanup(ws.srv.Close)
 	ws.port = int32(netip.MustParseAddrPort(ws.srv.Listener.Addr().String()).Port())

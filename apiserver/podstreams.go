@@ -56,6 +56,16 @@ func newKubeletTransport(cfg *tls.Config, insecure bool) *http.Transport {
 	}
 }
 
+// CloseKubeletConnections closes the idle connections to kubelets, so
+// that the next call handshakes again, with the kubelet-client
+// certificate in force: after a renewal, as client-go drops its
+// connections when its client certificate changes. Calls under way
+// keep theirs.
+func (s *Server) CloseKubeletConnections() {
+	s.kubelet.CloseIdleConnections()
+	s.kubeletInsecure.CloseIdleConnections()
+}
+
 // simulatedAnnotation marks a Node the node simulator keeps (see
 // kubelet/simulator).
 const simulatedAnnotation = "bonsai.dev/simulated"

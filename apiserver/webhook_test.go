@@ -70,7 +70,7 @@ func newHookServer(t *testing.T, respond func(*admissionv1.AdmissionRequest) *ad
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(&review)
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{certs.Serving}}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*certs.Serving.Current()}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL

@@ -182,7 +182,7 @@ func startFlunderServer(t *testing.T, auth map[string]string) *flunderServer {
 			http.NotFound(w, r)
 		}
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{certs.Serving}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*certs.Serving.Current()}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	f.port = int(netip.MustParseAddrPort(srv.Listener.Addr().String()).Port())

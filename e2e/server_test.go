@@ -76,6 +76,8 @@ type server struct {
 	stderr   string // path of the captured stderr
 	done     chan struct{}
 	exitCode int
+	// now is the clock certificates are verified by (see launchOptions).
+	now func() time.Time
 }
 
 func freePort(t *testing.T) int {
@@ -92,10 +94,24 @@ func freePort(t *testing.T) int {
 // retried on another.
 func startServer(t *testing.T, dataDir string, extra ...string) *server {
 	t.Helper()
+	return startServerWith(t, dataDir, launchOptions{}, extra...)
+}
+
+// launchOptions change how a server is started beyond its flags.
+type launchOptions struct {
+	// env is added to the server's environment.
+	env []string
+	// now is the clock the test's clients verify certificates by
+	// (time.Now when nil), for a server whose clock a test moved.
+	now func() time.Time
+}
+
+func startServerWith(t *testing.T, dataDir string, o launchOptions, extra ...string) *server {
+	t.Helper()
 	requireBinary(t)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := launch(t, dataDir, freePort(t), extra...)
+		s, err := launch(t, dataDir, freePort(t), o, extra...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +128,7 @@ func startServer(t *testing.T, dataDir string, extra ...string) *server {
 	return nil
 }
 
-func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, error) {
+func launch(t *testing.T, dataDir string, port int, o launchOptions, extra ...string) (*server, error) {
 	args := []string{"server",
 		"--data-dir", dataDir,
 		"--https-listen-port", fmt.Sprint(port),
@@ -151,11 +167,14 @@ func launch(t *testing.T, dataDir string, port int, extra ...string) (*server, e
 	}
 	cmd := exec.Command(bonsaiBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(o.env) > 0 {
+		cmd.Env = append(os.Environ(), o.env...)
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
 	}
-	s := &server{dataDir: dataDir, port: port, cmd: cmd, stderr: logf.Name(), done: make(chan struct{})}
+	s := &server{dataDir: dataDir, port: port, cmd: cmd, stderr: logf.Name(), done: make(chan struct{}), now: o.now}
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -285,7 +304,7 @@ func (s *server) kubeconfig(t *testing.T) kubeconfig {
 // when given.
 func (s *server) client(t *testing.T, cert *tls.Certificate) *http.Client {
 	kc := s.kubeconfig(t)
-	tc := &tls.Config{RootCAs: kc.caPool}
+	tc := &tls.Config{RootCAs: kc.caPool, Time: s.now}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}

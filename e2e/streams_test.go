@@ -140,7 +140,7 @@ func TestKubectlStreams(t *testing.T) {
 		rev.Request = nil
 		json.NewEncoder(w).Encode(&rev)
 	}))
-	hook.TLS = &tls.Config{Certificates: []tls.Certificate{certs.Serving}}
+	hook.TLS = &tls.Config{Certificates: []tls.Certificate{*certs.Serving.Current()}}
 	hook.StartTLS()
 	t.Cleanup(hook.Close)
 	url := hook.URL + "/mutate"

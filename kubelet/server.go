@@ -42,6 +42,13 @@ type ServerConfig struct {
 	// Cert is the serving certificate; ClientCAs verify callers.
 	Cert      tls.Certificate
 	ClientCAs *x509.CertPool
+	// GetCertificate, when set, is asked for the serving certificate on
+	// every handshake instead of Cert, so a renewed one is served at
+	// once.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// Now is the clock client certificates are checked against
+	// (time.Now when nil).
+	Now func() time.Time
 	// AuthorizedUsers may call every endpoint (the API server's
 	// kubelet-client identity); so may members of system:masters.
 	AuthorizedUsers []string
@@ -122,13 +129,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // given (the handler refuses requests without one), and only HTTP/1.1 is
 // offered because SPDY and WebSocket upgrades need it.
 func (s *Server) TLSConfig() *tls.Config {
-	return &tls.Config{
-		Certificates: []tls.Certificate{s.cfg.Cert},
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    s.cfg.ClientCAs,
-		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"},
+	c := &tls.Config{
+		Certificates:   []tls.Certificate{s.cfg.Cert},
+		GetCertificate: s.cfg.GetCertificate,
+		Time:           s.cfg.Now,
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      s.cfg.ClientCAs,
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{"http/1.1"},
 	}
+	if s.cfg.GetCertificate != nil {
+		c.Certificates = nil
+	}
+	return c
 }
 
 // debugErrors logs a library's errors at debug level.

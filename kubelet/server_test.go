@@ -128,11 +128,7 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	t.Cleanup(func() { klog.ClearLogger() })
 
 	sans := pki.SANs{DNSNames: []string{"localhost"}, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
-	certs, err := pki.Ensure(filepath.Join(dir, "tls"), sans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcerts, err := pki.EnsureKubelet(filepath.Join(dir, "tls"), certs.CA, sans)
+	certs, err := pki.Open(pki.Options{Dir: filepath.Join(dir, "tls"), SANs: sans, KubeletSANs: &sans})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +139,7 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	waiting := func(ns, pod, container string) (string, bool) {
 		return "ImagePullBackOff", ns == "default" && pod == "web" && container == "brief"
 	}
-	ksrv := NewServer(ServerConfig{Runtime: rt, Cert: kcerts.Serving, ClientCAs: certs.CA.Pool(),
+	ksrv := NewServer(ServerConfig{Runtime: rt, GetCertificate: certs.KubeletServing.GetCertificate, ClientCAs: certs.CA.Pool(),
 		AuthorizedUsers: []string{pki.KubeletClientUser}, Waiting: waiting, Logger: quiet})
 	upgrades := &upgradeLog{}
 	kln, err := tls.Listen("tcp", "127.0.0.1:0", ksrv.TLSConfig())
@@ -162,13 +158,13 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	}
 	api, err := apiserver.New(apiserver.Config{
 		Store: st, Authenticator: authn.NewX509(certs.CA.Pool()), Logger: quiet,
-		KubeletTLS: &tls.Config{Certificates: []tls.Certificate{kcerts.Client}, RootCAs: certs.CA.Pool()},
+		KubeletTLS: &tls.Config{GetClientCertificate: certs.KubeletClient.GetClientCertificate, RootCAs: certs.CA.Pool()},
 	})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
 	}
-	aln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{certs.Serving},
+	aln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: certs.Serving.GetCertificate,
 		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: certs.CA.Pool()})
 	if err != nil {
 		t.Fatal(err)
@@ -177,10 +173,11 @@ func startStreamEnv(t *testing.T) *streamEnv {
 	go ahttp.Serve(aln)
 	t.Cleanup(func() { api.Shutdown(); ahttp.Close(); st.Close() })
 	apiURL := "https://" + aln.Addr().String()
-	cfg := &rest.Config{Host: apiURL, TLSClientConfig: rest.TLSClientConfig{CAData: certs.CA.CertPEM, CertData: certs.AdminCertPEM, KeyData: certs.AdminKeyPEM}}
+	adminCert, adminKey := certs.Admin.PEM()
+	cfg := &rest.Config{Host: apiURL, TLSClientConfig: rest.TLSClientConfig{CAData: certs.CA.CertPEM, CertData: adminCert, KeyData: adminKey}}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := pki.WriteKubeconfig(kubeconfig, apiURL, certs.CA.CertPEM, certs.AdminCertPEM, certs.AdminKeyPEM); err != nil {
+	if err := pki.WriteKubeconfig(kubeconfig, apiURL, certs.CA.CertPEM, adminCert, adminKey); err != nil {
 		t.Fatal(err)
 	}
 
@@ -507,7 +504,7 @@ func TestStreamingThroughAPIServer(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		admin, err := tls.X509KeyPair(e.certs.AdminCertPEM, e.certs.AdminKeyPEM)
+		admin, err := tls.X509KeyPair(e.certs.Admin.PEM())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -210,10 +210,11 @@ func (a *Aggregator) Compile(objs []runtime.Object) *Set {
 // Service's DNS name as server name, and the front-proxy certificate.
 func (a *Aggregator) transport(as *apiregistrationv1.APIService) (*http.Transport, error) {
 	return a.s.ServiceTransport(as.Spec.CABundle, &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         as.Spec.Service.Name + "." + as.Spec.Service.Namespace + ".svc",
-		Certificates:       []tls.Certificate{a.frontProxy.Client},
-		InsecureSkipVerify: as.Spec.InsecureSkipTLSVerify,
+		MinVersion: tls.VersionTLS12,
+		ServerName: as.Spec.Service.Name + "." + as.Spec.Service.Namespace + ".svc",
+		// Read on every handshake: a renewed certificate is used at once.
+		GetClientCertificate: a.frontProxy.Client.GetClientCertificate,
+		InsecureSkipVerify:   as.Spec.InsecureSkipTLSVerify,
 	})
 }
 

@@ -3,7 +3,6 @@ package pki
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"slices"
 )
 
@@ -25,13 +24,14 @@ const (
 // certificate signed by it.
 type FrontProxy struct {
 	CA     *Authority
-	Client tls.Certificate
+	Client *KeyPair
 }
 
 // NewFrontProxy makes a front-proxy CA and client certificate in memory,
-// for an API server without a certificate directory (tests).
+// for an API server without a certificate directory (tests). It is never
+// renewed.
 func NewFrontProxy() (*FrontProxy, error) {
-	ca, _, err := newAuthority("bonsai-front-proxy-ca")
+	ca, _, err := newAuthority("bonsai-front-proxy-ca", realClock)
 	if err != nil {
 		return nil, err
 	}
@@ -43,26 +43,21 @@ func NewFrontProxy() (*FrontProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FrontProxy{CA: ca, Client: client}, nil
+	p := &KeyPair{Service: "auth-proxy", CertFile: FrontProxyClientCertFile, KeyFile: FrontProxyClientKeyFile, ca: ca}
+	p.set(client, certPEM, keyPEM)
+	return &FrontProxy{CA: ca, Client: p}, nil
 }
 
-func ensureFrontProxy(dir string, c *Certs) (*FrontProxy, error) {
-	ca, err := ensureAuthority(dir, FrontProxyCACertFile, FrontProxyCAKeyFile, "bonsai-front-proxy-ca", c)
+func (c *Certs) ensureFrontProxy() (*FrontProxy, error) {
+	ca, err := c.ensureAuthority(FrontProxyCACertFile, FrontProxyCAKeyFile, "bonsai-front-proxy-ca")
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := ensureLeaf(dir, FrontProxyClientCertFile, FrontProxyClientKeyFile, ca, c,
+	client := c.newPair("auth-proxy", FrontProxyClientCertFile, FrontProxyClientKeyFile, ca,
 		func(leaf *x509.Certificate) bool {
 			return hasExtKeyUsage(leaf, x509.ExtKeyUsageClientAuth) && leaf.Subject.CommonName == FrontProxyClientName && len(leaf.Subject.Organization) == 0
 		},
 		func() ([]byte, []byte, error) { return ca.IssueClient(FrontProxyClientName, nil) })
-	if err != nil {
-		return nil, err
-	}
-	client, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("certificates: front-proxy client: %w", err)
-	}
 	return &FrontProxy{CA: ca, Client: client}, nil
 }
 

@@ -9,20 +9,20 @@ import (
 	"testing"
 )
 
-func TestEnsureKubelet(t *testing.T) {
+func TestOpenKubelet(t *testing.T) {
 	dir := t.TempDir()
-	certs, err := Ensure(dir, testSANs())
+	if _, err := Ensure(dir, testSANs()); err != nil {
+		t.Fatal(err)
+	}
+	ks := testSANs("node-a")
+	certs, err := Open(Options{Dir: dir, SANs: testSANs(), KubeletSANs: &ks})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := EnsureKubelet(dir, certs.CA, testSANs("node-a"))
-	if err != nil {
-		t.Fatal(err)
+	if !slices.Equal(certs.Issued, []string{KubeletClientCertFile, KubeletServingCertFile}) {
+		t.Fatalf("issued %v", certs.Issued)
 	}
-	if !slices.Equal(kc.Issued, []string{KubeletClientCertFile, KubeletServingCertFile}) {
-		t.Fatalf("issued %v", kc.Issued)
-	}
-	client, serving := kc.Client.Leaf, kc.Serving.Leaf
+	client, serving := certs.KubeletClient.Leaf(), certs.KubeletServing.Leaf()
 	if client.Subject.CommonName != KubeletClientUser || len(client.Subject.Organization) != 0 {
 		t.Errorf("client subject %v", client.Subject)
 	}
@@ -43,11 +43,12 @@ func TestEnsureKubelet(t *testing.T) {
 
 	// A restart reuses both; new SANs re-issue the serving one only.
 	before, _ := os.ReadFile(filepath.Join(dir, KubeletClientCertFile))
-	again, err := EnsureKubelet(dir, certs.CA, testSANs("node-a"))
+	again, err := Open(Options{Dir: dir, SANs: testSANs(), KubeletSANs: &ks})
 	if err != nil || len(again.Issued) != 0 {
 		t.Fatalf("second start issued %v, %v", again.Issued, err)
 	}
-	moved, err := EnsureKubelet(dir, certs.CA, testSANs("node-a", "192.0.2.9"))
+	ks = testSANs("node-a", "192.0.2.9")
+	moved, err := Open(Options{Dir: dir, SANs: testSANs(), KubeletSANs: &ks})
 	if err != nil || !slices.Equal(moved.Issued, []string{KubeletServingCertFile}) {
 		t.Fatalf("new address issued %v, %v", moved.Issued, err)
 	}
@@ -55,7 +56,7 @@ func TestEnsureKubelet(t *testing.T) {
 	if !bytes.Equal(before, after) {
 		t.Error("client certificate re-issued")
 	}
-	if err := moved.Serving.Leaf.VerifyHostname("192.0.2.9"); err != nil {
+	if err := moved.KubeletServing.Leaf().VerifyHostname("192.0.2.9"); err != nil {
 		t.Error(err)
 	}
 }

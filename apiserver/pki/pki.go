@@ -1,14 +1,17 @@
 // Package pki owns the cluster's certificates: the CA, the API server's
-// serving certificate and the admin client certificate, kept as PEM files in
-// one directory (<data-dir>/tls), and the admin kubeconfig built from them.
-// It creates what is missing, reuses what is still good, and re-issues only
-// what no longer fits (a serving certificate whose SANs changed, a leaf near
-// expiry). It never replaces an existing CA: every kubeconfig handed out
-// trusts it.
+// serving certificate, the admin client certificate, the kubelet API's and
+// the front proxy's, kept as PEM files in one directory (<data-dir>/tls),
+// and the admin kubeconfig built from them. It creates what is missing,
+// reuses what is still good, re-issues what no longer fits (a serving
+// certificate whose SANs changed) and renews every leaf online before it
+// expires (rotate.go), swapping it under the TLS configurations that read
+// it through a KeyPair. It never replaces an existing CA: every kubeconfig
+// handed out trusts it. It must not reach the API: what a renewal means to
+// the rest of the process (a kubeconfig to rewrite, an event) is its
+// caller's.
 package pki
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -24,6 +27,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // File names inside the certificate directory.
@@ -49,18 +54,32 @@ const (
 const (
 	caValidity   = 10 * 365 * 24 * time.Hour
 	leafValidity = 365 * 24 * time.Hour
-	// A leaf with less than this left is re-issued at start, so a server
-	// restarted now and then never serves an expired certificate.
-	renewBefore = 30 * 24 * time.Hour
 	// Backdating covers clients whose clocks lag the server's a little.
 	backdate = time.Hour
+	// The CA is backdated further: a box whose clock is set back (a
+	// battery-less RTC, a wrong NTP answer corrected) must still be able
+	// to issue leaves its clients accept, and a leaf is only as valid as
+	// the CA it chains to.
+	caBackdate = 7 * 24 * time.Hour
 )
+
+// realClock is the clock of a Certs or Authority given none.
+var realClock clock.PassiveClock = clock.RealClock{}
 
 // Authority is the cluster CA.
 type Authority struct {
 	Cert    *x509.Certificate
 	CertPEM []byte
 	key     *ecdsa.PrivateKey
+	// clock dates what the CA issues (realClock when nil).
+	clock clock.PassiveClock
+}
+
+func (a *Authority) now() time.Time {
+	if a.clock == nil {
+		return realClock.Now()
+	}
+	return a.clock.Now()
 }
 
 // Pool is a pool holding only the CA, for verifying client certificates.
@@ -106,7 +125,7 @@ func (a *Authority) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err e
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
+	now := a.now()
 	tmpl.SerialNumber, err = serialNumber()
 	if err != nil {
 		return nil, nil, err
@@ -128,7 +147,7 @@ func (a *Authority) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err e
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }
 
-func newAuthority(name string) (*Authority, []byte, error) {
+func newAuthority(name string, clk clock.PassiveClock) (*Authority, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -137,13 +156,13 @@ func newAuthority(name string) (*Authority, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
+	now := clk.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		// A timestamp in the name keeps CAs of different clusters apart in
 		// a client that trusts several.
 		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", name, now.Unix())},
-		NotBefore:             now.Add(-backdate),
+		NotBefore:             now.Add(-caBackdate),
 		NotAfter:              now.Add(caValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
@@ -162,7 +181,7 @@ func newAuthority(name string) (*Authority, []byte, error) {
 		return nil, nil, err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return &Authority{Cert: cert, CertPEM: certPEM, key: key}, keyPEM, nil
+	return &Authority{Cert: cert, CertPEM: certPEM, key: key, clock: clk}, keyPEM, nil
 }
 
 func serialNumber() (*big.Int, error) {
@@ -205,24 +224,57 @@ func loadAuthority(dir, certFile, keyFile string) (*Authority, error) {
 	return &Authority{Cert: pair.Leaf, CertPEM: certPEM, key: key}, nil
 }
 
-// Certs are the cluster's certificates as Ensure left them.
+// Certs are the cluster's certificates. Open loads or issues them; Run
+// keeps the leaves fresh.
 type Certs struct {
-	CA      *Authority
-	Serving tls.Certificate
-	// AdminCertPEM and AdminKeyPEM go into the admin kubeconfig.
-	AdminCertPEM, AdminKeyPEM []byte
+	CA *Authority
+	// Serving is the API server's serving certificate, Admin the client
+	// certificate of the admin kubeconfig.
+	Serving, Admin *KeyPair
+	// KubeletClient is who the API server is to kubelets, KubeletServing
+	// this host's kubelet API; both nil without Options.KubeletSANs.
+	KubeletClient, KubeletServing *KeyPair
 	// ServiceAccountKey signs service-account tokens.
 	ServiceAccountKey *ecdsa.PrivateKey
 	// FrontProxy is what the API server proxies to aggregated API
 	// servers with.
 	FrontProxy *FrontProxy
-	// Issued names the files (re)written by this Ensure, for the log.
+	// Issued names the files (re)written by Open, for the log.
 	Issued []string
+
+	dir   string
+	clock clock.PassiveClock
+	pairs []*KeyPair
+	// rotation is rotate.go's state.
+	rotation rotation
 }
 
-// Ensure makes dir hold a CA, a serving certificate for exactly sans and an
-// admin client certificate, reusing every one that is still good.
+// Options say where the certificates live and what they are for.
+type Options struct {
+	// Dir holds the PEM files (<data-dir>/tls).
+	Dir string
+	// SANs are the API server's names and addresses.
+	SANs SANs
+	// KubeletSANs, when set, are this host's kubelet API's: Open then
+	// also keeps the kubelet serving and kubelet-client certificates.
+	KubeletSANs *SANs
+	// Clock dates what is issued and decides when to renew (the real
+	// clock when nil; tests move it).
+	Clock clock.PassiveClock
+}
+
+// Ensure is Open for the API server's certificates alone.
 func Ensure(dir string, sans SANs) (*Certs, error) {
+	return Open(Options{Dir: dir, SANs: sans})
+}
+
+// Open makes dir hold a CA, a serving certificate for exactly the SANs,
+// an admin client certificate, the front proxy's CA and client and, when
+// asked, the kubelet API's certificates, reusing every one that is still
+// good. A leaf that expired or is not yet valid (the clock jumped while
+// the box was off) is re-issued here, before anything serves with it.
+func Open(o Options) (*Certs, error) {
+	dir := o.Dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
@@ -230,48 +282,60 @@ func Ensure(dir string, sans SANs) (*Certs, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	c := &Certs{}
-	ca, err := ensureAuthority(dir, CACertFile, CAKeyFile, "bonsai-ca", c)
+	c := &Certs{dir: dir, clock: o.Clock}
+	c.rotation.renewed = make(chan struct{}, 1)
+	if c.clock == nil {
+		c.clock = realClock
+	}
+	ca, err := c.ensureAuthority(CACertFile, CAKeyFile, "bonsai-ca")
 	if err != nil {
 		return nil, err
 	}
 	c.CA = ca
 
-	wantSANs := sans.normalize()
-	servingCert, servingKey, err := ensureLeaf(dir, ServingCertFile, ServingKeyFile, ca, c,
+	wantSANs := o.SANs.normalize()
+	c.Serving = c.newPair("api-server", ServingCertFile, ServingKeyFile, ca,
 		func(leaf *x509.Certificate) bool {
 			return hasExtKeyUsage(leaf, x509.ExtKeyUsageServerAuth) && sansOf(leaf).equal(wantSANs)
 		},
 		func() ([]byte, []byte, error) { return ca.IssueServing("bonsai", wantSANs) })
-	if err != nil {
-		return nil, err
-	}
-	c.Serving, err = tls.X509KeyPair(servingCert, servingKey)
-	if err != nil {
-		return nil, fmt.Errorf("certificates: serving: %w", err)
-	}
-
-	c.AdminCertPEM, c.AdminKeyPEM, err = ensureLeaf(dir, AdminCertFile, AdminKeyFile, ca, c,
+	c.Admin = c.newPair("admin", AdminCertFile, AdminKeyFile, ca,
 		func(leaf *x509.Certificate) bool {
 			return hasExtKeyUsage(leaf, x509.ExtKeyUsageClientAuth) &&
 				leaf.Subject.CommonName == AdminUser && slices.Equal(leaf.Subject.Organization, []string{AdminGroup})
 		},
 		func() ([]byte, []byte, error) { return ca.IssueClient(AdminUser, []string{AdminGroup}) })
-	if err != nil {
+	if o.KubeletSANs != nil {
+		c.addKubeletPairs(*o.KubeletSANs)
+	}
+	if err := c.loadNew(); err != nil {
 		return nil, err
 	}
 	if c.ServiceAccountKey, err = ensureServiceAccountKey(dir, c); err != nil {
 		return nil, err
 	}
-	if c.FrontProxy, err = ensureFrontProxy(dir, c); err != nil {
+	if c.FrontProxy, err = c.ensureFrontProxy(); err != nil {
 		return nil, err
 	}
+	if err := c.loadNew(); err != nil {
+		return nil, err
+	}
+	c.updateDue()
 	return c, nil
 }
 
+// Pairs are the leaves Open keeps, in the order they were made.
+func (c *Certs) Pairs() []*KeyPair { return slices.Clone(c.pairs) }
+
+// Dir is the certificate directory.
+func (c *Certs) Dir() string { return c.dir }
+
 // ensureAuthority loads the CA in certFile/keyFile or, when neither
-// exists, creates one named name.
-func ensureAuthority(dir, certFile, keyFile, name string, c *Certs) (*Authority, error) {
+// exists, creates one named name. A CA that expired, or whose time has
+// not come (the clock is behind), stops the start: replacing it would
+// orphan every kubeconfig handed out, so a person must decide.
+func (c *Certs) ensureAuthority(certFile, keyFile, name string) (*Authority, error) {
+	dir := c.dir
 	_, certErr := os.Stat(filepath.Join(dir, certFile))
 	_, keyErr := os.Stat(filepath.Join(dir, keyFile))
 	switch {
@@ -279,6 +343,16 @@ func ensureAuthority(dir, certFile, keyFile, name string, c *Certs) (*Authority,
 		ca, err := loadAuthority(dir, certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("certificates: %w", err)
+		}
+		ca.clock = c.clock
+		now := c.clock.Now()
+		if now.After(ca.Cert.NotAfter) {
+			return nil, fmt.Errorf("certificates: the CA %s expired at %s (now %s); if the clock is right, move %s and %s away to create a new CA, then hand out the new admin kubeconfig",
+				filepath.Join(dir, certFile), ca.Cert.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), certFile, keyFile)
+		}
+		if now.Before(ca.Cert.NotBefore) {
+			return nil, fmt.Errorf("certificates: the CA %s is not valid before %s and the clock says %s; set the clock right",
+				filepath.Join(dir, certFile), ca.Cert.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
 		return ca, nil
 	case errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist):
@@ -291,7 +365,7 @@ func ensureAuthority(dir, certFile, keyFile, name string, c *Certs) (*Authority,
 		// that trusts the old one, so a person must decide.
 		return nil, fmt.Errorf("certificates: %s holds only one of %s and %s; restore the other or remove both to create a new CA", dir, certFile, keyFile)
 	}
-	ca, keyPEM, err := newAuthority(name)
+	ca, keyPEM, err := newAuthority(name, c.clock)
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
@@ -305,50 +379,62 @@ func ensureAuthority(dir, certFile, keyFile, name string, c *Certs) (*Authority,
 	return ca, nil
 }
 
-// ensureLeaf reuses the pair in certFile/keyFile when it parses, matches,
-// chains to ca, fits and is not near expiry; otherwise it issues a new one.
-func ensureLeaf(dir, certFile, keyFile string, ca *Authority, c *Certs,
-	fits func(*x509.Certificate) bool, issue func() ([]byte, []byte, error)) (certPEM, keyPEM []byte, err error) {
-	certPath, keyPath := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
-	certPEM, certErr := os.ReadFile(certPath)
-	keyPEM, keyErr := os.ReadFile(keyPath)
-	if certErr == nil && keyErr == nil && leafUsable(certPEM, keyPEM, ca, fits) {
-		return certPEM, keyPEM, nil
-	}
-	for _, e := range []error{certErr, keyErr} {
-		if e != nil && !errors.Is(e, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("certificates: %w", e)
+// loadNew loads the pairs added since the last call.
+func (c *Certs) loadNew() error {
+	for _, p := range c.pairs {
+		if p.cur.Load() != nil {
+			continue
+		}
+		if err := c.load(p); err != nil {
+			return err
 		}
 	}
-	certPEM, keyPEM, err = issue()
+	return nil
+}
+
+// load reuses the pair on disk when it is still good at the clock's
+// now, and otherwise issues a new one.
+func (c *Certs) load(p *KeyPair) error {
+	certPEM, certErr := os.ReadFile(filepath.Join(c.dir, p.CertFile))
+	keyPEM, keyErr := os.ReadFile(filepath.Join(c.dir, p.KeyFile))
+	for _, e := range []error{certErr, keyErr} {
+		if e != nil && !errors.Is(e, os.ErrNotExist) {
+			return fmt.Errorf("certificates: %w", e)
+		}
+	}
+	if certErr == nil && keyErr == nil {
+		if pair, err := tls.X509KeyPair(certPEM, keyPEM); err == nil && p.renewReason(pair.Leaf, c.clock.Now()) == "" {
+			p.set(pair, certPEM, keyPEM)
+			return nil
+		}
+	}
+	if err := c.reissue(p); err != nil {
+		return err
+	}
+	c.Issued = append(c.Issued, p.CertFile)
+	return nil
+}
+
+// reissue issues p anew, writes it and puts it in force.
+func (c *Certs) reissue(p *KeyPair) error {
+	certPEM, keyPEM, err := p.issue()
 	if err != nil {
-		return nil, nil, fmt.Errorf("certificates: %w", err)
+		return fmt.Errorf("certificates: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("certificates: %s: %w", p.CertFile, err)
 	}
 	// Key first: a crash between the two writes leaves a pair that does not
 	// match, which the next start re-issues.
-	if err := writeFile(keyPath, keyPEM, 0o600); err != nil {
-		return nil, nil, err
+	if err := writeFile(filepath.Join(c.dir, p.KeyFile), keyPEM, 0o600); err != nil {
+		return err
 	}
-	if err := writeFile(certPath, certPEM, 0o644); err != nil {
-		return nil, nil, err
+	if err := writeFile(filepath.Join(c.dir, p.CertFile), certPEM, 0o644); err != nil {
+		return err
 	}
-	c.Issued = append(c.Issued, certFile)
-	return certPEM, keyPEM, nil
-}
-
-func leafUsable(certPEM, keyPEM []byte, ca *Authority, fits func(*x509.Certificate) bool) bool {
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return false
-	}
-	leaf := pair.Leaf
-	if !bytes.Equal(leaf.RawIssuer, ca.Cert.RawSubject) || leaf.CheckSignatureFrom(ca.Cert) != nil {
-		return false
-	}
-	if time.Until(leaf.NotAfter) < renewBefore {
-		return false
-	}
-	return fits(leaf)
+	p.set(pair, certPEM, keyPEM)
+	return nil
 }
 
 func hasExtKeyUsage(c *x509.Certificate, u x509.ExtKeyUsage) bool {

@@ -108,7 +108,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 		}
 	}
 
-	serving := c.Serving.Leaf
+	serving := c.Serving.Leaf()
 	for _, name := range []string{"localhost", "api.example.com", "kubernetes.default.svc.cluster.local"} {
 		if err := serving.VerifyHostname(name); err != nil {
 			t.Errorf("serving cert: %v", err)
@@ -126,7 +126,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 		t.Errorf("serving key algorithm %v, want ECDSA", serving.PublicKeyAlgorithm)
 	}
 
-	admin, err := tls.X509KeyPair(c.AdminCertPEM, c.AdminKeyPEM)
+	admin, err := tls.X509KeyPair(c.Admin.PEM())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestEnsureCreatesCertificates(t *testing.T) {
 
 	// The front-proxy client chains to its own CA only: a certificate of
 	// the cluster CA must not pass for the proxy, nor the reverse.
-	fp := c.FrontProxy.Client.Leaf
+	fp := c.FrontProxy.Client.Leaf()
 	if fp.Subject.CommonName != FrontProxyClientName || len(fp.Subject.Organization) != 0 {
 		t.Errorf("front-proxy client subject %v", fp.Subject)
 	}
@@ -202,10 +202,10 @@ func TestEnsureNewSANReissuesOnlyServing(t *testing.T) {
 			t.Errorf("%s changed=%v, want %v", f, changed, wantChanged)
 		}
 	}
-	if err := c.Serving.Leaf.VerifyHostname("b.example"); err != nil {
+	if err := c.Serving.Leaf().VerifyHostname("b.example"); err != nil {
 		t.Error(err)
 	}
-	if err := c.Serving.Leaf.CheckSignatureFrom(c.CA.Cert); err != nil {
+	if err := c.Serving.Leaf().CheckSignatureFrom(c.CA.Cert); err != nil {
 		t.Errorf("new serving cert not from the same CA: %v", err)
 	}
 }
@@ -278,12 +278,13 @@ func TestWriteKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	adminCert, adminKey := c.Admin.PEM()
 	path := filepath.Join(t.TempDir(), "kubeconfig.yaml")
 	// An existing file with loose permissions must end up 0600 too.
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteKubeconfig(path, "https://127.0.0.1:6443", c.CA.CertPEM, c.AdminCertPEM, c.AdminKeyPEM); err != nil {
+	if err := WriteKubeconfig(path, "https://127.0.0.1:6443", c.CA.CertPEM, adminCert, adminKey); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(path)
@@ -304,7 +305,7 @@ func TestWriteKubeconfig(t *testing.T) {
 	if rc.Host != "https://127.0.0.1:6443" {
 		t.Errorf("host %q", rc.Host)
 	}
-	if !bytes.Equal(rc.CAData, c.CA.CertPEM) || !bytes.Equal(rc.CertData, c.AdminCertPEM) || !bytes.Equal(rc.KeyData, c.AdminKeyPEM) {
+	if !bytes.Equal(rc.CAData, c.CA.CertPEM) || !bytes.Equal(rc.CertData, adminCert) || !bytes.Equal(rc.KeyData, adminKey) {
 		t.Error("kubeconfig does not embed the CA and admin credentials")
 	}
 	if b, _ := pem.Decode(rc.CAData); b == nil {

@@ -3,8 +3,9 @@
 // --disable-agent, this host's node (kubelet on containerd or simulated, pod
 // network, service proxy, cluster DNS, device manager) in one process, plus
 // any --simulated-nodes; `bonsai images` imports and lists the node's images,
-// `bonsai token create` makes bootstrap tokens, and `bonsai version` says
-// what it is. This package owns the process: flags and config file, logging,
+// `bonsai token create` makes bootstrap tokens, `bonsai certificate`
+// checks and rotates the certificates, and `bonsai version` says what it
+// is. This package owns the process: flags and config file, logging,
 // listeners, the data dir and its modes, the containerd it may start, memory
 // handed back to the OS, signals and exit codes. It wires the components
 // together and must not reach into their internals.
@@ -45,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer, run func(context.Context, *serverConfi
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout))
+	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout), newCertificateCmd(stdout))
 	refuseUnknownSubcommands(root)
 	return root
 }

@@ -109,19 +109,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	certs, err := pki.Ensure(filepath.Join(cfg.DataDir, "tls"), sans)
+	clk := certClock()
+	certs, err := openCerts(cfg, sans, clk)
 	if err != nil {
 		return err
 	}
 	if len(certs.Issued) > 0 {
-		log.Info("issued certificates", "files", certs.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
-	}
-	kcerts, err := kubeletCerts(cfg, certs.CA, sans)
-	if err != nil {
-		return err
-	}
-	if len(kcerts.Issued) > 0 {
-		log.Info("issued certificates", "files", kcerts.Issued, "dir", filepath.Join(cfg.DataDir, "tls"))
+		log.Info("issued certificates", "files", certs.Issued, "dir", certs.Dir())
 	}
 
 	serverURL := "https://" + net.JoinHostPort(kubeconfigHost(cfg.BindAddress).String(), strconv.Itoa(cfg.Port))
@@ -129,13 +123,17 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if cfg.WriteKubeconfig != "" {
 		kubeconfigs = append(kubeconfigs, cfg.WriteKubeconfig)
 	}
+	adminCert, adminKey := certs.Admin.PEM()
 	for _, path := range kubeconfigs {
-		if err := pki.WriteKubeconfig(path, serverURL, certs.CA.CertPEM, certs.AdminCertPEM, certs.AdminKeyPEM); err != nil {
+		if err := pki.WriteKubeconfig(path, serverURL, certs.CA.CertPEM, adminCert, adminKey); err != nil {
 			return err
 		}
 	}
+	rewriteKubeconfigsOnRenew(certs, kubeconfigs, serverURL, log)
 
-	authenticators := authn.Union{authn.NewX509(certs.CA.Pool())}
+	x509Authn := authn.NewX509(certs.CA.Pool())
+	x509Authn.Now = clk.Now
+	authenticators := authn.Union{x509Authn}
 	if cfg.Tokens != nil {
 		authenticators = append(authenticators, cfg.Tokens)
 	}
@@ -166,7 +164,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubernetes Service's endpoint: how pods reach this server.
 		AdvertiseAddress: advertiseAddress(cfg.BindAddress),
 		SecurePort:       cfg.Port,
-		KubeletTLS:       kubeletClientTLS(kcerts, certs.CA),
+		KubeletTLS:       kubeletClientTLS(certs, clk),
 		KubeletPort:      cfg.KubeletPort,
 		// Ports this process serves on the node: a hostPort DNAT rule
 		// for one would take its traffic.
@@ -197,10 +195,13 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	srv := &http.Server{
 		Handler: api.Handler(),
 		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{certs.Serving},
-			MinVersion:   tls.VersionTLS12,
-			ClientAuth:   tls.VerifyClientCertIfGiven,
-			ClientCAs:    certs.CA.Pool(),
+			// Read on every handshake: a renewed certificate is served
+			// at once, with no restart.
+			GetCertificate: certs.Serving.GetCertificate,
+			Time:           clk.Now,
+			MinVersion:     tls.VersionTLS12,
+			ClientAuth:     tls.VerifyClientCertIfGiven,
+			ClientCAs:      certs.CA.Pool(),
 		},
 		ReadHeaderTimeout: 10 * time.Second, // and the TLS handshake's
 		// A keep-alive connection idle this long is closed, as
@@ -218,6 +219,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		"kubeconfig", kubeconfigs,
 		"store", storeDesc,
 		"agent", !cfg.DisableAgent)
+	if err := startCertRotation(ctx, cfg, certs, api, log); err != nil {
+		return err
+	}
 	waitSnapshots := startSnapshots(ctx, cfg, st, log)
 	stopAgent := func() {}
 	inf := client.NewInformers(api.ClientConfig(controllerManagerUser))
@@ -237,7 +241,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
 		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates) {
-			startKubeletAPI(ctx, cfg, kubeletLn, kcerts, certs.CA, rt, states, local, log)
+			startKubeletAPI(ctx, cfg, kubeletLn, certs, clk, rt, states, local, log)
 		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
