@@ -61,6 +61,11 @@ type podWorker struct {
 	shutdownDone    chan struct{}
 	shutdownClosed  bool
 	shutdownStopped bool
+	// evictOrder (under mu) is node-pressure eviction's order to stop
+	// the pod; evicted: it was stopped so, and stays Failed with
+	// evictOrder's message.
+	evictOrder *evictOrder
+	evicted    bool
 }
 
 // shutdown orders the pod stopped within period for a node shutdown; the
@@ -209,6 +214,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 	if deleted || pod.DeletionTimestamp != nil {
 		w.shutdownFinished()
 		return w.terminate(ctx, pod, deleted, inst)
+	}
+	if next, handled := w.syncEviction(ctx, pod, inst); handled {
+		return next, false
 	}
 	if next, handled := w.syncShutdown(ctx, pod, inst); handled {
 		return next, false

@@ -218,4 +218,10 @@ func TestCriticalAndGrace(t *testing.T) {
 	if g := m.PodGracePeriod(Threshold{Signal: SignalMemoryAvailable, GracePeriod: time.Second}, p); g != 20*time.Second {
 		t.Errorf("soft: grace %v, want the 20s cap", g)
 	}
+	if g := NewManager(Config{}).PodGracePeriod(Threshold{Signal: SignalMemoryAvailable, GracePeriod: time.Second}, p); g != 0 {
+		t.Errorf("soft with the default max pod grace period 0: grace %v, want 0", g)
+	}
+	if g := NewManager(Config{MaxPodGracePeriod: -1}).PodGracePeriod(Threshold{Signal: SignalMemoryAvailable, GracePeriod: time.Second}, p); g != time.Minute {
+		t.Errorf("soft with a negative max pod grace period: grace %v, want the pod's 1m", g)
+	}
 }

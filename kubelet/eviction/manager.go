@@ -109,7 +109,8 @@ type Config struct {
 	// its threshold was last met (--eviction-pressure-transition-period).
 	PressureTransitionPeriod time.Duration
 	// MaxPodGracePeriod caps a pod's grace when a soft threshold evicts it
-	// (--eviction-max-pod-grace-period); 0 or less: the pod's own.
+	// (--eviction-max-pod-grace-period, 0 by default as the kubelet's);
+	// negative: the pod's own.
 	MaxPodGracePeriod time.Duration
 }
 
@@ -206,17 +207,14 @@ func (m *Manager) PodGracePeriod(t Threshold, pod *corev1.Pod) time.Duration {
 	if t.Hard() {
 		return 0
 	}
-	grace := m.cfg.MaxPodGracePeriod
+	own := 30 * time.Second
 	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		own := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-		if grace <= 0 || own < grace {
-			grace = own
-		}
+		own = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 	}
-	if grace < 0 {
-		grace = 0
+	if max := m.cfg.MaxPodGracePeriod; max >= 0 && max < own {
+		return max
 	}
-	return grace
+	return max(own, 0)
 }
 
 // Critical says whether the kubelet never evicts the pod: static and
