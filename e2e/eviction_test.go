@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,4 +192,102 @@ func hasNoSchedule(n *corev1.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// pid.available is the host's pid limit (the lesser of pid_max and
+// threads-max) less the tasks running: with a threshold above what is
+// available, the node reports PIDPressure with its taint, evicts the
+// running pod of lowest priority (the message names pids and the
+// threshold), never a system-critical one, and refuses a new pod with the
+// kubelet's admission message.
+func TestPIDPressureEviction(t *testing.T) {
+	e := startPodEnv(t)
+	critical := "system-node-critical"
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "critical", Namespace: "kube-system"}, Spec: corev1.PodSpec{PriorityClassName: critical,
+		Containers: []corev1.Container{{Name: "main", Command: sh("sleep 100000")}}}})
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "low"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Command: sh("sleep 100000")}}}})
+	e.waitPod(t, "low", 60*time.Second, "Running", running)
+
+	maxPID := hostMaxPID(t)
+	// Far above what is available however many tasks come and go.
+	threshold := maxPID - runningTasks(t) + 100000
+	e.args = append(e.args, fmt.Sprintf("--eviction-hard=pid.available<%d", threshold))
+	e.restart(t)
+
+	low := e.waitPod(t, "low", 60*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	prefix := fmt.Sprintf("The node was low on resource: pids. Threshold quantity: %d, available: ", threshold)
+	if low.Status.Reason != "Evicted" || !strings.HasPrefix(low.Status.Message, prefix) {
+		t.Errorf("low: reason %q message %q, want Evicted %q...", low.Status.Reason, low.Status.Message, prefix)
+	}
+	node, err := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodePIDPressure && (c.Status != corev1.ConditionTrue || c.Reason != "KubeletHasInsufficientPID" || c.Message != "kubelet has insufficient PID available") {
+			t.Errorf("PIDPressure: %+v", c)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !hasNoSchedule(node, corev1.TaintNodePIDPressure) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no pid-pressure taint: %+v", node.Spec.Taints)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if node, err = e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A new pod is refused, as the kubelet's eviction admission does.
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Command: sh("sleep 100000")}}}})
+	late := e.waitPod(t, "late", 30*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if late.Status.Reason != "Evicted" || late.Status.Message != "Pod was rejected: The node had condition: [PIDPressure]. " {
+		t.Errorf("late: reason %q message %q", late.Status.Reason, late.Status.Message)
+	}
+
+	// The system-critical pod is never evicted.
+	time.Sleep(2 * time.Second)
+	crit, err := e.cs.CoreV1().Pods("kube-system").Get(t.Context(), "critical", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if crit.Status.Phase != corev1.PodRunning {
+		t.Errorf("critical pod: %s", statusSummary(crit))
+	}
+}
+
+// hostMaxPID is the lesser of the host's pid_max and threads-max.
+func hostMaxPID(t *testing.T) int64 {
+	t.Helper()
+	read := func(p string) int64 {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return min(read("/proc/sys/kernel/pid_max"), read("/proc/sys/kernel/threads-max"))
+}
+
+// runningTasks is /proc/loadavg's count of tasks.
+func runningTasks(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	_, total, _ := strings.Cut(f[3], "/")
+	n, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

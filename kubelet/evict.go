@@ -284,3 +284,37 @@ func (a *Agent) pressureOf(t corev1.NodeConditionType) (pressure, ok bool) {
 	}
 	return a.pressure[t], true
 }
+
+// pressureConditions are the pressure conditions now True.
+func (a *Agent) pressureConditions() map[corev1.NodeConditionType]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[corev1.NodeConditionType]bool{}
+	for t, on := range a.pressure {
+		if on {
+			out[t] = true
+		}
+	}
+	return out
+}
+
+// rejectForPressure fails a pod that arrives while the node is under
+// pressure, before anything of it runs, as the kubelet's eviction
+// admission does: under memory pressure alone only BestEffort pods that
+// do not tolerate the memory-pressure taint; under disk or PID pressure
+// every pod. Critical pods are always admitted.
+func (w *podWorker) rejectForPressure(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) bool {
+	if w.m.pressure == nil || len(inst) > 0 || w.sandbox != nil || eviction.Critical(pod) {
+		return false
+	}
+	conds := w.m.pressure()
+	msg, reject := eviction.AdmitMessage(pod, conds)
+	if !reject {
+		return false
+	}
+	w.event(ctx, pod, "", corev1.EventTypeWarning, eviction.Reason, msg)
+	st := pod.Status.DeepCopy()
+	st.Phase, st.Reason, st.Message = corev1.PodFailed, eviction.Reason, "Pod was rejected: "+msg
+	w.postStatus(ctx, pod, *st)
+	return true
+}

@@ -56,6 +56,9 @@ type podManager struct {
 	// shutdown is graceful node shutdown (nil when off): while the node
 	// shuts down, new pods are refused.
 	shutdown *shutdownManager
+	// pressure are the eviction manager's node conditions (nil: none),
+	// which refuse new pods as the kubelet's eviction admission does.
+	pressure func() map[corev1.NodeConditionType]bool
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker

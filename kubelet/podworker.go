@@ -247,7 +247,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
 	}
-	if w.rejectForShutdown(ctx, pod, inst) || w.rejectAppArmor(ctx, pod, inst) {
+	if w.rejectForShutdown(ctx, pod, inst) || w.rejectForPressure(ctx, pod, inst) || w.rejectAppArmor(ctx, pod, inst) {
 		return time.Minute, false
 	}
 	if !w.admitDevices(ctx, pod, inst) {

@@ -81,6 +81,7 @@ func (a *Agent) runPods(ctx context.Context) error {
 		go gc.run(ctx)
 	}
 	if cfg.Stats != nil {
+		m.pressure = a.pressureConditions
 		e := &evictionLoop{a: a, m: m, mgr: eviction.NewManager(*cfg.Eviction), stats: cfg.Stats, gc: gc, interval: DefaultStatsInterval}
 		go e.run(ctx)
 	}

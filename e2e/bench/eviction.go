@@ -63,8 +63,11 @@ func evictionSuite(ctx context.Context, b *bench) ([]Row, error) {
 		}
 		b.logf("eviction: round %d: %v", i, d.Round(time.Millisecond))
 		lat = append(lat, d)
-		// Let the pods' memory settle back before the next round.
-		time.Sleep(2 * time.Second)
+		// The next round starts on a node without pressure (a BestEffort
+		// pod is refused under MemoryPressure).
+		if err := waitNoMemoryPressure(ctx, n, time.Minute); err != nil {
+			return rows(), err
+		}
 	}
 	return rows(), nil
 }
@@ -118,4 +121,30 @@ func evictOnce(ctx context.Context, n *realNode, budget uint64, name string) (ti
 		return 0, fmt.Errorf("pod %s was evicted before the pods crossed the threshold by the bench's reading", name)
 	}
 	return at.Sub(time.Unix(0, c)), nil
+}
+
+func waitNoMemoryPressure(ctx context.Context, n *realNode, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		node, err := n.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err == nil {
+			pressed := false
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeMemoryPressure && c.Status == corev1.ConditionTrue {
+					pressed = true
+				}
+			}
+			if !pressed {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s still under MemoryPressure after %v", n.name, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

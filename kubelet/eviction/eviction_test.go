@@ -225,3 +225,28 @@ func TestCriticalAndGrace(t *testing.T) {
 		t.Errorf("soft with a negative max pod grace period: grace %v, want the pod's 1m", g)
 	}
 }
+
+func TestAdmit(t *testing.T) {
+	be := pod("be", 0, "")
+	burstable := pod("burstable", 0, "64Mi")
+	tolerating := pod("tolerating", 0, "")
+	tolerating.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeMemoryPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	mem := map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: true}
+	disk := map[corev1.NodeConditionType]bool{corev1.NodeDiskPressure: true, corev1.NodeMemoryPressure: true}
+	for _, tc := range []struct {
+		pod    *corev1.Pod
+		conds  map[corev1.NodeConditionType]bool
+		reject string
+	}{
+		{be, nil, ""},
+		{be, mem, "The node had condition: [MemoryPressure]. "},
+		{burstable, mem, ""},
+		{tolerating, mem, ""},
+		{burstable, disk, "The node had condition: [MemoryPressure DiskPressure]. "},
+	} {
+		msg, reject := AdmitMessage(tc.pod, tc.conds)
+		if reject != (tc.reject != "") || msg != tc.reject {
+			t.Errorf("%s under %v: reject %v %q, want %q", tc.pod.Name, tc.conds, reject, msg, tc.reject)
+		}
+	}
+}

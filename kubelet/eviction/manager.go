@@ -418,3 +418,68 @@ func Message(t Threshold, obs Observations, pod *corev1.Pod, stats StatsFunc) (s
 	ann[StarvedResourceKey] = string(res)
 	return msg, ann
 }
+
+// AdmitMessage says whether a new pod is refused under these pressure
+// conditions, and why, as the kubelet's eviction admission words it:
+// under memory pressure alone only a BestEffort pod that does not
+// tolerate the memory-pressure taint; under any other pressure every pod.
+// The caller admits critical pods first.
+func AdmitMessage(pod *corev1.Pod, conds map[corev1.NodeConditionType]bool) (string, bool) {
+	var on []string
+	for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+		if conds[t] {
+			on = append(on, string(t))
+		}
+	}
+	if len(on) == 0 {
+		return "", false
+	}
+	if len(on) == 1 && on[0] == string(corev1.NodeMemoryPressure) {
+		if !bestEffort(pod) {
+			return "", false
+		}
+		for _, t := range pod.Spec.Tolerations {
+			if tolerates(t, corev1.TaintNodeMemoryPressure, corev1.TaintEffectNoSchedule) {
+				return "", false
+			}
+		}
+	}
+	return fmt.Sprintf("The node had condition: %v. ", on), true
+}
+
+// tolerates matches a toleration against a taint with no value.
+func tolerates(t corev1.Toleration, key string, effect corev1.TaintEffect) bool {
+	if t.Effect != "" && t.Effect != effect {
+		return false
+	}
+	if t.Key != "" && t.Key != key {
+		return false
+	}
+	switch t.Operator {
+	case corev1.TolerationOpExists:
+		return true
+	case "", corev1.TolerationOpEqual:
+		return t.Key != "" && t.Value == ""
+	}
+	return false
+}
+
+// bestEffort: no CPU or memory requested or limited by any container.
+func bestEffort(pod *corev1.Pod) bool {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass == corev1.PodQOSBestEffort
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				if _, ok := rl[corev1.ResourceCPU]; ok {
+					return false
+				}
+				if _, ok := rl[corev1.ResourceMemory]; ok {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
