@@ -127,11 +127,14 @@ type evictionLoop struct {
 
 func (e *evictionLoop) run(ctx context.Context) {
 	var lastFull time.Time
+	again := false
 	for ctx.Err() == nil {
-		if time.Since(lastFull) >= e.interval || e.memoryMet() {
+		periodic := time.Since(lastFull) >= e.interval
+		if again || periodic || e.memoryMet() {
 			lastFull = time.Now()
-			if e.synchronize(ctx) {
-				// As the kubelet: after an eviction, look again at once.
+			// As the kubelet: after an eviction, look again at once, on
+			// fresh figures.
+			if again = e.synchronize(ctx, again || !periodic); again {
 				continue
 			}
 		}
@@ -154,11 +157,17 @@ func (e *evictionLoop) memoryMet() bool {
 	return len(eviction.Met(e.mgr.Config().Thresholds, obs, false)) > 0
 }
 
-// synchronize samples the node, updates the pressure conditions and
-// evicts at most one pod; true when it evicted one.
-func (e *evictionLoop) synchronize(ctx context.Context) bool {
-	e.stats.Sample(ctx)
+// synchronize updates the pressure conditions and evicts at most one
+// pod; true when it evicted one. It takes a fresh sample when asked (a
+// memory threshold met between samples) or when the sampler's last one
+// is older than the housekeeping interval; otherwise the sampler's own,
+// so an idle node is not sampled twice as often.
+func (e *evictionLoop) synchronize(ctx context.Context, fresh bool) bool {
 	sum := e.stats.Summary()
+	if fresh || sum == nil || sum.Node.Memory == nil || time.Since(sum.Node.Memory.Time.Time) >= e.interval {
+		e.stats.Sample(ctx)
+		sum = e.stats.Summary()
+	}
 	obs := eviction.Observe(sum)
 	d := e.mgr.Synchronize(time.Now(), obs)
 	if e.a.setPressure(d.Conditions) {

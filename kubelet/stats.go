@@ -156,6 +156,9 @@ func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[str
 		if cpu, mem, ok := cgroupStats(podCgroup(uid), ts); ok {
 			ps.CPU, ps.Memory = s.cpuStats("pod/"+uid, cpu, now, next), mem
 		}
+		if n, ok := cgroupPids(podCgroup(uid)); ok {
+			ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
+		}
 		if sb.Config.NetnsPath != "" {
 			var devs []netDev
 			if err := netplugin.InNetns(sb.Config.NetnsPath, func() error {
@@ -345,6 +348,21 @@ func podsMemory() (usage, inactiveFile uint64) {
 }
 
 func nowMeta() metav1.Time { return metav1.NewTime(time.Now()) }
+
+// cgroupPids is how many tasks a cgroup holds (pids.current of v2 or of
+// v1's pids hierarchy); false when the pids controller does not count it.
+func cgroupPids(cgroup string) (uint64, bool) {
+	path := filepath.Join(cgroupRoot, "pids", cgroup, "pids.current")
+	if cgroupV2() {
+		path = filepath.Join(cgroupRoot, cgroup, "pids.current")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
 
 // nodeRlimit is the node's process figures for pid.available: the most
 // pids the kernel hands out (the lesser of pid_max and threads-max, as
