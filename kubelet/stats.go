@@ -39,7 +39,7 @@ type StatsConfig struct {
 	// must feel memory pressure without filling the host (as a cgroup
 	// limit would), never for a real node.
 	MemoryCapacity int64
-	Logger   *slog.Logger
+	Logger         *slog.Logger
 }
 
 // StatsSampler samples the node's, its pods' and their containers' CPU,

@@ -1,13 +1,13 @@
 package kubelet
 
 import (
-	"runtime"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"

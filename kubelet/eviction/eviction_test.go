@@ -157,7 +157,7 @@ func podStats(name string, ws uint64) statsapi.PodStats {
 func TestRankMemoryAndMessage(t *testing.T) {
 	const mi = 1 << 20
 	s := summary(50*mi, 950*mi,
-		podStats("guaranteed", 200*mi),    // within its 256Mi request
+		podStats("guaranteed", 200*mi), // within its 256Mi request
 		podStats("besteffort-big", 300*mi),
 		podStats("besteffort-small", 10*mi),
 		podStats("high-prio", 400*mi),
