@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,14 +29,15 @@ const evictionBudget = 400 << 20
 // DisruptionTarget, an Evicted event) within 10 s of the node crossing
 // the threshold, while a guaranteed pod stays Running; the node reports
 // MemoryPressure with its NoSchedule taint and the EvictionThresholdMet
-// event. Allocatable is the budget less the hard threshold.
+// event. Allocatable is the budget less the reservations and the hard
+// threshold.
 func TestNodePressureEviction(t *testing.T) {
 	base, err := testenv.PodsMemoryWorkingSet()
 	if err != nil {
 		t.Fatal(err)
 	}
 	budget := base + evictionBudget
-	e := startPodEnv(t, fmt.Sprintf("--node-memory-capacity=%d", budget))
+	e := startPodEnv(t, fmt.Sprintf("--node-memory-capacity=%d", budget), "--system-reserved=memory=10Mi,cpu=100m", "--kube-reserved=memory=20Mi")
 
 	node, err := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{})
 	if err != nil {
@@ -44,8 +46,12 @@ func TestNodePressureEviction(t *testing.T) {
 	if got, want := node.Status.Capacity.Memory().Value(), int64(budget); got != want {
 		t.Errorf("memory capacity %d, want the budget %d", got, want)
 	}
-	if got, want := node.Status.Allocatable.Memory().Value(), int64(budget)-100<<20; got != want {
-		t.Errorf("memory allocatable %d, want the budget less the 100Mi hard threshold, %d", got, want)
+	if got, want := node.Status.Allocatable.Memory().Value(), int64(budget)-130<<20; got != want {
+		t.Errorf("memory allocatable %d, want the budget less 10Mi system-reserved, 20Mi kube-reserved and the 100Mi hard threshold, %d", got, want)
+	}
+	cpuCap, cpuAlloc := node.Status.Capacity[corev1.ResourceCPU], node.Status.Allocatable[corev1.ResourceCPU]
+	if cpuCap.MilliValue()-cpuAlloc.MilliValue() != 100 {
+		t.Errorf("cpu allocatable %s of capacity %s, want 100m system-reserved less", cpuAlloc.String(), cpuCap.String())
 	}
 
 	guaranteed := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
@@ -290,4 +296,48 @@ func runningTasks(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// nodefs.available below its threshold: the node reports DiskPressure
+// with its taint and evicts a pod with the kubelet's ephemeral-storage
+// message once reclaiming dead containers and unused images did not help.
+func TestDiskPressureEviction(t *testing.T) {
+	e := startPodEnv(t)
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Command: sh("while :; do echo log line; sleep 0.1; done")}}}})
+	e.waitPod(t, "writer", 60*time.Second, "Running", running)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(e.s.dataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	// Far above what is free on the data dir's disk.
+	threshold := int64(st.Bavail)*st.Bsize + 10<<30
+	e.args = append(e.args, fmt.Sprintf("--eviction-hard=nodefs.available<%d", threshold))
+	e.restart(t)
+
+	p := e.waitPod(t, "writer", 60*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	// The threshold as given on the command line, as the kubelet prints it.
+	prefix := fmt.Sprintf("The node was low on resource: ephemeral-storage. Threshold quantity: %d, available: ", threshold)
+	if p.Status.Reason != "Evicted" || !strings.HasPrefix(p.Status.Message, prefix) {
+		t.Errorf("writer: reason %q message %q, want Evicted %q...", p.Status.Reason, p.Status.Message, prefix)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		node, err := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nodeCondition(node, corev1.NodeDiskPressure) == corev1.ConditionTrue && hasNoSchedule(node, corev1.TaintNodeDiskPressure) {
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeDiskPressure && (c.Reason != "KubeletHasDiskPressure" || c.Message != "kubelet has disk pressure") {
+					t.Errorf("DiskPressure: %+v", c)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node: no DiskPressure=True with its taint: conditions %+v taints %+v", node.Status.Conditions, node.Spec.Taints)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
