@@ -28,6 +28,7 @@ func TestParseErrors(t *testing.T) {
 		{grace: "disk.available=1s", want: "unsupported eviction signal disk.available"},
 		{reclaim: "memory.available=-1Mi", want: "negative eviction minimum reclaim specified for memory.available"},
 		{reclaim: "nodefs.available=0%", want: "eviction percentage minimum reclaim nodefs.available must be positive: 0%"},
+		{hard: "nodefs.available<NaN%", want: `strconv.ParseFloat: parsing "NaN": invalid syntax`},
 	} {
 		m := func(s, sep string) map[string]string {
 			out, err := ParseMap(s, sep)
@@ -249,4 +250,34 @@ func TestAdmit(t *testing.T) {
 			t.Errorf("%s under %v: reject %v %q, want %q", tc.pod.Name, tc.conds, reject, msg, tc.reject)
 		}
 	}
+}
+
+// Whatever the flags say, parsing never panics, and what it accepts is
+// well formed: known signals, soft ones with a grace period.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"memory.available<100Mi", "nodefs.available<10%,imagefs.available<15%", "pid.available<1e3", "memory.available<-1", "x<y", "nodefs.available<0%", "memory.available<1.5Gi"} {
+		f.Add(s, "memory.available<1Gi", "memory.available=1m", "memory.available=5%")
+	}
+	f.Fuzz(func(t *testing.T, hard, soft, grace, reclaim string) {
+		var ms [4]map[string]string
+		for i, in := range []struct{ s, sep string }{{hard, "<"}, {soft, "<"}, {grace, "="}, {reclaim, "="}} {
+			m, err := ParseMap(in.s, in.sep)
+			if err != nil {
+				return
+			}
+			ms[i] = m
+		}
+		ts, err := Parse(ms[0], ms[1], ms[2], ms[3])
+		if err != nil {
+			return
+		}
+		for _, th := range ts {
+			if th.Signal.Resource() == "" || th.GracePeriod < 0 {
+				t.Errorf("accepted %+v", th)
+			}
+			if th.Value.Quantity == nil && !(th.Value.Percentage >= 0 && th.Value.Percentage <= 1) {
+				t.Errorf("accepted percentage %v", th.Value.Percentage)
+			}
+		}
+	})
 }

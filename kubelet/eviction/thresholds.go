@@ -244,9 +244,14 @@ func parseStatements(m map[string]string) ([]Threshold, error) {
 }
 
 func parsePercentage(s string) (float32, error) {
-	v, err := strconv.ParseFloat(strings.TrimRight(s, "%"), 32)
+	num := strings.TrimRight(s, "%")
+	v, err := strconv.ParseFloat(num, 32)
 	if err != nil {
 		return 0, err
+	}
+	if math.IsNaN(v) {
+		// ParseFloat takes "NaN", which no threshold can be compared to.
+		return 0, &strconv.NumError{Func: "ParseFloat", Num: num, Err: strconv.ErrSyntax}
 	}
 	return float32(v) / 100, nil
 }
