@@ -341,3 +341,31 @@ func TestDiskPressureEviction(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A soft threshold evicts only after its grace period, and gives the pod
+// SIGTERM with the lesser of its own grace and
+// --eviction-max-pod-grace-period, not an immediate kill.
+func TestSoftEviction(t *testing.T) {
+	e := startPodEnv(t)
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "graceful"}, Spec: corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr(int64(30)),
+		Containers: []corev1.Container{{Name: "main", Command: sh("trap 'echo got TERM > /dev/termination-log; exit 0' TERM; while :; do sleep 0.1; done")}}}})
+	e.waitPod(t, "graceful", 60*time.Second, "Running", running)
+
+	threshold := hostMaxPID(t) - runningTasks(t) + 100000
+	e.args = append(e.args, fmt.Sprintf("--eviction-soft=pid.available<%d", threshold), "--eviction-soft-grace-period=pid.available=4s", "--eviction-max-pod-grace-period=10")
+	e.restart(t)
+	up := time.Now()
+
+	p := e.waitPod(t, "graceful", 60*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if d := time.Since(up); d < 4*time.Second {
+		t.Errorf("evicted %v after the start, before the 4s grace period of the soft threshold", d)
+	}
+	if p.Status.Reason != "Evicted" || !strings.HasPrefix(p.Status.Message, "The node was low on resource: pids. ") {
+		t.Errorf("graceful: reason %q message %q", p.Status.Reason, p.Status.Message)
+	}
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 0 || strings.TrimSpace(term.Message) != "got TERM" {
+		t.Errorf("the container should have stopped on SIGTERM within its grace: %s", statusSummary(p))
+	}
+}
