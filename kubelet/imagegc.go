@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sort"
 	"syscall"
 	"time"
@@ -67,7 +68,17 @@ func (g *imageGC) collect(ctx context.Context) ([]cri.Image, error) {
 	if used*100 < total*imageGCHighPercent {
 		return nil, nil
 	}
-	toFree := int64(used - total*imageGCLowPercent/100)
+	return g.free(ctx, int64(used-total*imageGCLowPercent/100))
+}
+
+// deleteUnused removes every unused image old enough, whatever the disk's
+// fill: what eviction does under disk pressure before it evicts pods.
+func (g *imageGC) deleteUnused(ctx context.Context) ([]cri.Image, error) {
+	return g.free(ctx, math.MaxInt64)
+}
+
+// free removes unused images, oldest first, until toFree bytes are freed.
+func (g *imageGC) free(ctx context.Context, toFree int64) ([]cri.Image, error) {
 	imgs, err := g.rt.ListImages(ctx)
 	if err != nil {
 		return nil, err
@@ -90,7 +101,7 @@ func (g *imageGC) collect(ctx context.Context) ([]cri.Image, error) {
 		removed = append(removed, img)
 	}
 	if len(removed) > 0 {
-		g.log.Info("image file system over the high threshold: removed unused images", "usedPercent", used*100/total, "removed", len(removed))
+		g.log.Info("removed unused images", "removed", len(removed))
 	}
 	return removed, nil
 }

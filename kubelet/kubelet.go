@@ -38,6 +38,7 @@ import (
 
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/eviction"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
@@ -112,6 +113,19 @@ type Config struct {
 	// shorter than the shutdown ("" = /etc/systemd/logind.conf.d).
 	LogindConfDir string
 
+	// Eviction is the node-pressure eviction policy; nil: the kubelet's
+	// default hard thresholds. SystemReserved and KubeReserved are
+	// left out of allocatable (--system-reserved, --kube-reserved).
+	Eviction                     *eviction.Config
+	SystemReserved, KubeReserved corev1.ResourceList
+	// Stats is the node's stats sampler, which eviction reads; nil: no
+	// eviction (the pressure conditions then follow the hard thresholds
+	// at each status post).
+	Stats *StatsSampler
+	// MemoryCapacity, when above 0, is the node's memory capacity in
+	// place of the host's (see StatsConfig.MemoryCapacity).
+	MemoryCapacity int64
+
 	nodeMemory      int64
 	nodeAllocatable corev1.ResourceList
 
@@ -133,6 +147,9 @@ type Agent struct {
 	uid     types.UID
 	lastSet []corev1.NodeCondition
 	lastAt  time.Time
+	// pressure are the conditions the eviction manager reports; nil
+	// before its first round.
+	pressure map[corev1.NodeConditionType]bool
 	// net is the pod network once it is up.
 	net netplugin.PodNetwork
 	// shutdown is graceful node shutdown; nil when off.
@@ -173,6 +190,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.MaxPods <= 0 {
 		cfg.MaxPods = 110
+	}
+	if cfg.Eviction == nil {
+		ts, err := eviction.Parse(eviction.DefaultHard, nil, nil, nil)
+		if err != nil {
+			return err
+		}
+		cfg.Eviction = &eviction.Config{Thresholds: ts}
 	}
 	a := &Agent{cfg: cfg}
 	if err := a.register(ctx); err != nil {
@@ -339,22 +363,20 @@ func sameConditions(a, b []corev1.NodeCondition) bool {
 	return true
 }
 
-// Eviction thresholds the kubelet keeps free by default: what allocatable
-// leaves out of capacity.
-var (
-	evictionMemory  = resource.MustParse("100Mi")
-	evictionDiskPct = int64(10)
-)
-
 // status reads the host: capacity and allocatable, addresses, node info
 // and the pressure conditions.
 func (a *Agent) status(now time.Time) corev1.NodeStatus {
 	memTotal, memAvail := meminfo()
+	if a.cfg.MemoryCapacity > 0 {
+		usage, inactive := podsMemory()
+		memTotal, memAvail = a.cfg.MemoryCapacity, a.cfg.MemoryCapacity-int64(usage-min(usage, inactive))
+	}
 	var fsTotal, fsFree int64
 	var st syscall.Statfs_t
 	if syscall.Statfs(a.cfg.DataDir, &st) == nil {
 		fsTotal, fsFree = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
 	}
+	thresholds := a.cfg.Eviction.Thresholds
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		corev1.ResourceMemory:           *resource.NewQuantity(memTotal, resource.BinarySI),
@@ -363,11 +385,7 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 		"hugepages-1Gi":                 *resource.NewQuantity(0, resource.BinarySI),
 		"hugepages-2Mi":                 *resource.NewQuantity(0, resource.BinarySI),
 	}
-	allocatable := capacity.DeepCopy()
-	mem := capacity[corev1.ResourceMemory]
-	mem.Sub(evictionMemory)
-	allocatable[corev1.ResourceMemory] = mem
-	allocatable[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(fsTotal-fsTotal*evictionDiskPct/100, resource.BinarySI)
+	allocatable := eviction.Allocatable(capacity, a.cfg.SystemReserved, a.cfg.KubeReserved, thresholds)
 	a.deviceResources(capacity, allocatable)
 
 	hb := metav1.NewTime(now)
@@ -378,10 +396,20 @@ func (a *Agent) status(now time.Time) corev1.NodeStatus {
 		}
 		return c
 	}
+	// The eviction manager's conditions once it runs; before (and on a
+	// node without one) the hard thresholds against the host's figures.
+	pressure := func(t corev1.NodeConditionType, now bool) bool {
+		if p, ok := a.pressureOf(t); ok {
+			return p
+		}
+		return now
+	}
+	memHard := eviction.HardQuantity(thresholds, eviction.SignalMemoryAvailable, memTotal)
+	diskHard := eviction.HardQuantity(thresholds, eviction.SignalNodeFsAvailable, fsTotal)
 	conditions := []corev1.NodeCondition{
-		cond(corev1.NodeMemoryPressure, memAvail < evictionMemory.Value(), "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
-		cond(corev1.NodeDiskPressure, fsTotal > 0 && fsFree*100 < fsTotal*evictionDiskPct, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"),
-		cond(corev1.NodePIDPressure, false, "KubeletHasSufficientPID", "kubelet has sufficient PID available", "", ""),
+		cond(corev1.NodeMemoryPressure, pressure(corev1.NodeMemoryPressure, memAvail < memHard), "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+		cond(corev1.NodeDiskPressure, pressure(corev1.NodeDiskPressure, fsTotal > 0 && fsFree < diskHard), "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"),
+		cond(corev1.NodePIDPressure, pressure(corev1.NodePIDPressure, false), "KubeletHasSufficientPID", "kubelet has sufficient PID available", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
 		a.readyCondition(hb),
 	}
 	addresses := []corev1.NodeAddress{}

@@ -66,6 +66,9 @@ type podManager struct {
 	// keeps failing cannot fill the store with Events.
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
+	// pressure are the eviction manager's node conditions (nil: none),
+	// which refuse new pods as the kubelet's eviction admission does.
+	pressure func() map[corev1.NodeConditionType]bool
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker

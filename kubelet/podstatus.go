@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/eviction"
 )
 
 // Termination messages are cut as the kubelet cuts them.
@@ -54,19 +55,27 @@ func (w *podWorker) status(pod *corev1.Pod, inst map[string][]cri.ContainerStatu
 		}
 		st.Reason, st.Message = shutdownReason, shutdownMessage
 	}
+	if w.evicted {
+		// As the kubelet's eviction manager: Failed whatever the
+		// containers' exit codes.
+		st.Phase, st.Reason, st.Message = corev1.PodFailed, eviction.Reason, w.evictMessage()
+	}
 	st.Conditions = w.conditions(pod, st)
 	if w.shutdownStopped {
-		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions)
+		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions, shutdownMessage)
+	}
+	if w.evicted {
+		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions, w.evictMessage())
 	}
 	return st
 }
 
 // setDisruptionTarget adds (or turns True) the DisruptionTarget condition
-// of a pod the node's shutdown terminated, keeping its transition time
+// of a pod the node's shutdown or eviction terminated, keeping its transition time
 // once set.
-func setDisruptionTarget(conds, old []corev1.PodCondition) []corev1.PodCondition {
+func setDisruptionTarget(conds, old []corev1.PodCondition, msg string) []corev1.PodCondition {
 	c := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-		Reason: corev1.PodReasonTerminationByKubelet, Message: shutdownMessage,
+		Reason: corev1.PodReasonTerminationByKubelet, Message: msg,
 		LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
 	for _, o := range old {
 		if o.Type == c.Type && o.Status == c.Status {

@@ -65,6 +65,11 @@ type podWorker struct {
 	shutdownDone    chan struct{}
 	shutdownClosed  bool
 	shutdownStopped bool
+	// evictOrder (under mu) is node-pressure eviction's order to stop
+	// the pod; evicted: it was stopped so, and stays Failed with
+	// evictOrder's message.
+	evictOrder *evictOrder
+	evicted    bool
 }
 
 // shutdown orders the pod stopped within period for a node shutdown; the
@@ -214,6 +219,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.shutdownFinished()
 		return w.terminate(ctx, pod, deleted, inst)
 	}
+	if next, handled := w.syncEviction(ctx, pod, inst); handled {
+		return next, false
+	}
 	if next, handled := w.syncShutdown(ctx, pod, inst); handled {
 		return next, false
 	}
@@ -243,7 +251,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.postStatus(ctx, pod, w.status(pod, inst))
 		return time.Minute, false
 	}
-	if w.rejectForShutdown(ctx, pod, inst) || w.rejectAppArmor(ctx, pod, inst) {
+	if w.rejectForShutdown(ctx, pod, inst) || w.rejectForPressure(ctx, pod, inst) || w.rejectAppArmor(ctx, pod, inst) {
 		return time.Minute, false
 	}
 	if !w.admitDevices(ctx, pod, inst) {

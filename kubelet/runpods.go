@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"bonsai.dev/bonsai/kubelet/eviction"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
 )
@@ -74,9 +75,15 @@ func (a *Agent) runPods(ctx context.Context) error {
 	if uid, ok := a.nodeUID(); ok {
 		m.nodeUID = typesUID(uid)
 	}
+	var gc *imageGC
 	if cfg.ImageFS != "" {
-		gc := &imageGC{rt: cfg.Runtime, usage: fsUsage(cfg.ImageFS), log: cfg.Logger, now: time.Now}
+		gc = &imageGC{rt: cfg.Runtime, usage: fsUsage(cfg.ImageFS), log: cfg.Logger, now: time.Now}
 		go gc.run(ctx)
+	}
+	if cfg.Stats != nil {
+		m.pressure = a.pressureConditions
+		e := &evictionLoop{a: a, m: m, mgr: eviction.NewManager(*cfg.Eviction), stats: cfg.Stats, gc: gc, interval: DefaultStatsInterval}
+		go e.run(ctx)
 	}
 	if cfg.PodManifestPath != "" {
 		(&staticPods{m: m, dir: cfg.PodManifestPath}).start(ctx)

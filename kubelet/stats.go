@@ -33,7 +33,13 @@ type StatsConfig struct {
 	RootDir, ImageFsDir string
 	// Interval between samples; DefaultStatsInterval if unset.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// MemoryCapacity, when above 0, stands in for the host's memory: the
+	// node's memory is then what the pods use (bonsai's pod cgroup)
+	// against this budget, not the host's. For tests and sandboxes that
+	// must feel memory pressure without filling the host (as a cgroup
+	// limit would), never for a real node.
+	MemoryCapacity int64
+	Logger         *slog.Logger
 }
 
 // StatsSampler samples the node's, its pods' and their containers' CPU,
@@ -103,7 +109,8 @@ func (s *StatsSampler) Sample(ctx context.Context) {
 	if usage, ok := nodeCPU(); ok {
 		n.CPU = s.cpuStats("node", usage, now, next)
 	}
-	n.Memory = nodeMemory(ts)
+	n.Memory = s.nodeMemory(ts)
+	n.Rlimit = nodeRlimit(ts)
 	n.Network = networkStats(ts, readNetDev("/proc/net/dev"), defaultInterface())
 	n.Fs = fsStats(ts, s.cfg.RootDir)
 	n.Runtime = &statsapi.RuntimeStats{ImageFs: fsStats(ts, s.cfg.ImageFsDir)}
@@ -148,6 +155,9 @@ func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[str
 		}
 		if cpu, mem, ok := cgroupStats(podCgroup(uid), ts); ok {
 			ps.CPU, ps.Memory = s.cpuStats("pod/"+uid, cpu, now, next), mem
+		}
+		if n, ok := cgroupPids(podCgroup(uid)); ok {
+			ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
 		}
 		if sb.Config.NetnsPath != "" {
 			var devs []netDev
@@ -315,8 +325,80 @@ func bootTime() time.Time {
 	return time.Time{}
 }
 
-// nodeMemory is the node's memory from /proc/meminfo.
-func nodeMemory(ts metav1.Time) *statsapi.MemoryStats {
+// nodeMemory is the node's memory: the host's, or the pods' against
+// MemoryCapacity when that is set.
+func (s *StatsSampler) nodeMemory(ts metav1.Time) *statsapi.MemoryStats {
+	if s.cfg.MemoryCapacity <= 0 {
+		return hostMemory(ts)
+	}
+	usage, inactive := podsMemory()
+	return memoryStats(ts, usage, inactive, uint64(s.cfg.MemoryCapacity))
+}
+
+// podsMemory is the usage and inactive file cache of bonsai's pod cgroup.
+func podsMemory() (usage, inactiveFile uint64) {
+	if cgroupV2() {
+		dir := filepath.Join(cgroupRoot, "bonsai")
+		usage, _ = readUint(filepath.Join(dir, "memory.current"))
+		return usage, readKeyed(filepath.Join(dir, "memory.stat"))["inactive_file"]
+	}
+	dir := filepath.Join(cgroupRoot, "memory", "bonsai")
+	usage, _ = readUint(filepath.Join(dir, "memory.usage_in_bytes"))
+	return usage, readKeyed(filepath.Join(dir, "memory.stat"))["total_inactive_file"]
+}
+
+func nowMeta() metav1.Time { return metav1.NewTime(time.Now()) }
+
+// cgroupPids is how many tasks a cgroup holds (pids.current of v2 or of
+// v1's pids hierarchy); false when the pids controller does not count it.
+func cgroupPids(cgroup string) (uint64, bool) {
+	path := filepath.Join(cgroupRoot, "pids", cgroup, "pids.current")
+	if cgroupV2() {
+		path = filepath.Join(cgroupRoot, cgroup, "pids.current")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+// nodeRlimit is the node's process figures for pid.available: the most
+// pids the kernel hands out (the lesser of pid_max and threads-max, as
+// the kubelet reads them) and the tasks running now (/proc/loadavg's
+// count of scheduling entities).
+func nodeRlimit(ts metav1.Time) *statsapi.RlimitStats {
+	pidMax, err1 := readUint("/proc/sys/kernel/pid_max")
+	threadsMax, err2 := readUint("/proc/sys/kernel/threads-max")
+	if err1 != nil && err2 != nil {
+		return nil
+	}
+	maxPID := pidMax
+	if err1 != nil || (err2 == nil && threadsMax < maxPID) {
+		maxPID = threadsMax
+	}
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 4 {
+		return nil
+	}
+	_, total, ok := strings.Cut(f[3], "/")
+	if !ok {
+		return nil
+	}
+	n, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &statsapi.RlimitStats{Time: ts, MaxPID: ptrTo(int64(maxPID)), NumOfRunningProcesses: &n}
+}
+
+// hostMemory is the host's memory from /proc/meminfo.
+func hostMemory(ts metav1.Time) *statsapi.MemoryStats {
 	mi := readKeyed("/proc/meminfo") // kB
 	total, free := mi["MemTotal:"]*1024, mi["MemFree:"]*1024
 	if total == 0 {

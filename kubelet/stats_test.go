@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,5 +144,29 @@ func TestStatsSampler(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics/resource lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// pid.available's figures come from the host: the lesser of pid_max and
+// threads-max, and the tasks running now.
+func TestNodeRlimit(t *testing.T) {
+	r := nodeRlimit(nowMeta())
+	if r == nil || r.MaxPID == nil || r.NumOfRunningProcesses == nil {
+		t.Fatalf("nodeRlimit: %+v", r)
+	}
+	pidMax, err := readUint("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threadsMax, err := readUint("/proc/sys/kernel/threads-max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(min(pidMax, threadsMax)); *r.MaxPID != want {
+		t.Errorf("MaxPID %d, want min(pid_max %d, threads-max %d)", *r.MaxPID, pidMax, threadsMax)
+	}
+	// This test's own threads are running, and far fewer than the limit.
+	if n := *r.NumOfRunningProcesses; n < int64(runtime.NumGoroutine()/100+1) || n >= *r.MaxPID {
+		t.Errorf("NumOfRunningProcesses %d", n)
 	}
 }

@@ -39,11 +39,12 @@ func (l *localStats) Summary(_ context.Context, node string) (*statsapi.Summary,
 // Only the API server's kubelet-client identity and system:masters may
 // call it. rt is nil for a node without containers (--runtime=simulated);
 // states are the agent's pods.
-func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.Certs, clk clock.PassiveClock, rt cri.Runtime, states *kubelet.PodStates, local *localStats, log *slog.Logger) {
+func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.Certs, clk clock.PassiveClock, rt cri.Runtime, states *kubelet.PodStates, imageFS string, local *localStats, log *slog.Logger) *kubelet.StatsSampler {
 	// Sampled at least as often as the metrics API scrapes, so that
 	// each scrape has a new point.
 	interval := min(kubelet.DefaultStatsInterval, cfg.MetricResolution)
-	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, Interval: interval, Logger: log})
+	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, ImageFsDir: imageFS,
+		Interval: interval, MemoryCapacity: cfg.Eviction.MemoryCapacity, Logger: log})
 	local.set(stats)
 	go stats.Run(ctx)
 	srv := kubelet.NewServer(kubelet.ServerConfig{
@@ -55,4 +56,5 @@ func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, ce
 			log.Error("kubelet API stopped", "err", err)
 		}
 	}()
+	return stats
 }

@@ -83,6 +83,7 @@ type serverOptions struct {
 	ingressHTTPSPort  int
 	nodeLifecycle     nodeLifecycleOptions
 	hpa               hpaOptions
+	eviction          evictionOptions
 	schedulerConfig   string
 	disableScheduler  bool
 	snapshotSchedule  string
@@ -169,6 +170,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
 	o.hpa.addFlags(fs)
+	o.eviction.addFlags(fs)
 	fs.StringVar(&o.schedulerConfig, "scheduler-config", "", "KubeSchedulerConfiguration file (YAML) for the default scheduler: score plugin weights, NodeResourcesFit scoring strategy, back-off (default: Kubernetes' default profile)")
 	fs.IntVar(&o.maxEndpoints, "max-endpoints-per-slice", 100, "most endpoints the EndpointSlice controller puts in one EndpointSlice (1-1000)")
 	fs.IntVar(&o.maxObjectSize, "max-object-size", apiserver.DefaultMaxObjectSize, "largest object the API server stores, in bytes of its stored encoding; larger writes are refused with 413 (etcd's --max-request-bytes default; with --datastore-endpoint, keep it within the etcd servers' own limit)")
@@ -262,6 +264,7 @@ type serverConfig struct {
 	NodeLifecycle nodeLifecycleConfig
 	// HPA is the --horizontal-pod-autoscaler-* flags.
 	HPA controllers.HPAOptions
+	Eviction      evictionConfig
 	// Scheduler is --scheduler-config, read and checked; zero without it.
 	Scheduler        scheduler.Options
 	DisableScheduler bool
@@ -446,6 +449,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, err
 	}
 	if err := o.validateSimulated(c); err != nil {
+		return nil, err
+	}
+	if c.Eviction, err = o.eviction.validate(); err != nil {
 		return nil, err
 	}
 	if c.NodeLifecycle, err = o.nodeLifecycle.validate(); err != nil {

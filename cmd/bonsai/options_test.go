@@ -25,6 +25,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/audit"
 	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/eviction"
 )
 
 // parseServer runs `bonsai server args...` up to the point where the server
@@ -93,6 +94,7 @@ func TestServerDefaults(t *testing.T) {
 		Ingress:          ingressConfig{Enabled: true, BindAddress: netip.MustParseAddr("0.0.0.0"), HTTPPort: 80, HTTPSPort: 443},
 		NodeLifecycle:    defaultNodeLifecycle,
 		HPA:              defaultHPA(),
+		Eviction:         defaultEviction(t),
 
 		MaxEndpointsPerSlice: 100,
 		MaxObjectSize:        1572864,
@@ -205,6 +207,7 @@ func TestServerFlags(t *testing.T) {
 		AuthorizationMode: "AlwaysAllow",
 		KubeletRootDir:    "/var/lib/kubelet",
 		NodeLifecycle:     defaultNodeLifecycle,
+		Eviction:          defaultEviction(t),
 		AuditLogRotation:  audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
 		Limits:            apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
 		SnapshotSchedule:  mustCron(t, "@daily"),
@@ -302,6 +305,13 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--audit-log-maxbackup", "-1"}, []string{"--audit-log-maxbackup -1: must be at least 0"}},
 		{[]string{"--pod-max-pids", "0"}, []string{"--pod-max-pids", "-1 (no limit) or at least 1"}},
 		{[]string{"--pod-max-pids", "-5"}, []string{"--pod-max-pids"}},
+		{[]string{"--eviction-hard", "memory.avail<1Gi"}, []string{"--eviction-hard: unsupported eviction signal memory.avail"}},
+		{[]string{"--eviction-hard", "memory.available=1Gi"}, []string{"--eviction-hard", "malformed pair, expect string<string"}},
+		{[]string{"--eviction-hard", "nodefs.available<120%"}, []string{"--eviction-hard: eviction percentage threshold nodefs.available must be <= 100%: 120%"}},
+		{[]string{"--eviction-soft", "memory.available<1Gi"}, []string{"grace period must be specified for the soft eviction threshold memory.available"}},
+		{[]string{"--eviction-minimum-reclaim", "memory.available=-1Mi"}, []string{"--eviction-minimum-reclaim: negative eviction minimum reclaim specified for memory.available"}},
+		{[]string{"--system-reserved", "gpu=1"}, []string{"--system-reserved: cannot reserve \"gpu\" resource"}},
+		{[]string{"--kube-reserved", "memory=-1Gi"}, []string{"--kube-reserved: resource quantity for \"memory\" cannot be negative: -1Gi"}},
 		{[]string{"--audit-log-path", "/tmp/audit.log"}, []string{"--audit-log-path", "needs --audit-policy-file"}},
 		{[]string{"--audit-policy-file", goodPolicy}, []string{"--audit-policy-file", "needs --audit-log-path"}},
 		{[]string{"--audit-policy-file", badPolicy, "--audit-log-path", "-"}, []string{"--audit-policy-file", `rules[0].level: Unsupported value: "Loud"`}},
@@ -846,4 +856,14 @@ func defaultHPA() controllers.HPAOptions {
 	tol := 0.1
 	return controllers.HPAOptions{SyncPeriod: 15 * time.Second, DownscaleStabilization: 5 * time.Minute, Tolerance: &tol,
 		CPUInitializationPeriod: 5 * time.Minute, InitialReadinessDelay: 30 * time.Second}
+}
+
+// defaultEviction is the kubelet's default eviction policy.
+func defaultEviction(t *testing.T) evictionConfig {
+	t.Helper()
+	ts, err := eviction.Parse(eviction.DefaultHard, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evictionConfig{Policy: eviction.Config{Thresholds: ts, PressureTransitionPeriod: 5 * time.Minute}}
 }

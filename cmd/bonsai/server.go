@@ -240,8 +240,8 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if !cfg.DisableAgent {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
-		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates) {
-			startKubeletAPI(ctx, cfg, kubeletLn, certs, clk, rt, states, local, log)
+		serveKubeletAPI := func(rt cri.Runtime, states *kubelet.PodStates, imageFS string) *kubelet.StatsSampler {
+			return startKubeletAPI(ctx, cfg, kubeletLn, certs, clk, rt, states, imageFS, local, log)
 		}
 		stopAgent = startAgent(ctx, cfg, api, serveKubeletAPI, log)
 	}
@@ -407,7 +407,7 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 // identity through the whole handler chain.
 // The returned stop ends what the agent started outside the process
 // (its runtime connection, a containerd of its own); pods keep running.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates), log *slog.Logger) func() {
+func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates, string) *kubelet.StatsSampler, log *slog.Logger) func() {
 	stop := func() {}
 	selfLabels, privileged := splitNodeLabels(cfg.NodeLabels)
 	privileged[controlPlaneLabel] = ""
@@ -417,6 +417,8 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
 		RuntimeVersion: "simulated://" + version, KubeletVersion: apiserver.KubernetesVersion(),
 		Simulated: cfg.Runtime == "simulated", Logger: log, ShutdownGroups: cfg.ShutdownGroups,
+		Eviction: &cfg.Eviction.Policy, SystemReserved: cfg.Eviction.SystemReserved, KubeReserved: cfg.Eviction.KubeReserved,
+		MemoryCapacity: cfg.Eviction.MemoryCapacity,
 	}
 	if cfg.Runtime != "containerd" && cfg.Devices != nil {
 		log.Warn("devices.yaml is ignored: device plugins need --runtime=containerd", "runtime", cfg.Runtime)
@@ -458,7 +460,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 		kcfg.PodMaxPids = cfg.PodMaxPids
 	}
 	kcfg.States = &kubelet.PodStates{}
-	serveKubeletAPI(kcfg.Runtime, kcfg.States)
+	kcfg.Stats = serveKubeletAPI(kcfg.Runtime, kcfg.States, kcfg.ImageFS)
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {

@@ -487,7 +487,7 @@ func (c *Controller) checkNode(ctx context.Context, node *corev1.Node, now time.
 	// NoSchedule taints follow the condition at once (the scheduler must
 	// stop placing pods there). NoExecute ones are monitor's, after the
 	// zone states.
-	wantNoSchedule := conditionTaintKey(ready)
+	wantNoSchedule := noScheduleTaintKeys(node, ready)
 	if terr := c.ensureNoScheduleTaint(ctx, node, wantNoSchedule); terr != nil && err == nil {
 		err = terr
 	}
@@ -505,18 +505,54 @@ func conditionTaintKey(ready corev1.ConditionStatus) string {
 	return ""
 }
 
-func (c *Controller) ensureNoScheduleTaint(ctx context.Context, node *corev1.Node, key string) error {
+// conditionTaints are the NoSchedule taints of the conditions other than
+// Ready that TaintNodesByCondition maps (upstream's table): a node under
+// pressure takes no new pods that do not tolerate it.
+var conditionTaints = []struct {
+	cond corev1.NodeConditionType
+	key  string
+}{
+	{corev1.NodeMemoryPressure, corev1.TaintNodeMemoryPressure},
+	{corev1.NodeDiskPressure, corev1.TaintNodeDiskPressure},
+	{corev1.NodePIDPressure, corev1.TaintNodePIDPressure},
+	{corev1.NodeNetworkUnavailable, corev1.TaintNodeNetworkUnavailable},
+}
+
+// noScheduleKeys are every NoSchedule taint the controller owns.
+var noScheduleKeys = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable,
+	corev1.TaintNodeMemoryPressure, corev1.TaintNodeDiskPressure, corev1.TaintNodePIDPressure, corev1.TaintNodeNetworkUnavailable}
+
+// noScheduleTaintKeys are the NoSchedule taints the node's conditions
+// call for: Ready's, and one per True pressure condition.
+func noScheduleTaintKeys(node *corev1.Node, ready corev1.ConditionStatus) map[string]bool {
+	want := map[string]bool{}
+	if k := conditionTaintKey(ready); k != "" {
+		want[k] = true
+	}
+	for _, ct := range conditionTaints {
+		for _, c := range node.Status.Conditions {
+			if c.Type == ct.cond && c.Status == corev1.ConditionTrue {
+				want[ct.key] = true
+			}
+		}
+	}
+	return want
+}
+
+func (c *Controller) ensureNoScheduleTaint(ctx context.Context, node *corev1.Node, want map[string]bool) error {
 	ok := true
-	for _, k := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
-		ok = ok && hasTaint(node, k, corev1.TaintEffectNoSchedule) == (k == key)
+	for _, k := range noScheduleKeys {
+		ok = ok && hasTaint(node, k, corev1.TaintEffectNoSchedule) == want[k]
 	}
 	if ok {
 		return nil
 	}
 	return c.updateTaints(ctx, node.Name, func(n *corev1.Node) []corev1.Taint {
-		out := withoutTaint(n.Spec.Taints, corev1.TaintEffectNoSchedule, corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable)
-		if key != "" {
-			out = append(out, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+		out := withoutTaint(n.Spec.Taints, corev1.TaintEffectNoSchedule, noScheduleKeys...)
+		for _, k := range noScheduleKeys {
+			if want[k] {
+				out = append(out, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoSchedule})
+			}
 		}
 		return out
 	})

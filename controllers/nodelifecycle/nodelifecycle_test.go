@@ -284,3 +284,46 @@ func TestNeverPostedNode(t *testing.T) {
 		t.Errorf("taints %v", n.Spec.Taints)
 	}
 }
+
+// The pressure conditions a kubelet reports taint the node NoSchedule
+// (TaintNodesByCondition: memory-pressure, disk-pressure, pid-pressure),
+// and the taint goes when the condition does; a Ready node under pressure
+// gets no NoExecute taint.
+func TestPressureTaints(t *testing.T) {
+	e := newEnv(t, nil)
+	e.addNode("a", "", corev1.ConditionTrue)
+	e.step(0)
+	setPressure := func(types ...corev1.NodeConditionType) {
+		t.Helper()
+		n := e.node("a")
+		for i := range n.Status.Conditions {
+			c := &n.Status.Conditions[i]
+			if c.Type != corev1.NodeReady {
+				c.Status = corev1.ConditionFalse
+			}
+			for _, ty := range types {
+				if c.Type == ty {
+					c.Status = corev1.ConditionTrue
+				}
+			}
+		}
+		if _, err := e.cs.CoreV1().Nodes().UpdateStatus(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setPressure(corev1.NodeMemoryPressure, corev1.NodePIDPressure)
+	e.step(5 * time.Second)
+	if got, want := e.taints("a"), []string{"node.kubernetes.io/memory-pressure:NoSchedule", "node.kubernetes.io/pid-pressure:NoSchedule"}; !cmp.Equal(got, want) {
+		t.Errorf("taints under memory and pid pressure: %v, want %v", got, want)
+	}
+	setPressure(corev1.NodeDiskPressure)
+	e.step(5 * time.Second)
+	if got, want := e.taints("a"), []string{"node.kubernetes.io/disk-pressure:NoSchedule"}; !cmp.Equal(got, want) {
+		t.Errorf("taints under disk pressure: %v, want %v", got, want)
+	}
+	setPressure()
+	e.step(5 * time.Second)
+	if got := e.taints("a"); len(got) != 0 {
+		t.Errorf("taints once the pressure is gone: %v", got)
+	}
+}

@@ -463,10 +463,42 @@ func withSupplementalGroups(groups []int64) oci.SpecOpts {
 }
 
 func withOOMScoreAdj(adj int) oci.SpecOpts {
+	adj = restrictOOMScoreAdj(adj, ownOOMScoreAdj(), canLowerOOMScoreAdj())
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 		s.Process.OOMScoreAdj = &adj
 		return nil
 	}
+}
+
+// restrictOOMScoreAdj keeps adj at or above bonsai's own score when the
+// process may not lower it (no CAP_SYS_RESOURCE: inside an unprivileged
+// container or a restricted VM), as containerd's restrict_oom_score_adj
+// does: otherwise runc fails to write a Guaranteed pod's -997 and the pod
+// never starts ("can't get final child's PID from pipe").
+func restrictOOMScoreAdj(adj, own int, canLower bool) int {
+	if !canLower && adj < own {
+		return own
+	}
+	return adj
+}
+
+func ownOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// canLowerOOMScoreAdj says whether the process holds CAP_SYS_RESOURCE.
+func canLowerOOMScoreAdj() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return true
+	}
+	return data[unix.CAP_SYS_RESOURCE/32].Effective&(1<<(unix.CAP_SYS_RESOURCE%32)) != 0
 }
 
 // withUnmaskedPaths lifts the masked and read-only /proc paths, as

@@ -10,6 +10,7 @@ import (
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/reference/docker"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -181,7 +182,10 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
 			}
 		}
 		if match {
-			if err := r.client.ImageService().Delete(ctx, img.Name()); err != nil && !errdefs.IsNotFound(err) {
+			// Synchronous, as containerd's CRI removes images: the
+			// content is gone when this returns, so image GC and
+			// eviction measure the space they freed.
+			if err := r.client.ImageService().Delete(ctx, img.Name(), images.SynchronousDelete()); err != nil && !errdefs.IsNotFound(err) {
 				return err
 			}
 		}
