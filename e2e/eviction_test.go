@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,22 +145,8 @@ func measureEviction(t *testing.T, e *podEnv, budget uint64) (crossed, evicted t
 		// 8Mi every 0.2 s, never more than 800Mi however eviction fares.
 		Containers: []corev1.Container{{Name: "hog", Command: sh(testenv.MemoryHogScript(8, 800, 0.2))}},
 	}})
-	var crossedAt atomic.Int64
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ws, err := testenv.PodsMemoryWorkingSet()
-			if err == nil && int64(budget)-int64(ws) < 100<<20 {
-				crossedAt.CompareAndSwap(0, time.Now().UnixNano())
-			}
-		}
-	}()
+	crossedAt, stop := testenv.WatchMemoryCrossing(budget, 100<<20)
+	defer stop()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p, err := e.cs.CoreV1().Pods("default").Get(t.Context(), "hog", metav1.GetOptions{})
@@ -175,11 +160,11 @@ func measureEviction(t *testing.T, e *podEnv, budget uint64) (crossed, evicted t
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c := crossedAt.Load()
-	if c == 0 {
+	c := crossedAt()
+	if c.IsZero() {
 		t.Fatalf("the hog was evicted before the pods crossed the threshold by the test's reading")
 	}
-	return time.Unix(0, c), evicted
+	return c, evicted
 }
 
 func nodeCondition(n *corev1.Node, typ corev1.NodeConditionType) corev1.ConditionStatus {

@@ -219,7 +219,7 @@ func mountsUnder(dir string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountPath(fields[4])
+		mp := UnescapeMountPath(fields[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -227,8 +227,8 @@ func mountsUnder(dir string) ([]string, error) {
 	return out, sc.Err()
 }
 
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
+// UnescapeMountPath undoes /proc/mounts' and mountinfo's octal escapes (\040 for a space).
+func UnescapeMountPath(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
+	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/containerd/orphans"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/netpol"
 	"bonsai.dev/bonsai/netplugin/proxy"
@@ -51,7 +51,7 @@ func cleanupHost(cfg *serverConfig, log *slog.Logger) error {
 		return nil
 	}
 	ctd := filepath.Join(cfg.DataDir, "containerd")
-	if n := stopContainers(ctd); n > 0 {
+	if n := orphans.Kill(ctd); n > 0 {
 		log.Info("stopped the containers bonsai's own containerd left running", "processes", n)
 	}
 	n, err := unmountUnder(cfg.DataDir, filepath.Dir(netnsDir(cfg)))
@@ -64,51 +64,6 @@ func cleanupHost(cfg *serverConfig, log *slog.Logger) error {
 	}
 	log.Info("deleted the pod network's bridge and nftables table", "bridge", cfg.PodBridge, "table", "ip "+cfg.PodBridge)
 	return nil
-}
-
-// stopContainers kills the containers whose root file system is under
-// dir (bonsai's own containerd's), then that containerd's shims, and says
-// how many processes it killed.
-func stopContainers(dir string) int {
-	killed := 0
-	for _, pid := range pids() {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "mountinfo"))
-		if err != nil {
-			continue
-		}
-		// The root mount's line: "... / / ... - overlay overlay ...lowerdir=<dir>/..."
-		first, _, _ := strings.Cut(string(b), "\n")
-		if f := strings.Fields(first); len(f) > 4 && f[3] == "/" && f[4] == "/" && strings.Contains(first, dir+"/") {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
-	for _, pid := range pids() {
-		cmd, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmd), "\x00")
-		if strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, dir+"/") }) {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
-		}
-	}
-	return killed
-}
-
-func pids() []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // unmountUnder detaches every mount at or under the given dirs, deepest
@@ -124,7 +79,7 @@ func unmountUnder(dirs ...string) (int, error) {
 		if len(f) < 2 {
 			continue
 		}
-		p := unescapeMount(f[1])
+		p := kubelet.UnescapeMountPath(f[1])
 		for _, d := range dirs {
 			if p == d || strings.HasPrefix(p, d+"/") {
 				points = append(points, p)
@@ -142,23 +97,4 @@ func unmountUnder(dirs ...string) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// unescapeMount undoes /proc/mounts' octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,21 +81,8 @@ func evictOnce(ctx context.Context, n *realNode, budget uint64, name string) (ti
 	if err != nil {
 		return 0, err
 	}
-	var crossed atomic.Int64
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if ws, err := testenv.PodsMemoryWorkingSet(); err == nil && int64(budget)-int64(ws) < 100<<20 {
-				crossed.CompareAndSwap(0, time.Now().UnixNano())
-			}
-		}
-	}()
+	crossedAt, stop := testenv.WatchMemoryCrossing(budget, 100<<20)
+	defer stop()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p, err := pods.Get(ctx, name, metav1.GetOptions{})
@@ -116,11 +102,11 @@ func evictOnce(ctx context.Context, n *realNode, budget uint64, name string) (ti
 		}
 	}
 	at := time.Now()
-	c := crossed.Load()
-	if c == 0 {
+	c := crossedAt()
+	if c.IsZero() {
 		return 0, fmt.Errorf("pod %s was evicted before the pods crossed the threshold by the bench's reading", name)
 	}
-	return at.Sub(time.Unix(0, c)), nil
+	return at.Sub(c), nil
 }
 
 func waitNoMemoryPressure(ctx context.Context, n *realNode, timeout time.Duration) error {

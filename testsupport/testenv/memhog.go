@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // MemoryHogScript is a busybox sh command that grows its anonymous memory
@@ -55,4 +57,31 @@ func statField(path, key string) uint64 {
 		}
 	}
 	return 0
+}
+
+// WatchMemoryCrossing reads the pods' working set every 20 ms until stop
+// and records when budget less it first fell below margin: the moment a
+// memory.available<margin threshold was met on a node of that capacity.
+// crossedAt is zero until then.
+func WatchMemoryCrossing(budget, margin uint64) (crossedAt func() time.Time, stop func()) {
+	var at atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if ws, err := PodsMemoryWorkingSet(); err == nil && int64(budget)-int64(ws) < int64(margin) {
+				at.CompareAndSwap(0, time.Now().UnixNano())
+			}
+		}
+	}()
+	return func() time.Time {
+		if n := at.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}, func() { close(done) }
 }

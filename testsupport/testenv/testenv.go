@@ -22,10 +22,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"bonsai.dev/bonsai/kubelet/containerd/orphans"
 )
 
 // InCI reports whether CI=true is set: prerequisites are then mandatory.
@@ -183,48 +183,10 @@ func tail(b []byte, n int) string {
 // lives under dir: the containers of a containerd rooted there. Killing a
 // shim leaves its container running, so a test that tears its containerd
 // down must end the containers themselves.
-func KillContainerProcesses(dir string) int {
-	procs, _ := os.ReadDir("/proc")
-	killed := 0
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "mountinfo"))
-		if err != nil {
-			continue
-		}
-		first, _, _ := strings.Cut(string(b), "\n")
-		// The root mount's line: "... / / ... - overlay overlay ...lowerdir=<dir>/..."
-		if f := strings.Fields(first); len(f) > 4 && f[3] == "/" && f[4] == "/" && strings.Contains(first, dir+"/") {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed++
-			}
-		}
-	}
-	return killed
-}
+func KillContainerProcesses(dir string) int { return orphans.KillContainers(dir) }
 
 // KillShims ends the containerd shims (and the containers they still
 // serve) of a containerd that kept its state under dir: a shim outlives
 // its containerd until its task is deleted, which a failed or timed-out
 // test may never do.
-func KillShims(dir string) {
-	KillContainerProcesses(dir)
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmd), "\x00")
-		if len(args) > 0 && strings.Contains(args[0], "containerd-shim") && strings.Contains(string(cmd), dir+"/") {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
+func KillShims(dir string) { orphans.Kill(dir) }
