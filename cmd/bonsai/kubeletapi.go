@@ -42,7 +42,7 @@ func (l *localStats) Summary(_ context.Context, node string) (*statsapi.Summary,
 func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, certs *pki.Certs, clk clock.PassiveClock, rt cri.Runtime, states *kubelet.PodStates, imageFS string, local *localStats, log *slog.Logger) *kubelet.StatsSampler {
 	// Sampled at least as often as the metrics API scrapes, so that
 	// each scrape has a new point.
-	interval := min(kubelet.DefaultStatsInterval, cfg.MetricResolution)
+	interval := min(cfg.HousekeepingInterval, cfg.MetricResolution)
 	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, ImageFsDir: imageFS,
 		Interval: interval, MemoryCapacity: cfg.Eviction.MemoryCapacity, Logger: log})
 	local.set(stats)

@@ -55,6 +55,7 @@ var suites = []suite{
 	{name: "flood", about: "overload: Lease renewals of 100 nodes while 200 clients flood creates", run: floodSuite},
 	{name: "netpol", about: "network policies on a real node: a write to enforcement, a full sync of many, their cost to a pod's throughput", run: netpolSuite},
 	{name: "ingress", about: "the built-in Ingress controller on a real node against Debian's nginx as a reverse proxy to the same pod: requests/s and added p99, HTTP and TLS; Ingress change to served; RSS of 100 Ingresses", run: ingressSuite},
+	{name: "metrics", about: "the kubelet's figures on a real node with 30 pods: CPU per sample and at the 10 s interval, RssAnon when sampling 10x as often", run: metricsSuite},
 	{name: "eviction", about: "node-pressure eviction on a real node: a pod growing its memory past memory.available<100Mi, threshold crossed to pod Failed/Evicted", run: evictionSuite},
 	{name: "cni", about: "pod sandbox network setup and teardown: the CNI host (Debian's reference plugins) against the built-in network", run: cniSuite},
 	{name: "wear", about: "flash wear: bytes an idle real node writes per hour with 0 and 30 pods (-wear-window each, 15 min by default; `-only wear`)", run: wearSuite, optIn: true},
