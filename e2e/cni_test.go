@@ -146,8 +146,10 @@ func (e *podEnv) waitEvent(t *testing.T, pod, reason, contains string, count int
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d %s events on %s with %q", count, reason, pod, contains), func() bool {
 		n := 0
 		for _, ev := range e.events(t, pod) {
+			// A repeat raises the count of one Event (the kubelet's
+			// event correlator) rather than adding another.
 			if ev.Reason == reason && strings.Contains(ev.Message, contains) {
-				n++
+				n += max(int(ev.Count), 1)
 			}
 		}
 		return n >= count
