@@ -3,6 +3,7 @@ package kubelet
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -57,11 +58,30 @@ func setPodPidsLimit(cgroup string, max int64) error {
 // removePodCgroup removes the pod cgroup's (empty) directories the
 // runtime and setPodPidsLimit left in every hierarchy.
 func removePodCgroup(cgroup string) {
-	os.Remove(filepath.Join(cgroupRoot, cgroup))
+	removeCgroupTree(filepath.Join(cgroupRoot, cgroup))
 	hs, _ := os.ReadDir(cgroupRoot)
 	for _, h := range hs {
 		if h.IsDir() {
-			os.Remove(filepath.Join(cgroupRoot, h.Name(), cgroup))
+			removeCgroupTree(filepath.Join(cgroupRoot, h.Name(), cgroup))
 		}
+	}
+}
+
+// removeCgroupTree removes the cgroup at dir and the ones below it,
+// deepest first: a container's cgroup that runc left behind (a container
+// killed rather than deleted, one hierarchy of v1 missed) would otherwise
+// keep the pod's for good, and the kernel keeps a removed pod's memory
+// cgroup alive as long as one is there. rmdir takes only a cgroup
+// without processes and children, so a live one stays.
+func removeCgroupTree(dir string) {
+	var dirs []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i])
 	}
 }
