@@ -334,7 +334,7 @@ func TestSoftEviction(t *testing.T) {
 	e := startPodEnv(t)
 	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "graceful"}, Spec: corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr(int64(30)),
-		Containers: []corev1.Container{{Name: "main", Command: sh("trap 'echo got TERM > /dev/termination-log; exit 0' TERM; while :; do sleep 0.1; done")}}}})
+		Containers:                    []corev1.Container{{Name: "main", Command: sh("trap 'echo got TERM > /dev/termination-log; exit 0' TERM; while :; do sleep 0.1; done")}}}})
 	e.waitPod(t, "graceful", 60*time.Second, "Running", running)
 
 	threshold := hostMaxPID(t) - runningTasks(t) + 100000
