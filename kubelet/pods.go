@@ -335,6 +335,25 @@ func (p *PodStates) Pods() []corev1.Pod {
 	return out
 }
 
+// StatsPods are the pods the agent runs with a sandbox, for the stats
+// sampler (StatsConfig.Pods); false until the agent starts.
+func (p *PodStates) StatsPods() ([]StatsPod, bool) {
+	m := p.m.Load()
+	if m == nil {
+		return nil, false
+	}
+	workers := m.liveWorkers()
+	out := make([]StatsPod, 0, len(workers))
+	for _, w := range workers {
+		w.mu.Lock()
+		if w.measured != nil {
+			out = append(out, *w.measured)
+		}
+		w.mu.Unlock()
+	}
+	return out, true
+}
+
 // containerWaiting is the waiting reason of container in the worker's
 // newest pod status, if it is that pod's.
 func (w *podWorker) containerWaiting(namespace, pod, container string) (string, bool) {

@@ -70,6 +70,10 @@ type podWorker struct {
 	// evictOrder's message.
 	evictOrder *evictOrder
 	evicted    bool
+	// measured (under mu) is what the stats sampler measures of the pod:
+	// its sandbox and running containers at the last listing, nil
+	// without a sandbox.
+	measured *StatsPod
 }
 
 // shutdown orders the pod stopped within period for a node shutdown; the
@@ -203,7 +207,21 @@ func (w *podWorker) instances(ctx context.Context) (map[string][]cri.ContainerSt
 	for _, cs := range out {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Attempt > cs[j].Attempt })
 	}
+	w.setMeasured(all)
 	return out, nil
+}
+
+// setMeasured records the sandbox and the running ones of containers for
+// the stats sampler, which so never lists the runtime itself.
+func (w *podWorker) setMeasured(containers []cri.ContainerStatus) {
+	var p *StatsPod
+	if sb := w.sandbox; sb != nil {
+		pods := statsPods([]cri.Sandbox{*sb}, containers)
+		p = &pods[0]
+	}
+	w.mu.Lock()
+	w.measured = p
+	w.mu.Unlock()
 }
 
 // sync moves the pod one step and says when to look again; done means the
@@ -598,6 +616,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 			return time.Second, false
 		}
 		w.sandbox = nil
+		w.setMeasured(nil)
 	} else if sbs, err := w.m.rt.ListPodSandboxes(ctx); err == nil {
 		for _, sb := range sbs {
 			if sb.Config.PodUID == string(pod.UID) {

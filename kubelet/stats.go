@@ -1,13 +1,9 @@
 package kubelet
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +22,14 @@ const DefaultStatsInterval = 10 * time.Second
 // StatsConfig is what the stats sampler reads.
 type StatsConfig struct {
 	NodeName string
-	// Runtime lists the pods and containers; nil for a node without any.
+	// Pods are the pods to measure, as the kubelet knows them; ok is
+	// false while it knows nothing yet (before the agent starts), and
+	// then Runtime is listed instead. Listing the runtime decodes every
+	// container's whole OCI spec (containerd returns them), which made
+	// most of a sample's garbage.
+	Pods func() (pods []StatsPod, ok bool)
+	// Runtime lists the pods and containers when Pods cannot; nil for a
+	// node without any.
 	Runtime cri.Runtime
 	// RootDir is on the node's filesystem (nodefs: logs, volumes);
 	// ImageFsDir on the runtime's image filesystem (RootDir if unset).
@@ -119,38 +122,83 @@ func (s *StatsSampler) Sample(ctx context.Context) {
 		pods.CPU = s.cpuStats("pods", cpu, now, next)
 		n.SystemContainers = append(n.SystemContainers, pods)
 	}
-	if s.cfg.Runtime != nil {
-		sum.Pods = s.podStats(ctx, now, next)
+	if pods, ok := s.pods(ctx); ok {
+		sum.Pods = s.podStats(pods, now, next)
 	}
 	s.mu.Lock()
 	s.last, s.prev = sum, next
 	s.mu.Unlock()
 }
 
-func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[string]cpuPoint) []statsapi.PodStats {
-	ts := metav1.NewTime(now)
+// StatsPod is a pod the sampler measures: its newest sandbox and the
+// containers running in it.
+type StatsPod struct {
+	UID, Name, Namespace string
+	Created              time.Time
+	NetnsPath            string
+	Containers           []StatsContainer
+}
+
+// StatsContainer is a running container of a StatsPod.
+type StatsContainer struct {
+	ID, Name, LogPath string
+	StartedAt         time.Time
+}
+
+// pods are the pods to measure: from the kubelet's states, else listed
+// from the runtime; false when there is nothing to ask.
+func (s *StatsSampler) pods(ctx context.Context) ([]StatsPod, bool) {
+	if s.cfg.Pods != nil {
+		if pods, ok := s.cfg.Pods(); ok {
+			return pods, true
+		}
+	}
+	if s.cfg.Runtime == nil {
+		return nil, false
+	}
 	sandboxes, err := s.cfg.Runtime.ListPodSandboxes(ctx)
 	if err != nil {
 		s.cfg.Logger.Debug("stats: list pod sandboxes", "err", err)
-		return []statsapi.PodStats{}
+		return nil, true
 	}
 	containers, err := s.cfg.Runtime.ListContainers(ctx)
 	if err != nil {
 		s.cfg.Logger.Debug("stats: list containers", "err", err)
 	}
-	// The newest sandbox of each pod: an older one is going.
+	return statsPods(sandboxes, containers), true
+}
+
+// statsPods: the newest sandbox of each pod (an older one is going) with
+// its running containers.
+func statsPods(sandboxes []cri.Sandbox, containers []cri.ContainerStatus) []StatsPod {
 	newest := map[string]cri.Sandbox{}
 	for _, sb := range sandboxes {
 		if o, ok := newest[sb.Config.PodUID]; !ok || sb.CreatedAt.After(o.CreatedAt) {
 			newest[sb.Config.PodUID] = sb
 		}
 	}
-	nodeFs, imageFs := fsStats(ts, s.cfg.RootDir), fsStats(ts, s.cfg.ImageFsDir)
-	out := []statsapi.PodStats{}
+	out := make([]StatsPod, 0, len(newest))
 	for uid, sb := range newest {
+		p := StatsPod{UID: uid, Name: sb.Config.Name, Namespace: sb.Config.Namespace, Created: sb.CreatedAt, NetnsPath: sb.Config.NetnsPath}
+		for _, c := range containers {
+			if c.SandboxID == sb.ID && c.State == cri.ContainerRunning {
+				p.Containers = append(p.Containers, StatsContainer{ID: c.ID, Name: c.Name, LogPath: c.LogPath, StartedAt: c.StartedAt})
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func (s *StatsSampler) podStats(pods []StatsPod, now time.Time, next map[string]cpuPoint) []statsapi.PodStats {
+	ts := metav1.NewTime(now)
+	nodeFs, imageFs := fsStats(ts, s.cfg.RootDir), fsStats(ts, s.cfg.ImageFsDir)
+	out := make([]statsapi.PodStats, 0, len(pods))
+	for _, p := range pods {
+		uid := p.UID
 		ps := statsapi.PodStats{
-			PodRef:     statsapi.PodReference{Name: sb.Config.Name, Namespace: sb.Config.Namespace, UID: uid},
-			StartTime:  metav1.NewTime(sb.CreatedAt),
+			PodRef:     statsapi.PodReference{Name: p.Name, Namespace: p.Namespace, UID: uid},
+			StartTime:  metav1.NewTime(p.Created),
 			Containers: []statsapi.ContainerStats{},
 		}
 		if cpu, mem, ok := cgroupStats(podCgroup(uid), ts); ok {
@@ -159,9 +207,9 @@ func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[str
 		if n, ok := cgroupPids(podCgroup(uid)); ok {
 			ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &n}
 		}
-		if sb.Config.NetnsPath != "" {
+		if p.NetnsPath != "" {
 			var devs []netDev
-			if err := netplugin.InNetns(sb.Config.NetnsPath, func() error {
+			if err := netplugin.InNetns(p.NetnsPath, func() error {
 				devs = readNetDev("/proc/thread-self/net/dev")
 				return nil
 			}); err == nil {
@@ -169,10 +217,7 @@ func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[str
 			}
 		}
 		var logsUsed uint64
-		for _, c := range containers {
-			if c.SandboxID != sb.ID || c.State != cri.ContainerRunning {
-				continue
-			}
+		for _, c := range p.Containers {
 			cs := statsapi.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt)}
 			if cpu, mem, ok := cgroupStats(podCgroup(uid)+"/"+c.ID, ts); ok {
 				cs.CPU, cs.Memory = s.cpuStats("container/"+c.ID, cpu, now, next), mem
@@ -184,8 +229,9 @@ func (s *StatsSampler) podStats(ctx context.Context, now time.Time, next map[str
 			}
 			if nodeFs != nil && c.LogPath != "" {
 				logs := *nodeFs
-				if fi, err := os.Stat(c.LogPath); err == nil {
-					used := uint64(fi.Size())
+				var st unix.Stat_t
+				if unix.Stat(c.LogPath, &st) == nil {
+					used := uint64(st.Size)
 					logs.UsedBytes, logsUsed = &used, logsUsed+used
 				}
 				cs.Logs = &logs
@@ -221,45 +267,48 @@ func ptrTo[T any](v T) *T { return &v }
 
 // cgroupV2 says whether the unified hierarchy is mounted at cgroupRoot.
 func cgroupV2() bool {
-	_, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
-	return err == nil
+	return unix.Access(cgroupRoot+"/cgroup.controllers", unix.F_OK) == nil
 }
+
+// The memory.stat keys cgroupStats reads: the inactive file cache, rss,
+// page faults and major faults, in v2's and in v1's (hierarchical) names.
+var (
+	memStatKeysV2 = []string{"inactive_file", "anon", "pgfault", "pgmajfault"}
+	memStatKeysV1 = []string{"total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault"}
+	cpuStatKeysV2 = []string{"usage_usec"}
+)
 
 // cgroupStats reads a cgroup's cumulative CPU usage and its memory, from
 // cgroup v2's cpu.stat and memory.* files, or v1's cpuacct and memory
 // hierarchies; ok is false when the cgroup does not exist.
 func cgroupStats(cgroup string, ts metav1.Time) (cpuNs uint64, mem *statsapi.MemoryStats, ok bool) {
 	var usage, limit uint64
-	var stat map[string]uint64
-	var inactiveKey, rssKey, faultKey, majorKey string
+	var stat [4]uint64
 	if cgroupV2() {
-		dir := filepath.Join(cgroupRoot, cgroup)
-		cpu := readKeyed(filepath.Join(dir, "cpu.stat"))
-		us, found := cpu["usage_usec"]
-		if !found {
+		dir := cgroupRoot + cgroup + "/"
+		var us [1]uint64
+		if n, _ := readKeys(dir+"cpu.stat", cpuStatKeysV2, us[:]); n == 0 {
 			return 0, nil, false
 		}
-		cpuNs = us * 1000
-		usage, _ = readUint(filepath.Join(dir, "memory.current"))
-		limit, _ = readUint(filepath.Join(dir, "memory.max")) // "max": 0
-		stat = readKeyed(filepath.Join(dir, "memory.stat"))
-		inactiveKey, rssKey, faultKey, majorKey = "inactive_file", "anon", "pgfault", "pgmajfault"
+		cpuNs = us[0] * 1000
+		usage, _ = readUint(dir + "memory.current")
+		limit, _ = readUint(dir + "memory.max") // "max": 0
+		readKeys(dir+"memory.stat", memStatKeysV2, stat[:])
 	} else {
 		var err error
-		if cpuNs, err = readUint(filepath.Join(cgroupRoot, "cpuacct", cgroup, "cpuacct.usage")); err != nil {
+		if cpuNs, err = readUint(cgroupRoot + "/cpuacct" + cgroup + "/cpuacct.usage"); err != nil {
 			return 0, nil, false
 		}
-		dir := filepath.Join(cgroupRoot, "memory", cgroup)
-		usage, _ = readUint(filepath.Join(dir, "memory.usage_in_bytes"))
-		limit, _ = readUint(filepath.Join(dir, "memory.limit_in_bytes"))
+		dir := cgroupRoot + "/memory" + cgroup + "/"
+		usage, _ = readUint(dir + "memory.usage_in_bytes")
+		limit, _ = readUint(dir + "memory.limit_in_bytes")
 		if limit >= 1<<62 { // v1's "no limit"
 			limit = 0
 		}
-		stat = readKeyed(filepath.Join(dir, "memory.stat"))
-		inactiveKey, rssKey, faultKey, majorKey = "total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault"
+		readKeys(dir+"memory.stat", memStatKeysV1, stat[:])
 	}
-	mem = memoryStats(ts, usage, stat[inactiveKey], limit)
-	mem.RSSBytes, mem.PageFaults, mem.MajorPageFaults = ptrTo(stat[rssKey]), ptrTo(stat[faultKey]), ptrTo(stat[majorKey])
+	mem = memoryStats(ts, usage, stat[0], limit)
+	mem.RSSBytes, mem.PageFaults, mem.MajorPageFaults = ptrTo(stat[1]), ptrTo(stat[2]), ptrTo(stat[3])
 	return cpuNs, mem, true
 }
 
@@ -286,43 +335,45 @@ func memoryStats(ts metav1.Time, usage, inactiveFile, limit uint64) *statsapi.Me
 
 // nodeCPU is the node's cumulative CPU time from /proc/stat, in ns.
 func nodeCPU() (uint64, bool) {
-	f, err := os.Open("/proc/stat")
+	bp, err := readSmall("/proc/stat")
 	if err != nil {
 		return 0, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 9 || fields[0] != "cpu" {
-			continue
+	defer putBuf(bp)
+	line, _ := nextLine(*bp)
+	name, rest := nextField(line)
+	if string(name) != "cpu" {
+		return 0, false
+	}
+	var jiffies uint64
+	// user nice system idle iowait irq softirq steal: all but idle and
+	// iowait are use.
+	for i := 0; i < 8; i++ {
+		var f []byte
+		f, rest = nextField(rest)
+		n, ok := parseUint(f)
+		if !ok {
+			return 0, false
 		}
-		var jiffies uint64
-		// user nice system idle iowait irq softirq steal: all but idle
-		// and iowait are use.
-		for i, v := range fields[1:9] {
-			if i == 3 || i == 4 {
-				continue
-			}
-			n, _ := strconv.ParseUint(v, 10, 64)
+		if i != 3 && i != 4 {
 			jiffies += n
 		}
-		return jiffies * uint64(time.Second/userHZ), true
 	}
-	return 0, false
+	return jiffies * uint64(time.Second/userHZ), true
 }
 
 // userHZ is the unit of /proc/stat's times, 100 on every Linux ABI.
 const userHZ = 100
 
+var btimeKey = []string{"btime"}
+
 // bootTime is when the node started, from /proc/stat's btime.
 func bootTime() time.Time {
-	for k, v := range readKeyed("/proc/stat") {
-		if k == "btime" {
-			return time.Unix(int64(v), 0)
-		}
+	var btime [1]uint64
+	if n, _ := readKeys("/proc/stat", btimeKey, btime[:]); n == 0 {
+		return time.Time{}
 	}
-	return time.Time{}
+	return time.Unix(int64(btime[0]), 0)
 }
 
 // nodeMemory is the node's memory: the host's, or the pods' against
@@ -337,14 +388,17 @@ func (s *StatsSampler) nodeMemory(ts metav1.Time) *statsapi.MemoryStats {
 
 // podsMemory is the usage and inactive file cache of bonsai's pod cgroup.
 func podsMemory() (usage, inactiveFile uint64) {
+	var stat [4]uint64
 	if cgroupV2() {
-		dir := filepath.Join(cgroupRoot, "bonsai")
-		usage, _ = readUint(filepath.Join(dir, "memory.current"))
-		return usage, readKeyed(filepath.Join(dir, "memory.stat"))["inactive_file"]
+		dir := cgroupRoot + "/bonsai/"
+		usage, _ = readUint(dir + "memory.current")
+		readKeys(dir+"memory.stat", memStatKeysV2, stat[:])
+		return usage, stat[0]
 	}
-	dir := filepath.Join(cgroupRoot, "memory", "bonsai")
-	usage, _ = readUint(filepath.Join(dir, "memory.usage_in_bytes"))
-	return usage, readKeyed(filepath.Join(dir, "memory.stat"))["total_inactive_file"]
+	dir := cgroupRoot + "/memory/bonsai/"
+	usage, _ = readUint(dir + "memory.usage_in_bytes")
+	readKeys(dir+"memory.stat", memStatKeysV1, stat[:])
+	return usage, stat[0]
 }
 
 func nowMeta() metav1.Time { return metav1.NewTime(time.Now()) }
@@ -352,16 +406,16 @@ func nowMeta() metav1.Time { return metav1.NewTime(time.Now()) }
 // cgroupPids is how many tasks a cgroup holds (pids.current of v2 or of
 // v1's pids hierarchy); false when the pids controller does not count it.
 func cgroupPids(cgroup string) (uint64, bool) {
-	path := filepath.Join(cgroupRoot, "pids", cgroup, "pids.current")
+	path := cgroupRoot + "/pids" + cgroup + "/pids.current"
 	if cgroupV2() {
-		path = filepath.Join(cgroupRoot, cgroup, "pids.current")
+		path = cgroupRoot + cgroup + "/pids.current"
 	}
-	b, err := os.ReadFile(path)
+	bp, err := readSmall(path)
 	if err != nil {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil
+	defer putBuf(bp)
+	return parseUint(bytes.TrimSpace(*bp))
 }
 
 // nodeRlimit is the node's process figures for pid.available: the most
@@ -378,36 +432,45 @@ func nodeRlimit(ts metav1.Time) *statsapi.RlimitStats {
 	if err1 != nil || (err2 == nil && threadsMax < maxPID) {
 		maxPID = threadsMax
 	}
-	b, err := os.ReadFile("/proc/loadavg")
+	bp, err := readSmall("/proc/loadavg")
 	if err != nil {
 		return nil
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 4 {
-		return nil
+	defer putBuf(bp)
+	var f []byte
+	rest := *bp
+	for range 4 {
+		f, rest = nextField(rest)
 	}
-	_, total, ok := strings.Cut(f[3], "/")
+	_, total, ok := bytes.Cut(f, []byte("/"))
 	if !ok {
 		return nil
 	}
-	n, err := strconv.ParseInt(total, 10, 64)
-	if err != nil {
+	n, ok := parseUint(total)
+	if !ok {
 		return nil
 	}
-	return &statsapi.RlimitStats{Time: ts, MaxPID: ptrTo(int64(maxPID)), NumOfRunningProcesses: &n}
+	return &statsapi.RlimitStats{Time: ts, MaxPID: ptrTo(int64(maxPID)), NumOfRunningProcesses: ptrTo(int64(n))}
 }
+
+var (
+	meminfoKeys = []string{"MemTotal:", "MemFree:", "Inactive(file):", "AnonPages:"}
+	vmstatKeys  = []string{"pgfault", "pgmajfault"}
+)
 
 // hostMemory is the host's memory from /proc/meminfo.
 func hostMemory(ts metav1.Time) *statsapi.MemoryStats {
-	mi := readKeyed("/proc/meminfo") // kB
-	total, free := mi["MemTotal:"]*1024, mi["MemFree:"]*1024
+	var mi [4]uint64 // kB
+	readKeys("/proc/meminfo", meminfoKeys, mi[:])
+	total, free := mi[0]*1024, mi[1]*1024
 	if total == 0 {
 		return nil
 	}
-	m := memoryStats(ts, total-free, mi["Inactive(file):"]*1024, total)
-	m.RSSBytes = ptrTo(mi["AnonPages:"] * 1024)
-	vm := readKeyed("/proc/vmstat")
-	m.PageFaults, m.MajorPageFaults = ptrTo(vm["pgfault"]), ptrTo(vm["pgmajfault"])
+	m := memoryStats(ts, total-free, mi[2]*1024, total)
+	m.RSSBytes = ptrTo(mi[3] * 1024)
+	var vm [2]uint64
+	readKeys("/proc/vmstat", vmstatKeys, vm[:])
+	m.PageFaults, m.MajorPageFaults = ptrTo(vm[0]), ptrTo(vm[1])
 	return m
 }
 
@@ -418,22 +481,33 @@ type netDev struct {
 }
 
 func readNetDev(path string) []netDev {
-	b, err := os.ReadFile(path)
+	bp, err := readSmall(path)
 	if err != nil {
 		return nil
 	}
+	defer putBuf(bp)
 	var out []netDev
-	for _, line := range strings.Split(string(b), "\n") {
-		name, rest, ok := strings.Cut(line, ":")
+	b := *bp
+	for len(b) > 0 {
+		var line []byte
+		line, b = nextLine(b)
+		name, rest, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue
 		}
-		f := strings.Fields(rest)
-		if len(f) < 16 {
+		var f [11]uint64
+		i := 0
+		for ; i < len(f); i++ {
+			var field []byte
+			if field, rest = nextField(rest); len(field) == 0 {
+				break
+			}
+			f[i], _ = parseUint(field)
+		}
+		if i < len(f) {
 			continue
 		}
-		u := func(i int) uint64 { n, _ := strconv.ParseUint(f[i], 10, 64); return n }
-		out = append(out, netDev{name: strings.TrimSpace(name), rxBytes: u(0), rxErrs: u(2), txBytes: u(8), txErrs: u(10)})
+		out = append(out, netDev{name: string(bytes.TrimSpace(name)), rxBytes: f[0], rxErrs: f[2], txBytes: f[8], txErrs: f[10]})
 	}
 	return out
 }
@@ -460,10 +534,18 @@ func networkStats(ts metav1.Time, devs []netDev, main string) *statsapi.NetworkS
 
 // defaultInterface is the interface of the default IPv4 route.
 func defaultInterface() string {
-	b, _ := os.ReadFile("/proc/net/route")
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
-			return f[0]
+	bp, err := readSmall("/proc/net/route")
+	if err != nil {
+		return ""
+	}
+	defer putBuf(bp)
+	b := *bp
+	for len(b) > 0 {
+		var line []byte
+		line, b = nextLine(b)
+		name, rest := nextField(line)
+		if dst, _ := nextField(rest); string(dst) == "00000000" {
+			return string(name)
 		}
 	}
 	return ""
@@ -479,36 +561,4 @@ func fsStats(ts metav1.Time, dir string) *statsapi.FsStats {
 	capacity, avail, free := st.Blocks*bs, st.Bavail*bs, st.Bfree*bs
 	return &statsapi.FsStats{Time: ts, CapacityBytes: ptrTo(capacity), AvailableBytes: ptrTo(avail), UsedBytes: ptrTo(capacity - free),
 		Inodes: ptrTo(st.Files), InodesFree: ptrTo(st.Ffree), InodesUsed: ptrTo(st.Files - st.Ffree)}
-}
-
-// readKeyed reads "key value" lines (cpu.stat, memory.stat, /proc/vmstat,
-// /proc/meminfo with its "key:" and unit).
-func readKeyed(path string) map[string]uint64 {
-	out := map[string]uint64{}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return out
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		if n, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-			out[f[0]] = n
-		}
-	}
-	return out
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, nil // "max"
-	}
-	return n, nil
 }

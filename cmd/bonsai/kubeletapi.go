@@ -43,7 +43,7 @@ func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, ce
 	// Sampled at least as often as the metrics API scrapes, so that
 	// each scrape has a new point.
 	interval := min(cfg.HousekeepingInterval, cfg.MetricResolution)
-	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Runtime: rt, RootDir: cfg.DataDir, ImageFsDir: imageFS,
+	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Pods: states.StatsPods, Runtime: rt, RootDir: cfg.DataDir, ImageFsDir: imageFS,
 		Interval: interval, MemoryCapacity: cfg.Eviction.MemoryCapacity, Logger: log})
 	local.set(stats)
 	go stats.Run(ctx)
