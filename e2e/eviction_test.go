@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"bonsai.dev/bonsai/testsupport/testenv"
 )
@@ -352,5 +354,100 @@ func TestSoftEviction(t *testing.T) {
 	term := p.Status.ContainerStatuses[0].State.Terminated
 	if term == nil || term.ExitCode != 0 || strings.TrimSpace(term.Message) != "got TERM" {
 		t.Errorf("the container should have stopped on SIGTERM within its grace: %s", statusSummary(p))
+	}
+}
+
+// Local storage isolation: a pod writing past its emptyDir's sizeLimit or
+// past its container's ephemeral-storage limit is evicted at once, with
+// the kubelet's messages and no DisruptionTarget, whatever the node's
+// pressure; a pod within its limits stays, and its volume's usage shows
+// in /stats/summary. kubelet_evictions counts them by signal.
+func TestLocalStorageLimitEviction(t *testing.T) {
+	e := startPodEnv(t, "--volume-stats-agg-period=2s")
+	limit := func(q string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse(q)}}
+	}
+	emptyDir := func(size string) []corev1.Volume {
+		q := resource.MustParse(size)
+		return []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &q}}}}
+	}
+	mount := []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	write := func(path string, mb int) []string {
+		return sh(fmt.Sprintf("dd if=/dev/zero of=%s bs=1048576 count=%d && sync; while :; do sleep 1; done", path, mb))
+	}
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "overfull"}, Spec: corev1.PodSpec{Volumes: emptyDir("1Mi"),
+		Containers: []corev1.Container{{Name: "main", Command: write("/scratch/f", 4), VolumeMounts: mount}}}})
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "layer"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Command: write("/big", 8), Resources: limit("2Mi")}}}})
+	// An init container's larger limit raises the pod's, so the pod stays
+	// within it and its container's own limit is what it crosses.
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "container"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Command: sh("true"), Resources: limit("50Mi")}},
+		Containers:     []corev1.Container{{Name: "main", Command: write("/big", 8), Resources: limit("2Mi")}}}})
+	e.create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "calm"}, Spec: corev1.PodSpec{Volumes: emptyDir("10Mi"),
+		Containers: []corev1.Container{{Name: "main", Command: write("/scratch/f", 1), VolumeMounts: mount, Resources: limit("10Mi")}}}})
+
+	for name, want := range map[string]string{
+		"overfull":  `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". `,
+		"layer":     "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ",
+		"container": `Container main exceeded its local ephemeral storage limit "2Mi". `,
+	} {
+		p := e.waitPod(t, name, 90*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+		if p.Status.Reason != "Evicted" || p.Status.Message != want {
+			t.Errorf("%s: reason %q message %q, want Evicted %q", name, p.Status.Reason, p.Status.Message, want)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget {
+				t.Errorf("%s: a DisruptionTarget condition %+v; the kubelet sets none for its own limits", name, c)
+			}
+		}
+	}
+	p, err := e.cs.CoreV1().Pods("default").Get(t.Context(), "calm", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("calm: %v %s, want Running within its limits", err, statusSummary(p))
+	}
+
+	// The calm pod's volume as the Summary API reports it: its 1 MiB file.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", e.node, "proxy/stats/summary").DoRaw(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum statsapi.Summary
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			t.Fatal(err)
+		}
+		var used uint64
+		for _, ps := range sum.Pods {
+			if ps.PodRef.Name != "calm" {
+				continue
+			}
+			for _, v := range ps.VolumeStats {
+				if v.Name == "scratch" && v.UsedBytes != nil {
+					used = *v.UsedBytes
+				}
+			}
+			if used >= 1<<20 && (ps.EphemeralStorage == nil || *ps.EphemeralStorage.UsedBytes < used) {
+				t.Errorf("calm: ephemeral storage %+v below its volume's %d bytes", ps.EphemeralStorage, used)
+			}
+		}
+		if used >= 1<<20 && used < 2<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calm's scratch volume: %d bytes used in /stats/summary, want its 1 MiB file", used)
+		}
+		time.Sleep(time.Second)
+	}
+
+	metrics, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`kubelet_evictions{eviction_signal="emptydirfs.limit"} 1`, `kubelet_evictions{eviction_signal="ephemeralpodfs.limit"} 1`, `kubelet_evictions{eviction_signal="ephemeralcontainerfs.limit"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

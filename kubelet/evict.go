@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -33,18 +35,21 @@ const evictionCleanupTimeout = 30 * time.Second
 
 // evictOrder is node-pressure eviction's order to a pod worker.
 type evictOrder struct {
-	grace  time.Duration
-	msg    string
-	done   chan struct{}
-	closed bool
+	grace time.Duration
+	msg   string
+	// disruption: the pod gets the DisruptionTarget condition (node
+	// pressure), which a pod over its own storage limits does not.
+	disruption bool
+	done       chan struct{}
+	closed     bool
 }
 
 // evict orders the pod stopped within grace and failed with msg; the
 // channel closes once it has stopped.
-func (w *podWorker) evict(grace time.Duration, msg string) <-chan struct{} {
+func (w *podWorker) evict(grace time.Duration, msg string, disruption bool) <-chan struct{} {
 	w.mu.Lock()
 	if w.evictOrder == nil {
-		w.evictOrder = &evictOrder{grace: grace, msg: msg, done: make(chan struct{})}
+		w.evictOrder = &evictOrder{grace: grace, msg: msg, disruption: disruption, done: make(chan struct{})}
 	}
 	done := w.evictOrder.done
 	w.mu.Unlock()
@@ -52,13 +57,13 @@ func (w *podWorker) evict(grace time.Duration, msg string) <-chan struct{} {
 	return done
 }
 
-func (w *podWorker) evictMessage() string {
+func (w *podWorker) evictMessage() (msg string, disruption bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.evictOrder == nil {
-		return ""
+		return "", false
 	}
-	return w.evictOrder.msg
+	return w.evictOrder.msg, w.evictOrder.disruption
 }
 
 func (w *podWorker) evictFinished() {
@@ -123,6 +128,11 @@ type evictionLoop struct {
 	// gc removes unused images under disk pressure; nil: none.
 	gc       *imageGC
 	interval time.Duration
+	// dedicatedImageFs: images and writable layers are on another file
+	// system than the kubelet's root, so a container's ephemeral storage
+	// limit counts its logs only.
+	dedicatedImageFs bool
+	metrics          *evictionMetrics
 }
 
 func (e *evictionLoop) run(ctx context.Context) {
@@ -175,6 +185,9 @@ func (e *evictionLoop) synchronize(ctx context.Context, fresh bool) bool {
 			e.a.cfg.Logger.Warn("posting node status failed", "node", e.a.cfg.NodeName, "err", err)
 		}
 	}
+	if e.localStorage(ctx, sum) {
+		return true
+	}
 	if d.Reclaim == nil {
 		return false
 	}
@@ -203,19 +216,58 @@ func (e *evictionLoop) synchronize(ctx context.Context, fresh bool) bool {
 		}
 		msg, ann := eviction.Message(t, obs, pod, stats)
 		grace := e.mgr.PodGracePeriod(t, pod)
-		w := workers[pod]
-		e.podEvent(ctx, w, pod, msg, ann)
-		log.Info("eviction manager: evicting pod", "pod", podKey(pod), "resourceName", res, "grace", grace, "message", msg)
-		select {
-		case <-w.evict(grace, msg):
-		case <-time.After(grace + evictionCleanupTimeout):
-			log.Warn("eviction manager: timed out waiting for the pod to stop", "pod", podKey(pod))
-		case <-ctx.Done():
+		for _, met := range d.Met {
+			if o, ok := obs[met.Signal]; ok && !o.Time.IsZero() {
+				e.metrics.statsAge(string(met.Signal), time.Since(o.Time))
+			}
 		}
+		e.evictPod(ctx, workers[pod], pod, string(t.Signal), grace, msg, ann, true)
 		return true
 	}
 	log.Warn("eviction manager: unable to evict any pods from the node", "resourceName", res)
 	return false
+}
+
+// evictPod records the event and the metric, orders the pod stopped and
+// failed, and waits until it has stopped.
+func (e *evictionLoop) evictPod(ctx context.Context, w *podWorker, pod *corev1.Pod, signal string, grace time.Duration, msg string, ann map[string]string, disruption bool) {
+	log := e.a.cfg.Logger
+	e.podEvent(ctx, w, pod, msg, ann)
+	log.Info("eviction manager: evicting pod", "pod", podKey(pod), "signal", signal, "grace", grace, "message", msg)
+	e.metrics.evicted(signal)
+	select {
+	case <-w.evict(grace, msg, disruption):
+	case <-time.After(grace + evictionCleanupTimeout):
+		log.Warn("eviction manager: timed out waiting for the pod to stop", "pod", podKey(pod))
+	case <-ctx.Done():
+	}
+}
+
+// localStorage evicts, at once, every pod past its own local storage
+// limits (an emptyDir's sizeLimit, its containers' ephemeral-storage
+// limits), as the kubelet's local storage isolation does before looking
+// at the node's thresholds; true when it evicted one.
+func (e *evictionLoop) localStorage(ctx context.Context, sum *statsapi.Summary) bool {
+	pods, workers := e.m.evictablePods()
+	stats := eviction.PodStats(sum)
+	evicted := false
+	for _, pod := range pods {
+		st, ok := stats(pod)
+		if !ok {
+			continue
+		}
+		signal, msg, bad := eviction.LocalStorageViolation(pod, st, e.dedicatedImageFs)
+		if !bad {
+			continue
+		}
+		if eviction.Critical(pod) {
+			e.a.cfg.Logger.Warn("eviction manager: cannot evict a critical pod", "pod", podKey(pod), "message", msg)
+			continue
+		}
+		e.evictPod(ctx, workers[pod], pod, signal, 0, msg, nil, false)
+		evicted = true
+	}
+	return evicted
 }
 
 // podEvent records the Evicted event, annotated with what used the
@@ -326,4 +378,56 @@ func (w *podWorker) rejectForPressure(ctx context.Context, pod *corev1.Pod, inst
 	st.Phase, st.Reason, st.Message = corev1.PodFailed, eviction.Reason, "Pod was rejected: "+msg
 	w.postStatus(ctx, pod, *st)
 	return true
+}
+
+// evictionMetrics are the kubelet's eviction metrics under its names:
+// evictions by signal, and how old the figures were that an eviction for
+// a node threshold acted on.
+type evictionMetrics struct {
+	evictions *prometheus.CounterVec
+	age       *prometheus.HistogramVec
+}
+
+// newEvictionMetrics registers the metrics with r; nil r: none kept.
+func newEvictionMetrics(r prometheus.Registerer) (*evictionMetrics, error) {
+	if r == nil {
+		return nil, nil
+	}
+	m := &evictionMetrics{
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubelet_evictions", Help: "Cumulative number of pod evictions by eviction signal",
+		}, []string{"eviction_signal"}),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubelet_eviction_stats_age_seconds", Buckets: prometheus.DefBuckets,
+			Help: "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+		}, []string{"eviction_signal"}),
+	}
+	for _, c := range []prometheus.Collector{m.evictions, m.age} {
+		if err := r.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *evictionMetrics) evicted(signal string) {
+	if m != nil {
+		m.evictions.WithLabelValues(signal).Inc()
+	}
+}
+
+func (m *evictionMetrics) statsAge(signal string, age time.Duration) {
+	if m != nil {
+		m.age.WithLabelValues(signal).Observe(age.Seconds())
+	}
+}
+
+// sameFileSystem says whether two paths are on one file system (true
+// when either cannot be read).
+func sameFileSystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	if unix.Stat(a, &sa) != nil || unix.Stat(b, &sb) != nil {
+		return true
+	}
+	return sa.Dev == sb.Dev
 }

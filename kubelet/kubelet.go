@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -122,6 +123,9 @@ type Config struct {
 	// eviction (the pressure conditions then follow the hard thresholds
 	// at each status post).
 	Stats *StatsSampler
+	// Metrics is where the agent's own metrics (evictions) go; nil: not
+	// kept.
+	Metrics prometheus.Registerer
 	// MemoryCapacity, when above 0, is the node's memory capacity in
 	// place of the host's (see StatsConfig.MemoryCapacity).
 	MemoryCapacity int64

@@ -58,14 +58,15 @@ func (w *podWorker) status(pod *corev1.Pod, inst map[string][]cri.ContainerStatu
 	if w.evicted {
 		// As the kubelet's eviction manager: Failed whatever the
 		// containers' exit codes.
-		st.Phase, st.Reason, st.Message = corev1.PodFailed, eviction.Reason, w.evictMessage()
+		st.Phase, st.Reason = corev1.PodFailed, eviction.Reason
+		st.Message, _ = w.evictMessage()
 	}
 	st.Conditions = w.conditions(pod, st)
 	if w.shutdownStopped {
 		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions, shutdownMessage)
 	}
-	if w.evicted {
-		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions, w.evictMessage())
+	if msg, disruption := w.evictMessage(); w.evicted && disruption {
+		st.Conditions = setDisruptionTarget(st.Conditions, pod.Status.Conditions, msg)
 	}
 	return st
 }

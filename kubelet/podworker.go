@@ -211,6 +211,21 @@ func (w *podWorker) instances(ctx context.Context) (map[string][]cri.ContainerSt
 	return out, nil
 }
 
+// measuredVolumes are the pod's volumes the kubelet writes and measures,
+// with what the kubelet counts as ephemeral storage: emptyDir on disk and
+// configMap (secrets, downward API and projected volumes are in memory).
+func (w *podWorker) measuredVolumes(pod *corev1.Pod) []StatsVolume {
+	var out []StatsVolume
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if kind := volumeKind(v); kind != "" {
+			ephemeral := v.ConfigMap != nil || (v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumDefault)
+			out = append(out, StatsVolume{Name: v.Name, Path: w.volumeDir(kind, v.Name), Ephemeral: ephemeral})
+		}
+	}
+	return out
+}
+
 // setMeasured records the sandbox and the running ones of containers for
 // the stats sampler, which so never lists the runtime itself.
 func (w *podWorker) setMeasured(containers []cri.ContainerStatus) {
@@ -218,6 +233,9 @@ func (w *podWorker) setMeasured(containers []cri.ContainerStatus) {
 	if sb := w.sandbox; sb != nil {
 		pods := statsPods([]cri.Sandbox{*sb}, containers)
 		p = &pods[0]
+		if pod, _ := w.snapshot(); pod != nil {
+			p.Volumes = w.measuredVolumes(pod)
+		}
 	}
 	w.mu.Lock()
 	w.measured = p

@@ -82,7 +82,12 @@ func (a *Agent) runPods(ctx context.Context) error {
 	}
 	if cfg.Stats != nil {
 		m.pressure = a.pressureConditions
-		e := &evictionLoop{a: a, m: m, mgr: eviction.NewManager(*cfg.Eviction), stats: cfg.Stats, gc: gc, interval: DefaultStatsInterval}
+		metrics, err := newEvictionMetrics(cfg.Metrics)
+		if err != nil {
+			return fmt.Errorf("eviction metrics: %w", err)
+		}
+		e := &evictionLoop{a: a, m: m, mgr: eviction.NewManager(*cfg.Eviction), stats: cfg.Stats, gc: gc, interval: DefaultStatsInterval,
+			dedicatedImageFs: !sameFileSystem(cfg.Stats.cfg.RootDir, cfg.Stats.cfg.ImageFsDir), metrics: metrics}
 		go e.run(ctx)
 	}
 	if cfg.PodManifestPath != "" {

@@ -36,6 +36,10 @@ type StatsConfig struct {
 	RootDir, ImageFsDir string
 	// Interval between samples; DefaultStatsInterval if unset.
 	Interval time.Duration
+	// VolumeStatsInterval is how often volumes and writable layers are
+	// measured; DefaultVolumeStatsInterval if 0; negative: volumes are
+	// not measured.
+	VolumeStatsInterval time.Duration
 	// MemoryCapacity, when above 0, stands in for the host's memory: the
 	// node's memory is then what the pods use (bonsai's pod cgroup)
 	// against this budget, not the host's. For tests and sandboxes that
@@ -60,6 +64,7 @@ type StatsSampler struct {
 	// prev is the last cumulative CPU figure of each node, pod and
 	// container, for the next rate.
 	prev map[string]cpuPoint
+	disk *diskUsage
 }
 
 type cpuPoint struct {
@@ -78,11 +83,13 @@ func NewStatsSampler(cfg StatsConfig) *StatsSampler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &StatsSampler{cfg: cfg, prev: map[string]cpuPoint{}}
+	return &StatsSampler{cfg: cfg, prev: map[string]cpuPoint{}, disk: newDiskUsage(cfg.Runtime, cfg.VolumeStatsInterval)}
 }
 
-// Run samples at once, then every Interval until ctx ends.
+// Run samples at once, then every Interval until ctx ends; volumes and
+// writable layers are measured on their own interval.
 func (s *StatsSampler) Run(ctx context.Context) {
+	go s.disk.run(ctx)
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -123,6 +130,7 @@ func (s *StatsSampler) Sample(ctx context.Context) {
 		n.SystemContainers = append(n.SystemContainers, pods)
 	}
 	if pods, ok := s.pods(ctx); ok {
+		s.disk.track(pods)
 		sum.Pods = s.podStats(pods, now, next)
 	}
 	s.mu.Lock()
@@ -137,6 +145,7 @@ type StatsPod struct {
 	Created              time.Time
 	NetnsPath            string
 	Containers           []StatsContainer
+	Volumes              []StatsVolume
 }
 
 // StatsContainer is a running container of a StatsPod.
@@ -216,7 +225,8 @@ func (s *StatsSampler) podStats(pods []StatsPod, now time.Time, next map[string]
 				ps.Network = networkStats(ts, devs, "eth0")
 			}
 		}
-		var logsUsed uint64
+		vols, layers := s.disk.figures(&p)
+		var ephUsed, ephInodes uint64
 		for _, c := range p.Containers {
 			cs := statsapi.ContainerStats{Name: c.Name, StartTime: metav1.NewTime(c.StartedAt)}
 			if cpu, mem, ok := cgroupStats(podCgroup(uid)+"/"+c.ID, ts); ok {
@@ -224,23 +234,46 @@ func (s *StatsSampler) podStats(pods []StatsPod, now time.Time, next map[string]
 			}
 			if imageFs != nil {
 				rootfs := *imageFs
-				rootfs.UsedBytes = nil // the snapshot's own usage is not measured
+				rootfs.UsedBytes, rootfs.InodesUsed = nil, nil
+				if l, ok := layers[c.ID]; ok && l.measured {
+					rootfs.Time = metav1.NewTime(l.at)
+					rootfs.UsedBytes, rootfs.InodesUsed = ptrTo(l.used), ptrTo(l.inodesUsed)
+					ephUsed, ephInodes = ephUsed+l.used, ephInodes+l.inodesUsed
+				}
 				cs.Rootfs = &rootfs
 			}
 			if nodeFs != nil && c.LogPath != "" {
 				logs := *nodeFs
+				logs.UsedBytes, logs.InodesUsed = nil, nil
 				var st unix.Stat_t
 				if unix.Stat(c.LogPath, &st) == nil {
-					used := uint64(st.Size)
-					logs.UsedBytes, logsUsed = &used, logsUsed+used
+					used := uint64(st.Blocks) * 512
+					logs.UsedBytes, logs.InodesUsed = &used, ptrTo(uint64(1))
+					ephUsed, ephInodes = ephUsed+used, ephInodes+1
 				}
 				cs.Logs = &logs
 			}
 			ps.Containers = append(ps.Containers, cs)
 		}
+		for i, v := range p.Volumes {
+			f := vols[i]
+			if !f.measured {
+				continue
+			}
+			vs := statsapi.VolumeStats{Name: v.Name}
+			if f.fs != nil {
+				vs.FsStats = *f.fs
+			}
+			vs.Time = metav1.NewTime(f.at)
+			vs.UsedBytes, vs.InodesUsed = ptrTo(f.used), ptrTo(f.inodesUsed)
+			ps.VolumeStats = append(ps.VolumeStats, vs)
+			if f.ephemeral {
+				ephUsed, ephInodes = ephUsed+f.used, ephInodes+f.inodesUsed
+			}
+		}
 		if nodeFs != nil {
 			eph := *nodeFs
-			eph.UsedBytes = &logsUsed
+			eph.UsedBytes, eph.InodesUsed = &ephUsed, &ephInodes
 			ps.EphemeralStorage = &eph
 		}
 		out = append(out, ps)

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,8 +115,13 @@ func TestStatsSampler(t *testing.T) {
 	if *c.Memory.WorkingSetBytes != 2000 || *c.Memory.RSSBytes != 1200 || *c.Memory.AvailableBytes != 8000 || *c.Memory.PageFaults != 7 || *c.Memory.MajorPageFaults != 2 {
 		t.Errorf("container memory %+v", c.Memory)
 	}
-	if c.Logs == nil || *c.Logs.UsedBytes != 12 || p.EphemeralStorage == nil || *p.EphemeralStorage.UsedBytes != 12 {
-		t.Errorf("logs %+v ephemeral storage %+v, want 12 bytes used", c.Logs, p.EphemeralStorage)
+	// A log's usage is its blocks, as du counts it.
+	var st syscall.Stat_t
+	if err := syscall.Stat(logPath, &st); err != nil {
+		t.Fatal(err)
+	}
+	if blocks := uint64(st.Blocks) * 512; c.Logs == nil || *c.Logs.UsedBytes != blocks || blocks == 0 || p.EphemeralStorage == nil || *p.EphemeralStorage.UsedBytes != blocks {
+		t.Errorf("logs %+v ephemeral storage %+v, want %d bytes used", c.Logs, p.EphemeralStorage, blocks)
 	}
 
 	srv := NewServer(ServerConfig{Stats: s})
@@ -271,5 +277,90 @@ func TestSampleAllocations(t *testing.T) {
 	t.Logf("allocated %d KB", (after.TotalAlloc-before.TotalAlloc)>>10)
 	if b := after.TotalAlloc - before.TotalAlloc; b > 150<<10 {
 		t.Errorf("a sample of 30 pods allocated %d KB, want at most 150", b>>10)
+	}
+}
+
+// layerRuntime measures writable layers as a runtime would: a fixed
+// figure per container, an error for an unknown one.
+type layerRuntime struct {
+	cri.Runtime
+	used map[string]uint64
+}
+
+func (r layerRuntime) ContainerLayerUsage(_ context.Context, id string) (uint64, uint64, error) {
+	if u, ok := r.used[id]; ok {
+		return u, 3, nil
+	}
+	return 0, 0, os.ErrNotExist
+}
+
+// Volumes and writable layers are measured on their own interval (at
+// once for new ones) and reported in the summary: a volume's files by
+// their blocks, each hard link once, symlinks not followed; a
+// container's layer as the runtime measures it. The pod's ephemeral
+// storage adds layers, logs and the ephemeral volumes (emptyDir on disk,
+// configMap), not secrets.
+func TestStatsVolumesAndLayers(t *testing.T) {
+	root := t.TempDir()
+	old := cgroupRoot
+	cgroupRoot = root
+	t.Cleanup(func() { cgroupRoot = old })
+	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+	vols := t.TempDir()
+	empty, secret := filepath.Join(vols, "empty"), filepath.Join(vols, "secret")
+	for _, d := range []string{filepath.Join(empty, "sub"), secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := filepath.Join(empty, "sub", "big")
+	if err := os.WriteFile(big, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Link(big, filepath.Join(empty, "again"))     // counted once
+	os.Symlink("/usr", filepath.Join(empty, "usr")) // not followed
+	os.WriteFile(filepath.Join(secret, "token"), []byte("t"), 0o600)
+	pods := []StatsPod{{UID: "u", Name: "p", Namespace: "ns",
+		Containers: []StatsContainer{{ID: "c", Name: "c"}},
+		Volumes:    []StatsVolume{{Name: "scratch", Path: empty, Ephemeral: true}, {Name: "creds", Path: secret}, {Name: "gone", Path: filepath.Join(vols, "none")}}}}
+	s := NewStatsSampler(StatsConfig{NodeName: "n", Pods: func() ([]StatsPod, bool) { return pods, true },
+		Runtime: layerRuntime{used: map[string]uint64{"c": 40960}}, RootDir: t.TempDir()})
+	ctx := context.Background()
+	s.Sample(ctx)
+	if got := s.Summary().Pods[0]; len(got.VolumeStats) != 0 || got.Containers[0].Rootfs.UsedBytes != nil {
+		t.Fatalf("figures before any measure: volumes %+v rootfs %+v", got.VolumeStats, got.Containers[0].Rootfs)
+	}
+	select {
+	case <-s.disk.kick:
+	default:
+		t.Fatal("new volumes did not ask to be measured")
+	}
+	s.disk.measure(ctx, false)
+	s.Sample(ctx)
+	p := s.Summary().Pods[0]
+	byName := map[string]statsapi.VolumeStats{}
+	for _, v := range p.VolumeStats {
+		byName[v.Name] = v
+	}
+	sc, cr := byName["scratch"], byName["creds"]
+	if len(p.VolumeStats) != 2 || sc.UsedBytes == nil || cr.UsedBytes == nil {
+		t.Fatalf("volume stats %+v, want scratch and creds (gone has none)", p.VolumeStats)
+	}
+	if u := *sc.UsedBytes; u < 1<<20 || u > 1<<20+64<<10 || *sc.InodesUsed != 4 || sc.CapacityBytes == nil {
+		t.Errorf("scratch: %d bytes, %d inodes, capacity %v; want about 1 MiB once and 4 inodes (dir, sub, big with its second link, the symlink)", u, *sc.InodesUsed, sc.CapacityBytes)
+	}
+	c := p.Containers[0]
+	if c.Rootfs == nil || c.Rootfs.UsedBytes == nil || *c.Rootfs.UsedBytes != 40960 || *c.Rootfs.InodesUsed != 3 {
+		t.Errorf("rootfs %+v, want the runtime's 40960 bytes and 3 inodes", c.Rootfs)
+	}
+	if want := *sc.UsedBytes + 40960; p.EphemeralStorage == nil || *p.EphemeralStorage.UsedBytes != want {
+		t.Errorf("ephemeral storage %v, want scratch + layer = %d (not the secret)", p.EphemeralStorage.UsedBytes, want)
+	}
+	// A pod that goes takes its figures with it.
+	pods = nil
+	s.Sample(ctx)
+	s.disk.measure(ctx, true)
+	if len(s.disk.volumes) != 0 || len(s.disk.layers) != 0 {
+		t.Errorf("figures kept for a gone pod: %v %v", s.disk.volumes, s.disk.layers)
 	}
 }

@@ -29,29 +29,40 @@ func (w *podWorker) volumeDir(kind, name string) string {
 
 // volumePath is the host path a volume mounts from.
 func (w *podWorker) volumePath(pod *corev1.Pod, name string) (string, bool) {
-	for _, v := range pod.Spec.Volumes {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
 		if v.Name != name {
 			continue
 		}
-		switch {
+		switch kind := volumeKind(v); {
 		case v.HostPath != nil:
 			return v.HostPath.Path, true
-		case v.EmptyDir != nil:
-			return w.volumeDir("empty-dir", name), true
-		case v.ConfigMap != nil:
-			return w.volumeDir("configmap", name), true
-		case v.Secret != nil:
-			return w.volumeDir("secret", name), true
-		case v.DownwardAPI != nil:
-			return w.volumeDir("downward-api", name), true
-		case v.Projected != nil:
-			return w.volumeDir("projected", name), true
+		case kind != "":
+			return w.volumeDir(kind, name), true
 		case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
 			return w.claimPath(name)
 		}
 		return "", false
 	}
 	return "", false
+}
+
+// volumeKind names the directory under the pod's volumes of a volume the
+// kubelet makes itself; "" for the others.
+func volumeKind(v *corev1.Volume) string {
+	switch {
+	case v.EmptyDir != nil:
+		return "empty-dir"
+	case v.ConfigMap != nil:
+		return "configmap"
+	case v.Secret != nil:
+		return "secret"
+	case v.DownwardAPI != nil:
+		return "downward-api"
+	case v.Projected != nil:
+		return "projected"
+	}
+	return ""
 }
 
 // kubeletWritten reports whether the volume holds files the kubelet

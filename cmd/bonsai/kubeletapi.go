@@ -44,7 +44,7 @@ func startKubeletAPI(ctx context.Context, cfg *serverConfig, ln net.Listener, ce
 	// each scrape has a new point.
 	interval := min(cfg.HousekeepingInterval, cfg.MetricResolution)
 	stats := kubelet.NewStatsSampler(kubelet.StatsConfig{NodeName: cfg.NodeName, Pods: states.StatsPods, Runtime: rt, RootDir: cfg.DataDir, ImageFsDir: imageFS,
-		Interval: interval, MemoryCapacity: cfg.Eviction.MemoryCapacity, Logger: log})
+		Interval: interval, VolumeStatsInterval: cfg.VolumeStatsPeriod, MemoryCapacity: cfg.Eviction.MemoryCapacity, Logger: log})
 	local.set(stats)
 	go stats.Run(ctx)
 	srv := kubelet.NewServer(kubelet.ServerConfig{

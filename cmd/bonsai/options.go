@@ -42,6 +42,7 @@ var defaultConfigFile = "/etc/bonsai/config.yaml"
 type serverOptions struct {
 	metricResolution  time.Duration
 	housekeeping      time.Duration
+	volumeStatsPeriod time.Duration
 	configFile        string
 	dataDir           string
 	bindAddress       string
@@ -169,6 +170,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.DurationVar(&o.housekeeping, "housekeeping-interval", kubelet.DefaultStatsInterval, "how often the kubelet samples its node's, pods' and containers' figures (cAdvisor's flag; the metrics benchmark's lever)")
 	fs.MarkHidden("housekeeping-interval")
+	fs.DurationVar(&o.volumeStatsPeriod, "volume-stats-agg-period", kubelet.DefaultVolumeStatsInterval, "how often the kubelet measures the disk its pods' volumes and containers' writable layers use (for /stats/summary and ephemeral-storage limits); negative: volumes are not measured (the kubelet's flag)")
 	fs.DurationVar(&o.metricResolution, "metric-resolution", metricsapi.DefaultResolution, "how often the resource metrics API (metrics.k8s.io, kubectl top) scrapes each node's figures; at least 10s (metrics-server's --metric-resolution)")
 	fs.IntVar(&o.kubeletPort, "kubelet-port", 10250, "port of this host's kubelet API (HTTPS), which serves logs, exec, attach and port-forward to the API server")
 	o.nodeLifecycle.addFlags(fs)
@@ -263,6 +265,9 @@ type serverConfig struct {
 	// HousekeepingInterval is how often the kubelet samples its figures
 	// (hidden --housekeeping-interval).
 	HousekeepingInterval time.Duration
+	// VolumeStatsPeriod is how often volumes and writable layers are
+	// measured (--volume-stats-agg-period).
+	VolumeStatsPeriod time.Duration
 	// Ingress is the built-in Ingress controller's listeners; it runs
 	// when Ingress.Enabled (never without the agent).
 	Ingress ingressConfig
@@ -719,6 +724,7 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 		return fmt.Errorf("--housekeeping-interval %v: must be at least 1s", o.housekeeping)
 	}
 	c.HousekeepingInterval = o.housekeeping
+	c.VolumeStatsPeriod = o.volumeStatsPeriod
 	c.RuntimeEndpoint = strings.TrimPrefix(o.runtimeEndpoint, "unix://")
 	c.NoDefaultRegistry = o.noDefaultRegistry
 	if c.RuntimeEndpoint == "" || !filepath.IsAbs(c.RuntimeEndpoint) {

@@ -461,6 +461,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 	}
 	kcfg.States = &kubelet.PodStates{}
 	kcfg.Stats = serveKubeletAPI(kcfg.Runtime, kcfg.States, kcfg.ImageFS)
+	kcfg.Metrics = api.MetricsRegisterer()
 	user := &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 	client, err := kubelet.NewClient(api.ClientConfig(user))
 	if err != nil {

@@ -843,6 +843,17 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
+// ContainerLayerUsage implements cri.LayerUsage: the snapshotter's usage
+// of the container's active snapshot (its key is the container's id),
+// which containerd measures by walking the upper directory.
+func (r *Runtime) ContainerLayerUsage(ctx context.Context, id string) (bytes, inodes uint64, err error) {
+	u, err := r.client.SnapshotService(r.cfg.Snapshotter).Usage(r.nsctx(ctx), id)
+	if err != nil {
+		return 0, 0, err
+	}
+	return uint64(max(u.Size, 0)), uint64(max(u.Inodes, 0)), nil
+}
+
 // ListContainers implements cri.Runtime.
 func (r *Runtime) ListContainers(ctx context.Context) ([]cri.ContainerStatus, error) {
 	return r.listContainers(ctx, fmt.Sprintf("labels.%q==container", labelKind))

@@ -228,6 +228,19 @@ func TestExecAndStop(t *testing.T) {
 	if err != nil || code != 7 {
 		t.Fatalf("exec exit = %d, %v", code, err)
 	}
+	// The writable layer's usage, as containerd's snapshotter measures it,
+	// grows by what the container writes.
+	before, _, err := r.ContainerLayerUsage(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code, err := r.ExecSync(ctx, id, []string{"dd", "if=/dev/zero", "of=/tmp/f", "bs=1048576", "count=2"}, 10*time.Second); err != nil || code != 0 {
+		t.Fatalf("dd: %d %v", code, err)
+	}
+	after, inodes, err := r.ContainerLayerUsage(ctx, id)
+	if err != nil || after < before+2<<20 || inodes == 0 {
+		t.Fatalf("layer usage %d bytes (%d inodes) after writing 2 MiB, %d before: %v", after, inodes, before, err)
+	}
 	// Exec with stdin.
 	var stdout bytes.Buffer
 	err = r.Exec(ctx, id, []string{"cat"}, strings.NewReader("piped\n"), nopCloser{&stdout}, nopCloser{io.Discard}, false, nil)

@@ -52,6 +52,13 @@ type Runtime interface {
 	Close() error
 }
 
+// LayerUsage is what a runtime that can measure its containers'
+// writable layers offers: the bytes and inodes the container has written
+// to its root file system, as CRI's ContainerStats writable layer.
+type LayerUsage interface {
+	ContainerLayerUsage(ctx context.Context, id string) (bytes, inodes uint64, err error)
+}
+
 // ImageService pulls, lists and removes images.
 type ImageService interface {
 	PullImage(ctx context.Context, ref string, auth *Auth) (Image, error)
