@@ -21,6 +21,12 @@
 //	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
+//	filter-prerouting-pre-dnat, filter-output-pre-dnat (filter, dstnat - 10)
+//	                                            ct state new: firewall-check
+//	firewall-check  ip daddr . meta l4proto . th dport vmap @firewall-ips:
+//	                a Service's load-balancer addresses and ports go to
+//	                its firewall-<port> chain, which returns for each of
+//	                its loadBalancerSourceRanges and drops the rest
 //	services        masquerade mark for off-cluster sources to a cluster
 //	                IP (ip daddr @cluster-ips ip saddr != <cluster CIDR>)
 //	                ip daddr . meta l4proto . th dport vmap @service-ips
@@ -110,10 +116,11 @@
 //   - The masquerade mark for off-cluster clients of a cluster IP is one
 //     rule in the services chain, not one in each Service's chain: the
 //     mark matters only to a connection a Service's rule then DNATs.
-//   - No health-check node port server for externalTrafficPolicy: Local
-//     (there is no external load balancer to probe it), no
-//     loadBalancerSourceRanges filtering, no topology hints
-//     (trafficDistribution), IPv4 only.
+//   - NodePortAddresses is matched by rules, "fib daddr type local ip
+//     daddr <CIDR>", not by a set of the node's addresses that
+//     kube-proxy lists from the interfaces on each sync: an address
+//     that comes later (DHCP on an edge box) is served at once.
+//   - IPv4 only.
 //
 // Syncs: Run programs the whole table in one transaction (delete and
 // rebuild), then rewrites only the chains, sets and map elements of

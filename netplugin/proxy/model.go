@@ -50,10 +50,12 @@ type servicePort struct {
 	port                      uint16
 	clusterIP                 netip.Addr
 	nodePort                  uint16
-	externalIPs               []netip.Addr  // spec.externalIPs and status.loadBalancer.ingress IPs
-	affinity                  time.Duration // 0: no session affinity
-	internalLocal             bool          // internalTrafficPolicy: Local
-	externalLocal             bool          // externalTrafficPolicy: Local (only with external addresses)
+	externalIPs               []netip.Addr   // spec.externalIPs and status.loadBalancer.ingress IPs
+	lbIPs                     []netip.Addr   // the status.loadBalancer.ingress IPs alone
+	sourceRanges              []netip.Prefix // loadBalancerSourceRanges (IPv4); none: every client
+	affinity                  time.Duration  // 0: no session affinity
+	internalLocal             bool           // internalTrafficPolicy: Local
+	externalLocal             bool           // externalTrafficPolicy: Local (only with external addresses)
 	endpoints                 []endpoint
 }
 
@@ -89,7 +91,7 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 	if err != nil || !cip.Is4() {
 		return nil
 	}
-	var external []netip.Addr
+	var external, lbIPs []netip.Addr
 	for _, s := range svc.Spec.ExternalIPs {
 		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
 			external = append(external, a)
@@ -104,10 +106,16 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			}
 			if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
 				external = append(external, a)
+				lbIPs = append(lbIPs, a)
 			}
 		}
 	}
 	slicesSortUnique(&external)
+	slicesSortUnique(&lbIPs)
+	var ranges []netip.Prefix
+	if len(lbIPs) > 0 {
+		ranges = sourceRanges(svc.Spec.LoadBalancerSourceRanges)
+	}
 
 	var affinity time.Duration
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
@@ -130,12 +138,37 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			sp.nodePort = uint16(p.NodePort)
 		}
-		sp.externalIPs = external
+		sp.externalIPs, sp.lbIPs, sp.sourceRanges = external, lbIPs, ranges
 		sp.externalLocal = sp.hasExternal() && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 		sp.endpoints = endpointsFor(p, slices, nodeName)
 		out = append(out, sp)
 	}
 	return out
+}
+
+// sourceRanges are the IPv4 prefixes of loadBalancerSourceRanges, as
+// kube-proxy reads them: padded with spaces or not (validation lets
+// that through), those of the other family left out, and none at all
+// when one of them is 0.0.0.0/0, which lets every client in.
+func sourceRanges(in []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if p.Bits() == 0 {
+			return nil
+		}
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }
 
 // endpointsFor collects the endpoints of a service port from all the

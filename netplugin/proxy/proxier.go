@@ -220,6 +220,7 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 			clusterCIDR:   cfg.ClusterCIDR.Masked(),
 			serviceCIDR:   cfg.ServiceCIDR.Masked(),
 			nodePortCIDRs: cfg.NodePortAddresses,
+			nodeIPs:       cfg.NodeIPs,
 		},
 		minSync:    cfg.MinSyncInterval,
 		metrics:    newProxyMetrics(),
