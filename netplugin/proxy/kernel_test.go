@@ -44,7 +44,7 @@ type testProxier struct {
 	services, slices cache.Indexer
 }
 
-func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
+func newTestProxier(t *testing.T, ns netns.NsHandle, opts ...func(*Config)) *testProxier {
 	t.Helper()
 	conn, err := openConn(int(ns))
 	if err != nil {
@@ -59,7 +59,14 @@ func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
 		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"),
 		Logger:      slog.New(slog.NewTextHandler(testLog{t}, nil)),
 	}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	p := newProxier(cfg, newKernelTable(conn, testTable), services, slices)
+	// Health-check ports listen in the node's namespace, as New has
+	// them listen in its caller's.
+	p.health.within = func(fn func() error) error { return inNS(ns, fn) }
+	t.Cleanup(p.health.stop)
 	// The namespace dies with the test, and the table with it; this
 	// also checks that Cleanup's path deletes what the proxier made.
 	t.Cleanup(func() {

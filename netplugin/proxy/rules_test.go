@@ -40,7 +40,7 @@ func goldenTable(t *testing.T, cfg Config, objs ...any) string {
 		all = append(all, baseObjects(p.rc))
 	}
 	for _, key := range slices.Sorted(slices.Values(services.ListKeys())) {
-		if o, ok := p.serviceObjects(key); ok {
+		if o, _, ok := p.serviceObjects(key); ok {
 			all = append(all, o)
 		}
 	}
