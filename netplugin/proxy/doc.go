@@ -8,8 +8,8 @@
 // atomically, without touching the pod network's rules, and named after
 // the pod bridge so that two bonsai networks on one host (as in tests)
 // never share one. It also runs a small controller that writes the
-// status.loadBalancer.ingress of LoadBalancer Services of the default
-// class.
+// status.loadBalancer.ingress of LoadBalancer Services of no class or
+// of its own, LoadBalancerClass.
 //
 // The table, as kube-proxy lays out its own:
 //
@@ -121,6 +121,13 @@
 //     kube-proxy lists from the interfaces on each sync: an address
 //     that comes later (DHCP on an edge box) is served at once.
 //   - IPv4 only.
+//
+// Health checks: for each LoadBalancer Service with
+// externalTrafficPolicy: Local the proxy serves, as kube-proxy does,
+// HTTP on spec.healthCheckNodePort (on the NodePortAddresses, or on
+// every address): 200 when this node has ready endpoints of the
+// Service, 503 when not or when a change has waited more than a minute
+// for the kernel, with kube-proxy's JSON body (see healthServer).
 //
 // Syncs: Run programs the whole table in one transaction (delete and
 // rebuild), then rewrites only the chains, sets and map elements of
