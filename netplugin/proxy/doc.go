@@ -122,6 +122,12 @@
 //     that comes later (DHCP on an edge box) is served at once.
 //   - IPv4 only.
 //
+// Topology: under the Cluster policies a Service's chooser takes only
+// the endpoints hinted for this node, or for its zone (the Node's
+// topology.kubernetes.io/zone), when every ready endpoint has such a
+// hint and one is for it, as kube-proxy does (see clusterEndpoints);
+// never under a Local policy.
+//
 // Health checks: for each LoadBalancer Service with
 // externalTrafficPolicy: Local the proxy serves, as kube-proxy does,
 // HTTP on spec.healthCheckNodePort (on the NodePortAddresses, or on

@@ -55,8 +55,11 @@ type servicePort struct {
 	sourceRanges              []netip.Prefix // loadBalancerSourceRanges (IPv4); none: every client
 	affinity                  time.Duration  // 0: no session affinity
 	internalLocal             bool           // internalTrafficPolicy: Local
-	externalLocal             bool           // externalTrafficPolicy: Local (only with external addresses)
-	endpoints                 []endpoint
+	// node and zone are this node's name and topology.kubernetes.io/zone,
+	// for topology hints.
+	node, zone    string
+	externalLocal bool // externalTrafficPolicy: Local (only with external addresses)
+	endpoints     []endpoint
 }
 
 // id names the port in chain names, as kube-proxy does:
@@ -71,6 +74,9 @@ type endpoint struct {
 	addr                        netip.AddrPort
 	local                       bool
 	ready, serving, terminating bool
+	// zoneHints and nodeHints are the slice's hints.forZones and
+	// hints.forNodes names.
+	zoneHints, nodeHints []string
 }
 
 // labelServiceProxyName on a Service hands it to another proxy;
@@ -80,7 +86,7 @@ const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 // servicePorts turns a Service and its EndpointSlices into the ports the
 // proxy serves. Services without a cluster IP (headless, ExternalName)
 // get none: kube-proxy leaves them to DNS.
-func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []servicePort {
+func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName, zone string) []servicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -129,10 +135,11 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 	for _, p := range svc.Spec.Ports {
 		sp := servicePort{
 			namespace: svc.Namespace, name: svc.Name, portName: p.Name,
-			proto:         protocolOf(p.Protocol),
-			port:          uint16(p.Port),
-			clusterIP:     cip,
-			affinity:      affinity,
+			proto:     protocolOf(p.Protocol),
+			port:      uint16(p.Port),
+			clusterIP: cip,
+			affinity:  affinity,
+			node:      nodeName, zone: zone,
 			internalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal,
 		}
 		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
@@ -220,11 +227,20 @@ func endpointsFor(p corev1.ServicePort, eps []*discoveryv1.EndpointSlice, nodeNa
 				serving = *e.Conditions.Serving
 			}
 			terminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
-			out = append(out, endpoint{
+			ep := endpoint{
 				addr:  ap,
 				local: e.NodeName != nil && *e.NodeName == nodeName,
 				ready: ready, serving: serving, terminating: terminating,
-			})
+			}
+			if h := e.Hints; h != nil {
+				for _, z := range h.ForZones {
+					ep.zoneHints = append(ep.zoneHints, z.Name)
+				}
+				for _, n := range h.ForNodes {
+					ep.nodeHints = append(ep.nodeHints, n.Name)
+				}
+			}
+			out = append(out, ep)
 		}
 	}
 	slices.SortFunc(out, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
@@ -252,6 +268,42 @@ func usable(eps []endpoint, onlyLocal bool) []endpoint {
 		return ready
 	}
 	return terminating
+}
+
+// clusterEndpoints are the endpoints of sp that get traffic under the
+// Cluster policies (see usable), narrowed by topology hints as
+// kube-proxy narrows them: when every ready endpoint has a node hint
+// and one is for this node, those for this node; else when every ready
+// endpoint has a zone hint and one is for this node's zone, those for
+// the zone; else all of them. Hints are not used at all when either
+// traffic policy is Local (those keep to this node already), nor for
+// the terminating endpoints used when none is ready.
+func clusterEndpoints(sp *servicePort) []endpoint {
+	eps := usable(sp.endpoints, false)
+	if sp.internalLocal || sp.externalLocal || len(eps) == 0 || !eps[0].ready {
+		return eps
+	}
+	var forNode, forZone []endpoint
+	allNode, allZone := true, true
+	for _, e := range eps {
+		if len(e.nodeHints) == 0 {
+			allNode = false
+		} else if slices.Contains(e.nodeHints, sp.node) {
+			forNode = append(forNode, e)
+		}
+		if len(e.zoneHints) == 0 {
+			allZone = false
+		} else if sp.zone != "" && slices.Contains(e.zoneHints, sp.zone) {
+			forZone = append(forZone, e)
+		}
+	}
+	switch {
+	case allNode && len(forNode) > 0:
+		return forNode
+	case allZone && len(forZone) > 0:
+		return forZone
+	}
+	return eps
 }
 
 func slicesSortUnique(a *[]netip.Addr) {

@@ -98,6 +98,10 @@ type Proxier struct {
 	mu       sync.Mutex
 	dirty    map[string]bool // service keys changed since the last sync
 	needFull bool
+	// zone is this node's topology.kubernetes.io/zone label, for
+	// topology hints; syncZone is what the sync under way uses (only
+	// sync touches it).
+	zone, syncZone string
 	// pendingSince is when the oldest change not yet in the kernel
 	// came (zero: none); one older than healthTimeout makes the proxy
 	// unhealthy.
@@ -212,14 +216,39 @@ func (p *Proxier) watch(services, slices, nodes cache.SharedIndexInformer) error
 	// objects marked dirty after it would be synced again, one by one
 	// (1,000 Services: a 50 ms partial sync right after the full one).
 	p.synced = append(p.synced, svcReg.HasSynced, sliceReg.HasSynced)
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.lb.enqueueAll() },
-		UpdateFunc: func(any, any) { p.lb.enqueueAll() },
+	nodeReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.nodeChanged(obj); p.lb.enqueueAll() },
+		UpdateFunc: func(_, obj any) { p.nodeChanged(obj); p.lb.enqueueAll() },
 		DeleteFunc: func(any) { p.lb.enqueueAll() },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watch Nodes: %w", err)
 	}
+	// The first sync knows this node's zone.
+	p.synced = append(p.synced, nodeReg.HasSynced)
 	return nil
+}
+
+// nodeChanged follows this node's zone: when it changes, every Service
+// is written again with the hints for the new zone.
+func (p *Proxier) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok || n.Name != p.nodeName {
+		return
+	}
+	zone := n.Labels[corev1.LabelTopologyZone]
+	p.mu.Lock()
+	changed := zone != p.zone
+	if changed {
+		p.zone, p.needFull = zone, true
+	}
+	p.mu.Unlock()
+	if changed {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) *Proxier {

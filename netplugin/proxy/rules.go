@@ -378,7 +378,7 @@ func setName(prefix, long string) string {
 //
 // It appends to o, which may hold the Service's other ports.
 func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) {
-	cluster := usable(sp.endpoints, false)
+	cluster := clusterEndpoints(sp)
 	var local []endpoint
 	if sp.internalLocal || sp.externalLocal {
 		local = usable(sp.endpoints, true)

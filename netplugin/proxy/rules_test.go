@@ -26,8 +26,11 @@ var goldenConfig = Config{
 func goldenTable(t *testing.T, cfg Config, objs ...any) string {
 	t.Helper()
 	services, sliceStore := testIndexers()
+	zone := ""
 	for _, o := range objs {
 		switch o := o.(type) {
+		case nodeZone:
+			zone = string(o)
 		case *corev1.Service:
 			mustAdd(t, services, o)
 		case *discoveryv1.EndpointSlice:
@@ -35,6 +38,7 @@ func goldenTable(t *testing.T, cfg Config, objs ...any) string {
 		}
 	}
 	p := newProxier(cfg, nil, services, sliceStore)
+	p.syncZone = zone
 	var all []objects
 	if len(services.ListKeys()) == 0 {
 		all = append(all, baseObjects(p.rc))
@@ -46,6 +50,9 @@ func goldenTable(t *testing.T, cfg Config, objs ...any) string {
 	}
 	return renderTable(TableName(""), all)
 }
+
+// nodeZone among goldenTable's objects is the node's zone.
+type nodeZone string
 
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
@@ -175,6 +182,17 @@ func TestGoldenRules(t *testing.T) {
 				s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.7/32"}
 				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
 			}),
+		}},
+		// Topology hints: the node's zone's endpoints for the Cluster
+		// policy; the Local policy (here external) keeps all, as the
+		// node itself and pods reach a NodePort Service through the
+		// service chain.
+		{name: "topology-hints", objs: []any{
+			nodeZone("zone-a"),
+			newService("web", "10.43.0.10", 80),
+			zoneSlice("web", "web-1", 8080, map[string]string{"10.42.1.5": "zone-a", "10.42.1.6": "zone-b", "10.42.1.7": "zone-a"}),
+			newService("local", "10.43.0.11", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyLocal)),
+			zoneSlice("local", "local-1", 8080, map[string]string{"10.42.1.5": "zone-a", "10.42.1.6": "zone-b"}),
 		}},
 		// 0.0.0.0/0 lets everyone in: no firewall at all, as with no
 		// ranges; so do ranges without a load-balancer address.

@@ -19,6 +19,7 @@ func (p *Proxier) sync() error {
 	p.mu.Lock()
 	dirty, full, triggers, pending := p.dirty, p.needFull, p.triggers, p.pendingSince
 	p.dirty, p.needFull, p.triggers, p.pendingSince = map[string]bool{}, false, nil, time.Time{}
+	p.syncZone = p.zone
 	p.mu.Unlock()
 
 	start := time.Now()
@@ -179,7 +180,7 @@ func (p *Proxier) serviceObjects(key string) (objects, healthCheck, bool) {
 	for _, o := range sliceObjs {
 		eps = append(eps, o.(*discoveryv1.EndpointSlice))
 	}
-	ports := servicePorts(svc, eps, p.nodeName)
+	ports := servicePorts(svc, eps, p.nodeName, p.syncZone)
 	if len(ports) == 0 {
 		return objects{}, healthCheck{}, false
 	}
