@@ -672,6 +672,26 @@ func TestNodePortAddressesFlag(t *testing.T) {
 	}
 }
 
+// TestNodePortPrefixes: what the IPv4 proxy gets of --nodeport-addresses.
+func TestNodePortPrefixes(t *testing.T) {
+	node := netip.MustParseAddr("192.168.1.5")
+	v4, v6 := netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/64")
+	for _, tc := range []struct {
+		cfg  serverConfig
+		want []netip.Prefix
+	}{
+		{serverConfig{}, nil},
+		{serverConfig{NodePortPrimary: true}, []netip.Prefix{netip.MustParsePrefix("192.168.1.5/32")}},
+		{serverConfig{NodePortAddresses: []netip.Prefix{v4, v6}}, []netip.Prefix{v4}},
+		{serverConfig{NodePortAddresses: []netip.Prefix{v6}}, nil},
+	} {
+		got := nodePortPrefixes(&tc.cfg, node, slog.New(slog.DiscardHandler))
+		if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+			t.Errorf("%+v (-want +got):\n%s", tc.cfg, diff)
+		}
+	}
+}
+
 // defaultNodeLifecycle is kube-controller-manager's defaults (with the
 // seed's 40 s grace period).
 var defaultNodeLifecycle = nodeLifecycleConfig{
