@@ -160,11 +160,13 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 		return
 	}
 	inf := client.NewInformers(rc)
+	nodeIP := advertiseAddress(cfg.BindAddress)
 	px, err := proxy.New(proxy.Config{
 		Client: cs, Informers: inf, NodeName: cfg.NodeName,
-		NodeIPs:     []netip.Addr{advertiseAddress(cfg.BindAddress)},
+		NodeIPs:     []netip.Addr{nodeIP},
 		ClusterCIDR: cfg.ClusterCIDR, ServiceCIDR: cfg.ServiceCIDR,
-		Bridge: cfg.PodBridge, Logger: log, Metrics: api.MetricsRegisterer(),
+		NodePortAddresses: nodePortPrefixes(cfg, nodeIP, log),
+		Bridge:            cfg.PodBridge, Logger: log, Metrics: api.MetricsRegisterer(),
 	})
 	if err != nil {
 		log.Error("service proxy not started", "err", err)
@@ -176,6 +178,25 @@ func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Se
 			log.Error("service proxy stopped", "err", err)
 		}
 	}()
+}
+
+// nodePortPrefixes is --nodeport-addresses for the IPv4 proxy: the node's
+// address with "primary", else the IPv4 CIDRs (kube-proxy ignores those
+// of the other family too); nil serves NodePorts on every local address.
+func nodePortPrefixes(cfg *serverConfig, nodeIP netip.Addr, log *slog.Logger) []netip.Prefix {
+	if cfg.NodePortPrimary {
+		return []netip.Prefix{netip.PrefixFrom(nodeIP, nodeIP.BitLen())}
+	}
+	var out []netip.Prefix
+	for _, p := range cfg.NodePortAddresses {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 && len(cfg.NodePortAddresses) > 0 {
+		log.Warn("--nodeport-addresses has no IPv4 CIDR: NodePorts are served on every local address", "nodeport-addresses", cfg.NodePortAddresses)
+	}
+	return out
 }
 
 // startNetworkPolicy enforces NetworkPolicies for this host's node's

@@ -60,6 +60,7 @@ type serverOptions struct {
 	serviceCIDR       string
 	clusterCIDR       string
 	nodePortRange     string
+	nodePortAddresses []string
 	clusterDomain     string
 	logFormat         string
 	logLevel          string
@@ -150,6 +151,7 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.serviceCIDR, "service-cidr", "10.43.0.0/16", "range of ClusterIPs; its first address is the kubernetes service")
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "10.42.0.0/16", "range of pod IPs")
 	fs.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "range of NodePorts (first-last, inclusive)")
+	fs.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs of the local addresses that serve NodePorts (and the health-check node ports of externalTrafficPolicy: Local Services), or \"primary\": the node's own address; repeatable (default: every local address, 127.0.0.1 too)")
 	fs.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "DNS domain of the cluster")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -233,15 +235,20 @@ type serverConfig struct {
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
 	NodePortRange apiserver.PortRange
-	ClusterDomain string
-	LogFormat     string
-	LogLevel      slog.Level
-	Runtime       string
-	NodeName      string
-	NodeLabels    map[string]string
-	NodeTaints    []corev1.Taint
-	MaxPods       int
-	PodMaxPids    int64
+	// NodePortAddresses is --nodeport-addresses: NodePorts are served on
+	// the local addresses in these prefixes (empty: on every one), or,
+	// with NodePortPrimary, on the node's own address only.
+	NodePortAddresses []netip.Prefix
+	NodePortPrimary   bool
+	ClusterDomain     string
+	LogFormat         string
+	LogLevel          slog.Level
+	Runtime           string
+	NodeName          string
+	NodeLabels        map[string]string
+	NodeTaints        []corev1.Taint
+	MaxPods           int
+	PodMaxPids        int64
 	// RuntimeEndpoint is containerd's socket; PodBridge names the pod
 	// network's bridge and nftables table.
 	RuntimeEndpoint string
@@ -449,6 +456,9 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--service-node-port-range %q: want first-last with ports between 1 and 65535", o.nodePortRange)
 	}
 	c.NodePortRange = apiserver.PortRange{Base: pr.Base, Max: pr.Base + pr.Size - 1}
+	if err := o.validateNodePortAddresses(c); err != nil {
+		return nil, err
+	}
 
 	if errs := validation.IsDNS1123Subdomain(o.clusterDomain); len(errs) > 0 {
 		return nil, fmt.Errorf("--cluster-domain %q: %s", o.clusterDomain, strings.Join(errs, "; "))
@@ -670,6 +680,33 @@ func parseCIDR(flag, s string) (netip.Prefix, error) {
 		}
 	}
 	return p, nil
+}
+
+// validateNodePortAddresses checks --nodeport-addresses as kube-proxy
+// does: CIDRs, or "primary" alone. A CIDR of every address (0.0.0.0/0)
+// is the same as none.
+func (o *serverOptions) validateNodePortAddresses(c *serverConfig) error {
+	if len(o.nodePortAddresses) == 1 && strings.TrimSpace(o.nodePortAddresses[0]) == "primary" {
+		c.NodePortPrimary = true
+		return nil
+	}
+	all := false
+	for _, s := range o.nodePortAddresses {
+		s = strings.TrimSpace(s)
+		if s == "primary" {
+			return errors.New(`--nodeport-addresses: "primary" cannot be combined with CIDRs`)
+		}
+		p, err := parseCIDR("--nodeport-addresses", s)
+		if err != nil {
+			return err
+		}
+		all = all || p.Bits() == 0
+		c.NodePortAddresses = append(c.NodePortAddresses, p)
+	}
+	if all {
+		c.NodePortAddresses = nil
+	}
+	return nil
 }
 
 // oneLine keeps an error on the single stderr line bonsai promises.

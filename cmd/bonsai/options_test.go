@@ -506,7 +506,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--datastore-endpoint string`, `--datastore-cafile string`, `--datastore-certfile string`, `--datastore-keyfile string`,
 		`--service-cidr string`, `(default "10.43.0.0/16")`,
 		`--cluster-cidr string`, `(default "10.42.0.0/16")`,
-		`--service-node-port-range string`, `(default "30000-32767")`,
+		`--service-node-port-range string`, `(default "30000-32767")`, `--nodeport-addresses strings`,
 		`--cluster-domain string`, `(default "cluster.local")`,
 		`--log-format string`, `(default "text")`,
 		`--log-level string`, `(default "info")`,
@@ -632,6 +632,64 @@ func TestSimulatedNodesFlag(t *testing.T) {
 		}
 		if got.SimulatedNodes != tc.want {
 			t.Errorf("%v: %d simulated nodes, want %d", tc.args, got.SimulatedNodes, tc.want)
+		}
+	}
+}
+
+// TestNodePortAddressesFlag: CIDRs, or "primary" alone, as kube-proxy's
+// --nodeport-addresses; a CIDR of every address is the default.
+func TestNodePortAddressesFlag(t *testing.T) {
+	noDefaultConfig(t)
+	for _, tc := range []struct {
+		args    []string
+		want    []netip.Prefix
+		primary bool
+		err     string
+	}{
+		{args: nil},
+		{args: []string{"--nodeport-addresses", "192.168.1.0/24,127.0.0.0/8"},
+			want: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("127.0.0.0/8")}},
+		{args: []string{"--nodeport-addresses", "10.0.0.0/8", "--nodeport-addresses", "fd00::/64"},
+			want: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/64")}},
+		{args: []string{"--nodeport-addresses", "primary"}, primary: true},
+		{args: []string{"--nodeport-addresses", "10.0.0.0/8,0.0.0.0/0"}},
+		{args: []string{"--nodeport-addresses", "primary,10.0.0.0/8"}, err: "cannot be combined"},
+		{args: []string{"--nodeport-addresses", "10.0.0.1/8"}, err: "host bits set"},
+		{args: []string{"--nodeport-addresses", "lan"}, err: "not a CIDR"},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err %v, want one naming the flag and saying %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got.NodePortAddresses, cmpopts.EquateComparable(netip.Prefix{})); diff != "" || got.NodePortPrimary != tc.primary {
+			t.Errorf("%v: primary %v, want %v; prefixes (-want +got):\n%s", tc.args, got.NodePortPrimary, tc.primary, diff)
+		}
+	}
+}
+
+// TestNodePortPrefixes: what the IPv4 proxy gets of --nodeport-addresses.
+func TestNodePortPrefixes(t *testing.T) {
+	node := netip.MustParseAddr("192.168.1.5")
+	v4, v6 := netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/64")
+	for _, tc := range []struct {
+		cfg  serverConfig
+		want []netip.Prefix
+	}{
+		{serverConfig{}, nil},
+		{serverConfig{NodePortPrimary: true}, []netip.Prefix{netip.MustParsePrefix("192.168.1.5/32")}},
+		{serverConfig{NodePortAddresses: []netip.Prefix{v4, v6}}, []netip.Prefix{v4}},
+		{serverConfig{NodePortAddresses: []netip.Prefix{v6}}, nil},
+	} {
+		got := nodePortPrefixes(&tc.cfg, node, slog.New(slog.DiscardHandler))
+		if diff := cmp.Diff(tc.want, got, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+			t.Errorf("%+v (-want +got):\n%s", tc.cfg, diff)
 		}
 	}
 }

@@ -96,7 +96,12 @@ func podEndpoint(p *corev1.Pod, node *corev1.Node, svc *corev1.Service, t discov
 	if servicepods.ShouldSetHostname(p, svc) {
 		ep.Hostname = ptr(p.Spec.Hostname)
 	}
-	ep.Hints = trafficHints(svc, &ep)
+	// The topology annotations win over trafficDistribution, as
+	// upstream, and set hints of their own (see zoneHints); a
+	// distribution hints ready endpoints only.
+	if !autoHints(svc) && ready {
+		ep.Hints = trafficHints(svc, &ep)
+	}
 	return ep
 }
 

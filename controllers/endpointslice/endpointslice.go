@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,6 +89,9 @@ type Controller struct {
 	triggers      *servicepods.TriggerTimes
 	recorder      record.EventRecorder
 	queue         workqueue.TypedRateLimitingInterface[string]
+	// nodesChanged is set while a resync of the hinted Services after
+	// node changes waits (see onNodeChange).
+	nodesChanged atomic.Bool
 }
 
 // New builds the controller and adds its handlers to the shared informers.
@@ -125,7 +129,8 @@ func New(cfg Config) (*Controller, error) {
 	c.serviceLister = corelisters.NewServiceLister(c.services.GetIndexer())
 	c.sliceLister = discoverylisters.NewEndpointSliceLister(c.slices.GetIndexer())
 	nodeLister := corelisters.NewNodeLister(c.nodes.GetIndexer())
-	c.reconciler = reconciler{maxPerSlice: cfg.MaxEndpointsPerSlice, node: nodeLister.Get}
+	c.reconciler = reconciler{maxPerSlice: cfg.MaxEndpointsPerSlice, node: nodeLister.Get,
+		nodes: func() ([]*corev1.Node, error) { return nodeLister.List(labels.Everything()) }}
 
 	if _, err := c.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueService,
@@ -135,6 +140,13 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	if _, err := c.pods.AddEventHandler(servicepods.PodHandler(c.services.GetIndexer(), c.log, c.enqueueBatched)); err != nil {
+		return nil, err
+	}
+	if _, err := c.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNodeChange(nil, obj) },
+		UpdateFunc: c.onNodeChange,
+		DeleteFunc: func(obj any) { c.onNodeChange(nil, obj) },
+	}); err != nil {
 		return nil, err
 	}
 	if _, err := c.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -204,6 +216,17 @@ func (c *Controller) syncService(ctx context.Context, key string) error {
 				"Error updating Endpoint Slices for Service %s/%s: %v", ns, name, err)
 		}
 		return err
+	}
+	// Hint Events only with a write: a Service whose hints stay unsafe
+	// is not told so at every sync.
+	if p.writes() {
+		for _, ev := range p.events {
+			typ := corev1.EventTypeNormal
+			if ev.warning {
+				typ = corev1.EventTypeWarning
+			}
+			c.recorder.Event(svc, typ, ev.reason, ev.message)
+		}
 	}
 	return planErr
 }

@@ -1,6 +1,9 @@
 package endpointslice
 
 import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
@@ -60,4 +63,43 @@ func (c *Controller) onSliceDelete(obj any) {
 	if key, s := managedKey(obj); s != nil && !c.tracker.HandleDeletion(key, s.Name) {
 		c.enqueueForSlice(key)
 	}
+}
+
+// onNodeChange resyncs the Services with topology aware hints when a
+// node's part in the zones' shares may have changed: it came or went, or
+// its zone, allocatable CPU, readiness or control-plane labels changed.
+// (A node's heartbeats change none of these.) The Services are looked
+// for at most once per nodeChangeDelay, however many nodes change (a
+// start lists every node).
+func (c *Controller) onNodeChange(old, cur any) {
+	if o, ok := kit.Unwrap[*corev1.Node](old); ok {
+		if n, ok := kit.Unwrap[*corev1.Node](cur); ok && !topologyChanged(o, n) {
+			return
+		}
+	}
+	if !c.nodesChanged.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(nodeChangeDelay, func() {
+		c.nodesChanged.Store(false)
+		for _, obj := range c.services.GetIndexer().List() {
+			if svc := obj.(*corev1.Service); autoHints(svc) {
+				c.enqueueService(svc)
+			}
+		}
+	})
+}
+
+// nodeChangeDelay batches node changes for the hinted Services.
+const nodeChangeDelay = time.Second
+
+func topologyChanged(a, b *corev1.Node) bool {
+	for _, l := range []string{corev1.LabelTopologyZone, "node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
+		va, oka := a.Labels[l]
+		vb, okb := b.Labels[l]
+		if va != vb || oka != okb {
+			return true
+		}
+	}
+	return nodeReady(a) != nodeReady(b) || !a.Status.Allocatable.Cpu().Equal(*b.Status.Allocatable.Cpu())
 }

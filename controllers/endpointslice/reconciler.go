@@ -16,23 +16,31 @@ import (
 	"bonsai.dev/bonsai/controllers/servicepods"
 )
 
-// plan is what one sync of a Service writes.
+// plan is what one sync of a Service writes, and the Events about its
+// hints it records.
 type plan struct {
 	create, update, delete []*discoveryv1.EndpointSlice
+	events                 []hintEvent
 }
 
 func (p *plan) add(q plan) {
 	p.create = append(p.create, q.create...)
 	p.update = append(p.update, q.update...)
 	p.delete = append(p.delete, q.delete...)
+	p.events = append(p.events, q.events...)
 }
+
+// writes reports whether the plan writes anything.
+func (p *plan) writes() bool { return len(p.create)+len(p.update)+len(p.delete) > 0 }
 
 // reconciler plans the writes that bring a Service's slices to its pods,
 // with upstream's algorithm: it prefers few writes to tight packing.
 type reconciler struct {
 	maxPerSlice int
-	// node is the lister's Get.
-	node func(name string) (*corev1.Node, error)
+	// node is the lister's Get; nodes lists them all (for the zones'
+	// shares of CPU of topology aware hints).
+	node  func(name string) (*corev1.Node, error)
+	nodes func() ([]*corev1.Node, error)
 }
 
 // reconcile plans the slices of svc for pods given the existing slices
@@ -120,7 +128,54 @@ func (r *reconciler) reconcileAddressType(svc *corev1.Service, pods []*corev1.Po
 			out.create = append(out.create, placeholder)
 		}
 	}
-	return reuseDeleted(svc, out), errors.Join(errs...)
+	out = reuseDeleted(svc, out)
+	if autoHints(svc) {
+		if err := r.zoneHints(svc, existing, &out, t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// zoneHints sets the topology aware hints of the slices of one address
+// type that the plan writes, and rewrites the unchanged ones whose hints
+// no longer fit; where hints are unsafe it takes them all off instead,
+// with a warning Event, as upstream does.
+func (r *reconciler) zoneHints(svc *corev1.Service, existing []*discoveryv1.EndpointSlice, out *plan, t discoveryv1.AddressType) error {
+	written := map[string]bool{}
+	for _, s := range append(slices.Clone(out.update), out.delete...) {
+		written[s.Name] = true
+	}
+	var unchanged []*discoveryv1.EndpointSlice
+	for _, s := range existing {
+		if !written[s.Name] {
+			unchanged = append(unchanged, s)
+		}
+	}
+	had := hasHints(existing)
+	nodes, err := r.nodes()
+	if err != nil {
+		return fmt.Errorf("list nodes for topology hints: %w", err)
+	}
+	shares, reason := zoneShares(nodes)
+	update := out.update
+	if reason == "" {
+		update, reason = assignZoneHints(shares, out.create, out.update, unchanged)
+	}
+	if reason != "" {
+		out.update = removeHints(out.create, out.update, unchanged)
+		msg := reason + ", removing hints"
+		if !had {
+			msg = reason
+		}
+		out.events = append(out.events, hintEvent{warning: true, reason: reasonHintsDisabled, message: fmt.Sprintf("%s, addressType: %s", msg, t)})
+		return nil
+	}
+	out.update = update
+	if !had {
+		out.events = append(out.events, hintEvent{reason: reasonHintsEnabled, message: fmt.Sprintf("%s, addressType: %s", msgHintsEnabled, t)})
+	}
+	return nil
 }
 
 func isPlaceholder(s, want *discoveryv1.EndpointSlice) bool {
@@ -139,6 +194,7 @@ func (r *reconciler) reconcilePorts(svc *corev1.Service, existing []*discoveryv1
 	wantLabels := sliceLabels(svc)
 	var updated, unchanged []*discoveryv1.EndpointSlice
 	var out plan
+	auto := autoHints(svc)
 	for _, s := range existing {
 		kept := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
 		changed := false
@@ -146,6 +202,11 @@ func (r *reconciler) reconcilePorts(svc *corev1.Service, existing []*discoveryv1
 			want := desired.take(&s.Endpoints[i])
 			if want == nil {
 				continue
+			}
+			if auto {
+				// Topology aware hints are the zone step's to decide
+				// (see zoneHints): an endpoint keeps its hint here.
+				want.Hints = s.Endpoints[i].Hints
 			}
 			kept = append(kept, *want)
 			if !apiequality.Semantic.DeepEqual(want, &s.Endpoints[i]) {

@@ -51,11 +51,19 @@ func (c *claimer) owner(k string) (string, bool) {
 
 // claim takes for svc the keys of o's elements that nobody else holds,
 // and drops the others from o; it reports the keys it could not take.
+// A firewall element goes with the address it guards: a Service that
+// lost an address to another does not filter that one's clients.
 func (c *claimer) claim(svc string, o objects) (objects, []string) {
 	var lost []string
-	var kept []elem // nil until an element is dropped
+	var lostAddrs map[string]bool // keyText of the address keys lost
+	var kept []elem               // nil until an element is dropped
+	drop := func(i int) {
+		if kept == nil {
+			kept = append(make([]elem, 0, len(o.elems)), o.elems[:i]...)
+		}
+	}
 	for i, e := range o.elems {
-		if claimable(e) {
+		if claimable(e) && e.set != mapFirewallIPs {
 			k := elemKey(e)
 			owner, ok := c.owner(k)
 			if !ok {
@@ -63,12 +71,31 @@ func (c *claimer) claim(svc string, o objects) (objects, []string) {
 			} else {
 				if owner != svc { // (svc's own duplicate: an external IP equal to its cluster IP)
 					lost = append(lost, k+" (held by "+owner+")")
+					if lostAddrs == nil {
+						lostAddrs = map[string]bool{}
+					}
+					lostAddrs[e.keyText] = true
 				}
-				if kept == nil {
-					kept = append(make([]elem, 0, len(o.elems)), o.elems[:i]...)
-				}
+				drop(i)
 				continue
 			}
+		}
+		if kept != nil {
+			kept = append(kept, e)
+		}
+	}
+	if kept != nil {
+		o.elems = kept
+		kept = nil
+	}
+	for i, e := range o.elems {
+		if e.set == mapFirewallIPs {
+			k := elemKey(e)
+			if owner, ok := c.owner(k); lostAddrs[e.keyText] || ok && owner != svc {
+				drop(i)
+				continue
+			}
+			c.taken[k] = svc
 		}
 		if kept != nil {
 			kept = append(kept, e)

@@ -8,8 +8,8 @@
 // atomically, without touching the pod network's rules, and named after
 // the pod bridge so that two bonsai networks on one host (as in tests)
 // never share one. It also runs a small controller that writes the
-// status.loadBalancer.ingress of LoadBalancer Services of the default
-// class.
+// status.loadBalancer.ingress of LoadBalancer Services of no class or
+// of its own, LoadBalancerClass.
 //
 // The table, as kube-proxy lays out its own:
 //
@@ -21,6 +21,12 @@
 //	                                            jump masquerading
 //	filter-input (filter)                       ct state new: nodeport-endpoints-check, service-endpoints-check
 //	filter-forward, filter-output (filter)      ct state new: service-endpoints-check, cluster-ips-check
+//	filter-prerouting-pre-dnat, filter-output-pre-dnat (filter, dstnat - 10)
+//	                                            ct state new: firewall-check
+//	firewall-check  ip daddr . meta l4proto . th dport vmap @firewall-ips:
+//	                a Service's load-balancer addresses and ports go to
+//	                its firewall-<port> chain, which returns for each of
+//	                its loadBalancerSourceRanges and drops the rest
 //	services        masquerade mark for off-cluster sources to a cluster
 //	                IP (ip daddr @cluster-ips ip saddr != <cluster CIDR>)
 //	                ip daddr . meta l4proto . th dport vmap @service-ips
@@ -110,10 +116,24 @@
 //   - The masquerade mark for off-cluster clients of a cluster IP is one
 //     rule in the services chain, not one in each Service's chain: the
 //     mark matters only to a connection a Service's rule then DNATs.
-//   - No health-check node port server for externalTrafficPolicy: Local
-//     (there is no external load balancer to probe it), no
-//     loadBalancerSourceRanges filtering, no topology hints
-//     (trafficDistribution), IPv4 only.
+//   - NodePortAddresses is matched by rules, "fib daddr type local ip
+//     daddr <CIDR>", not by a set of the node's addresses that
+//     kube-proxy lists from the interfaces on each sync: an address
+//     that comes later (DHCP on an edge box) is served at once.
+//   - IPv4 only.
+//
+// Topology: under the Cluster policies a Service's chooser takes only
+// the endpoints hinted for this node, or for its zone (the Node's
+// topology.kubernetes.io/zone), when every ready endpoint has such a
+// hint and one is for it, as kube-proxy does (see clusterEndpoints);
+// never under a Local policy.
+//
+// Health checks: for each LoadBalancer Service with
+// externalTrafficPolicy: Local the proxy serves, as kube-proxy does,
+// HTTP on spec.healthCheckNodePort (on the NodePortAddresses, or on
+// every address): 200 when this node has ready endpoints of the
+// Service, 503 when not or when a change has waited more than a minute
+// for the kernel, with kube-proxy's JSON body (see healthServer).
 //
 // Syncs: Run programs the whole table in one transaction (delete and
 // rebuild), then rewrites only the chains, sets and map elements of

@@ -115,3 +115,8 @@ func epAddrs(eps []endpoint) []string {
 	}
 	return out
 }
+
+// metaNode is a Node's metadata with its zone label.
+func metaNode(name, zone string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone}}
+}

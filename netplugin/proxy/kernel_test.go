@@ -44,7 +44,7 @@ type testProxier struct {
 	services, slices cache.Indexer
 }
 
-func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
+func newTestProxier(t *testing.T, ns netns.NsHandle, opts ...func(*Config)) *testProxier {
 	t.Helper()
 	conn, err := openConn(int(ns))
 	if err != nil {
@@ -59,7 +59,14 @@ func newTestProxier(t *testing.T, ns netns.NsHandle) *testProxier {
 		ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"),
 		Logger:      slog.New(slog.NewTextHandler(testLog{t}, nil)),
 	}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	p := newProxier(cfg, newKernelTable(conn, testTable), services, slices)
+	// Health-check ports listen in the node's namespace, as New has
+	// them listen in its caller's.
+	p.health.within = func(fn func() error) error { return inNS(ns, fn) }
+	t.Cleanup(p.health.stop)
 	// The namespace dies with the test, and the table with it; this
 	// also checks that Cleanup's path deletes what the proxier made.
 	t.Cleanup(func() {
@@ -272,6 +279,10 @@ func TestKernelReadBack(t *testing.T) {
 			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
 		}),
 		newSlice("lb", "lb-1", 8080, ep{ip: "10.200.0.12", node: testNode, serving: true, terminating: true}),
+		withSourceRanges(newService("fw", "10.96.0.15", 80, nodePort(30083, corev1.ServiceExternalTrafficPolicyCluster), func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+		}), "198.51.100.0/24"),
 	}
 	p.set(t, objs...) // the first sync is a full one
 	checkKernelView(t, p)
@@ -288,8 +299,15 @@ func TestKernelReadBack(t *testing.T) {
 		newService("local", "10.96.0.12", 80, nodePort(30081, corev1.ServiceExternalTrafficPolicyCluster)),
 		newService("sticky", "10.96.0.11", 80, affinity(60)),
 		newSlice("empty", "empty-1", 8080, readyEP("10.200.0.13", testNode)),
+		withSourceRanges(objs[len(objs)-1].(*corev1.Service), "198.51.100.0/25", "203.0.113.0/24"),
 	)
 	checkKernelView(t, p)
+	// Source ranges that let everyone in take the firewall away.
+	p.set(t, withSourceRanges(objs[len(objs)-1].(*corev1.Service), "0.0.0.0/0"))
+	checkKernelView(t, p)
+	if chains, _ := mustKernelView(t, p.ns, testTable); chains["firewall-default/fw/tcp/http"] > 0 {
+		t.Error("the firewall chain is still there with 0.0.0.0/0")
+	}
 	p.remove(t, objs[0], "default/web")
 	checkKernelView(t, p)
 	if _, ok := p.programmed["default/web"]; ok {
@@ -493,6 +511,60 @@ func TestTraffic(t *testing.T) {
 		}
 	})
 	checkKernelView(t, p)
+}
+
+// TestSourceRanges: loadBalancerSourceRanges let in only their clients
+// at the load-balancer address; the node port and the cluster IP are not
+// guarded, as under kube-proxy.
+func TestSourceRanges(t *testing.T) {
+	n := newTestNetwork(t, 1)
+	n.serve(t, 0, 8080, "ep0")
+	p := newTestProxier(t, n.node)
+	lb := newService("web", "10.96.0.10", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyCluster), func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: nodeClientIP}}
+	})
+	p.set(t, withSourceRanges(lb, "10.201.0.0/24"), newSlice("web", "web-1", 8080, readyEP(n.endpointIPs[0].String(), testNode)))
+	checkKernelView(t, p)
+	if name, _, err := dial(n.client, nodeClientIP+":80"); err != nil || name != "ep0" {
+		t.Errorf("client inside the ranges: answer %q, err %v", name, err)
+	}
+
+	p.set(t, withSourceRanges(lb, "198.51.100.0/24", "10.201.0.3/32"))
+	checkKernelView(t, p)
+	if err := dropped(n.client, nodeClientIP+":80"); err != nil {
+		t.Errorf("client outside the ranges at the load-balancer address: %v", err)
+	}
+	for _, a := range []string{nodeClientIP + ":30080", "10.96.0.10:80"} {
+		if name, _, err := dial(n.client, a); err != nil || name != "ep0" {
+			t.Errorf("%s, not guarded: answer %q, err %v", a, name, err)
+		}
+	}
+	// Without endpoints an allowed client is refused, another dropped.
+	p.set(t, withSourceRanges(lb, "10.201.0.2/32"), newSlice("web", "web-1", 8080))
+	if _, _, err := dial(n.client, nodeClientIP+":80"); !isRefused(err) {
+		t.Errorf("allowed client, no endpoints: err %v, want connection refused", err)
+	}
+	p.set(t, withSourceRanges(lb, "10.201.0.3/32"))
+	if err := dropped(n.client, nodeClientIP+":80"); err != nil {
+		t.Errorf("client outside the ranges, no endpoints: %v", err)
+	}
+	checkKernelView(t, p)
+}
+
+// dropped checks that a connection from ns to addr gets no answer at all.
+func dropped(ns netns.NsHandle, addr string) error {
+	return inNS(ns, func() error {
+		c, err := dialTimeout(addr, 300*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return errors.New("connected")
+		}
+		if !isTimeout(err) {
+			return fmt.Errorf("%w, want no answer (timeout)", err)
+		}
+		return nil
+	})
 }
 
 func isTimeout(err error) bool {

@@ -17,10 +17,23 @@ import (
 	"bonsai.dev/bonsai/client"
 )
 
+// LoadBalancerClass is the spec.loadBalancerClass of bonsai's built-in
+// load balancer: it serves LoadBalancer Services of no class (it is the
+// cluster's default implementation) and of this one, and leaves those of
+// any other class to their own implementation.
+const LoadBalancerClass = "bonsai.dev/service-lb"
+
+// ours reports whether the built-in load balancer serves svc's class.
+func ours(svc *corev1.Service) bool {
+	c := svc.Spec.LoadBalancerClass
+	return c == nil || *c == LoadBalancerClass
+}
+
 // lbStatusController is bonsai's built-in load balancer, k3s' ServiceLB
-// without its pods: a LoadBalancer Service of the default class gets the
-// Nodes' addresses as status.loadBalancer.ingress, and the proxy serves
-// those addresses at the Service's ports (they are external IPs to it).
+// without its pods: a LoadBalancer Service of no class, or of its own,
+// gets the Nodes' addresses as status.loadBalancer.ingress, and the proxy
+// serves those addresses at the Service's ports (they are external IPs
+// to it).
 // Every node's proxy computes the same status from the same Nodes, so
 // several of them agree rather than fight. As with ServiceLB, whose pods
 // take the port on every node, a Service asking for a port that an older
@@ -81,7 +94,7 @@ func (c *lbStatusController) sync(ctx context.Context, key string) error {
 	}
 	svc := obj.(*corev1.Service)
 	// Another class is another implementation's to serve.
-	if svc.Spec.LoadBalancerClass != nil {
+	if !ours(svc) {
 		return nil
 	}
 	want := c.ingress()
@@ -113,12 +126,12 @@ func (c *lbStatusController) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// portTaken reports whether an older LoadBalancer Service of the default
-// class has one of svc's ports (protocol and number).
+// portTaken reports whether an older LoadBalancer Service the built-in
+// load balancer serves has one of svc's ports (protocol and number).
 func (c *lbStatusController) portTaken(svc *corev1.Service) bool {
 	for _, obj := range c.services.List() {
 		o := obj.(*corev1.Service)
-		if o.UID == svc.UID || o.Spec.Type != corev1.ServiceTypeLoadBalancer || o.Spec.LoadBalancerClass != nil || o.DeletionTimestamp != nil {
+		if o.UID == svc.UID || o.Spec.Type != corev1.ServiceTypeLoadBalancer || !ours(o) || o.DeletionTimestamp != nil {
 			continue
 		}
 		if !olderThan(o, svc) {

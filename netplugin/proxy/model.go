@@ -50,11 +50,16 @@ type servicePort struct {
 	port                      uint16
 	clusterIP                 netip.Addr
 	nodePort                  uint16
-	externalIPs               []netip.Addr  // spec.externalIPs and status.loadBalancer.ingress IPs
-	affinity                  time.Duration // 0: no session affinity
-	internalLocal             bool          // internalTrafficPolicy: Local
-	externalLocal             bool          // externalTrafficPolicy: Local (only with external addresses)
-	endpoints                 []endpoint
+	externalIPs               []netip.Addr   // spec.externalIPs and status.loadBalancer.ingress IPs
+	lbIPs                     []netip.Addr   // the status.loadBalancer.ingress IPs alone
+	sourceRanges              []netip.Prefix // loadBalancerSourceRanges (IPv4); none: every client
+	affinity                  time.Duration  // 0: no session affinity
+	internalLocal             bool           // internalTrafficPolicy: Local
+	// node and zone are this node's name and topology.kubernetes.io/zone,
+	// for topology hints.
+	node, zone    string
+	externalLocal bool // externalTrafficPolicy: Local (only with external addresses)
+	endpoints     []endpoint
 }
 
 // id names the port in chain names, as kube-proxy does:
@@ -69,6 +74,9 @@ type endpoint struct {
 	addr                        netip.AddrPort
 	local                       bool
 	ready, serving, terminating bool
+	// zoneHints and nodeHints are the slice's hints.forZones and
+	// hints.forNodes names.
+	zoneHints, nodeHints []string
 }
 
 // labelServiceProxyName on a Service hands it to another proxy;
@@ -78,7 +86,7 @@ const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 // servicePorts turns a Service and its EndpointSlices into the ports the
 // proxy serves. Services without a cluster IP (headless, ExternalName)
 // get none: kube-proxy leaves them to DNS.
-func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName string) []servicePort {
+func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, nodeName, zone string) []servicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -89,7 +97,7 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 	if err != nil || !cip.Is4() {
 		return nil
 	}
-	var external []netip.Addr
+	var external, lbIPs []netip.Addr
 	for _, s := range svc.Spec.ExternalIPs {
 		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
 			external = append(external, a)
@@ -104,10 +112,16 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 			}
 			if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
 				external = append(external, a)
+				lbIPs = append(lbIPs, a)
 			}
 		}
 	}
 	slicesSortUnique(&external)
+	slicesSortUnique(&lbIPs)
+	var ranges []netip.Prefix
+	if len(lbIPs) > 0 {
+		ranges = sourceRanges(svc.Spec.LoadBalancerSourceRanges)
+	}
 
 	var affinity time.Duration
 	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
@@ -121,21 +135,47 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 	for _, p := range svc.Spec.Ports {
 		sp := servicePort{
 			namespace: svc.Namespace, name: svc.Name, portName: p.Name,
-			proto:         protocolOf(p.Protocol),
-			port:          uint16(p.Port),
-			clusterIP:     cip,
-			affinity:      affinity,
+			proto:     protocolOf(p.Protocol),
+			port:      uint16(p.Port),
+			clusterIP: cip,
+			affinity:  affinity,
+			node:      nodeName, zone: zone,
 			internalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal,
 		}
 		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			sp.nodePort = uint16(p.NodePort)
 		}
-		sp.externalIPs = external
+		sp.externalIPs, sp.lbIPs, sp.sourceRanges = external, lbIPs, ranges
 		sp.externalLocal = sp.hasExternal() && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 		sp.endpoints = endpointsFor(p, slices, nodeName)
 		out = append(out, sp)
 	}
 	return out
+}
+
+// sourceRanges are the IPv4 prefixes of loadBalancerSourceRanges, as
+// kube-proxy reads them: padded with spaces or not (validation lets
+// that through), those of the other family left out, and none at all
+// when one of them is 0.0.0.0/0, which lets every client in.
+func sourceRanges(in []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if p.Bits() == 0 {
+			return nil
+		}
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }
 
 // endpointsFor collects the endpoints of a service port from all the
@@ -187,11 +227,20 @@ func endpointsFor(p corev1.ServicePort, eps []*discoveryv1.EndpointSlice, nodeNa
 				serving = *e.Conditions.Serving
 			}
 			terminating := e.Conditions.Terminating != nil && *e.Conditions.Terminating
-			out = append(out, endpoint{
+			ep := endpoint{
 				addr:  ap,
 				local: e.NodeName != nil && *e.NodeName == nodeName,
 				ready: ready, serving: serving, terminating: terminating,
-			})
+			}
+			if h := e.Hints; h != nil {
+				for _, z := range h.ForZones {
+					ep.zoneHints = append(ep.zoneHints, z.Name)
+				}
+				for _, n := range h.ForNodes {
+					ep.nodeHints = append(ep.nodeHints, n.Name)
+				}
+			}
+			out = append(out, ep)
 		}
 	}
 	slices.SortFunc(out, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
@@ -219,6 +268,42 @@ func usable(eps []endpoint, onlyLocal bool) []endpoint {
 		return ready
 	}
 	return terminating
+}
+
+// clusterEndpoints are the endpoints of sp that get traffic under the
+// Cluster policies (see usable), narrowed by topology hints as
+// kube-proxy narrows them: when every ready endpoint has a node hint
+// and one is for this node, those for this node; else when every ready
+// endpoint has a zone hint and one is for this node's zone, those for
+// the zone; else all of them. Hints are not used at all when either
+// traffic policy is Local (those keep to this node already), nor for
+// the terminating endpoints used when none is ready.
+func clusterEndpoints(sp *servicePort) []endpoint {
+	eps := usable(sp.endpoints, false)
+	if sp.internalLocal || sp.externalLocal || len(eps) == 0 || !eps[0].ready {
+		return eps
+	}
+	var forNode, forZone []endpoint
+	allNode, allZone := true, true
+	for _, e := range eps {
+		if len(e.nodeHints) == 0 {
+			allNode = false
+		} else if slices.Contains(e.nodeHints, sp.node) {
+			forNode = append(forNode, e)
+		}
+		if len(e.zoneHints) == 0 {
+			allZone = false
+		} else if sp.zone != "" && slices.Contains(e.zoneHints, sp.zone) {
+			forZone = append(forZone, e)
+		}
+	}
+	switch {
+	case allNode && len(forNode) > 0:
+		return forNode
+	case allZone && len(forZone) > 0:
+		return forZone
+	}
+	return eps
 }
 
 func slicesSortUnique(a *[]netip.Addr) {

@@ -11,12 +11,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/netplugin"
 )
 
 const (
@@ -87,9 +89,23 @@ type Proxier struct {
 
 	metrics *proxyMetrics
 
+	// health serves the health-check node ports.
+	health *healthServer
+	// netns is the network namespace New ran in, where the health
+	// server listens; New's caller's (-1 without New).
+	netns netns.NsHandle
+
 	mu       sync.Mutex
 	dirty    map[string]bool // service keys changed since the last sync
 	needFull bool
+	// zone is this node's topology.kubernetes.io/zone label, for
+	// topology hints; syncZone is what the sync under way uses (only
+	// sync touches it).
+	zone, syncZone string
+	// pendingSince is when the oldest change not yet in the kernel
+	// came (zero: none); one older than healthTimeout makes the proxy
+	// unhealthy.
+	pendingSince time.Time
 	// triggers are the last-change-trigger-times of the EndpointSlices
 	// changed since the last sync, for the network programming latency.
 	triggers []time.Time
@@ -130,6 +146,14 @@ func New(cfg Config) (*Proxier, error) {
 	nodeInf := cfg.Informers.For(&corev1.Node{})
 	p := newProxier(cfg, newKernelTable(conn, TableName(cfg.Bridge)), svcInf.GetIndexer(), sliceInf.GetIndexer())
 	p.conntrack = ct
+	// Health-check ports are listened on where the table is, in the
+	// namespace New runs in (the host's; a test's own).
+	if p.netns, err = netns.Get(); err != nil {
+		conn.Close()
+		ct.Close()
+		return nil, fmt.Errorf("proxy: open the current network namespace: %w", err)
+	}
+	p.health.within = func(fn func() error) error { return netplugin.Within(p.netns, fn) }
 	if cfg.Metrics != nil {
 		if err := p.metrics.register(cfg.Metrics); err != nil {
 			conn.Close()
@@ -192,14 +216,39 @@ func (p *Proxier) watch(services, slices, nodes cache.SharedIndexInformer) error
 	// objects marked dirty after it would be synced again, one by one
 	// (1,000 Services: a 50 ms partial sync right after the full one).
 	p.synced = append(p.synced, svcReg.HasSynced, sliceReg.HasSynced)
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.lb.enqueueAll() },
-		UpdateFunc: func(any, any) { p.lb.enqueueAll() },
+	nodeReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.nodeChanged(obj); p.lb.enqueueAll() },
+		UpdateFunc: func(_, obj any) { p.nodeChanged(obj); p.lb.enqueueAll() },
 		DeleteFunc: func(any) { p.lb.enqueueAll() },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watch Nodes: %w", err)
 	}
+	// The first sync knows this node's zone.
+	p.synced = append(p.synced, nodeReg.HasSynced)
 	return nil
+}
+
+// nodeChanged follows this node's zone: when it changes, every Service
+// is written again with the hints for the new zone.
+func (p *Proxier) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok || n.Name != p.nodeName {
+		return
+	}
+	zone := n.Labels[corev1.LabelTopologyZone]
+	p.mu.Lock()
+	changed := zone != p.zone
+	if changed {
+		p.zone, p.needFull = zone, true
+	}
+	p.mu.Unlock()
+	if changed {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) *Proxier {
@@ -212,14 +261,16 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 	if cfg.Bridge == "" {
 		cfg.Bridge = defaultBridge
 	}
-	return &Proxier{
+	p := &Proxier{
 		log:      cfg.Logger.With("component", "proxy"),
+		netns:    -1,
 		nodeName: cfg.NodeName,
 		rc: ruleConfig{
 			bridge:        cfg.Bridge,
 			clusterCIDR:   cfg.ClusterCIDR.Masked(),
 			serviceCIDR:   cfg.ServiceCIDR.Masked(),
 			nodePortCIDRs: cfg.NodePortAddresses,
+			nodeIPs:       cfg.NodeIPs,
 		},
 		minSync:    cfg.MinSyncInterval,
 		metrics:    newProxyMetrics(),
@@ -234,6 +285,16 @@ func newProxier(cfg Config, table *kernelTable, services, slices cache.Indexer) 
 		conflicted: map[string]bool{},
 		choosers:   newChooserIDs(),
 	}
+	p.health = newHealthServer(p.log, cfg.NodePortAddresses, p.healthy)
+	return p
+}
+
+// healthy is serviceProxyHealthy of the health checks: false once a
+// change has waited more than healthTimeout for the kernel.
+func (p *Proxier) healthy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pendingSince.IsZero() || time.Since(p.pendingSince) < healthTimeout
 }
 
 func (p *Proxier) serviceChanged(obj any) {
@@ -267,6 +328,9 @@ func (p *Proxier) sliceChanged(obj any) {
 func (p *Proxier) markDirty(key string) {
 	p.mu.Lock()
 	p.dirty[key] = true
+	if p.pendingSince.IsZero() {
+		p.pendingSince = time.Now()
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -283,6 +347,8 @@ func (p *Proxier) markDirty(key string) {
 func (p *Proxier) Run(ctx context.Context) error {
 	defer p.table.conn.Close()
 	defer p.conntrack.Close()
+	defer p.netns.Close()
+	defer p.health.stop()
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return nil
 	}

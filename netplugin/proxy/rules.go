@@ -16,24 +16,28 @@ import (
 
 // Names of the table's fixed chains and maps; see the package doc.
 const (
-	chainNATPrerouting   = "nat-prerouting"
-	chainNATOutput       = "nat-output"
-	chainNATPostrouting  = "nat-postrouting"
-	chainFilterInput     = "filter-input"
-	chainFilterForward   = "filter-forward"
-	chainFilterOutput    = "filter-output"
-	chainServices        = "services"
-	chainMasquerading    = "masquerading"
-	chainMarkForMasq     = "mark-for-masquerade"
-	chainServiceEPCheck  = "service-endpoints-check"
-	chainNodePortEPCheck = "nodeport-endpoints-check"
-	chainReject          = "reject-chain"
-	chainClusterIPsCheck = "cluster-ips-check"
+	chainNATPrerouting    = "nat-prerouting"
+	chainNATOutput        = "nat-output"
+	chainNATPostrouting   = "nat-postrouting"
+	chainFilterInput      = "filter-input"
+	chainFilterForward    = "filter-forward"
+	chainFilterOutput     = "filter-output"
+	chainServices         = "services"
+	chainMasquerading     = "masquerading"
+	chainMarkForMasq      = "mark-for-masquerade"
+	chainServiceEPCheck   = "service-endpoints-check"
+	chainNodePortEPCheck  = "nodeport-endpoints-check"
+	chainReject           = "reject-chain"
+	chainClusterIPsCheck  = "cluster-ips-check"
+	chainFilterPreDNAT    = "filter-prerouting-pre-dnat"
+	chainFilterOutPreDNAT = "filter-output-pre-dnat"
+	chainFirewallCheck    = "firewall-check"
 
 	mapServiceIPs          = "service-ips"
 	mapServiceNodePorts    = "service-nodeports"
 	mapNoEndpointServices  = "no-endpoint-services"
 	mapNoEndpointNodePorts = "no-endpoint-nodeports"
+	mapFirewallIPs         = "firewall-ips"
 	setClusterIPs          = "cluster-ips"
 	setHairpin             = "hairpin"
 )
@@ -164,6 +168,9 @@ type ruleConfig struct {
 	clusterCIDR   netip.Prefix   // invalid: no masquerade of off-cluster ClusterIP traffic
 	serviceCIDR   netip.Prefix   // invalid: no drop of traffic to unallocated service IPs
 	nodePortCIDRs []netip.Prefix // empty: every local address, 127.0.0.1 included
+	// nodeIPs are the node's addresses: a source range that holds one
+	// lets in the load-balancer addresses too (see serviceObjects).
+	nodeIPs []netip.Addr
 }
 
 // namedSets are the definitions of the table's shared sets and maps,
@@ -174,7 +181,7 @@ func namedSets(t *nftables.Table) map[string]*nftables.Set {
 	protoPort := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 	m := map[string]*nftables.Set{}
 	for name, key := range map[string]nftables.SetDatatype{
-		mapServiceIPs: addrProtoPort, mapNoEndpointServices: addrProtoPort,
+		mapServiceIPs: addrProtoPort, mapNoEndpointServices: addrProtoPort, mapFirewallIPs: addrProtoPort,
 		mapServiceNodePorts: protoPort, mapNoEndpointNodePorts: protoPort,
 	} {
 		m[name] = &nftables.Set{Table: t, Name: name, IsMap: true, Concatenation: true, KeyType: key, DataType: nftables.TypeVerdict}
@@ -222,6 +229,12 @@ func baseObjects(c ruleConfig) objects {
 	}
 	filter := func(h *nftables.ChainHook, hookName string) *hook {
 		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityFilter, hookName: hookName, prioName: "filter"}
+	}
+	// Before DNAT, while the destination is still the load balancer's
+	// address, as kube-proxy's chains of these names.
+	preDNAT := func(h *nftables.ChainHook, hookName string) *hook {
+		return &hook{typ: nftables.ChainTypeFilter, num: h, prio: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest - 10),
+			hookName: hookName, prioName: "dstnat - 10"}
 	}
 	var services []*rule
 	if c.clusterCIDR.IsValid() {
@@ -294,6 +307,16 @@ func baseObjects(c ruleConfig) objects {
 			newRule().ctStateNew().jump(chainServiceEPCheck),
 			newRule().ctStateNew().jump(chainClusterIPsCheck),
 		}},
+		// loadBalancerSourceRanges: a new connection to a load-balancer
+		// address of a Service that has them goes to the Service's
+		// firewall chain, which drops other clients.
+		{name: chainFilterPreDNAT, hook: preDNAT(nftables.ChainHookPrerouting, "prerouting"), rules: []*rule{
+			newRule().ctStateNew().jump(chainFirewallCheck),
+		}},
+		{name: chainFilterOutPreDNAT, hook: preDNAT(nftables.ChainHookOutput, "output"), rules: []*rule{
+			newRule().ctStateNew().jump(chainFirewallCheck),
+		}},
+		{name: chainFirewallCheck, rules: []*rule{newRule().vmapDaddrProtoPort(mapFirewallIPs)}},
 		{name: chainClusterIPsCheck, rules: clusterIPsCheck},
 		{name: chainServices, rules: services},
 		{name: chainMasquerading, rules: []*rule{
@@ -311,6 +334,7 @@ func baseObjects(c ruleConfig) objects {
 func serviceChain(sp *servicePort) string  { return "service-" + sp.id() }
 func localChain(sp *servicePort) string    { return "local-" + sp.id() }
 func externalChain(sp *servicePort) string { return "external-" + sp.id() }
+func firewallChain(sp *servicePort) string { return "firewall-" + sp.id() }
 func endpointChain(sp *servicePort, e endpoint) string {
 	return "endpoint-" + sp.id() + "__" + e.addr.String()
 }
@@ -354,7 +378,7 @@ func setName(prefix, long string) string {
 //
 // It appends to o, which may hold the Service's other ports.
 func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) {
-	cluster := usable(sp.endpoints, false)
+	cluster := clusterEndpoints(sp)
 	var local []endpoint
 	if sp.internalLocal || sp.externalLocal {
 		local = usable(sp.endpoints, true)
@@ -441,6 +465,7 @@ func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) 
 		o.elems = append(o.elems, addrElem(mapNoEndpointServices, sp.clusterIP, sp, noEndpoint))
 	}
 
+	firewallObjects(o, sp, c)
 	if !sp.hasExternal() {
 		return
 	}
@@ -482,6 +507,35 @@ func serviceObjects(o *objects, sp *servicePort, c ruleConfig, ids *chooserIDs) 
 		if sp.nodePort != 0 {
 			o.elems = append(o.elems, portElem(mapNoEndpointNodePorts, sp, noEndpoint))
 		}
+	}
+}
+
+// firewallObjects enforce a Service's loadBalancerSourceRanges, as
+// kube-proxy does: a new connection to one of its load-balancer
+// addresses (not its external IPs, node port or cluster IP) from a
+// client outside the ranges is dropped, whether or not the Service has
+// endpoints. A range that holds a node address lets the load-balancer
+// addresses in as sources too: the node reaching a load-balancer address
+// it holds itself may come from it.
+func firewallObjects(o *objects, sp *servicePort, c ruleConfig) {
+	if len(sp.lbIPs) == 0 || len(sp.sourceRanges) == 0 {
+		return
+	}
+	var r []*rule
+	fromNode := false
+	for _, p := range sp.sourceRanges {
+		r = append(r, newRule().saddr(p, true).ret())
+		fromNode = fromNode || slices.ContainsFunc(c.nodeIPs, p.Contains)
+	}
+	if fromNode {
+		for _, a := range sp.lbIPs {
+			r = append(r, newRule().saddr(netip.PrefixFrom(a, 32), true).ret())
+		}
+	}
+	r = append(r, newRule().drop())
+	o.chains = append(o.chains, chainDef{name: firewallChain(sp), rules: r})
+	for _, a := range sp.lbIPs {
+		o.elems = append(o.elems, addrElem(mapFirewallIPs, a, sp, gotoVerdict(firewallChain(sp))))
 	}
 }
 

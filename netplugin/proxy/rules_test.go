@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,27 +25,34 @@ var goldenConfig = Config{
 // these Services and slices; with Services, only their part.
 func goldenTable(t *testing.T, cfg Config, objs ...any) string {
 	t.Helper()
-	services, slices := testIndexers()
+	services, sliceStore := testIndexers()
+	zone := ""
 	for _, o := range objs {
 		switch o := o.(type) {
+		case nodeZone:
+			zone = string(o)
 		case *corev1.Service:
 			mustAdd(t, services, o)
 		case *discoveryv1.EndpointSlice:
-			mustAdd(t, slices, o)
+			mustAdd(t, sliceStore, o)
 		}
 	}
-	p := newProxier(cfg, nil, services, slices)
+	p := newProxier(cfg, nil, services, sliceStore)
+	p.syncZone = zone
 	var all []objects
 	if len(services.ListKeys()) == 0 {
 		all = append(all, baseObjects(p.rc))
 	}
-	for _, key := range services.ListKeys() {
-		if o, ok := p.serviceObjects(key); ok {
+	for _, key := range slices.Sorted(slices.Values(services.ListKeys())) {
+		if o, _, ok := p.serviceObjects(key); ok {
 			all = append(all, o)
 		}
 	}
 	return renderTable(TableName(""), all)
 }
+
+// nodeZone among goldenTable's objects is the node's zone.
+type nodeZone string
 
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
@@ -162,6 +170,40 @@ func TestGoldenRules(t *testing.T) {
 				ep{ip: "10.42.0.5", node: testNode, serving: true, terminating: true}),
 		}},
 		{name: "multiport", objs: []any{twoPorts, twoPortsSlice}},
+		// loadBalancerSourceRanges guard the load-balancer address (not
+		// the external IP, node port or cluster IP), endpoints or not;
+		// a range holding the node's address lets the load-balancer
+		// address in as a source too.
+		{name: "source-ranges", cfg: func(c *Config) { c.NodeIPs = []netip.Addr{addr("192.0.2.1")} }, objs: []any{
+			withSourceRanges(lb, " 198.51.100.0/24", "192.0.2.0/28", "2001:db8::/32"),
+			newSlice("lb", "lb-1", 8080, readyEP("10.42.0.5", testNode)),
+			newService("lb-none", "10.43.0.31", 81, nodePort(30081, corev1.ServiceExternalTrafficPolicyCluster), func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.7/32"}
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+			}),
+		}},
+		// Topology hints: the node's zone's endpoints for the Cluster
+		// policy; the Local policy (here external) keeps all, as the
+		// node itself and pods reach a NodePort Service through the
+		// service chain.
+		{name: "topology-hints", objs: []any{
+			nodeZone("zone-a"),
+			newService("web", "10.43.0.10", 80),
+			zoneSlice("web", "web-1", 8080, map[string]string{"10.42.1.5": "zone-a", "10.42.1.6": "zone-b", "10.42.1.7": "zone-a"}),
+			newService("local", "10.43.0.11", 80, nodePort(30080, corev1.ServiceExternalTrafficPolicyLocal)),
+			zoneSlice("local", "local-1", 8080, map[string]string{"10.42.1.5": "zone-a", "10.42.1.6": "zone-b"}),
+		}},
+		// 0.0.0.0/0 lets everyone in: no firewall at all, as with no
+		// ranges; so do ranges without a load-balancer address.
+		{name: "source-ranges-open", objs: []any{
+			withSourceRanges(lb, "198.51.100.0/24", "0.0.0.0/0"),
+			newSlice("lb", "lb-1", 8080, readyEP("10.42.0.5", testNode)),
+			newService("np", "10.43.0.32", 82, nodePort(30082, corev1.ServiceExternalTrafficPolicyCluster), func(s *corev1.Service) {
+				s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+				s.Spec.ExternalIPs = []string{"192.0.2.20"}
+			}),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +214,12 @@ func TestGoldenRules(t *testing.T) {
 			checkGolden(t, tt.name, goldenTable(t, cfg, tt.objs...))
 		})
 	}
+}
+
+func withSourceRanges(svc *corev1.Service, ranges ...string) *corev1.Service {
+	svc = svc.DeepCopy()
+	svc.Spec.LoadBalancerSourceRanges = ranges
+	return svc
 }
 
 func TestUsableEndpoints(t *testing.T) {

@@ -160,14 +160,14 @@ func TestRun(t *testing.T) {
 	}
 
 	// A load balancer of another class is not ours to fill in. Made
-	// before a second Service of the default class, whose status shows
-	// the controller got past it.
-	other := "example.com/other"
+	// before a second Service, of bonsai's own class, whose status shows
+	// the controller got past it and serves its class.
+	other, own := "example.com/other", LoadBalancerClass
 	for _, s := range []*corev1.Service{
 		{ObjectMeta: metav1.ObjectMeta{Name: "classed"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 			LoadBalancerClass: &other, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 81}}}},
+			LoadBalancerClass: &own, Ports: []corev1.ServicePort{{Name: "http", Port: 81}}}},
 	} {
 		if _, err := e.Client.Core.Services("default").Create(e.Ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

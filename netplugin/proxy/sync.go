@@ -17,8 +17,9 @@ const FullSyncLog = "programmed the whole service proxy table"
 // a full sync is due (the first, the hourly one, one after a failure).
 func (p *Proxier) sync() error {
 	p.mu.Lock()
-	dirty, full, triggers := p.dirty, p.needFull, p.triggers
-	p.dirty, p.needFull, p.triggers = map[string]bool{}, false, nil
+	dirty, full, triggers, pending := p.dirty, p.needFull, p.triggers, p.pendingSince
+	p.dirty, p.needFull, p.triggers, p.pendingSince = map[string]bool{}, false, nil, time.Time{}
+	p.syncZone = p.zone
 	p.mu.Unlock()
 
 	start := time.Now()
@@ -34,6 +35,12 @@ func (p *Proxier) sync() error {
 		p.mu.Lock()
 		p.needFull = true
 		p.triggers = append(p.triggers, triggers...)
+		if pending.IsZero() {
+			pending = start
+		}
+		if p.pendingSince.IsZero() || pending.Before(p.pendingSince) {
+			p.pendingSince = pending
+		}
 		p.mu.Unlock()
 		return err
 	}
@@ -54,9 +61,13 @@ func (p *Proxier) syncFull() error {
 	owners := newClaimer(nil, nil)
 	conflicted := map[string]bool{}
 	want := map[string]objects{}
+	checks := map[string]healthCheck{}
 	all := []objects{baseObjects(p.rc)}
 	for _, k := range keys {
-		o, ok := p.serviceObjects(k)
+		o, hc, ok := p.serviceObjects(k)
+		if hc.port != 0 {
+			checks[k] = hc
+		}
 		if !ok {
 			continue
 		}
@@ -78,6 +89,7 @@ func (p *Proxier) syncFull() error {
 	p.programmed, p.conflicted, p.owners = want, conflicted, owners.taken
 	p.choosers.keepOnly(want)
 	p.clearUDPFlows(stale)
+	p.health.update(checks, true)
 	return nil
 }
 
@@ -91,9 +103,11 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 	var changes []change
 	next := map[string]objects{}
 	conflicted := map[string]bool{}
+	checks := make(map[string]healthCheck, len(keys))
 	freed := false
 	for _, k := range keys {
-		o, _ := p.serviceObjects(k)
+		o, hc, _ := p.serviceObjects(k)
+		checks[k] = hc
 		o, lost := owners.claim(k, o)
 		if len(lost) > 0 {
 			conflicted[k] = true
@@ -118,6 +132,7 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 		p.choosers.release(ch.old, ch.new)
 	}
 	p.clearUDPFlows(stale)
+	p.health.update(checks, false)
 	was := make(map[string]objects, len(next))
 	for k := range next {
 		was[k] = p.programmed[k]
@@ -148,12 +163,13 @@ func (p *Proxier) syncDirty(dirty map[string]bool) error {
 	return nil
 }
 
-// serviceObjects is what the Service key needs in the table now; false
-// when it needs nothing (gone, headless, ExternalName).
-func (p *Proxier) serviceObjects(key string) (objects, bool) {
+// serviceObjects is what the Service key needs in the table now, and
+// of the health server; false when it needs nothing in the table (gone,
+// headless, ExternalName).
+func (p *Proxier) serviceObjects(key string) (objects, healthCheck, bool) {
 	obj, exists, err := p.services.GetByKey(key)
 	if err != nil || !exists {
-		return objects{}, false
+		return objects{}, healthCheck{}, false
 	}
 	svc := obj.(*corev1.Service)
 	sliceObjs, err := p.slices.ByIndex(client.SliceServiceIndex, key)
@@ -164,13 +180,17 @@ func (p *Proxier) serviceObjects(key string) (objects, bool) {
 	for _, o := range sliceObjs {
 		eps = append(eps, o.(*discoveryv1.EndpointSlice))
 	}
-	ports := servicePorts(svc, eps, p.nodeName)
+	ports := servicePorts(svc, eps, p.nodeName, p.syncZone)
 	if len(ports) == 0 {
-		return objects{}, false
+		return objects{}, healthCheck{}, false
 	}
 	out := objects{elems: []elem{clusterIPElem(ports[0].clusterIP)}}
 	for i := range ports {
 		serviceObjects(&out, &ports[i], p.rc, p.choosers)
 	}
-	return out, true
+	var hc healthCheck
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		hc = serviceHealthCheck(svc.Spec.HealthCheckNodePort, ports)
+	}
+	return out, hc, true
 }
