@@ -349,7 +349,7 @@ func (c *Controller) replicasForMetrics(ctx context.Context, hpa *autoscalingv2.
 		firstInvalid condition
 	)
 	for i, spec := range specs {
-		proposal, name, cond, err := c.replicasForMetric(ctx, rc, hpa, spec, scale.Spec.Replicas, selector, pods, &statuses[i])
+		proposal, name, cond, err := c.replicasForMetric(ctx, rc, hpa, spec, scale.Spec.Replicas, scale.Status.Replicas, selector, pods, &statuses[i])
 		if err != nil {
 			if invalid == 0 {
 				firstErr, firstInvalid = err, cond
@@ -451,7 +451,7 @@ func (c *Controller) unable(hpa *autoscalingv2.HorizontalPodAutoscaler, reason s
 }
 
 // replicasForMetric is one metric's count, name and status.
-func (c *Controller) replicasForMetric(ctx context.Context, rc replicaCalc, hpa *autoscalingv2.HorizontalPodAutoscaler, spec autoscalingv2.MetricSpec, current int32, sel labels.Selector, pods []*corev1.Pod, status *autoscalingv2.MetricStatus) (int32, string, condition, error) {
+func (c *Controller) replicasForMetric(ctx context.Context, rc replicaCalc, hpa *autoscalingv2.HorizontalPodAutoscaler, spec autoscalingv2.MetricSpec, current, statusReplicas int32, sel labels.Selector, pods []*corev1.Pod, status *autoscalingv2.MetricStatus) (int32, string, condition, error) {
 	switch spec.Type {
 	case autoscalingv2.ResourceMetricSourceType:
 		if spec.Resource == nil {
@@ -474,30 +474,13 @@ func (c *Controller) replicasForMetric(ctx context.Context, rc replicaCalc, hpa 
 		}
 		*status = autoscalingv2.MetricStatus{Type: spec.Type, ContainerResource: &autoscalingv2.ContainerResourceMetricStatus{Name: s.Name, Container: s.Container, Current: *cur}}
 		return n, name, condition{}, nil
-	case autoscalingv2.PodsMetricSourceType:
-		if spec.Pods == nil {
+	case autoscalingv2.PodsMetricSourceType, autoscalingv2.ObjectMetricSourceType, autoscalingv2.ExternalMetricSourceType:
+		if (spec.Type == autoscalingv2.PodsMetricSourceType && spec.Pods == nil) ||
+			(spec.Type == autoscalingv2.ObjectMetricSourceType && spec.Object == nil) ||
+			(spec.Type == autoscalingv2.ExternalMetricSourceType && spec.External == nil) {
 			break
 		}
-		err := c.targets.customMetric(ctx, "/apis/custom.metrics.k8s.io/v1beta2/namespaces/"+hpa.Namespace+"/pods/*/"+spec.Pods.Metric.Name)
-		err = fmt.Errorf("failed to get pods metric value: unable to get metric %s: unable to fetch metrics from custom metrics API: %v", spec.Pods.Metric.Name, err)
-		return 0, "", c.unable(hpa, "FailedGetPodsMetric", err), err
-	case autoscalingv2.ObjectMetricSourceType:
-		if spec.Object == nil {
-			break
-		}
-		o := spec.Object.DescribedObject
-		err := c.targets.customMetric(ctx, "/apis/custom.metrics.k8s.io/v1beta2/namespaces/"+hpa.Namespace+"/"+o.Kind+"/"+o.Name+"/"+spec.Object.Metric.Name)
-		err = fmt.Errorf("failed to get object metric value: unable to get metric %s: %s on %s %s/%s: unable to fetch metrics from custom metrics API: %v",
-			spec.Object.Metric.Name, o.Kind, hpa.Namespace, o.Kind, o.Name, err)
-		return 0, "", c.unable(hpa, "FailedGetObjectMetric", err), err
-	case autoscalingv2.ExternalMetricSourceType:
-		if spec.External == nil {
-			break
-		}
-		err := c.targets.customMetric(ctx, "/apis/external.metrics.k8s.io/v1beta1/namespaces/"+hpa.Namespace+"/"+spec.External.Metric.Name)
-		err = fmt.Errorf("failed to get external metric value: unable to get external metric %s/%s: unable to fetch metrics from external metrics API: %v",
-			hpa.Namespace, spec.External.Metric.Name, err)
-		return 0, "", c.unable(hpa, "FailedGetExternalMetric", err), err
+		return c.customReplicas(ctx, rc, hpa, spec, current, statusReplicas, sel, pods, status)
 	}
 	// Validation lets no other type in.
 	err := fmt.Errorf("unknown metric source type %q", string(spec.Type))

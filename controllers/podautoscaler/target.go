@@ -137,16 +137,3 @@ func (t *targets) podMetrics(ctx context.Context, ns string, sel labels.Selector
 	}
 	return out, nil
 }
-
-// customMetric asks an API bonsai does not serve itself
-// (custom.metrics.k8s.io, external.metrics.k8s.io) for a metric, and
-// gives back its answer as the error: such a metric counts only when an
-// adapter serves the API through an APIService, which bonsai leaves to
-// the user. The path is upstream's request for the metric.
-func (t *targets) customMetric(ctx context.Context, path string) error {
-	err := t.rest.Get().AbsPath(path).Do(ctx).Error()
-	if err == nil {
-		err = fmt.Errorf("metrics of this type are not supported by bonsai's autoscaler")
-	}
-	return err
-}
