@@ -261,3 +261,85 @@ func TestGenerateName(t *testing.T) {
 		}
 	}
 }
+
+// The whole loop on a simulated node with the scheduler: a pod's claim
+// is made from its template, allocated the node's only device and
+// reserved before the pod is bound; a second pod wanting the device
+// waits with kube-scheduler's message until the first is deleted, whose
+// reservation the controller drops and whose claim it deallocates — then
+// the second gets the device.
+func TestDevicesFreedForTheNextPod(t *testing.T) {
+	e := clustertest.New(t, clustertest.Options{Nodes: 1})
+	clustertest.Start(e, func(inf *client.Informers) (*resourceclaim.Controller, error) {
+		return resourceclaim.New(resourceclaim.Config{Client: e.Client, Informers: inf, Logger: e.Log})
+	})
+	rs := e.Client.Resource
+	if _, err := rs.DeviceClasses().Create(e.Ctx, &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.ResourceSlices().Create(e.Ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "sim-0-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: "gpu.example.com", NodeName: ptr.To("sim-0"), Pool: resourcev1.ResourcePool{Name: "sim-0", ResourceSliceCount: 1},
+		Devices: []resourcev1.Device{{Name: "gpu-0"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	template(e, t, "gpu")
+	claimOf := func(name string) *resourcev1.ResourceClaim {
+		p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
+		if err != nil || len(p.Status.ResourceClaimStatuses) == 0 {
+			return nil
+		}
+		c, err := rs.ResourceClaims("default").Get(e.Ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	running := func(name string) func() (bool, error) {
+		return func() (bool, error) {
+			p, err := e.Client.Core.Pods("default").Get(e.Ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName == "sim-0" && p.Status.Phase == corev1.PodRunning, err
+		}
+	}
+	for _, name := range []string{"first", "second"} {
+		if _, err := e.Client.Core.Pods("default").Create(e.Ctx, pod(name, "", corev1.PodResourceClaim{Name: "accel", ResourceClaimTemplateName: ptr.To("gpu")}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if name == "first" {
+			waitFor(t, "first running", running("first"))
+		}
+	}
+	first := claimOf("first")
+	if first == nil || first.Status.Allocation == nil || first.Status.Allocation.Devices.Results[0].Device != "gpu-0" || len(first.Status.ReservedFor) != 1 {
+		t.Fatalf("first's claim: %+v", first)
+	}
+	const msg = "0/1 nodes are available: 1 cannot allocate all claims."
+	waitFor(t, "second unschedulable", func() (bool, error) {
+		p, err := e.Client.Core.Pods("default").Get(e.Ctx, "second", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message == msg {
+				return p.Spec.NodeName == "", nil
+			}
+		}
+		return false, nil
+	})
+	if err := e.Client.Core.Pods("default").Delete(e.Ctx, "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "second running on the freed device", running("second"))
+	second := claimOf("second")
+	if second == nil || second.Status.Allocation == nil || second.Status.Allocation.Devices.Results[0].Device != "gpu-0" {
+		t.Fatalf("second's claim: %+v", second)
+	}
+	waitFor(t, "first's claim deallocated", func() (bool, error) {
+		c, err := rs.ResourceClaims("default").Get(e.Ctx, first.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil // and gone: nothing holds it
+		}
+		return err == nil && c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0, err
+	})
+}
