@@ -203,6 +203,34 @@ func TestResourceAPI(t *testing.T) {
 		wantInvalid(t, "bad effect", err, `spec.taint.effect: Unsupported value: "Sometimes"`)
 	})
 
+	t.Run("pod claims", func(t *testing.T) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "claims"}, Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{
+				{Name: "gpu", ResourceClaimName: ptr.To("gpu")},
+				{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")},
+				{Name: "both", ResourceClaimName: ptr.To("a"), ResourceClaimTemplateName: ptr.To("b")},
+				{Name: "neither"},
+			},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}, {Name: "gpu"}, {Name: "nosuch"}}}}},
+		}}
+		_, err := e.cs.CoreV1().Pods("default").Create(e.ctx, p, metav1.CreateOptions{})
+		wantInvalid(t, "bad pod claims", err,
+			`spec.resourceClaims[1].name: Duplicate value: "gpu"`,
+			"spec.resourceClaims[2]: Invalid value", "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified",
+			"spec.resourceClaims[3]: Invalid value", "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+			`spec.containers[0].resources.claims[1]: Duplicate value: "gpu"`,
+			`spec.containers[0].resources.claims[2]: Not found: "nosuch": must be one of the names in pod.spec.resourceClaims: both, gpu, neither`)
+		p.Spec.ResourceClaims = p.Spec.ResourceClaims[:1]
+		p.Spec.Containers[0].Resources.Claims = p.Spec.Containers[0].Resources.Claims[:1]
+		p, err = e.cs.CoreV1().Pods("default").Create(e.ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "other", ResourceClaimName: ptr.To("x")}}
+		_, err = e.cs.CoreV1().Pods("default").UpdateStatus(e.ctx, p, metav1.UpdateOptions{})
+		wantInvalid(t, "status of an unknown claim", err, "status.resourceClaimStatuses[0].name: Invalid value: \"other\": must match the name of an entry in `spec.resourceClaims`")
+	})
+
 	t.Run("tables", func(t *testing.T) {
 		for _, c := range []struct {
 			path    string
