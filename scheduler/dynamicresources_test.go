@@ -307,3 +307,66 @@ func TestDynamicResourcesBurst(t *testing.T) {
 		}
 	}
 }
+
+// A request with adminAccess (in a namespace labelled for it) gets a
+// device another claim holds, and leaves it free for others, as
+// upstream counts admin access.
+func TestDynamicResourcesAdminAccess(t *testing.T) {
+	a := newTestAPI(t)
+	ctx := context.Background()
+	a.createNode(t, node("n0", nil))
+	a.createClass(t, draDriver, `device.driver == "gpu.example.com"`)
+	a.createSlice(t, "n0", map[string]map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"gpu-0": attrs("model", "a100")})
+	if _, err := a.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops",
+		Labels: map[string]string{"resource.kubernetes.io/admin-access": "true"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cs.CoreV1().ServiceAccounts("ops").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.startScheduler(t, Options{})
+	a.createClaim(t, "user", []resourcev1.DeviceRequest{request("gpu", nil)})
+	a.createPod(t, pod("user", nil, withClaim("user")))
+	a.waitPods(t, "user scheduled", func(ps []corev1.Pod) bool { return len(ps) == 1 && ps[0].Spec.NodeName == "n0" })
+
+	admin := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "monitor", Namespace: "ops"}, Spec: resourcev1.ResourceClaimSpec{
+		Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{request("gpu", func(r *resourcev1.ExactDeviceRequest) { r.AdminAccess = ptr.To(true) })}}}}
+	if _, err := a.cs.ResourceV1().ResourceClaims("ops").Create(ctx, admin, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := pod("monitor", nil, withClaim("monitor"))
+	p.Namespace = "ops"
+	a.createPod(t, p)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := a.cs.CoreV1().Pods("ops").Get(ctx, "monitor", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.NodeName == "n0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin pod not scheduled: %s", summary([]corev1.Pod{*got}))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, err := a.cs.ResourceV1().ResourceClaims("ops").Get(ctx, "monitor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Status.Allocation.Devices.Results; len(r) != 1 || r[0].Device != "gpu-0" || r[0].AdminAccess == nil || !*r[0].AdminAccess {
+		t.Errorf("admin allocation: %+v", c.Status.Allocation)
+	}
+	// The device is still the user's alone: another ordinary claim waits.
+	a.createClaim(t, "other", []resourcev1.DeviceRequest{request("gpu", nil)})
+	a.createPod(t, pod("other", nil, withClaim("other")))
+	a.waitPods(t, "other unschedulable", func(ps []corev1.Pod) bool {
+		for i := range ps {
+			if ps[i].Name == "other" {
+				return unschedulableWith(&ps[i], "0/1 nodes are available: 1 cannot allocate all claims.")
+			}
+		}
+		return false
+	})
+}
