@@ -50,6 +50,16 @@ func TestResourceAPI(t *testing.T) {
 			`spec.selectors[2].cel.expression: Invalid value: "noSuchVar": compilation failed: ERROR: <input>:1:1: undeclared reference to 'noSuchVar'`,
 			`spec.selectors[3].cel.expression: Invalid value: "device.driver": must evaluate to bool`,
 			`spec.config[0].opaque.parameters: Invalid value: "<value omitted>": must be a valid JSON object`)
+		for name, ok := range map[string]bool{"example.com/gpu": true, "kubernetes.io/gpu": false, "gpu": false} {
+			_, err := rs.DeviceClasses().Create(e.ctx, &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "ext-" + strings.NewReplacer("/", "-", ".", "-").Replace(name)},
+				Spec: resourcev1.DeviceClassSpec{ExtendedResourceName: ptr.To(name)}}, metav1.CreateOptions{})
+			if ok && err != nil {
+				t.Errorf("extended resource %s: %v", name, err)
+			}
+			if !ok {
+				wantInvalid(t, "extended resource "+name, err, "spec.extendedResourceName: Invalid value", "must be a valid extended resource name")
+			}
+		}
 	})
 
 	t.Run("ResourceClaim", func(t *testing.T) {

@@ -66,13 +66,11 @@ func validateDeviceClassSpec(spec, oldSpec *resourcev1.DeviceClassSpec, p *field
 	return errs
 }
 
-// isExtendedResourceName: a qualified name outside kubernetes.io that
-// also makes a valid requests.<name> quota name.
+// isExtendedResourceName: a name with a domain outside kubernetes.io
+// that also makes a valid requests.<name> quota name, as upstream's
+// helper says.
 func isExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	if strings.HasPrefix(name, "kubernetes.io/") || strings.Contains(strings.SplitN(name, "/", 2)[0], ".kubernetes.io") && !strings.HasPrefix(name, "deviceclass.resource.kubernetes.io/") {
+	if !strings.Contains(name, "/") || strings.Contains(name, "kubernetes.io/") || strings.HasPrefix(name, "requests.") {
 		return false
 	}
 	return len(validation.IsQualifiedName("requests."+name)) == 0
