@@ -279,12 +279,18 @@ func (b *draBindings) release() {
 // prebind protects each claim to allocate with upstream's finalizer,
 // then writes its allocation and the pod's reservation into its status;
 // an allocated claim only gains the reservation. A write that loses a
-// race fails the cycle and the pod is tried again.
+// race fails the cycle: what was written for the pod is undone, as
+// kube-scheduler's Unreserve does, and the pod is tried again.
 func (b *draBindings) prebind(ctx context.Context, rc rest.Interface) error {
 	ref := resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: b.pod.Name, UID: b.pod.UID}
 	allocated := map[types.UID]*resourcev1.AllocationResult{}
 	for i, c := range b.toAllocate {
 		allocated[c.UID] = &b.results[i]
+	}
+	var written []*resourcev1.ResourceClaim
+	fail := func(err error) error {
+		b.undo(ctx, rc, written, allocated)
+		return err
 	}
 	for _, c := range b.claims {
 		claim := c.DeepCopy()
@@ -293,7 +299,7 @@ func (b *draBindings) prebind(ctx context.Context, rc rest.Interface) error {
 				claim.Finalizers = append(claim.Finalizers, resourcev1.Finalizer)
 				var err error
 				if claim, err = updateClaim(ctx, rc, claim, ""); err != nil {
-					return fmt.Errorf("adding finalizer to claim %s/%s: %w", c.Namespace, c.Name, err)
+					return fail(fmt.Errorf("adding finalizer to claim %s/%s: %w", c.Namespace, c.Name, err))
 				}
 			}
 			claim.Status.Allocation = a
@@ -301,11 +307,35 @@ func (b *draBindings) prebind(ctx context.Context, rc rest.Interface) error {
 			continue
 		}
 		claim.Status.ReservedFor = append(claim.Status.ReservedFor, ref)
-		if _, err := updateClaim(ctx, rc, claim, "status"); err != nil {
-			return fmt.Errorf("update claim %s/%s status: %w", c.Namespace, c.Name, err)
+		out, err := updateClaim(ctx, rc, claim, "status")
+		if err != nil {
+			return fail(fmt.Errorf("update claim %s/%s status: %w", c.Namespace, c.Name, err))
 		}
+		written = append(written, out)
 	}
 	return nil
+}
+
+// undo takes the pod's reservation off the claims written for it, and
+// the allocation and finalizer off those it allocated. Best effort: the
+// resource-claim controller drops what is left once the pod is gone.
+func (b *draBindings) undo(ctx context.Context, rc rest.Interface, written []*resourcev1.ResourceClaim, allocated map[types.UID]*resourcev1.AllocationResult) {
+	for _, c := range written {
+		c = c.DeepCopy()
+		c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == b.pod.UID })
+		mine := allocated[c.UID] != nil
+		if mine && len(c.Status.ReservedFor) == 0 {
+			c.Status.Allocation = nil
+		}
+		out, err := updateClaim(ctx, rc, c, "status")
+		if err != nil || !mine || out.Status.Allocation != nil {
+			continue
+		}
+		if i := slices.Index(out.Finalizers, resourcev1.Finalizer); i >= 0 {
+			out.Finalizers = slices.Delete(out.Finalizers, i, i+1)
+			_, _ = updateClaim(ctx, rc, out, "")
+		}
+	}
 }
 
 func updateClaim(ctx context.Context, rc rest.Interface, claim *resourcev1.ResourceClaim, sub string) (*resourcev1.ResourceClaim, error) {

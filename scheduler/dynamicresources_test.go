@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -369,4 +370,78 @@ func TestDynamicResourcesAdminAccess(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A claim whose status write is refused (admin access in a namespace
+// whose label went since the claim was made) fails the cycle with a
+// PreBind event, and what was written for the pod's other claim is
+// undone: no allocation, reservation or finalizer stays behind.
+func TestDynamicResourcesUndoOnFailedWrite(t *testing.T) {
+	a := newTestAPI(t)
+	ctx := context.Background()
+	a.createNode(t, node("n0", nil))
+	a.createClass(t, draDriver, `device.driver == "gpu.example.com"`)
+	a.createSlice(t, "n0", map[string]map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"gpu-0": attrs("model", "a100"), "gpu-1": attrs("model", "a100")})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops", Labels: map[string]string{"resource.kubernetes.io/admin-access": "true"}}}
+	ns, err := a.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cs.CoreV1().ServiceAccounts("ops").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claims := a.cs.ResourceV1().ResourceClaims("ops")
+	for _, c := range []*resourcev1.ResourceClaim{
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{request("gpu", nil)}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "admin"}, Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
+			request("gpu", func(r *resourcev1.ExactDeviceRequest) { r.AdminAccess = ptr.To(true) })}}}},
+	} {
+		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns.Labels = nil
+	if _, err := a.cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.startScheduler(t, Options{})
+	p := pod("both", nil, func(p *corev1.Pod) {
+		p.Namespace = "ops"
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "plain", ResourceClaimName: ptr.To("plain")}, {Name: "admin", ResourceClaimName: ptr.To("admin")}}
+	})
+	a.createPod(t, p)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		evs, err := a.cs.CoreV1().Events("ops").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range evs.Items {
+			found = found || e.Reason == "FailedScheduling" && strings.Contains(e.Message, `running PreBind plugin "DynamicResources"`) &&
+				strings.Contains(e.Message, "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label on the containing namespace")
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no PreBind FailedScheduling event; events: %+v", evs.Items)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := claims.Get(ctx, "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0 && len(c.Finalizers) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plain claim not cleaned up: finalizers %v, status %+v", c.Finalizers, c.Status)
+		}
+	}
+	if got, _ := a.cs.CoreV1().Pods("ops").Get(ctx, "both", metav1.GetOptions{}); got.Spec.NodeName != "" {
+		t.Errorf("pod bound to %s although a claim could not be written", got.Spec.NodeName)
+	}
 }
