@@ -343,3 +343,31 @@ func TestDevicesFreedForTheNextPod(t *testing.T) {
 		return err == nil && c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0, err
 	})
 }
+
+// A pod naming a template that does not exist gets a Warning event, as
+// upstream's; the claim is made once the template appears.
+func TestMissingTemplate(t *testing.T) {
+	e := start(t)
+	if _, err := e.Client.Core.Pods("default").Create(e.Ctx, pod("early", "",
+		corev1.PodResourceClaim{Name: "accel", ResourceClaimTemplateName: ptr.To("later")}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a FailedResourceClaimCreation event", func() (bool, error) {
+		evs, err := e.Client.Core.Events("default").List(e.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "FailedResourceClaimCreation" && ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.Name == "early" &&
+				strings.HasPrefix(ev.Message, `PodResourceClaim accel: resource claim template "later": `) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	template(e, t, "later")
+	waitFor(t, "the claim made from the late template", func() (bool, error) {
+		p, err := e.Client.Core.Pods("default").Get(e.Ctx, "early", metav1.GetOptions{})
+		return err == nil && len(p.Status.ResourceClaimStatuses) == 1, err
+	})
+}
