@@ -454,8 +454,16 @@ func findStatusLayout(t reflect.Type) int {
 		if !ok {
 			continue
 		}
+		// "bytes,2,opt,name=spec"; a required field has no "opt"
+		// (resource.k8s.io's DeviceTaintRule spec).
 		parts := strings.Split(f.Tag.Get("protobuf"), ",")
-		if len(parts) < 4 || parts[0] != "bytes" || parts[1]+","+strings.TrimPrefix(parts[3], "name=") != w {
+		name := ""
+		for _, p := range parts[min(2, len(parts)):] {
+			if n, ok := strings.CutPrefix(p, "name="); ok {
+				name = n
+			}
+		}
+		if len(parts) < 3 || parts[0] != "bytes" || parts[1]+","+name != w {
 			return -1
 		}
 		if f.Name == "Spec" {

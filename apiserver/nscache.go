@@ -159,3 +159,16 @@ func (c *namespaceCache) note(prefix string) writeNote {
 		c.wrote(strings.TrimPrefix(key, prefix), rev)
 	}}
 }
+
+// namespaceLabels reads namespace name's labels from the store, for the
+// strategies that need more of a namespace than the cache keeps (a
+// claim's admin access to devices).
+func (s *Server) namespaceLabels(name string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	ns, _, err := s.getObject(ctx, s.reg.byGVR[gvr("", "v1", "namespaces")], "", name)
+	if err != nil {
+		return nil, err
+	}
+	return ns.(*corev1.Namespace).Labels, nil
+}

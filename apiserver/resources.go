@@ -28,6 +28,7 @@ import (
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/policy"
 	"bonsai.dev/bonsai/apiserver/registry/rbac"
+	resourceregistry "bonsai.dev/bonsai/apiserver/registry/resource"
 	"bonsai.dev/bonsai/apiserver/registry/scheduling"
 	"bonsai.dev/bonsai/apiserver/registry/storage"
 	"bonsai.dev/bonsai/store"
@@ -232,7 +233,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // is discovery order, as kube-apiserver lists them.
 func builtinKinds() []registry.Kind {
 	apiExtensions := []string{"api-extensions"}
-	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), autoscaling.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), autoscaling.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), resourceregistry.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

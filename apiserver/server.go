@@ -223,7 +223,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, authFailures: newAuthFailureLog()}
 	s.resourceMetrics = metricsapi.New(metricsapi.Config{Source: kubeletSummaries{s: s, local: cfg.MetricsSource}, Objects: metricsObjects{s}, Resolution: cfg.MetricResolution, Logger: cfg.Logger})
 	s.reg = newRegistry(append(builtinResources(), s.readOnlyResources()...))
-	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s}}
+	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s},
+		NamespaceLabels: s.namespaceLabels}
 	s.bindStrategies()
 	if err := s.setupServiceAccountTokens(); err != nil {
 		cancel()

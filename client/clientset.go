@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	policyv1 "k8s.io/client-go/kubernetes/typed/policy/v1"
+	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
 	storagev1 "k8s.io/client-go/kubernetes/typed/storage/v1"
 	"k8s.io/client-go/rest"
 )
@@ -24,6 +25,7 @@ type Clientset struct {
 	Coordination coordinationv1.CoordinationV1Interface
 	Discovery    discoveryv1.DiscoveryV1Interface
 	Policy       policyv1.PolicyV1Interface
+	Resource     resourcev1.ResourceV1Interface
 	Storage      storagev1.StorageV1Interface
 }
 
@@ -63,6 +65,9 @@ func NewClientset(cfg *rest.Config) (*Clientset, error) {
 		return nil, err
 	}
 	if s.Storage, err = storagev1.NewForConfigAndClient(c, hc); err != nil {
+		return nil, err
+	}
+	if s.Resource, err = resourcev1.NewForConfigAndClient(c, hc); err != nil {
 		return nil, err
 	}
 	return &s, nil

@@ -35,6 +35,7 @@ import (
 	"bonsai.dev/bonsai/controllers/pvbinder"
 	"bonsai.dev/bonsai/controllers/replicaset"
 	"bonsai.dev/bonsai/controllers/replication"
+	"bonsai.dev/bonsai/controllers/resourceclaim"
 	"bonsai.dev/bonsai/controllers/resourcequota"
 	"bonsai.dev/bonsai/controllers/serviceaccount"
 	"bonsai.dev/bonsai/controllers/statefulset"
@@ -109,6 +110,9 @@ var all = []struct {
 	}},
 	{"ephemeral-volume", func(d Deps) (runner, error) {
 		return ephemeral.New(ephemeral.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"resourceclaim", func(d Deps) (runner, error) {
+		return resourceclaim.New(resourceclaim.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})

@@ -90,6 +90,7 @@ type CycleState struct {
 	interPodAffinity *interPodAffinityState
 	topologySpread   *topologySpreadState
 	volumes          *volumeState
+	dra              *draState
 }
 
 func newCycleState() *CycleState { return &CycleState{} }

@@ -63,12 +63,15 @@ type Scheduler struct {
 	storage []cache.SharedIndexInformer
 	// own are the informers the scheduler made and runs itself; synced
 	// says when each event handler has seen its informer's whole cache.
-	own      []cache.SharedIndexInformer
-	synced   []cache.InformerSynced
-	volumes  volumeBindingPlugin
-	events   record.EventBroadcaster
-	recorder record.EventRecorder
-	writes   chan func(context.Context)
+	own     []cache.SharedIndexInformer
+	synced  []cache.InformerSynced
+	volumes volumeBindingPlugin
+	// dra is DynamicResources; resourceClient writes claims' status.
+	dra            dynamicResourcesPlugin
+	resourceClient rest.Interface
+	events         record.EventBroadcaster
+	recorder       record.EventRecorder
+	writes         chan func(context.Context)
 
 	preFilters []PreFilterPlugin
 	filters    []FilterPlugin
@@ -129,6 +132,9 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := s.watchStorage(); err != nil {
 		return nil, err
 	}
+	if err := s.watchResources(); err != nil {
+		return nil, err
+	}
 	s.buildPlugins()
 	s.nodes = s.informer(core, "nodes", &corev1.Node{})
 	nodesReg, err := s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -165,8 +171,8 @@ func (s *Scheduler) buildPlugins() {
 	// Kubernetes' default order: cheap, node-only checks first.
 	podAffinity := interPodAffinityPlugin{index: s.cache.affinity}
 	spread := topologySpreadPlugin{}
-	s.preFilters = []PreFilterPlugin{affinity, s.volumes, spread, podAffinity}
-	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, s.volumes, spread, podAffinity}
+	s.preFilters = []PreFilterPlugin{affinity, s.volumes, spread, podAffinity, s.dra}
+	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, s.volumes, spread, podAffinity, s.dra}
 	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity, spread} {
 		if w := o.ScoreWeights[sp.Name()]; w > 0 {
 			s.scorers = append(s.scorers, weightedScorer{sp, w})
@@ -378,7 +384,8 @@ func (s *Scheduler) scheduleOne(ctx context.Context, qp *queuedPod) {
 		return
 	}
 	vb := s.volumes.bindingsFor(state, node)
-	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node, vb) }
+	db := s.dra.bindingsFor(state, pod, node)
+	s.writes <- func(ctx context.Context) { s.bind(ctx, qp, node, vb, db) }
 }
 
 // place filters and scores under the cache lock and assumes the pod on
@@ -491,8 +498,17 @@ func (s *Scheduler) pickBest(state *CycleState, pod *corev1.Pod, feasible []*Nod
 
 // bind writes the decision; a failure undoes the assume and retries after
 // back-off, unless the pod is gone or bound already.
-func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string, vb *volumeBindings) {
+func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string, vb *volumeBindings, db *draBindings) {
 	pod := qp.pod
+	if db != nil {
+		// The allocation stays in flight until the claim informer shows
+		// it, or the bind fails.
+		defer func() {
+			if !s.cache.known(pod.UID) {
+				db.release()
+			}
+		}()
+	}
 	if vb != nil {
 		err := vb.prebind(ctx, s.core)
 		if err == nil {
@@ -506,6 +522,19 @@ func (s *Scheduler) bind(ctx context.Context, qp *queuedPod, node string, vb *vo
 			}
 			s.log.Warn("volume binding failed; retrying after back-off", "pod", qp.key, "node", node, "err", err)
 			s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedScheduling", "running PreBind plugin %q: %v", VolumeBindingName, err)
+			s.queue.requeue(qp, false)
+			return
+		}
+	}
+	if db != nil {
+		if err := db.prebind(ctx, s.resourceClient); err != nil {
+			s.cache.forget(pod)
+			if ctx.Err() != nil {
+				s.queue.done(qp)
+				return
+			}
+			s.log.Warn("claim allocation failed; retrying after back-off", "pod", qp.key, "node", node, "err", err)
+			s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedScheduling", "running PreBind plugin %q: %v", DynamicResourcesName, err)
 			s.queue.requeue(qp, false)
 			return
 		}

@@ -13,7 +13,8 @@ import (
 // plugin reads, a filter that says Skip passes every node, a scorer that
 // says Skip gives every node the same normalised score, and the plain
 // pod, the common case, skips all of them but the resource, taint and
-// unschedulable checks.
+// unschedulable checks (a pod without resource claims skips
+// DynamicResources).
 func TestSkippedPluginsChangeNothing(t *testing.T) {
 	const host, zone = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 	term := func(app, key string) corev1.PodAffinityTerm {
@@ -104,12 +105,12 @@ func TestSkippedPluginsChangeNothing(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"plain":           fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName}),
-		"node selector":   fmt.Sprint([]string{NodeNameName, NodePortsName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName}),
-		"host port":       fmt.Sprint([]string{NodeNameName, NodeAffinityName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName}),
-		"hard spread":     fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, InterPodAffinityName}),
-		"anti-affinity":   fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName}),
-		"a guarded cache": fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName}),
+		"plain":           fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName, DynamicResourcesName}),
+		"node selector":   fmt.Sprint([]string{NodeNameName, NodePortsName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName, DynamicResourcesName}),
+		"host port":       fmt.Sprint([]string{NodeNameName, NodeAffinityName, VolumeBindingName, PodTopologySpreadName, InterPodAffinityName, DynamicResourcesName}),
+		"hard spread":     fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, InterPodAffinityName, DynamicResourcesName}),
+		"anti-affinity":   fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName, DynamicResourcesName}),
+		"a guarded cache": fmt.Sprint([]string{NodeNameName, NodeAffinityName, NodePortsName, VolumeBindingName, PodTopologySpreadName, DynamicResourcesName}),
 	} {
 		if got := fmt.Sprint(skippedFor[name]); got != want {
 			t.Errorf("%s: skipped filters %s, want %s", name, got, want)

@@ -155,7 +155,11 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule([]string{"create"}, "authorization.k8s.io", "subjectaccessreviews"),
 			rule(readVerbs, "storage.k8s.io", "csinodes"),
 			rule(readVerbs, "", "namespaces"),
-			rule(readVerbs, "storage.k8s.io", "csidrivers", "csistoragecapacities")),
+			rule(readVerbs, "storage.k8s.io", "csidrivers", "csistoragecapacities"),
+			// Dynamic resource allocation: the scheduler allocates
+			// devices and records the allocation in the claim's status.
+			rule(readVerbs, "resource.k8s.io", "deviceclasses", "resourceclaims", "resourceslices", "devicetaintrules"),
+			rule([]string{"patch", "update"}, "resource.k8s.io", "resourceclaims", "resourceclaims/status")),
 		clusterRole("system:volume-scheduler", nil,
 			rule([]string{"get", "list", "patch", "update", "watch"}, "", "persistentvolumes"),
 			rule(readVerbs, "storage.k8s.io", "storageclasses"),
@@ -185,6 +189,7 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule([]string{"create"}, "batch", "jobs"),
 			rule([]string{"create"}, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create"}, "events.k8s.io", "events"),
+			rule([]string{"create"}, "resource.k8s.io", "resourceclaims"),
 			rule([]string{"create"}, "coordination.k8s.io", "leases"),
 			// The local-path provisioner's default StorageClass.
 			rule([]string{"create"}, "storage.k8s.io", "storageclasses"),

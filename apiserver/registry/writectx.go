@@ -87,6 +87,9 @@ type Env struct {
 	ReservedHostPorts []ReservedPort
 	// Services takes and gives back cluster IPs and node ports.
 	Services ServiceAllocator
+	// NamespaceLabels reads a namespace's labels (a claim asking for
+	// admin access to devices needs its namespace labelled for it).
+	NamespaceLabels func(name string) (map[string]string, error)
 }
 
 // PortRange is an inclusive range of ports.
