@@ -66,6 +66,15 @@ func (s *Server) CloseKubeletConnections() {
 	s.kubeletInsecure.CloseIdleConnections()
 }
 
+// CloseAggregatedConnections closes the idle connections to aggregated
+// API servers, so that the next call presents the front-proxy client
+// certificate in force: after its renewal.
+func (s *Server) CloseAggregatedConnections() {
+	if s.aggregator != nil {
+		s.aggregator.CloseIdleConnections()
+	}
+}
+
 // simulatedAnnotation marks a Node the node simulator keeps (see
 // kubelet/simulator).
 const simulatedAnnotation = "bonsai.dev/simulated"

@@ -133,7 +133,7 @@ type Aggregator struct {
 	// good discovery check, with whether that check was the latest.
 	discovery map[string]backendDiscovery
 	// transports are the compiled set's, by APIService name; only
-	// Compile (under the cache's lock) touches them.
+	// Compile (under the cache's lock) changes them, under mu.
 	transports map[string]keyedTransport
 }
 
@@ -202,8 +202,28 @@ func (a *Aggregator) Compile(objs []runtime.Object) *Set {
 			t.transport.CloseIdleConnections()
 		}
 	}
+	a.mu.Lock()
 	a.transports = kept
+	a.mu.Unlock()
 	return set
+}
+
+// CloseIdleConnections closes the idle connections to every backend, so
+// the next call handshakes again with the front-proxy client
+// certificate in force: after a renewal, as the kubelet connections are.
+// Calls under way keep theirs.
+func (a *Aggregator) CloseIdleConnections() {
+	a.mu.Lock()
+	ts := make([]*http.Transport, 0, len(a.transports))
+	for _, t := range a.transports {
+		if t.transport != nil {
+			ts = append(ts, t.transport)
+		}
+	}
+	a.mu.Unlock()
+	for _, t := range ts {
+		t.CloseIdleConnections()
+	}
 }
 
 // transport is how to call one APIService's service: its caBundle, the

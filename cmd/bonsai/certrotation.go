@@ -104,11 +104,15 @@ func startCertRotation(ctx context.Context, cfg *serverConfig, certs *pki.Certs,
 	if err := api.MetricsRegisterer().Register(certs.Collector()); err != nil {
 		return fmt.Errorf("certificate metrics: %w", err)
 	}
-	// The API server's calls to kubelets use a renewed client
-	// certificate at once, not when their kept-alive connections end.
+	// The API server's calls to kubelets and to aggregated API servers
+	// use a renewed client certificate at once, not when their
+	// kept-alive connections end.
 	certs.OnRenew(func(renewed []*pki.KeyPair) {
 		if slices.Contains(renewed, certs.KubeletClient) {
 			api.CloseKubeletConnections()
+		}
+		if certs.FrontProxy != nil && slices.Contains(renewed, certs.FrontProxy.Client) {
+			api.CloseAggregatedConnections()
 		}
 	})
 	cs, err := kubernetes.NewForConfig(api.ClientConfig(certMonitorUser))
