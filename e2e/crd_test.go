@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -201,6 +202,52 @@ spec:
 	wantContains(t, "get prom", table, "VERSION", "DESIRED", "main", "v3.5.0")
 	// By category, as the CRDs declare it.
 	wantContains(t, "get category", k.must("get", "prometheus-operator"), "prometheus.monitoring.coreos.com/main", "servicemonitor.monitoring.coreos.com/web")
+
+	// A second client-side apply of a custom resource patches: kubectl
+	// reads from OpenAPI v3 whether the path takes a strategic merge
+	// patch, and a server that advertised one for custom resources got
+	// it and answered 415.
+	widgets := writeFile(t, "widgets.yaml", `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+              tags: {type: array, items: {type: string}}
+`, 0o600)
+	k.must("apply", "-f", widgets)
+	k.must("wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+	// Every kubectl version: 1.32 sends a strategic merge patch when
+	// OpenAPI offers it, 1.33 does not.
+	for _, kc := range kcs {
+		kv := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: k.kubeconfig, cacheDir: t.TempDir()}
+		name := "w-" + strings.ReplaceAll(kc.Version, ".", "-")
+		widget := func(size int) string {
+			return writeFile(t, name+".yaml", fmt.Sprintf("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: %s, namespace: default}\nspec: {size: %d, tags: [a, b]}\n", name, size), 0o600)
+		}
+		wantContains(t, kc.Version+" first apply", kv.must("apply", "-f", widget(1)), "widget.example.com/"+name+" created")
+		out = kv.must("apply", "-f", widget(2))
+		wantContains(t, kc.Version+" second apply", out, "widget.example.com/"+name+" configured")
+		if strings.Contains(out, "warning") {
+			t.Errorf("kubectl %s: second apply warned: %s", kc.Version, out)
+		}
+		if got := kv.must("get", "widget", name, "-o", "jsonpath={.spec.size}"); got != "2" {
+			t.Errorf("kubectl %s: size after the second apply = %q", kc.Version, got)
+		}
+	}
 
 	// Strategic merge patch is refused as upstream refuses it.
 	msg = k.fails("patch", "prometheus", "main", "--type=strategic", "-p", `{"spec":{"replicas":1}}`)

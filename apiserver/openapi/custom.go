@@ -2,6 +2,7 @@ package openapi
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,9 @@ func customDefName(gvk schema.GroupVersionKind) string {
 func (b *builder) customKinds(r Resource) (obj, list spec.Schema) {
 	name := customDefName(r.GVK)
 	s := *r.Schema
+	if !b.v3 {
+		s = *swagger2Schema(&s)
+	}
 	props := map[string]spec.Schema{}
 	for k, v := range s.Properties {
 		props[k] = v
@@ -71,4 +75,52 @@ var (
 
 func stringProp(desc string) spec.Schema {
 	return spec.Schema{SchemaProps: spec.SchemaProps{Description: desc, Type: spec.StringOrArray{"string"}}}
+}
+
+// swagger2Schema is a CRD's schema as kube-apiserver publishes it in
+// Swagger 2.0, which kubectl's client-side validation parses strictly:
+// without the junctors (allOf, oneOf, anyOf, not: int-or-string fields
+// carry anyOf), nullable fields untyped (and not required), and fields
+// that preserve unknown fields, or arrays left without items, untyped so
+// that kubectl accepts any value there. It works on a copy.
+func swagger2Schema(in *spec.Schema) *spec.Schema {
+	if in == nil {
+		return nil
+	}
+	out := *in
+	out.AllOf, out.OneOf, out.AnyOf, out.Not = nil, nil, nil, nil
+	preserve, _ := in.Extensions.GetBool("x-kubernetes-preserve-unknown-fields")
+	if in.Nullable {
+		out.Type, out.Nullable = nil, false
+		out.Items, out.Properties = nil, nil
+	}
+	if preserve {
+		out.Items, out.Properties = nil, nil
+		if out.Type.Contains("object") {
+			out.Type = nil
+		}
+	}
+	if out.Properties != nil {
+		props := make(map[string]spec.Schema, len(out.Properties))
+		for k, v := range out.Properties {
+			props[k] = *swagger2Schema(&v)
+			if v.Nullable {
+				out.Required = slices.DeleteFunc(slices.Clone(out.Required), func(r string) bool { return r == k })
+			}
+		}
+		out.Properties = props
+	}
+	if ap := out.AdditionalProperties; ap != nil && ap.Schema != nil {
+		if ap.Schema.Nullable {
+			out.Required = nil
+		}
+		out.AdditionalProperties = &spec.SchemaOrBool{Allows: ap.Allows, Schema: swagger2Schema(ap.Schema)}
+	}
+	if it := out.Items; it != nil && it.Schema != nil {
+		out.Items = &spec.SchemaOrArray{Schema: swagger2Schema(it.Schema)}
+	}
+	if out.Items == nil && out.Type.Contains("array") {
+		out.Type = nil
+	}
+	return &out
 }

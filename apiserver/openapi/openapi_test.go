@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
@@ -316,4 +318,51 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// A CRD's schema goes into Swagger 2.0 as kube-apiserver publishes it
+// there (kubectl 1.27's client-side validation refuses anyOf in it):
+// without junctors, nullable and unknown-preserving fields untyped; the
+// OpenAPI 3.0 document keeps it whole.
+func TestCustomResourceSwagger2(t *testing.T) {
+	var crdSchema spec.Schema
+	if err := json.Unmarshal([]byte(`{"type":"object","properties":{"spec":{"type":"object","required":["port","note"],"properties":{
+		"port":{"anyOf":[{"type":"integer"},{"type":"string"}],"x-kubernetes-int-or-string":true},
+		"note":{"type":"string","nullable":true},
+		"raw":{"type":"object","x-kubernetes-preserve-unknown-fields":true,"properties":{"a":{"type":"string"}}},
+		"list":{"type":"array","items":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}}`), &crdSchema); err != nil {
+		t.Fatal(err)
+	}
+	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
+	r := Resource{GVK: gvk, ListKind: "WidgetList", Resource: "widgets", Namespaced: true, Verbs: []string{"get", "list", "patch"}, Schema: &crdSchema}
+	v2 := BuildV2([]Resource{r})
+	def, ok := v2.Definitions["com.example.v1.Widget"]
+	if !ok {
+		t.Fatalf("no definition: %v", keys(v2.Definitions))
+	}
+	raw, _ := json.Marshal(def)
+	for _, banned := range []string{"anyOf", "nullable"} {
+		if strings.Contains(string(raw), banned) {
+			t.Errorf("swagger 2.0 definition has %s: %s", banned, raw)
+		}
+	}
+	sp := def.Properties["spec"]
+	if !slices.Equal(sp.Required, []string{"port"}) || len(sp.Properties["note"].Type) != 0 || len(sp.Properties["raw"].Type) != 0 || sp.Properties["raw"].Properties != nil {
+		t.Errorf("spec in swagger 2.0: %s", raw)
+	}
+	if it := sp.Properties["list"].Items; it == nil || len(it.Schema.Type) != 0 {
+		t.Errorf("list items in swagger 2.0: %s", raw)
+	}
+	if c := v2.Paths.Paths["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"].Patch.Consumes; slices.Contains(c, "application/strategic-merge-patch+json") {
+		t.Errorf("custom resource patch consumes %v", c)
+	}
+	v3 := BuildV3([]Resource{r})["apis/example.com/v1"]
+	raw3, _ := json.Marshal(v3.Components.Schemas["com.example.v1.Widget"])
+	if !strings.Contains(string(raw3), "anyOf") || !strings.Contains(string(raw3), `"nullable":true`) {
+		t.Errorf("openapi 3.0 lost the schema's anyOf or nullable: %s", raw3)
+	}
+	// The CRD's own schema is left as it was.
+	if crdSchema.Properties["spec"].Properties["port"].AnyOf == nil {
+		t.Error("the CRD's schema was changed")
+	}
 }

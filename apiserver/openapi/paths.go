@@ -55,6 +55,10 @@ var (
 	produces      = []string{"application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "application/cbor"}
 	listProduces  = []string{"application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "application/cbor", "application/json;stream=watch", "application/vnd.kubernetes.protobuf;stream=watch", "application/cbor-seq"}
 	patchConsumes = []string{"application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml"}
+	// Custom resources take no strategic merge patch: it needs the Go
+	// type's patch strategies. kubectl's client-side apply reads this
+	// list to choose between a strategic and a JSON merge patch.
+	customPatchConsumes = []string{"application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"}
 )
 
 var (
@@ -73,7 +77,7 @@ type operation struct {
 	gvk         schema.GroupVersionKind
 	params      []param
 	body        *spec.Schema // request body
-	patch       bool         // body is a patch in one of patchConsumes
+	patch       []string     // body is a patch of one of these types
 	responses   map[int]*spec.Schema
 	list        bool // may answer with a watch stream
 }
@@ -131,7 +135,9 @@ func paths(b *builder, r Resource) []pathItem {
 	prefix := "/" + groupVersionPath(gv)
 	idGroup, _ := opGroup(gv)
 	var obj, list spec.Schema
+	patchTypes := patchConsumes
 	if r.Schema != nil {
+		patchTypes = customPatchConsumes
 		obj, list = b.customKinds(r)
 	} else {
 		obj = b.kind(typeOf(r.Object), r.GVK)
@@ -185,7 +191,7 @@ func paths(b *builder, r Resource) []pathItem {
 	}
 	if has(r.Verbs, "patch") {
 		one.ops = append(one.ops, operation{method: "patch", id: "patch" + idGroup + nsID + kind, action: "patch", gvk: r.GVK,
-			description: "partially update the specified " + kind, params: patchParams, body: &patchBody, patch: true, responses: map[int]*spec.Schema{200: &obj, 201: &obj}})
+			description: "partially update the specified " + kind, params: patchParams, body: &patchBody, patch: patchTypes, responses: map[int]*spec.Schema{200: &obj, 201: &obj}})
 	}
 	if has(r.Verbs, "delete") {
 		deleted := &status
@@ -232,7 +238,7 @@ func paths(b *builder, r Resource) []pathItem {
 		}
 		if has(sub.Verbs, "patch") {
 			p.ops = append(p.ops, operation{method: "patch", id: "patch" + idGroup + nsID + name, action: "patch", gvk: subGVK,
-				description: "partially update " + sub.Name + " of the specified " + kind, params: patchParams, body: &patchBody, patch: true, responses: map[int]*spec.Schema{200: &subObj, 201: &subObj}})
+				description: "partially update " + sub.Name + " of the specified " + kind, params: patchParams, body: &patchBody, patch: patchTypes, responses: map[int]*spec.Schema{200: &subObj, 201: &subObj}})
 		}
 		if len(p.ops) > 0 {
 			out = append(out, p)
@@ -271,8 +277,8 @@ func v2Path(p pathItem, tag string) spec.PathItem {
 			Description: o.description, ID: o.id, Tags: []string{tag}, Schemes: []string{"https"},
 			Consumes: []string{"*/*"}, Produces: produces,
 		}}
-		if o.patch {
-			op.Consumes = patchConsumes
+		if o.patch != nil {
+			op.Consumes = o.patch
 		}
 		if o.list {
 			op.Produces = listProduces
@@ -326,8 +332,8 @@ func v3Path(p pathItem, tag string) *spec3.Path {
 		op := &spec3.Operation{OperationProps: spec3.OperationProps{Description: o.description, OperationId: o.id, Tags: []string{tag}}}
 		if o.body != nil {
 			types := []string{"*/*"}
-			if o.patch {
-				types = patchConsumes
+			if o.patch != nil {
+				types = o.patch
 			}
 			op.RequestBody = &spec3.RequestBody{RequestBodyProps: spec3.RequestBodyProps{Content: mediaTypes(types, o.body), Required: o.method != "delete"}}
 		}
