@@ -353,7 +353,7 @@ func (c *Controller) deploy(ctx context.Context, hc *unstructured.Unstructured, 
 
 func (c *Controller) uninstall(cfg *action.Configuration, name string, timeout time.Duration) error {
 	u := action.NewUninstall(cfg)
-	u.Timeout = timeout
+	u.Timeout, u.IgnoreNotFound = timeout, true
 	if _, err := u.Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return fmt.Errorf("uninstall %s: %v", name, err)
 	}

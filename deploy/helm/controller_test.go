@@ -1,0 +1,154 @@
+package helm
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/testsupport/clustertest"
+)
+
+// TestControllerErrorsInstallNothing runs the controller against the
+// real API server: a HelmChart that cannot be installed says why in its
+// status and a Warning event, and nothing of it is installed; fixed, it
+// installs; deleted, it is uninstalled.
+func TestControllerErrorsInstallNothing(t *testing.T) {
+	env := clustertest.New(t, clustertest.Options{})
+	cfg := env.ConfigFor(&authn.User{Name: "helm-test", Groups: []string{authn.GroupMasters, authn.GroupAuthenticated}})
+	dir := t.TempDir()
+	c, err := New(Config{RESTConfig: cfg, ChartDirs: []string{dir}, Logger: env.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Run(env.Ctx)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	charts := dyn.Resource(chartGVR).Namespace("default")
+
+	content := base64.StdEncoding.EncodeToString(chartTgz(t, "x", "1.0.0"))
+	failing := base64.StdEncoding.EncodeToString(chartTgz(t, "x", "1.0.0", `{{ fail "the chart says no" }}`))
+	create := func(name, spec string) {
+		t.Helper()
+		u := helmChart(t, fmt.Sprintf("apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: %s, namespace: default}\nspec:\n%s", name, spec))
+		clustertest.Eventually(t, 10*time.Second, func() error { // once the CRD is served
+			_, err := charts.Create(env.Ctx, u, metav1.CreateOptions{})
+			return err
+		})
+	}
+	cases := map[string]struct{ spec, want string }{
+		"badvalues":  {"  chartContent: " + content + "\n  valuesContent: 'greeting: [unclosed'\n", "spec.valuesContent: "},
+		"badcontent": {"  chartContent: '%%% not base64'\n", "spec.chartContent is not base64"},
+		"notachart":  {"  chartContent: " + base64.StdEncoding.EncodeToString([]byte("hello")) + "\n", "chartContent: not a chart archive"},
+		"nofile":     {"  chart: https://%{KUBERNETES_API}%/static/charts/gone.tgz\n", "no file gone.tgz in " + dir},
+		"failing":    {"  chartContent: " + failing + "\n", "the chart says no"},
+		"helmv2":     {"  chartContent: " + content + "\n  helmVersion: v2\n", `spec.helmVersion "v2": only v3`},
+	}
+	for name, tc := range cases {
+		create(name, tc.spec)
+	}
+	for name, tc := range cases {
+		clustertest.Eventually(t, 20*time.Second, func() error {
+			u, err := charts.Get(env.Ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			if msg := conditionMessage(conds, "Failed"); !strings.Contains(msg, tc.want) {
+				return fmt.Errorf("%s: Failed condition %q, want one with %q", name, msg, tc.want)
+			}
+			evs, err := cs.CoreV1().Events("default").List(env.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+			if err != nil {
+				return err
+			}
+			for _, e := range evs.Items {
+				if e.Type == corev1.EventTypeWarning && e.Reason == "Failed" && strings.Contains(e.Message, tc.want) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no Warning event with %q in %d events", name, tc.want, len(evs.Items))
+		})
+	}
+	secrets, err := cs.CoreV1().Secrets("default").List(env.Ctx, metav1.ListOptions{LabelSelector: "owner=helm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, err := cs.CoreV1().ConfigMaps("default").List(env.Ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) != 0 {
+		t.Errorf("%d release Secrets from broken HelmCharts", len(secrets.Items))
+	}
+	for _, cm := range cms.Items {
+		if strings.HasSuffix(cm.Name, "-cm") {
+			t.Errorf("ConfigMap %s from a broken HelmChart", cm.Name)
+		}
+	}
+
+	// Fixed, badvalues installs; then deleted, it is uninstalled.
+	u, err := charts.Get(env.Ctx, "badvalues", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, "greeting: fixed\n", "spec", "valuesContent"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := charts.Update(env.Ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 20*time.Second, func() error {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(env.Ctx, "badvalues-cm", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.Data["greeting"] != "fixed" {
+			return fmt.Errorf("greeting %q", cm.Data["greeting"])
+		}
+		_, err = cs.CoreV1().Secrets("default").Get(env.Ctx, "sh.helm.release.v1.badvalues.v1", metav1.GetOptions{})
+		return err
+	})
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		u, err := charts.Get(env.Ctx, "badvalues", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		if msg := conditionMessage(conds, "Failed"); msg != "" {
+			return fmt.Errorf("still Failed: %s", msg)
+		}
+		if msg := conditionMessage(conds, "Deployed"); msg != "release default/badvalues revision 1" {
+			return fmt.Errorf("Deployed: %q", msg)
+		}
+		return nil
+	})
+	// A broken HelmChart, never installed, goes too.
+	for _, name := range []string{"badvalues", "badcontent"} {
+		if err := charts.Delete(env.Ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.Eventually(t, 20*time.Second, func() error {
+		if _, err := cs.CoreV1().ConfigMaps("default").Get(env.Ctx, "badvalues-cm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("badvalues-cm: %v", err)
+		}
+		if _, err := cs.CoreV1().Secrets("default").Get(env.Ctx, "sh.helm.release.v1.badvalues.v1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("release Secret: %v", err)
+		}
+		for _, name := range []string{"badvalues", "badcontent"} {
+			if _, err := charts.Get(env.Ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("HelmChart %s: %v", name, err)
+			}
+		}
+		return nil
+	})
+}
