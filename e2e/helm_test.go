@@ -81,7 +81,7 @@ func serveHelmRepo(t *testing.T) string {
 
 // TestHelmChartsWithKubectl: HelmCharts from chartContent, from a .tgz in
 // the manifests directory (k3s's static URL) and from a repository are
-// installed in-process, upgraded when their values, version or
+// installed in-process, upgraded when their values, version, archive or
 // HelmChartConfig change, and uninstalled when deleted; releases are
 // helm's Secrets; a broken HelmChart says why and installs nothing.
 func TestHelmChartsWithKubectl(t *testing.T) {
@@ -162,6 +162,11 @@ spec:
 	if got := k.must("get", "helmchart", "offline", "-n", "kube-system", "-o", `jsonpath={.metadata.finalizers} {.status.revision} {.status.conditions[?(@.type=="Deployed")].status}`); got != `["wrangler.cattle.io/on-helm-chart-remove"] 1 True` {
 		t.Errorf("offline HelmChart: %q", got)
 	}
+
+	// A new archive under the same name upgrades, at the next recheck.
+	put(filepath.Join(mdir, "offline.tgz"), helmChartTgz(t, "offline", "1.1.0"))
+	took = waitFor("offline chart upgraded for its new archive", 45*time.Second, func() bool { return cm("helm-offline", "offline-cm") == "offline none 1 1.1.0" })
+	t.Logf("upgrade on a replaced .tgz: %v", took)
 
 	// (a) chartContent, values and set; upgraded on a values change and
 	// by a HelmChartConfig.
@@ -278,7 +283,7 @@ spec:
 		t.Fatal(err)
 	}
 	waitFor("offline uninstalled once its manifest is removed", 30*time.Second, func() bool {
-		return !exists("configmap", "offline-cm", "-n", "helm-offline") && !releaseSecret("helm-offline", "offline", 1) && !exists("helmchart", "offline", "-n", "kube-system")
+		return !exists("configmap", "offline-cm", "-n", "helm-offline") && !releaseSecret("helm-offline", "offline", 2) && !exists("helmchart", "offline", "-n", "kube-system")
 	})
 
 	// A restart changes nothing that is up to date: no new revision.
