@@ -226,6 +226,16 @@ spec:
 	if !releaseSecret("helm-repo", "fromrepo", 2) {
 		t.Error("no release Secret sh.helm.release.v1.fromrepo.v2 in helm-repo")
 	}
+	// A HelmChartConfig's values apply, and go when it goes.
+	apply("fromrepo-config", `apiVersion: helm.cattle.io/v1
+kind: HelmChartConfig
+metadata: {name: fromrepo, namespace: default}
+spec:
+  valuesContent: "color: red"
+`)
+	waitFor("fromrepo upgraded for its HelmChartConfig", 30*time.Second, func() bool { return cm("helm-repo", "fromrepo-cm") == "007 red 1 0.2.0" })
+	k.must("delete", "helmchartconfig", "fromrepo")
+	waitFor("fromrepo back to the chart's color without its HelmChartConfig", 30*time.Second, func() bool { return cm("helm-repo", "fromrepo-cm") == "007 none 1 0.2.0" })
 
 	// Broken HelmCharts: a Warning event and status say why; nothing
 	// is installed.
@@ -292,10 +302,10 @@ spec:
 	}
 	s = startServer(t, dir)
 	time.Sleep(5 * time.Second)
-	waitFor("fromrepo still at revision 2 after a restart", 10*time.Second, func() bool {
-		return cm("helm-repo", "fromrepo-cm") == "007 none 1 0.2.0" && releaseSecret("helm-repo", "fromrepo", 2)
+	waitFor("fromrepo still at revision 4 after a restart", 10*time.Second, func() bool {
+		return cm("helm-repo", "fromrepo-cm") == "007 none 1 0.2.0" && releaseSecret("helm-repo", "fromrepo", 4)
 	})
-	if releaseSecret("helm-repo", "fromrepo", 3) {
-		t.Error("a restart made revision 3 of an up to date release")
+	if releaseSecret("helm-repo", "fromrepo", 5) {
+		t.Error("a restart made revision 5 of an up to date release")
 	}
 }

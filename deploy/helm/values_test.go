@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 )
 
 func TestParseValues(t *testing.T) {
@@ -92,5 +94,29 @@ func TestApplySet(t *testing.T) {
 	}
 	if err := applySet(map[string]any{}, map[string]intstr.IntOrString{"a[": intstr.FromString("x")}); err == nil || !strings.Contains(err.Error(), "spec.set[a[]") {
 		t.Errorf("a bad key: error %v, want one naming spec.set[a[]", err)
+	}
+}
+
+func TestManages(t *testing.T) {
+	c := &Controller{}
+	for _, tc := range []struct {
+		y    string
+		want bool
+	}{
+		{"metadata: {name: a}\nspec: {chart: x}", true},
+		{"metadata: {name: a}\nspec: {chartContent: eA==}", true},
+		{"metadata: {name: a, annotations: {helmcharts.cattle.io/managed-by: bonsai}}\nspec: {chart: x}", true},
+		// k3s's: no chart, unmanaged, or another controller's.
+		{"metadata: {name: a}\nspec: {repo: r}", false},
+		{"metadata: {name: a, annotations: {helmcharts.helm.cattle.io/unmanaged: ''}}\nspec: {chart: x}", false},
+		{"metadata: {name: a, annotations: {helmcharts.cattle.io/managed-by: helm-controller}}\nspec: {chart: x}", false},
+	} {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(tc.y), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.manages(u); got != tc.want {
+			t.Errorf("manages(%s) = %v, want %v", tc.y, got, tc.want)
+		}
 	}
 }
