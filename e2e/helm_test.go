@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,11 @@ spec:
 	put(filepath.Join(mdir, "offline.tgz"), helmChartTgz(t, "offline", "1.1.0"))
 	took = waitFor("offline chart upgraded for its new archive", 45*time.Second, func() bool { return cm("helm-offline", "offline-cm") == "offline none 1 1.1.0" })
 	t.Logf("upgrade on a replaced .tgz: %v", took)
+
+	row := regexp.MustCompile(`(?m)^kube-system +offline +https://%\{KUBERNETES_API\}%/static/charts/offline.tgz +helm-offline +2 +True +False +`)
+	waitFor("kubectl get helmcharts shows revision 2 deployed", 10*time.Second, func() bool {
+		return row.MatchString(k.must("get", "helmcharts", "-A", "--no-headers"))
+	})
 
 	// (a) chartContent, values and set; upgraded on a values change and
 	// by a HelmChartConfig.

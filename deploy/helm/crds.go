@@ -2,7 +2,8 @@ package helm
 
 // The k3s helm-controller's kinds, as bonsai installs them at start (k3s
 // does the same): the fields of k3s-io/helm-controller's HelmChart and
-// HelmChartConfig, with the status this controller writes.
+// HelmChartConfig, with the status this controller writes. k3s's Job
+// column is its release's revision and conditions here: there is no Job.
 
 const helmChartCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -19,15 +20,16 @@ spec:
     storage: true
     subresources: {status: {}}
     additionalPrinterColumns:
-    - {name: Job, type: string, jsonPath: .status.jobName}
     - {name: Chart, type: string, jsonPath: .spec.chart}
     - {name: TargetNamespace, type: string, jsonPath: .spec.targetNamespace}
     - {name: Version, type: string, jsonPath: .spec.version}
     - {name: Repo, type: string, jsonPath: .spec.repo}
-    - {name: HelmVersion, type: string, jsonPath: .spec.helmVersion}
-    - {name: Bootstrap, type: string, jsonPath: .spec.bootstrap}
-    - {name: Revision, type: integer, jsonPath: .status.revision, priority: 1}
-    - {name: Failed, type: string, jsonPath: '.status.conditions[?(@.type=="Failed")].status', priority: 1}
+    - {name: Revision, type: integer, jsonPath: .status.revision}
+    - {name: Deployed, type: string, jsonPath: '.status.conditions[?(@.type=="Deployed")].status'}
+    - {name: Failed, type: string, jsonPath: '.status.conditions[?(@.type=="Failed")].status'}
+    - {name: HelmVersion, type: string, jsonPath: .spec.helmVersion, priority: 1}
+    - {name: Bootstrap, type: string, jsonPath: .spec.bootstrap, priority: 1}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
     schema:
       openAPIV3Schema:
         type: object
