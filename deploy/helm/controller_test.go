@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -148,6 +149,51 @@ func TestControllerErrorsInstallNothing(t *testing.T) {
 			if _, err := charts.Get(env.Ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("HelmChart %s: %v", name, err)
 			}
+		}
+		return nil
+	})
+}
+
+// TestControllerChartWithCRD: a chart's crds/ are installed first, and
+// its custom resource of that kind with them, in one install (helm waits
+// for the CRD and resets the REST mapper over the in-process API).
+func TestControllerChartWithCRD(t *testing.T) {
+	env := clustertest.New(t, clustertest.Options{})
+	cfg := env.ConfigFor(&authn.User{Name: "helm-test", Groups: []string{authn.GroupMasters, authn.GroupAuthenticated}})
+	c, err := New(Config{RESTConfig: cfg, Logger: env.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Run(env.Ctx)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	tgz := chartTgz(t, "gadgets", "1.0.0",
+		`crds/gadget.yaml=apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`, "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g1}\nspec: {size: {{ .Values.size | default 1 }}}\n")
+	u := helmChart(t, "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: gadgets, namespace: default}\nspec:\n  chartContent: "+base64.StdEncoding.EncodeToString(tgz)+"\n  set: {size: 4}\n")
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		_, err := dyn.Resource(chartGVR).Namespace("default").Create(env.Ctx, u, metav1.CreateOptions{})
+		return err
+	})
+	gadgets := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
+	clustertest.Eventually(t, 30*time.Second, func() error {
+		g, err := gadgets.Get(env.Ctx, "g1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if size, _, _ := unstructured.NestedInt64(g.Object, "spec", "size"); size != 4 {
+			return fmt.Errorf("size %d", size)
 		}
 		return nil
 	})

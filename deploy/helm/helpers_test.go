@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,6 +20,11 @@ func chartTgz(t *testing.T, name, version string, extra ...string) []byte {
 		{"templates/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  color: {{ .Values.color | quote }}\n"},
 	}
 	for i, e := range extra {
+		// "crds/NAME.yaml=content", or a template's content.
+		if path, content, ok := strings.Cut(e, "="); ok && strings.HasPrefix(path, "crds/") {
+			files = append(files, [2]string{path, content})
+			continue
+		}
 		files = append(files, [2]string{fmt.Sprintf("templates/extra%d.yaml", i), e})
 	}
 	var buf bytes.Buffer
