@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,4 +198,84 @@ spec:
 		}
 		return nil
 	})
+}
+
+// TestControllerFailurePolicy: a release found failed (or left pending
+// by a stop in the middle) is uninstalled and installed again under
+// failurePolicy reinstall, and left as it is, with a Failed condition,
+// under abort.
+func TestControllerFailurePolicy(t *testing.T) {
+	env := clustertest.New(t, clustertest.Options{})
+	cfg := env.ConfigFor(&authn.User{Name: "helm-test", Groups: []string{authn.GroupMasters, authn.GroupAuthenticated}})
+	// A short recheck: nothing else tells the controller of a release
+	// changed behind its back.
+	c, err := New(Config{RESTConfig: cfg, Logger: env.Log, Resync: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Run(env.Ctx)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	content := base64.StdEncoding.EncodeToString(chartTgz(t, "x", "1.0.0"))
+	for _, name := range []string{"reinstalled", "pending", "aborted"} {
+		policy := map[string]string{"aborted": "abort"}[name]
+		u := helmChart(t, fmt.Sprintf("apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: %s, namespace: default}\nspec:\n  chartContent: %s\n  failurePolicy: '%s'\n", name, content, policy))
+		clustertest.Eventually(t, 10*time.Second, func() error {
+			_, err := dyn.Resource(chartGVR).Namespace("default").Create(env.Ctx, u, metav1.CreateOptions{})
+			return err
+		})
+	}
+	store := c.actionConfig("default").Releases
+	for _, name := range []string{"reinstalled", "pending", "aborted"} {
+		clustertest.Eventually(t, 20*time.Second, func() error {
+			_, err := store.Deployed(name)
+			return err
+		})
+		// The release breaks: an upgrade that failed, or bonsai stopped
+		// in the middle of one.
+		rel, err := store.Last(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel.Info.Status = release.StatusFailed
+		if name == "pending" {
+			rel.Info.Status = release.StatusPendingUpgrade
+		}
+		if err := store.Update(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"reinstalled", "pending"} {
+		clustertest.Eventually(t, 20*time.Second, func() error {
+			rel, err := store.Last(name)
+			if err != nil {
+				return err
+			}
+			if rel.Info.Status != release.StatusDeployed {
+				return fmt.Errorf("%s: %s", name, rel.Info.Status)
+			}
+			evs, err := cs.CoreV1().Events("default").List(env.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=Reinstall"})
+			if err != nil {
+				return err
+			}
+			if len(evs.Items) == 0 {
+				return fmt.Errorf("%s: no Reinstall event", name)
+			}
+			return nil
+		})
+	}
+	clustertest.Eventually(t, 20*time.Second, func() error {
+		u, err := dyn.Resource(chartGVR).Namespace("default").Get(env.Ctx, "aborted", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		if msg := conditionMessage(conds, "Failed"); !strings.Contains(msg, "release default/aborted is failed and failurePolicy is abort") {
+			return fmt.Errorf("Failed condition %q", msg)
+		}
+		return nil
+	})
+	if rel, err := store.Last("aborted"); err != nil || rel.Info.Status != release.StatusFailed || rel.Version != 1 {
+		t.Errorf("aborted: %v %v, want revision 1 left failed", rel.Info.Status, err)
+	}
 }
