@@ -164,9 +164,9 @@ spec:
 		t.Errorf("offline HelmChart: %q", got)
 	}
 
-	// A new archive under the same name upgrades, at the next recheck.
+	// A new archive under the same name upgrades.
 	put(filepath.Join(mdir, "offline.tgz"), helmChartTgz(t, "offline", "1.1.0"))
-	took = waitFor("offline chart upgraded for its new archive", 45*time.Second, func() bool { return cm("helm-offline", "offline-cm") == "offline none 1 1.1.0" })
+	took = waitFor("offline chart upgraded for its new archive", 15*time.Second, func() bool { return cm("helm-offline", "offline-cm") == "offline none 1 1.1.0" })
 	t.Logf("upgrade on a replaced .tgz: %v", took)
 
 	row := regexp.MustCompile(`(?m)^kube-system +offline +https://%\{KUBERNETES_API\}%/static/charts/offline.tgz +helm-offline +2 +True +False +`)
@@ -283,7 +283,8 @@ spec:
 	}
 	// Fixed, it installs.
 	put(filepath.Join(mdir, "missing.tgz"), helmChartTgz(t, "missing", "0.0.1"))
-	waitFor("nofile installed once its archive is there", 60*time.Second, func() bool { return cm("default", "nofile-cm") == "hello none 1 0.0.1" })
+	took = waitFor("nofile installed once its archive is there", 15*time.Second, func() bool { return cm("default", "nofile-cm") == "hello none 1 0.0.1" })
+	t.Logf("install once a missing .tgz is there: %v", took)
 
 	// Deleting a HelmChart uninstalls its release.
 	k.must("delete", "helmchart", "inline", "--wait=false")

@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -59,9 +61,11 @@ const (
 	// default for upgrades).
 	MaxHistory = 10
 	// DefaultResync is how often every HelmChart is checked against its
-	// release (a .tgz replaced in the manifests directory, a release
-	// deleted by hand).
+	// release (a release deleted or changed by hand).
 	DefaultResync = 30 * time.Second
+	// FileCheckInterval is how often the .tgz files of static chart
+	// URLs are looked at: a file added or replaced is installed then.
+	FileCheckInterval = 2 * time.Second
 )
 
 var (
@@ -92,6 +96,26 @@ type Controller struct {
 	configs cache.SharedIndexInformer
 	events  record.EventRecorder
 	log     *slog.Logger
+
+	mu sync.Mutex
+	// files are the chart files each HelmChart's static URL may name,
+	// by HelmChart key, as they were when it was last handled.
+	files map[string]map[string]fileStamp
+}
+
+// fileStamp is what a stat says of a chart file.
+type fileStamp struct {
+	exists bool
+	mtime  int64 // ns
+	size   int64
+}
+
+func stamp(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{exists: true, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
 }
 
 // New checks cfg.
@@ -114,7 +138,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, dyn: dyn, cs: cs, getter: g, log: cfg.Logger.With("component", "helm-controller")}, nil
+	return &Controller{cfg: cfg, dyn: dyn, cs: cs, getter: g, log: cfg.Logger.With("component", "helm-controller"), files: map[string]map[string]fileStamp{}}, nil
 }
 
 // Run installs the CRDs, then handles HelmCharts until ctx ends.
@@ -155,6 +179,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		<-ctx.Done()
 		c.queue.ShutDown()
 	}()
+	go c.watchFiles(ctx)
 	for c.next(ctx) {
 	}
 	return nil
@@ -218,9 +243,15 @@ func (c *Controller) next(ctx context.Context) bool {
 func (c *Controller) sync(ctx context.Context, key string) error {
 	obj, exists, err := c.charts.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
+		c.watch(key, nil)
 		return err
 	}
 	hc := obj.(*unstructured.Unstructured).DeepCopy()
+	if !c.manages(hc) || hc.GetDeletionTimestamp() != nil {
+		c.watch(key, nil)
+	} else {
+		c.watch(key, chartFiles(hc, c.cfg.ChartDirs))
+	}
 	if !c.manages(hc) {
 		return nil
 	}
@@ -260,6 +291,45 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	c.deployed(ctx, hc, rel)
 	return nil
+}
+
+// watch records the chart files of key's HelmChart as they are now.
+func (c *Controller) watch(key string, paths []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(paths) == 0 {
+		delete(c.files, key)
+		return
+	}
+	m := make(map[string]fileStamp, len(paths))
+	for _, p := range paths {
+		m[p] = stamp(p)
+	}
+	c.files[key] = m
+}
+
+// watchFiles hands a HelmChart to the worker when one of its chart
+// files appears, changes or goes.
+func (c *Controller) watchFiles(ctx context.Context) {
+	t := time.NewTicker(FileCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		for key, m := range c.files {
+			for p, was := range m {
+				if now := stamp(p); now != was {
+					m[p] = now
+					c.queue.Add(key)
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
 }
 
 // manages says whether a HelmChart is this controller's, as k3s's does.

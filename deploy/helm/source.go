@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/repo"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -57,6 +58,22 @@ func specErrorf(format string, a ...any) error { return &specError{fmt.Errorf(fo
 // https://%{KUBERNETES_API}%/static/charts/NAME.tgz: read here from the
 // chart directories.
 var staticChart = regexp.MustCompile(`^https?://%\{KUBERNETES_API\}%/static/charts/([^/]+\.tgz)$`)
+
+// chartFiles are the paths a HelmChart's static chart URL may name, in
+// the order they are looked for; none for another source.
+func chartFiles(hc *unstructured.Unstructured, chartDirs []string) []string {
+	chart, _, _ := unstructured.NestedString(hc.Object, "spec", "chart")
+	content, _, _ := unstructured.NestedString(hc.Object, "spec", "chartContent")
+	m := staticChart.FindStringSubmatch(chart)
+	if content != "" || m == nil {
+		return nil
+	}
+	var paths []string
+	for _, d := range chartDirs {
+		paths = append(paths, filepath.Join(d, m[1]))
+	}
+	return paths
+}
 
 // resolveSource says where spec's chart is. chartDirs are searched, in
 // order, for the file of a static URL.
