@@ -253,6 +253,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.watch(key, chartFiles(hc, c.cfg.ChartDirs))
 	}
 	if !c.manages(hc) {
+		if hc.GetDeletionTimestamp() != nil && c.releasedByUser(hc) {
+			// Made unmanaged after it was installed: the release is
+			// the user's now, the HelmChart must not hang on our
+			// finalizer.
+			return c.dropFinalizer(ctx, hc)
+		}
 		return nil
 	}
 	if hc.GetDeletionTimestamp() != nil {
@@ -449,6 +455,18 @@ func (c *Controller) remove(ctx context.Context, hc *unstructured.Unstructured) 
 		c.log.Info("uninstalled a chart", "helmchart", hc.GetNamespace()+"/"+hc.GetName(), "release", ns+"/"+hc.GetName())
 		c.events.Eventf(hc, corev1.EventTypeNormal, "Uninstalled", "uninstalled release %s/%s", ns, hc.GetName())
 	}
+	return c.dropFinalizer(ctx, hc)
+}
+
+// releasedByUser: a HelmChart this controller claimed, since annotated
+// unmanaged.
+func (c *Controller) releasedByUser(hc *unstructured.Unstructured) bool {
+	ann := hc.GetAnnotations()
+	_, unmanaged := ann[AnnotationUnmanaged]
+	return unmanaged && ann[AnnotationManagedBy] == ManagedBy && slices.Contains(hc.GetFinalizers(), Finalizer)
+}
+
+func (c *Controller) dropFinalizer(ctx context.Context, hc *unstructured.Unstructured) error {
 	hc.SetFinalizers(slices.DeleteFunc(hc.GetFinalizers(), func(f string) bool { return f == Finalizer }))
 	_, err := c.dyn.Resource(chartGVR).Namespace(hc.GetNamespace()).Update(ctx, hc, metav1.UpdateOptions{FieldManager: FieldManager})
 	if apierrors.IsNotFound(err) {

@@ -155,6 +155,61 @@ func TestControllerErrorsInstallNothing(t *testing.T) {
 	})
 }
 
+// TestControllerUnmanaged: a HelmChart annotated unmanaged after it was
+// installed is left alone, and deleting it leaves the release, the
+// user's now, without hanging on the finalizer.
+func TestControllerUnmanaged(t *testing.T) {
+	env := clustertest.New(t, clustertest.Options{})
+	cfg := env.ConfigFor(&authn.User{Name: "helm-test", Groups: []string{authn.GroupMasters, authn.GroupAuthenticated}})
+	c, err := New(Config{RESTConfig: cfg, Logger: env.Log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Run(env.Ctx)
+	charts := dynamic.NewForConfigOrDie(cfg).Resource(chartGVR).Namespace("default")
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	content := base64.StdEncoding.EncodeToString(chartTgz(t, "x", "1.0.0"))
+	u := helmChart(t, "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata: {name: handsoff, namespace: default}\nspec:\n  chartContent: "+content+"\n")
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		_, err := charts.Create(env.Ctx, u, metav1.CreateOptions{})
+		return err
+	})
+	clustertest.Eventually(t, 20*time.Second, func() error {
+		_, err := cs.CoreV1().Secrets("default").Get(env.Ctx, "sh.helm.release.v1.handsoff.v1", metav1.GetOptions{})
+		return err
+	})
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		u, err := charts.Get(env.Ctx, "handsoff", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ann := u.GetAnnotations()
+		ann[AnnotationUnmanaged] = "true"
+		u.SetAnnotations(ann)
+		if err := unstructured.SetNestedField(u.Object, "greeting: ignored\n", "spec", "valuesContent"); err != nil {
+			return err
+		}
+		_, err = charts.Update(env.Ctx, u, metav1.UpdateOptions{})
+		return err
+	})
+	time.Sleep(time.Second)
+	if cm, err := cs.CoreV1().ConfigMaps("default").Get(env.Ctx, "handsoff-cm", metav1.GetOptions{}); err != nil || cm.Data["greeting"] != "hello" {
+		t.Errorf("an unmanaged HelmChart's release changed: %v %v", cm.Data, err)
+	}
+	if err := charts.Delete(env.Ctx, "handsoff", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		if _, err := charts.Get(env.Ctx, "handsoff", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("HelmChart: %v", err)
+		}
+		return nil
+	})
+	if _, err := cs.CoreV1().Secrets("default").Get(env.Ctx, "sh.helm.release.v1.handsoff.v1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the release of an unmanaged HelmChart was uninstalled: %v", err)
+	}
+}
+
 // TestControllerChartWithCRD: a chart's crds/ are installed first, and
 // its custom resource of that kind with them, in one install (helm waits
 // for the CRD and resets the REST mapper over the in-process API).
