@@ -253,6 +253,29 @@ spec:
 		}
 		return nil
 	})
+	// Once deployed, the HelmChart is not written again (no loop of
+	// status writes and the syncs they cause).
+	var rv string
+	clustertest.Eventually(t, 10*time.Second, func() error {
+		u, err := dyn.Resource(chartGVR).Namespace("default").Get(env.Ctx, "gadgets", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		if conditionMessage(conds, "Deployed") == "" {
+			return fmt.Errorf("not Deployed yet")
+		}
+		rv = u.GetResourceVersion()
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	u, err = dyn.Resource(chartGVR).Namespace("default").Get(env.Ctx, "gadgets", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.GetResourceVersion() != rv {
+		t.Errorf("the HelmChart was written again while up to date: resourceVersion %s, then %s", rv, u.GetResourceVersion())
+	}
 }
 
 // TestControllerFailurePolicy: a release found failed (or left pending
