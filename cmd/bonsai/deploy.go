@@ -13,14 +13,19 @@ import (
 	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/deploy"
+	"bonsai.dev/bonsai/deploy/helm"
 )
 
 // deployUser applies the manifests directory: its files may hold any
 // kind, as a cluster admin's kubectl apply may.
 var deployUser = &authn.User{Name: "system:bonsai-deploy", Groups: []string{"system:masters", authn.GroupAuthenticated}}
 
+// helmUser installs HelmCharts: a chart may hold any kind.
+var helmUser = &authn.User{Name: "system:bonsai-helm-controller", Groups: []string{"system:masters", authn.GroupAuthenticated}}
+
 func (o *serverOptions) addDeployFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.manifestsDir, "manifests-dir", "", "directory whose *.yaml, *.yml and *.json files are applied (server-side apply, field manager bonsai-deploy) at start and whenever they change; a removed file's objects are deleted; <file>.skip next to a file leaves it alone (default <data-dir>/server/manifests)")
+	fs.BoolVar(&o.disableHelm, "disable-helm-controller", false, "do not run the built-in helm controller of helm.cattle.io/v1 HelmCharts (k3s's flag) (default false)")
 	fs.StringSliceVar(&o.disable, "disable", nil, "do not deploy these files of --manifests-dir (names without extension), and delete what they deployed before; repeatable (default none)")
 }
 
@@ -37,6 +42,7 @@ func (o *serverOptions) validateDeploy(c *serverConfig) error {
 		return fmt.Errorf("--manifests-dir %q: must be an absolute path", o.manifestsDir)
 	}
 	c.ManifestsDir = filepath.Clean(c.ManifestsDir)
+	c.DisableHelmController = o.disableHelm
 	c.DisabledManifests = nil
 	for _, d := range o.disable {
 		d = strings.TrimSpace(d)
@@ -72,6 +78,33 @@ func startDeploy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, 
 	go func() {
 		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("manifests deployer stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// staticChartsDir is where k3s keeps the charts it serves at
+// https://%{KUBERNETES_API}%/static/charts/; bonsai reads them there too.
+func staticChartsDir(dataDir string) string {
+	return filepath.Join(dataDir, "server", "static", "charts")
+}
+
+// startHelm runs the HelmCharts once the API serves.
+func startHelm(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) error {
+	if cfg.DisableHelmController {
+		return nil
+	}
+	c, err := helm.New(helm.Config{
+		RESTConfig: api.ClientConfig(helmUser),
+		ChartDirs:  []string{cfg.ManifestsDir, staticChartsDir(cfg.DataDir)},
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("helm controller stopped", "err", err)
 		}
 	}()
 	return nil

@@ -112,6 +112,7 @@ type serverOptions struct {
 	shutdownByPrio    []string
 	manifestsDir      string
 	disable           []string
+	disableHelm       bool
 }
 
 const defaultPodBridge = "bonsai0"
@@ -312,6 +313,8 @@ type serverConfig struct {
 	// ManifestsDir is deployed, but for DisabledManifests (Addon names).
 	ManifestsDir      string
 	DisabledManifests []string
+	// DisableHelmController runs no controller of HelmCharts.
+	DisableHelmController bool
 }
 
 // applyConfigFile sets every flag named in the YAML file that the command

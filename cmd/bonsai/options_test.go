@@ -149,7 +149,7 @@ func TestServerFlags(t *testing.T) {
 		"--max-requests-inflight", "40", "--max-mutating-requests-inflight", "20", "--request-timeout", "30s", "--min-request-timeout", "600", "--max-watches-per-user", "50",
 		"--audit-log-path", "/var/log/bonsai-audit.log", "--audit-policy-file", writeFile(t, "policy.yaml", "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n"),
 		"--snapshot-schedule", "@daily", "--snapshot-retention", "3", "--snapshot-dir", "/backup/bonsai/",
-		"--manifests-dir", "/etc/bonsai/manifests/", "--disable", "traefik,Local_Storage",
+		"--manifests-dir", "/etc/bonsai/manifests/", "--disable", "traefik,Local_Storage", "--disable-helm-controller",
 		"--admission-control-config-file", writeFile(t, "admission.yaml", admissionConfigYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -204,21 +204,22 @@ func TestServerFlags(t *testing.T) {
 		MaxEndpointsPerSlice: 1000,
 		HPA: controllers.HPAOptions{SyncPeriod: 5 * time.Second, DownscaleStabilization: time.Minute, Tolerance: func() *float64 { f := 0.05; return &f }(),
 			CPUInitializationPeriod: 5 * time.Minute, InitialReadinessDelay: 30 * time.Second},
-		MaxObjectSize:     3145728,
-		EventTTL:          30 * time.Minute,
-		QuotaBytes:        4294967296,
-		ShutdownGroups:    []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
-		AuthorizationMode: "AlwaysAllow",
-		KubeletRootDir:    "/var/lib/kubelet",
-		NodeLifecycle:     defaultNodeLifecycle,
-		Eviction:          defaultEviction(t),
-		AuditLogRotation:  audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
-		Limits:            apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
-		SnapshotSchedule:  mustCron(t, "@daily"),
-		SnapshotRetention: 3,
-		SnapshotDir:       "/backup/bonsai",
-		ManifestsDir:      "/etc/bonsai/manifests",
-		DisabledManifests: []string{"traefik", "local-storage"},
+		MaxObjectSize:         3145728,
+		EventTTL:              30 * time.Minute,
+		QuotaBytes:            4294967296,
+		ShutdownGroups:        []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
+		AuthorizationMode:     "AlwaysAllow",
+		KubeletRootDir:        "/var/lib/kubelet",
+		NodeLifecycle:         defaultNodeLifecycle,
+		Eviction:              defaultEviction(t),
+		AuditLogRotation:      audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
+		Limits:                apiserver.Limits{MaxRequestsInFlight: 40, MaxMutatingRequestsInFlight: 20, RequestTimeout: 30 * time.Second, MinRequestTimeout: 10 * time.Minute, MaxWatchesPerUser: 50},
+		SnapshotSchedule:      mustCron(t, "@daily"),
+		SnapshotRetention:     3,
+		SnapshotDir:           "/backup/bonsai",
+		ManifestsDir:          "/etc/bonsai/manifests",
+		DisabledManifests:     []string{"traefik", "local-storage"},
+		DisableHelmController: true,
 	}
 	want.Etcd.Endpoint = "http://127.0.0.1:2379"
 	want.Etcd.MaxValueBytes = 3145728
@@ -518,6 +519,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		`--scheduler-config string`, `--disable-scheduler`, `--admission-control-config-file string`,
 		`--encryption-provider-config string`, `--secrets-encryption`,
 		`--snapshot-schedule string`, `(default "0 */12 * * *")`, `--snapshot-retention int`, `(default 5)`, `--snapshot-dir string`,
+		`--manifests-dir string`, `--disable strings`, `--disable-helm-controller`,
 		`--disable-ingress`, `--ingress-bind-address string`, `--ingress-http-port int`, `(default 80)`, `--ingress-https-port int`, `(default 443)`,
 	} {
 		if !strings.Contains(help, want) {

@@ -237,6 +237,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	if err := startDeploy(ctx, cfg, api, log); err != nil {
 		return err
 	}
+	if err := startHelm(ctx, cfg, api, log); err != nil {
+		return err
+	}
 	if !cfg.DisableAgent {
 		// The kubelet API serves the agent's runtime (none for a
 		// simulated node: empty logs and nothing to exec into).
