@@ -240,9 +240,13 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 // defaultServiceCIDR is the ServiceCIDR that shows --service-cidr, Ready
 // as kube-apiserver's default ServiceCIDR controller reports it.
 func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
+	var cidrs []string
+	for _, p := range s.cfg.ServiceCIDRs {
+		cidrs = append(cidrs, p.Masked().String())
+	}
 	return &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: networking.DefaultServiceCIDRName},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
 		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
 			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
 			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: storedNow(),
