@@ -223,10 +223,19 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 		return err
 	}
 	got := obj.(*networkingv1.ServiceCIDR)
-	if len(got.Status.Conditions) > 0 {
+	// A single-stack cluster restarted dual-stack: the ServiceCIDR gains
+	// the secondary range, as kube-apiserver's default ServiceCIDR
+	// controller upgrades it (the only change its validation allows).
+	grows := len(got.Spec.CIDRs) == 1 && len(want.Spec.CIDRs) == 2 && got.Spec.CIDRs[0] == want.Spec.CIDRs[0]
+	if len(got.Status.Conditions) > 0 && !grows {
 		return nil
 	}
-	got.Status = want.Status
+	if grows {
+		got.Spec.CIDRs = want.Spec.CIDRs
+	}
+	if len(got.Status.Conditions) == 0 {
+		got.Status = want.Status
+	}
 	data, err := encodeForStore(res, got)
 	if err != nil {
 		return err

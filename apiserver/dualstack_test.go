@@ -506,3 +506,41 @@ func TestDualStackServiceCIDRAndLegacyServices(t *testing.T) {
 		t.Errorf("legacy upgrade: %v %+v", err, up)
 	}
 }
+
+// TestSingleStackClusterRestartedDualStack: a server restarted with a
+// second service range shows it in the kubernetes ServiceCIDR, keeps the
+// Services it had, and upgrades them on request (DS-13, DS-15).
+func TestSingleStackClusterRestartedDualStack(t *testing.T) {
+	st := openBadger(t)
+	before := newServiceRangesEnv(t, st, dsV4)
+	old, err := before.cs.CoreV1().Services("default").Create(before.ctx, clusterIPService("old", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.s.Shutdown()
+
+	e := newServiceRangesEnv(t, st, dsV4, dsV6)
+	cidr, err := e.cs.NetworkingV1().ServiceCIDRs().Get(e.ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{dsV4, dsV6}, cidr.Spec.CIDRs); diff != "" || len(cidr.Status.Conditions) != 1 {
+		t.Errorf("kubernetes ServiceCIDR after the restart (-want +got):\n%s\n%+v", diff, cidr.Status)
+	}
+	svc, err := e.cs.CoreV1().Services("default").Get(e.ctx, "old", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(svc.Spec.ClusterIPs, old.Spec.ClusterIPs) || *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("old Service after the restart: %v %v", svc.Spec.ClusterIPs, *svc.Spec.IPFamilyPolicy)
+	}
+	svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+	up, err := e.cs.CoreV1().Services("default").Update(e.ctx, svc, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(up.Spec.ClusterIPs) != 2 || up.Spec.ClusterIP != old.Spec.ClusterIP {
+		t.Errorf("upgraded: %v", up.Spec.ClusterIPs)
+	}
+	checkClusterIPs(t, e, []string{dsV4, dsV6}, up)
+}
