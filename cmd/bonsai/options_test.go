@@ -311,6 +311,7 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--simulated-nodes", "1000000"}, []string{"--simulated-nodes", "between 0 and 100000"}},
 		{[]string{"--simulated-nodes", "ten"}, []string{"--simulated-nodes"}},
 		{[]string{"--simulated-nodes", "256"}, []string{"--simulated-nodes 256", "--cluster-cidr 10.42.0.0/16 holds only 256"}},
+		{[]string{"--simulated-nodes", "300", "--cluster-cidr", "10.128.0.0/9,fd42::/56"}, []string{"--simulated-nodes 300", "--cluster-cidr fd42::/56 holds only 256"}},
 		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
 		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
 		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
