@@ -544,3 +544,37 @@ func TestSingleStackClusterRestartedDualStack(t *testing.T) {
 	}
 	checkClusterIPs(t, e, []string{dsV4, dsV6}, up)
 }
+
+// TestDualStackServiceUpdatesRefused: a secondary cluster IP and the
+// families may not change once set, with kube-apiserver's messages.
+func TestDualStackServiceUpdatesRefused(t *testing.T) {
+	e := newServiceRangesEnv(t, openBadger(t), dsV4, dsV6)
+	svcs := e.cs.CoreV1().Services("default")
+	dual := clusterIPService("dual", "")
+	dual.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+	created, err := svcs.Create(e.ctx, dual, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Service)
+		want string
+	}{
+		{"secondary IP", func(s *corev1.Service) { s.Spec.ClusterIPs[1] = "fd00:96::77" }, `spec.clusterIPs[1]: Invalid value: ["` + created.Spec.ClusterIP + `","fd00:96::77"]: may not change once set`},
+		{"families swapped", func(s *corev1.Service) {
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+		}, "expected an IPv6 value as indicated by `ipFamilies[0]`"},
+	} {
+		svc := created.DeepCopy()
+		tc.edit(svc)
+		if _, err := svcs.Update(e.ctx, svc, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Nothing was taken by the refused updates.
+	want := map[string]string{created.Spec.ClusterIPs[0]: "IPv4 default/dual", created.Spec.ClusterIPs[1]: "IPv6 default/dual"}
+	if diff := cmp.Diff(want, e.ipAddresses(t)); diff != "" {
+		t.Errorf("IPAddresses (-want +got):\n%s", diff)
+	}
+}

@@ -100,6 +100,38 @@ func (serviceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Obj
 	if o.Spec.ClusterIP != "" && svc.Spec.Type != corev1.ServiceTypeExternalName && o.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != o.Spec.ClusterIP {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "clusterIPs").Index(0), svc.Spec.ClusterIP, "may not change once set"))
 	}
+	return append(errs, validateFamiliesUpdate(svc, o)...)
+}
+
+// validateFamiliesUpdate: a secondary cluster IP may be added or
+// released, never changed, and the primary family never changes, as
+// kube-apiserver's validateUpgradeDowngradeClusterIPs and
+// validateUpgradeDowngradeIPFamilies.
+func validateFamiliesUpdate(svc, o *corev1.Service) field.ErrorList {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || o.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	headless := func(s *corev1.Service) bool { return s.Spec.ClusterIP == corev1.ClusterIPNone }
+	p := field.NewPath("spec")
+	var errs field.ErrorList
+	ips, oips := svc.Spec.ClusterIPs, o.Spec.ClusterIPs
+	if !(headless(svc) && headless(o)) && len(ips) == 2 && len(oips) == 2 && ips[1] != oips[1] {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, "may not change once set"))
+	}
+	if headless(svc) || headless(o) {
+		return errs
+	}
+	fams, ofams := svc.Spec.IPFamilies, o.Spec.IPFamilies
+	switch {
+	case len(fams) == len(ofams):
+		for i := range ofams {
+			if fams[i] != ofams[i] {
+				errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(0), fams, "may not change once set"))
+			}
+		}
+	case len(fams) > 0 && len(ofams) > 0 && fams[0] != ofams[0]:
+		errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(0), ips, "may not change once set"))
+	}
 	return errs
 }
 
