@@ -223,10 +223,19 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 		return err
 	}
 	got := obj.(*networkingv1.ServiceCIDR)
-	if len(got.Status.Conditions) > 0 {
+	// A single-stack cluster restarted dual-stack: the ServiceCIDR gains
+	// the secondary range, as kube-apiserver's default ServiceCIDR
+	// controller upgrades it (the only change its validation allows).
+	grows := len(got.Spec.CIDRs) == 1 && len(want.Spec.CIDRs) == 2 && got.Spec.CIDRs[0] == want.Spec.CIDRs[0]
+	if len(got.Status.Conditions) > 0 && !grows {
 		return nil
 	}
-	got.Status = want.Status
+	if grows {
+		got.Spec.CIDRs = want.Spec.CIDRs
+	}
+	if len(got.Status.Conditions) == 0 {
+		got.Status = want.Status
+	}
 	data, err := encodeForStore(res, got)
 	if err != nil {
 		return err
@@ -240,9 +249,13 @@ func (s *Server) ensureServiceCIDR(ctx context.Context) error {
 // defaultServiceCIDR is the ServiceCIDR that shows --service-cidr, Ready
 // as kube-apiserver's default ServiceCIDR controller reports it.
 func (s *Server) defaultServiceCIDR() *networkingv1.ServiceCIDR {
+	var cidrs []string
+	for _, p := range s.cfg.ServiceCIDRs {
+		cidrs = append(cidrs, p.Masked().String())
+	}
 	return &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: networking.DefaultServiceCIDRName},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{s.cfg.ServiceCIDR.Masked().String()}},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
 		Status: networkingv1.ServiceCIDRStatus{Conditions: []metav1.Condition{{
 			Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue,
 			Message: "Kubernetes Service CIDR is ready", LastTransitionTime: storedNow(),

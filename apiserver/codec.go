@@ -266,6 +266,9 @@ func decodeStored(res *resource, kv store.KeyValue) (runtime.Object, error) {
 		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 	}
 	setResourceVersion(obj, kv.Revision)
+	if res.onRead != nil {
+		res.onRead(obj)
+	}
 	return obj, nil
 }
 

@@ -56,6 +56,9 @@ type resource struct {
 	// reader serves a kind that is computed, not stored: get and list.
 	reader   registry.Reader
 	strategy registry.Strategy
+	// onRead fills in, on every object read from the store, what older
+	// versions did not store (kube-apiserver's defaultOnRead of Services).
+	onRead func(runtime.Object)
 	// returnDeleted: DELETE that removes the object answers with it rather
 	// than a Status (pods do).
 	returnDeleted bool

@@ -526,6 +526,11 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 	case "services":
 		nameFn = apivalidation.NameIsDNS1035Label
 	}
+	if res.gvr.Group == "networking.k8s.io" && res.gvr.Resource == "ipaddresses" {
+		// An IPAddress is named by its IP, IPv6 ones too ("fd00::1"):
+		// the strategy checks it is one in canonical form.
+		return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }, field.NewPath("metadata"))
+	}
 	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR || res.gvr.Resource == "certificatesigningrequests" {
 		// RBAC names only need to be path segments (system:discovery),
 		// as APIServices' ("v1." is the core group's) and

@@ -44,7 +44,10 @@ type Config struct {
 	// Authenticator identifies callers; nil lets every request through as
 	// an anonymous admin (in-process clients and tests only).
 	Authenticator authn.Authenticator
+	// ServiceCIDR is the primary service range; ServiceCIDRs, if set, are
+	// one range per family, the primary first (dual-stack Services).
 	ServiceCIDR   netip.Prefix
+	ServiceCIDRs  []netip.Prefix
 	ClusterCIDR   netip.Prefix
 	NodePortRange PortRange
 	ClusterDomain string
@@ -204,8 +207,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if len(cfg.ServiceCIDRs) > 0 {
+		cfg.ServiceCIDR = cfg.ServiceCIDRs[0]
+	}
 	if !cfg.ServiceCIDR.IsValid() {
 		cfg.ServiceCIDR = netip.MustParsePrefix("10.43.0.0/16")
+	}
+	if len(cfg.ServiceCIDRs) == 0 {
+		cfg.ServiceCIDRs = []netip.Prefix{cfg.ServiceCIDR}
 	}
 	if !cfg.ClusterCIDR.IsValid() {
 		cfg.ClusterCIDR = netip.MustParsePrefix("10.42.0.0/16")
@@ -223,9 +232,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, authFailures: newAuthFailureLog()}
 	s.resourceMetrics = metricsapi.New(metricsapi.Config{Source: kubeletSummaries{s: s, local: cfg.MetricsSource}, Objects: metricsObjects{s}, Resolution: cfg.MetricResolution, Logger: cfg.Logger})
 	s.reg = newRegistry(append(builtinResources(), s.readOnlyResources()...))
-	s.env = registry.Env{ServiceCIDR: cfg.ServiceCIDR, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s},
+	s.env = registry.Env{ServiceCIDRs: cfg.ServiceCIDRs, NodePortRange: cfg.NodePortRange, ReservedHostPorts: cfg.ReservedHostPorts, Services: serviceAllocator{s},
 		NamespaceLabels: s.namespaceLabels}
 	s.bindStrategies()
+	s.bindServiceOnRead()
 	if err := s.setupServiceAccountTokens(); err != nil {
 		cancel()
 		return nil, err

@@ -16,11 +16,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"bonsai.dev/bonsai/store"
 
 	"bonsai.dev/bonsai/apiserver/registry"
+	"bonsai.dev/bonsai/apiserver/registry/core"
 )
 
 // Service allocations live in the store, each taken with a create that
@@ -218,15 +220,19 @@ func (r serviceIPRange) candidates(try func(netip.Addr) (stop bool, err error)) 
 	return errRangeFull
 }
 
-// takeNextIP records a free cluster IP for svc (or, on a dry run, finds
-// one).
-func (s *Server) takeNextIP(ctx context.Context, svc *corev1.Service, dry bool) (netip.Addr, error) {
+// takeNextIP records a free cluster IP of family for svc (or, on a dry
+// run, finds one).
+func (s *Server) takeNextIP(ctx context.Context, svc *corev1.Service, family corev1.IPFamily, dry bool) (netip.Addr, error) {
+	cidr, ok := s.env.ServiceCIDRFor(family)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("no %s service range", family)
+	}
 	used, err := s.allocatedIPs(ctx)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	var got netip.Addr
-	err = newServiceIPRange(s.cfg.ServiceCIDR).candidates(func(a netip.Addr) (bool, error) {
+	err = newServiceIPRange(cidr).candidates(func(a netip.Addr) (bool, error) {
 		if used[a] {
 			return false, nil
 		}
@@ -356,8 +362,8 @@ func (s *Server) takeNextNodePort(ctx context.Context, svc *corev1.Service, mine
 // serviceAllocator is the Service allocator as strategies see it.
 type serviceAllocator struct{ s *Server }
 
-func (a serviceAllocator) TakeNextIP(ctx context.Context, svc *corev1.Service, dryRun bool) (netip.Addr, error) {
-	return a.s.takeNextIP(ctx, svc, dryRun)
+func (a serviceAllocator) TakeNextIP(ctx context.Context, svc *corev1.Service, family corev1.IPFamily, dryRun bool) (netip.Addr, error) {
+	return a.s.takeNextIP(ctx, svc, family, dryRun)
 }
 
 func (a serviceAllocator) TakeIP(ctx context.Context, ip netip.Addr, svc *corev1.Service, dryRun bool) error {
@@ -378,4 +384,13 @@ func (a serviceAllocator) RecordNodePort(ctx context.Context, port int32, svc *c
 
 func (a serviceAllocator) ReleaseNodePort(ctx context.Context, port int32, svc *corev1.Service) error {
 	return a.s.releaseNodePort(ctx, port, svc)
+}
+
+// bindServiceOnRead has Services read from the store get the dual-stack
+// fields older ones lack, with the primary service range's family.
+func (s *Server) bindServiceOnRead() {
+	primary := ipFamilyOf(s.cfg.ServiceCIDRs[0].Addr())
+	s.reg.byGVR[gvr("", "v1", "services")].onRead = func(obj runtime.Object) {
+		core.DefaultServiceOnRead(obj.(*corev1.Service), primary)
+	}
 }

@@ -150,7 +150,7 @@ func (p *repairPass) repairServiceIPs(ctx context.Context, svc *corev1.Service) 
 	var errs []error
 	for _, ip := range core.ServiceIPs(svc) {
 		fam := ipFamilyOf(ip)
-		if !p.s.cfg.ServiceCIDR.Contains(ip) {
+		if r, ok := p.s.env.ServiceCIDRFor(fam); !ok || !r.Contains(ip) {
 			p.s.repairEvent(ctx, ipRepairController, svc, "ClusterIPOutOfRange", "ClusterIPAllocation",
 				fmt.Sprintf("Cluster IP [%s]: %s is not within any configured Service CIDR; please recreate service", fam, ip))
 			continue

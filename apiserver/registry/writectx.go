@@ -78,8 +78,9 @@ type UserInfo struct {
 // the services they may use. The server makes one and shares it among all
 // writes.
 type Env struct {
-	// ServiceCIDR is the range of Service cluster IPs.
-	ServiceCIDR netip.Prefix
+	// ServiceCIDRs are the ranges of Service cluster IPs, one per
+	// family, the primary (the family of single-stack Services) first.
+	ServiceCIDRs []netip.Prefix
 	// NodePortRange is the range of Service node ports.
 	NodePortRange PortRange
 	// ReservedHostPorts are the node's ports bonsai serves itself; no pod
@@ -90,6 +91,16 @@ type Env struct {
 	// NamespaceLabels reads a namespace's labels (a claim asking for
 	// admin access to devices needs its namespace labelled for it).
 	NamespaceLabels func(name string) (map[string]string, error)
+}
+
+// ServiceCIDRFor is the service range of family, if the cluster has one.
+func (e *Env) ServiceCIDRFor(family corev1.IPFamily) (netip.Prefix, bool) {
+	for _, p := range e.ServiceCIDRs {
+		if p.Addr().Is6() == (family == corev1.IPv6Protocol) {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // PortRange is an inclusive range of ports.
@@ -109,8 +120,8 @@ type ReservedPort struct {
 // or a node port. A dry run takes nothing but still fails where the
 // write would.
 type ServiceAllocator interface {
-	// TakeNextIP takes a free cluster IP for svc.
-	TakeNextIP(ctx context.Context, svc *corev1.Service, dryRun bool) (netip.Addr, error)
+	// TakeNextIP takes a free cluster IP of family for svc.
+	TakeNextIP(ctx context.Context, svc *corev1.Service, family corev1.IPFamily, dryRun bool) (netip.Addr, error)
 	// TakeIP takes ip for svc; ErrIPAllocated if another holds it.
 	TakeIP(ctx context.Context, ip netip.Addr, svc *corev1.Service, dryRun bool) error
 	ReleaseIP(ctx context.Context, ip netip.Addr, namespace, name string) error

@@ -26,10 +26,10 @@ import (
 func startControllers(ctx context.Context, cfg *serverConfig, api *apiserver.Server, rootCA []byte, inf *client.Informers, log *slog.Logger) error {
 	user := controllerManagerUser
 	ipam, err := nodeipam.New(nodeipam.Config{
-		RESTConfig:   api.ClientConfig(user),
-		ClusterCIDR:  cfg.ClusterCIDR,
-		NodeMaskSize: cfg.NodeCIDRMaskSize,
-		Logger:       log,
+		RESTConfig:    api.ClientConfig(user),
+		ClusterCIDRs:  cfg.ClusterCIDRs,
+		NodeMaskSizes: cfg.NodeCIDRMaskSizes,
+		Logger:        log,
 	})
 	if err != nil {
 		return err

@@ -78,6 +78,8 @@ type serverOptions struct {
 	cniBinDirs        []string
 	podManifestPath   string
 	nodeCIDRMaskSize  int
+	nodeCIDRMaskIPv4  int
+	nodeCIDRMaskIPv6  int
 	simulatedNodes    int
 	kubeletPort       int
 	disableIngress    bool
@@ -149,8 +151,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.datastoreCAFile, "datastore-cafile", "", "CA bundle to verify the etcd servers (default: system roots)")
 	fs.StringVar(&o.datastoreCertFile, "datastore-certfile", "", "client certificate for etcd (default none)")
 	fs.StringVar(&o.datastoreKeyFile, "datastore-keyfile", "", "client key for etcd (default none)")
-	fs.StringVar(&o.serviceCIDR, "service-cidr", "10.43.0.0/16", "range of ClusterIPs; its first address is the kubernetes service")
-	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "10.42.0.0/16", "range of pod IPs")
+	fs.StringVar(&o.serviceCIDR, "service-cidr", "10.43.0.0/16", "range of ClusterIPs, or one IPv4 and one IPv6 range, comma-separated, for dual-stack Services (e.g. 10.43.0.0/16,fd43::/112); the first is the primary family, and its first address is the kubernetes service")
+	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "10.42.0.0/16", "range of pod IPs, or one IPv4 and one IPv6 range, comma-separated (e.g. 10.42.0.0/16,fd42::/56); each node gets a pod CIDR of each")
 	fs.StringVar(&o.nodePortRange, "service-node-port-range", "30000-32767", "range of NodePorts (first-last, inclusive)")
 	fs.StringSliceVar(&o.nodePortAddresses, "nodeport-addresses", nil, "CIDRs of the local addresses that serve NodePorts (and the health-check node ports of externalTrafficPolicy: Local Services), or \"primary\": the node's own address; repeatable (default: every local address, 127.0.0.1 too)")
 	fs.StringVar(&o.clusterDomain, "cluster-domain", "cluster.local", "DNS domain of the cluster")
@@ -169,7 +171,9 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", cni.DefaultConfDir, "directory of CNI network configurations; the first *.conflist, *.conf or *.json in lexical order is used")
 	fs.StringSliceVar(&o.cniBinDirs, "cni-bin-dir", []string{cni.DefaultBinDir}, "directory of CNI plugin binaries, searched in order; repeatable (Debian's containernetworking-plugins installs to /usr/lib/cni)")
 	fs.StringVar(&o.podManifestPath, "pod-manifest-path", "", "directory of static pod manifests (default <data-dir>/pod-manifests)")
-	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from --cluster-cidr (default 24 for IPv4, 64 for IPv6)")
+	fs.IntVar(&o.nodeCIDRMaskSize, "node-cidr-mask-size", 0, "prefix length of each node's pod CIDR, cut from a single-stack --cluster-cidr (default 24 for IPv4, 64 for IPv6); not allowed with a dual-stack one")
+	fs.IntVar(&o.nodeCIDRMaskIPv4, "node-cidr-mask-size-ipv4", 0, "prefix length of each node's IPv4 pod CIDR (default 24)")
+	fs.IntVar(&o.nodeCIDRMaskIPv6, "node-cidr-mask-size-ipv6", 0, "prefix length of each node's IPv6 pod CIDR (default 64)")
 	fs.IntVar(&o.simulatedNodes, "simulated-nodes", 0, "create this many simulated nodes, sim-0 ... sim-<N-1> (pods on them go Running at once, no containers)")
 	fs.DurationVar(&o.housekeeping, "housekeeping-interval", kubelet.DefaultStatsInterval, "how often the kubelet samples its node's, pods' and containers' figures (cAdvisor's flag; the metrics benchmark's lever)")
 	fs.MarkHidden("housekeeping-interval")
@@ -232,7 +236,14 @@ type serverConfig struct {
 	Encryption        *encryption.Config
 	SecretsEncryption bool
 
-	Etcd          store.EtcdOptions
+	Etcd store.EtcdOptions
+
+	// ServiceCIDRs and ClusterCIDRs are --service-cidr and --cluster-cidr:
+	// one prefix, or one per family, the primary first. ServiceCIDR and
+	// ClusterCIDR are the primary ones, which the pod network, the
+	// proxy and DNS use.
+	ServiceCIDRs  []netip.Prefix
+	ClusterCIDRs  []netip.Prefix
 	ServiceCIDR   netip.Prefix
 	ClusterCIDR   netip.Prefix
 	NodePortRange apiserver.PortRange
@@ -263,8 +274,10 @@ type serverConfig struct {
 	CNIConfDir      string
 	CNIBinDirs      []string
 	PodManifestPath string
-	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR.
-	NodeCIDRMaskSize int
+	// NodeCIDRMaskSizes are the prefix lengths of each node's pod CIDRs,
+	// one per ClusterCIDRs entry; NodeCIDRMaskSize is the first.
+	NodeCIDRMaskSizes []int
+	NodeCIDRMaskSize  int
 	// SimulatedNodes is how many sim-<i> nodes to create.
 	SimulatedNodes int
 	KubeletPort    int
@@ -430,25 +443,23 @@ func (o *serverOptions) validate() (*serverConfig, error) {
 		return nil, fmt.Errorf("--https-listen-port %d: must be between 1 and 65535", o.port)
 	}
 
-	if c.ServiceCIDR, err = parseCIDR("--service-cidr", o.serviceCIDR); err != nil {
+	if c.ServiceCIDRs, err = parseServiceCIDRs(o.serviceCIDR); err != nil {
 		return nil, err
 	}
-	// A bitmap allocator over more than 2^20 addresses would dominate
-	// memory; kube-apiserver draws the same line (/12 for IPv4, /108 for
-	// IPv6).
-	if hostBits := c.ServiceCIDR.Addr().BitLen() - c.ServiceCIDR.Bits(); hostBits > 20 {
-		return nil, fmt.Errorf("--service-cidr %s: too large; at most 2^20 addresses (a /%d)", o.serviceCIDR, c.ServiceCIDR.Addr().BitLen()-20)
-	} else if hostBits < 2 {
-		return nil, fmt.Errorf("--service-cidr %s: too small; it needs room for the kubernetes service and others", o.serviceCIDR)
-	}
-	if c.ClusterCIDR, err = parseCIDR("--cluster-cidr", o.clusterCIDR); err != nil {
+	c.ServiceCIDR = c.ServiceCIDRs[0]
+	if c.ClusterCIDRs, err = parseClusterCIDRs(o.clusterCIDR); err != nil {
 		return nil, err
 	}
+	c.ClusterCIDR = c.ClusterCIDRs[0]
 	if err := o.validateNodeCIDRMask(c); err != nil {
 		return nil, err
 	}
-	if c.ServiceCIDR.Overlaps(c.ClusterCIDR) {
-		return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", o.clusterCIDR, o.serviceCIDR)
+	for _, sc := range c.ServiceCIDRs {
+		for _, cc := range c.ClusterCIDRs {
+			if sc.Overlaps(cc) {
+				return nil, fmt.Errorf("--cluster-cidr %s overlaps --service-cidr %s", cc, sc)
+			}
+		}
 	}
 
 	pr, err := utilnet.ParsePortRange(strings.TrimSpace(o.nodePortRange))
@@ -831,31 +842,117 @@ func (o *serverOptions) validateNode(c *serverConfig) error {
 	return nil
 }
 
-// validateNodeCIDRMask checks --node-cidr-mask-size against --cluster-cidr,
-// with kube-controller-manager's defaults: a /24 (IPv4) or /64 (IPv6) per
-// node.
-func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
-	v6 := c.ClusterCIDR.Addr().Is6()
-	mask, maxMask := o.nodeCIDRMaskSize, 30
-	if v6 {
-		maxMask = 126
+// splitCIDRs cuts a comma-separated flag value into its CIDRs.
+func splitCIDRs(flag, s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(strings.TrimSpace(s), ",") {
+		p, err := parseCIDR(flag, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseServiceCIDRs reads --service-cidr as kube-apiserver reads
+// --service-cluster-ip-range: one CIDR, or one of each family, each at
+// most 2^20 addresses (the rule kube-apiserver applies with its bitmap
+// allocators; bonsai's allocator keeps it), with kube-apiserver's
+// messages.
+func parseServiceCIDRs(s string) ([]netip.Prefix, error) {
+	if strings.Count(s, ",") > 1 {
+		return nil, errors.New("--service-cidr must not contain more than two entries")
+	}
+	cidrs, err := splitCIDRs("--service-cidr", s)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range cidrs {
+		flag := "--service-cidr"
+		if i > 0 {
+			flag += "[1]"
+		}
+		bits := p.Addr().BitLen()
+		if hostBits := bits - p.Bits(); hostBits > 20 {
+			return nil, fmt.Errorf("specified %s is too large; for %d-bit addresses, the mask must be >= %d", flag, bits, bits-20)
+		} else if hostBits < 2 {
+			return nil, fmt.Errorf("%s %s: too small; it needs room for the kubernetes service and others", flag, p)
+		}
+	}
+	if len(cidrs) == 2 && cidrs[0].Addr().Is4() == cidrs[1].Addr().Is4() {
+		return nil, errors.New("--service-cidr[0] and --service-cidr[1] must be of different IP family")
+	}
+	return cidrs, nil
+}
+
+// parseClusterCIDRs reads --cluster-cidr as kube-controller-manager
+// does: one CIDR, or one of each family.
+func parseClusterCIDRs(s string) ([]netip.Prefix, error) {
+	cidrs, err := splitCIDRs("--cluster-cidr", s)
+	if err != nil {
+		return nil, err
 	}
 	switch {
-	case mask == 0 && v6:
-		mask = 64
-	case mask == 0:
-		mask = 24
-	case mask < 0 || mask > maxMask:
-		return fmt.Errorf("--node-cidr-mask-size %d: must be between 1 and %d for an %s --cluster-cidr (a node CIDR needs room for pods)", mask, maxMask, map[bool]string{false: "IPv4", true: "IPv6"}[v6])
+	case len(cidrs) > 2:
+		return nil, fmt.Errorf("--cluster-cidr: length of clusterCIDRs is:%d more than max allowed of 2", len(cidrs))
+	case len(cidrs) == 2 && cidrs[0].Addr().Is4() == cidrs[1].Addr().Is4():
+		return nil, fmt.Errorf("--cluster-cidr: len of ClusterCIDRs==%d and they are not configured as dual stack (at least one from each IPFamily", len(cidrs))
 	}
-	if c.ClusterCIDR.Bits() > mask {
-		return fmt.Errorf("--cluster-cidr %s: too small for --node-cidr-mask-size %d; each node takes a /%d", o.clusterCIDR, mask, mask)
+	return cidrs, nil
+}
+
+// validateNodeCIDRMask picks each --cluster-cidr's node mask from
+// --node-cidr-mask-size, --node-cidr-mask-size-ipv4 and -ipv6 as
+// kube-controller-manager does (defaults: a /24 for IPv4, a /64 for IPv6
+// per node), and checks it against its cluster CIDR.
+func (o *serverOptions) validateNodeCIDRMask(c *serverConfig) error {
+	v4Mask, v6Mask := 24, 64
+	dual := len(c.ClusterCIDRs) > 1
+	singleV6 := !dual && c.ClusterCIDR.Addr().Is6()
+	switch {
+	case dual && o.nodeCIDRMaskSize != 0:
+		return errors.New("usage of --node-cidr-mask-size is not allowed with dual-stack clusters")
+	case o.nodeCIDRMaskSize != 0 && (o.nodeCIDRMaskIPv4 != 0 || o.nodeCIDRMaskIPv6 != 0):
+		return errors.New("usage of --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6 is not allowed if --node-cidr-mask-size is set. For dual-stack clusters please unset it and use IPFamily specific flags")
+	case o.nodeCIDRMaskSize != 0:
+		v4Mask, v6Mask = o.nodeCIDRMaskSize, o.nodeCIDRMaskSize
+	case !dual && singleV6 && o.nodeCIDRMaskIPv4 != 0:
+		return errors.New("usage of --node-cidr-mask-size-ipv4 is not allowed for a single-stack IPv6 cluster")
+	case !dual && !singleV6 && o.nodeCIDRMaskIPv6 != 0:
+		return errors.New("usage of --node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 cluster")
 	}
-	// The allocator keeps a bitmap of node CIDRs: 2^24 of them is 2 MB.
-	if mask-c.ClusterCIDR.Bits() > 24 {
-		return fmt.Errorf("--node-cidr-mask-size %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", mask, o.clusterCIDR)
+	if o.nodeCIDRMaskSize == 0 {
+		if o.nodeCIDRMaskIPv4 != 0 {
+			v4Mask = o.nodeCIDRMaskIPv4
+		}
+		if o.nodeCIDRMaskIPv6 != 0 {
+			v6Mask = o.nodeCIDRMaskIPv6
+		}
 	}
-	c.NodeCIDRMaskSize = mask
+	c.NodeCIDRMaskSizes = nil
+	for _, cc := range c.ClusterCIDRs {
+		v6 := cc.Addr().Is6()
+		mask, maxMask, flag := v4Mask, 30, "--node-cidr-mask-size-ipv4"
+		if v6 {
+			mask, maxMask, flag = v6Mask, 126, "--node-cidr-mask-size-ipv6"
+		}
+		if o.nodeCIDRMaskSize != 0 {
+			flag = "--node-cidr-mask-size"
+		}
+		if mask < 1 || mask > maxMask {
+			return fmt.Errorf("%s %d: must be between 1 and %d for an %s --cluster-cidr (a node CIDR needs room for pods)", flag, mask, maxMask, map[bool]string{false: "IPv4", true: "IPv6"}[v6])
+		}
+		if cc.Bits() > mask {
+			return fmt.Errorf("--cluster-cidr %s: too small for %s %d; each node takes a /%d", cc, flag, mask, mask)
+		}
+		// The allocator keeps a bitmap of node CIDRs: 2^24 of them is 2 MB.
+		if mask-cc.Bits() > 24 {
+			return fmt.Errorf("%s %d: --cluster-cidr %s would hold more than 2^24 node CIDRs; use a longer --cluster-cidr prefix or a shorter mask", flag, mask, cc)
+		}
+		c.NodeCIDRMaskSizes = append(c.NodeCIDRMaskSizes, mask)
+	}
+	c.NodeCIDRMaskSize = c.NodeCIDRMaskSizes[0]
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,8 @@ func TestServerDefaults(t *testing.T) {
 		DataDir:       "/var/lib/bonsai",
 		BindAddress:   netip.MustParseAddr("0.0.0.0"),
 		Port:          6443,
+		ServiceCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.43.0.0/16")},
+		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.42.0.0/16")},
 		ServiceCIDR:   netip.MustParsePrefix("10.43.0.0/16"),
 		ClusterCIDR:   netip.MustParsePrefix("10.42.0.0/16"),
 		NodePortRange: apiserver.PortRange{Base: 30000, Max: 32767},
@@ -89,6 +92,7 @@ func TestServerDefaults(t *testing.T) {
 		CNIConfDir:           "/etc/cni/net.d",
 		CNIBinDirs:           []string{"/opt/cni/bin"},
 		NodeCIDRMaskSize:     24,
+		NodeCIDRMaskSizes:    []int{24},
 		KubeletPort:          10250,
 		MetricResolution:     15 * time.Second,
 		HousekeepingInterval: 10 * time.Second,
@@ -173,6 +177,8 @@ func TestServerFlags(t *testing.T) {
 		Port:          7443,
 		DisableAgent:  true,
 		TLSSANs:       []string{"api.example.com", "192.0.2.1", "b.example"},
+		ServiceCIDRs:  []netip.Prefix{netip.MustParsePrefix("fd00:43::/108")},
+		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 		ServiceCIDR:   netip.MustParsePrefix("fd00:43::/108"),
 		ClusterCIDR:   netip.MustParsePrefix("10.244.0.0/16"),
 		NodePortRange: apiserver.PortRange{Base: 31000, Max: 31099},
@@ -199,7 +205,8 @@ func TestServerFlags(t *testing.T) {
 		CNIConfDir:           "/srv/cni/net.d",
 		CNIBinDirs:           []string{"/usr/lib/cni", "/opt/cni/bin"},
 
-		NodeCIDRMaskSize: 26,
+		NodeCIDRMaskSize:  26,
+		NodeCIDRMaskSizes: []int{26},
 
 		MaxEndpointsPerSlice: 1000,
 		HPA: controllers.HPAOptions{SyncPeriod: 5 * time.Second, DownscaleStabilization: time.Minute, Tolerance: func() *float64 { f := 0.05; return &f }(),
@@ -274,7 +281,23 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--quota-backend-bytes", "1000"}, []string{"--quota-backend-bytes 1000", "0 (the default)"}},
 		{[]string{"--quota-backend-bytes", "8Gi"}, []string{"--quota-backend-bytes"}},
 		{[]string{"--service-cidr", "10.43.0.1/16"}, []string{"--service-cidr", "10.43.0.0/16"}},
-		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"--service-cidr", "too large"}},
+		{[]string{"--service-cidr", "10.0.0.0/8"}, []string{"specified --service-cidr is too large; for 32-bit addresses, the mask must be >= 12"}},
+		// Dual-stack: one range per family, with kube-apiserver's and
+		// kube-controller-manager's messages.
+		{[]string{"--service-cidr", "10.43.0.0/16,fd43::/64"}, []string{"specified --service-cidr[1] is too large; for 128-bit addresses, the mask must be >= 108"}},
+		{[]string{"--service-cidr", "fd43::/64"}, []string{"specified --service-cidr is too large; for 128-bit addresses, the mask must be >= 108"}},
+		{[]string{"--service-cidr", "10.43.0.0/16,10.44.0.0/16"}, []string{"--service-cidr[0] and --service-cidr[1] must be of different IP family"}},
+		{[]string{"--service-cidr", "10.43.0.0/16,fd43::/112,10.44.0.0/16"}, []string{"--service-cidr must not contain more than two entries"}},
+		{[]string{"--service-cidr", "10.43.0.0/16,"}, []string{"--service-cidr", "not a CIDR"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,10.44.0.0/16"}, []string{"--cluster-cidr", "not configured as dual stack"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,fd42::/56,fd44::/56"}, []string{"--cluster-cidr", "more than max allowed of 2"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,fd43::/56", "--service-cidr", "10.43.0.0/16,fd43::/112"}, []string{"--cluster-cidr fd43::/56 overlaps --service-cidr fd43::/112"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,fd42::/56", "--node-cidr-mask-size", "24"}, []string{"usage of --node-cidr-mask-size is not allowed with dual-stack clusters"}},
+		{[]string{"--node-cidr-mask-size", "24", "--node-cidr-mask-size-ipv4", "24"}, []string{"usage of --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6 is not allowed if --node-cidr-mask-size is set"}},
+		{[]string{"--node-cidr-mask-size-ipv6", "64"}, []string{"usage of --node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 cluster"}},
+		{[]string{"--cluster-cidr", "fd42::/56", "--service-cidr", "fd43::/112", "--node-cidr-mask-size-ipv4", "24"}, []string{"usage of --node-cidr-mask-size-ipv4 is not allowed for a single-stack IPv6 cluster"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,fd42::/56", "--node-cidr-mask-size-ipv6", "48"}, []string{"--cluster-cidr fd42::/56: too small for --node-cidr-mask-size-ipv6 48"}},
+		{[]string{"--cluster-cidr", "10.42.0.0/16,fd42::/56", "--node-cidr-mask-size-ipv4", "31"}, []string{"--node-cidr-mask-size-ipv4 31", "between 1 and 30"}},
 		{[]string{"--service-cidr", "10.43.0.0/31"}, []string{"--service-cidr"}},
 		{[]string{"--cluster-cidr", "10.42.0.0/25"}, []string{"--cluster-cidr", "too small"}},
 		{[]string{"--cluster-cidr", "10.43.0.0/16"}, []string{"--cluster-cidr", "overlaps --service-cidr"}},
@@ -289,6 +312,7 @@ func TestServerBadFlags(t *testing.T) {
 		{[]string{"--simulated-nodes", "1000000"}, []string{"--simulated-nodes", "between 0 and 100000"}},
 		{[]string{"--simulated-nodes", "ten"}, []string{"--simulated-nodes"}},
 		{[]string{"--simulated-nodes", "256"}, []string{"--simulated-nodes 256", "--cluster-cidr 10.42.0.0/16 holds only 256"}},
+		{[]string{"--simulated-nodes", "300", "--cluster-cidr", "10.128.0.0/9,fd42::/56"}, []string{"--simulated-nodes 300", "--cluster-cidr fd42::/56 holds only 256"}},
 		{[]string{"--service-node-port-range", "5-2"}, []string{"--service-node-port-range", "5-2"}},
 		{[]string{"--service-node-port-range", "30000-70000"}, []string{"--service-node-port-range", "65535"}},
 		{[]string{"--service-node-port-range", "0-100"}, []string{"--service-node-port-range"}},
@@ -931,4 +955,50 @@ func defaultEviction(t *testing.T) evictionConfig {
 		t.Fatal(err)
 	}
 	return evictionConfig{Policy: eviction.Config{Thresholds: ts, PressureTransitionPeriod: 5 * time.Minute}}
+}
+
+// TestServerDualStackFlags: --service-cidr and --cluster-cidr take one
+// range per family, the primary first, and each family's node mask comes
+// from its own flag (defaults /24 and /64, as kube-controller-manager).
+func TestServerDualStackFlags(t *testing.T) {
+	noDefaultConfig(t)
+	pfx := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		service, pods  []netip.Prefix
+		masks          []int
+		primaryService netip.Prefix
+	}{
+		{"dual-stack, IPv4 primary", []string{"--service-cidr", "10.43.0.0/16,fd43::/112", "--cluster-cidr", "10.42.0.0/16,fd42::/56"},
+			[]netip.Prefix{pfx("10.43.0.0/16"), pfx("fd43::/112")}, []netip.Prefix{pfx("10.42.0.0/16"), pfx("fd42::/56")}, []int{24, 64}, pfx("10.43.0.0/16")},
+		{"dual-stack, IPv6 primary, own masks", []string{"--service-cidr", " fd43::/108, 10.43.0.0/16", "--cluster-cidr", "fd42::/48,10.42.0.0/16", "--node-cidr-mask-size-ipv4", "26", "--node-cidr-mask-size-ipv6", "60"},
+			[]netip.Prefix{pfx("fd43::/108"), pfx("10.43.0.0/16")}, []netip.Prefix{pfx("fd42::/48"), pfx("10.42.0.0/16")}, []int{60, 26}, pfx("fd43::/108")},
+		{"IPv6 only", []string{"--service-cidr", "fd43::/112", "--cluster-cidr", "fd42::/56"},
+			[]netip.Prefix{pfx("fd43::/112")}, []netip.Prefix{pfx("fd42::/56")}, []int{64}, pfx("fd43::/112")},
+		{"IPv6 only, -ipv6 mask", []string{"--service-cidr", "fd43::/112", "--cluster-cidr", "fd42::/56", "--node-cidr-mask-size-ipv6", "80"},
+			[]netip.Prefix{pfx("fd43::/112")}, []netip.Prefix{pfx("fd42::/56")}, []int{80}, pfx("fd43::/112")},
+		{"IPv4 only, -ipv4 mask", []string{"--node-cidr-mask-size-ipv4", "25"},
+			[]netip.Prefix{pfx("10.43.0.0/16")}, []netip.Prefix{pfx("10.42.0.0/16")}, []int{25}, pfx("10.43.0.0/16")},
+	} {
+		got, err := parseServer(t, tc.args...)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !slices.Equal(tc.service, got.ServiceCIDRs) {
+			t.Errorf("%s: ServiceCIDRs %v, want %v", tc.name, got.ServiceCIDRs, tc.service)
+		}
+		if !slices.Equal(tc.pods, got.ClusterCIDRs) {
+			t.Errorf("%s: ClusterCIDRs %v, want %v", tc.name, got.ClusterCIDRs, tc.pods)
+		}
+		if diff := cmp.Diff(tc.masks, got.NodeCIDRMaskSizes); diff != "" {
+			t.Errorf("%s: NodeCIDRMaskSizes (-want +got):\n%s", tc.name, diff)
+		}
+		// The single-prefix fields the pod network, proxy and DNS read
+		// are the primary family's.
+		if got.ServiceCIDR != tc.primaryService || got.ClusterCIDR != tc.pods[0] || got.NodeCIDRMaskSize != tc.masks[0] {
+			t.Errorf("%s: primary %s %s /%d", tc.name, got.ServiceCIDR, got.ClusterCIDR, got.NodeCIDRMaskSize)
+		}
+	}
 }

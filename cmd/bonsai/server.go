@@ -158,6 +158,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		Admission:         cfg.Admission,
 		Encryption:        enc,
 		ServiceCIDR:       cfg.ServiceCIDR,
+		ServiceCIDRs:      cfg.ServiceCIDRs,
 		ClusterCIDR:       cfg.ClusterCIDR,
 		NodePortRange:     cfg.NodePortRange,
 		ClusterDomain:     cfg.ClusterDomain,

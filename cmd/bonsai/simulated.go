@@ -27,10 +27,14 @@ func (o *serverOptions) validateSimulated(c *serverConfig) error {
 	if n == 0 {
 		return nil
 	}
-	hostBits := c.NodeCIDRMaskSize - c.ClusterCIDR.Bits()
-	if hostBits < 20 && n+1 > 1<<hostBits {
-		return fmt.Errorf("--simulated-nodes %d: --cluster-cidr %s holds only %d node CIDRs of /%d; use a larger --cluster-cidr (10.128.0.0/9 holds 32,768) or a longer --node-cidr-mask-size",
-			n, c.ClusterCIDR, 1<<hostBits, c.NodeCIDRMaskSize)
+	// Each node takes a node CIDR of every cluster CIDR (of each family).
+	for i, cc := range c.ClusterCIDRs {
+		mask := c.NodeCIDRMaskSizes[i]
+		hostBits := mask - cc.Bits()
+		if hostBits < 20 && n+1 > 1<<hostBits {
+			return fmt.Errorf("--simulated-nodes %d: --cluster-cidr %s holds only %d node CIDRs of /%d; use a larger --cluster-cidr (10.128.0.0/9 holds 32,768) or a longer --node-cidr-mask-size",
+				n, cc, 1<<hostBits, mask)
+		}
 	}
 	return nil
 }

@@ -499,3 +499,34 @@ func TestTrafficDistributionHints(t *testing.T) {
 		})
 	}
 }
+
+// TestDualStackServiceWithIPv4OnlyPods: until pods get IPv6 addresses a
+// dual-stack Service has its pods in the IPv4 slice and an empty IPv6
+// placeholder slice, as upstream's reconciler leaves one per address type.
+func TestDualStackServiceWithIPv4OnlyPods(t *testing.T) {
+	for _, fams := range [][]corev1.IPFamily{{corev1.IPv4Protocol, corev1.IPv6Protocol}, {corev1.IPv6Protocol, corev1.IPv4Protocol}} {
+		svc := testService(func(s *corev1.Service) { s.Spec.IPFamilies = fams })
+		p, err := testReconciler(100).reconcile(svc, testPods(0, 3, nil), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[discoveryv1.AddressType][]string{}
+		slices := map[discoveryv1.AddressType]int{}
+		for _, s := range p.create {
+			slices[s.AddressType]++
+			for _, ep := range s.Endpoints {
+				got[s.AddressType] = append(got[s.AddressType], ep.Addresses...)
+			}
+			if s.AddressType == discoveryv1.AddressTypeIPv6 && (len(s.Endpoints) != 0 || len(s.Ports) != 0) {
+				t.Errorf("%v: IPv6 slice %+v, want an empty placeholder", fams, s)
+			}
+		}
+		want := map[discoveryv1.AddressType][]string{discoveryv1.AddressTypeIPv4: {"10.1.0.1", "10.1.0.2", "10.1.0.3"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%v: addresses by type (-want +got):\n%s", fams, diff)
+		}
+		if diff := cmp.Diff(map[discoveryv1.AddressType]int{discoveryv1.AddressTypeIPv4: 1, discoveryv1.AddressTypeIPv6: 1}, slices); diff != "" {
+			t.Errorf("%v: slices by type (-want +got):\n%s", fams, diff)
+		}
+	}
+}

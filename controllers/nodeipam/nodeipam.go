@@ -1,5 +1,6 @@
-// Package nodeipam gives every Node its pod CIDR: it sets spec.podCIDR and
-// spec.podCIDRs from the cluster CIDR, as kube-controller-manager's range
+// Package nodeipam gives every Node its pod CIDRs: it sets spec.podCIDRs,
+// one from each cluster CIDR (one per IP family on a dual-stack cluster),
+// and spec.podCIDR to the first, as kube-controller-manager's range
 // allocator does. A node that already has a pod CIDR keeps it (after a
 // restart too); a deleted node's CIDR goes back to the pool; when the pool
 // is empty the node gets a CIDRNotAvailable event and waits.
@@ -42,9 +43,13 @@ type Config struct {
 	// RESTConfig reaches the API server. Only the core group is used, over
 	// a plain REST client: the typed clientset would link every group.
 	RESTConfig *rest.Config
-	// ClusterCIDR is cut into node CIDRs of NodeMaskSize bits.
-	ClusterCIDR  netip.Prefix
-	NodeMaskSize int
+	// ClusterCIDRs are cut into node CIDRs of NodeMaskSizes[i] bits: one
+	// per family, the primary first. A single-stack cluster may set
+	// ClusterCIDR and NodeMaskSize instead.
+	ClusterCIDRs  []netip.Prefix
+	NodeMaskSizes []int
+	ClusterCIDR   netip.Prefix
+	NodeMaskSize  int
 	// Workers sync nodes in parallel (default 8): allocation is serialised
 	// in memory, the API writes are not.
 	Workers int
@@ -65,10 +70,12 @@ type Controller struct {
 	events   record.EventBroadcaster
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	cidr *cidrSet
-	// held is each node's pod CIDRs as marked in cidr: the ones it has,
-	// or the one reserved for it while the write is under way.
+	mu sync.Mutex
+	// sets are the cluster CIDRs' node CIDRs, in ClusterCIDRs' order.
+	sets []*cidrSet
+	// held is each node's pod CIDRs as marked in sets: the ones it has,
+	// or those reserved for it (one per set) while the write is under
+	// way.
 	held map[string][]netip.Prefix
 	// waiting are nodes that found the pool empty; a release wakes them.
 	waiting map[string]bool
@@ -83,9 +90,22 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
 	}
-	set, err := newCIDRSet(cfg.ClusterCIDR, cfg.NodeMaskSize)
-	if err != nil {
-		return nil, err
+	if len(cfg.ClusterCIDRs) == 0 {
+		cfg.ClusterCIDRs, cfg.NodeMaskSizes = []netip.Prefix{cfg.ClusterCIDR}, []int{cfg.NodeMaskSize}
+	}
+	if len(cfg.ClusterCIDRs) != len(cfg.NodeMaskSizes) || len(cfg.ClusterCIDRs) > 2 {
+		return nil, fmt.Errorf("nodeipam: %d cluster CIDRs, %d node mask sizes", len(cfg.ClusterCIDRs), len(cfg.NodeMaskSizes))
+	}
+	if len(cfg.ClusterCIDRs) == 2 && cfg.ClusterCIDRs[0].Addr().Is4() == cfg.ClusterCIDRs[1].Addr().Is4() {
+		return nil, fmt.Errorf("nodeipam: cluster CIDRs %v are not one per IP family", cfg.ClusterCIDRs)
+	}
+	var sets []*cidrSet
+	for i, cc := range cfg.ClusterCIDRs {
+		set, err := newCIDRSet(cc, cfg.NodeMaskSizes[i])
+		if err != nil {
+			return nil, err
+		}
+		sets = append(sets, set)
 	}
 	core, err := client.Core(cfg.RESTConfig)
 	if err != nil {
@@ -98,7 +118,7 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, cfg.RetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
 		log:     cfg.Logger.With("controller", "node-ipam"),
-		cidr:    set,
+		sets:    sets,
 		held:    map[string][]netip.Prefix{},
 		waiting: map[string]bool{},
 	}
@@ -168,7 +188,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		n := obj.(*nodeView)
 		c.recordLocked(n.Name, nodeCIDRs(n, c.log))
 	}
-	c.log.Info("node CIDRs in use", "count", c.cidr.inUse, "of", c.cidr.size, "clusterCIDR", c.cidr.cluster, "nodeMaskSize", c.cidr.maskBits)
+	for _, set := range c.sets {
+		c.log.Info("node CIDRs in use", "count", set.inUse, "of", set.size, "clusterCIDR", set.cluster, "nodeMaskSize", set.maskBits)
+	}
 	c.mu.Unlock()
 
 	worker.Run(ctx, c.queue, c.cfg.Workers, c.syncKey, c.log, "node")
@@ -207,18 +229,25 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 
 	c.mu.Lock()
-	cidr, err := c.reserveLocked(name)
-	inUse, size := c.cidr.inUse, c.cidr.size
+	cidrs, full, err := c.reserveLocked(name)
+	var inUse, size int
+	if full != nil {
+		inUse, size = full.inUse, full.size
+	}
 	c.mu.Unlock()
 	if err != nil {
 		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
 		c.recorder.Eventf(ref, corev1.EventTypeWarning, "CIDRNotAvailable",
 			"Node %s has no pod CIDR: all %d /%d ranges of the cluster CIDR %s are in use; it gets one when a node is deleted",
-			name, size, c.cidr.maskBits, c.cidr.cluster)
-		c.log.Warn("no free node CIDR", "node", name, "inUse", inUse, "clusterCIDR", c.cidr.cluster)
+			name, size, full.maskBits, full.cluster)
+		c.log.Warn("no free node CIDR", "node", name, "inUse", inUse, "clusterCIDR", full.cluster)
 		return err
 	}
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": cidr.String(), "podCIDRs": []string{cidr.String()}}})
+	strs := make([]string, len(cidrs))
+	for i, p := range cidrs {
+		strs[i] = p.String()
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
 	err = c.core.Patch(types.StrategicMergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Error()
 	if apierrors.IsNotFound(err) {
 		return nil // the delete event releases the reservation
@@ -227,26 +256,45 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// The reservation stays: the retry writes the same CIDR, unless
 		// the node got one from elsewhere meanwhile (then that one is
 		// recorded and this one released).
-		return fmt.Errorf("set pod CIDR %s: %w", cidr, err)
+		return fmt.Errorf("set pod CIDRs %v: %w", strs, err)
 	}
-	c.log.Debug("node CIDR allocated", "node", name, "podCIDR", cidr)
+	c.log.Debug("node CIDRs allocated", "node", name, "podCIDRs", strs)
 	return nil
 }
 
-// reserveLocked returns the CIDR held for name, or takes a free one.
-func (c *Controller) reserveLocked(name string) (netip.Prefix, error) {
-	if h := c.held[name]; len(h) == 1 {
-		return h[0], nil
+// reserveLocked returns the CIDRs held for name, or takes a free one of
+// each cluster CIDR: all or none, as upstream's range allocator. On
+// failure it returns the set that is full.
+func (c *Controller) reserveLocked(name string) ([]netip.Prefix, *cidrSet, error) {
+	if h := c.held[name]; len(h) == len(c.sets) {
+		return h, nil, nil
 	}
 	c.releaseLocked(name)
-	p, err := c.cidr.allocateNext()
-	if err != nil {
-		c.waiting[name] = true
-		return netip.Prefix{}, err
+	var got []netip.Prefix
+	for _, set := range c.sets {
+		p, err := set.allocateNext()
+		if err != nil {
+			for i, q := range got {
+				c.sets[i].release(q)
+			}
+			c.waiting[name] = true
+			return nil, set, err
+		}
+		got = append(got, p)
 	}
 	delete(c.waiting, name)
-	c.held[name] = []netip.Prefix{p}
-	return p, nil
+	c.held[name] = got
+	return got, nil, nil
+}
+
+// setOf is the cluster CIDR set of p's family, nil if none.
+func (c *Controller) setOf(p netip.Prefix) *cidrSet {
+	for _, set := range c.sets {
+		if set.cluster.Addr().Is4() == p.Addr().Is4() {
+			return set
+		}
+	}
+	return nil
 }
 
 // recordLocked marks what a node has as its own, giving back whatever was
@@ -259,12 +307,16 @@ func (c *Controller) recordLocked(name string, have []netip.Prefix) {
 	c.releaseLocked(name)
 	var kept []netip.Prefix
 	for _, p := range have {
-		if c.cidr.taken(p) {
+		set := c.setOf(p)
+		if set == nil {
+			continue // a family the cluster has no CIDR of
+		}
+		if set.taken(p) {
 			// Set by hand, or by another allocator: two nodes share it.
 			// Nothing here can fix that; say so.
 			c.log.Warn("pod CIDR of a node overlaps one already in use", "node", name, "podCIDR", p)
 		}
-		if c.cidr.occupy(p) {
+		if set.occupy(p) {
 			kept = append(kept, p)
 		}
 	}
@@ -281,7 +333,9 @@ func (c *Controller) releaseLocked(name string) {
 	}
 	delete(c.held, name)
 	for _, p := range h {
-		c.cidr.release(p)
+		if set := c.setOf(p); set != nil {
+			set.release(p)
+		}
 	}
 	// Nodes waiting for a CIDR try again now rather than after back-off.
 	for n := range c.waiting {

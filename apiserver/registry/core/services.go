@@ -30,7 +30,9 @@ func (serviceStrategy) PrepareForCreate(w *registry.WriteCtx, obj runtime.Object
 		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
 	}
 	errs := validateServiceSpec(w, svc)
-	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) == 0 {
+		errs = initIPFamilies(w, svc, nil)
+	}
 	if len(errs) > 0 {
 		return w.Invalid(svc.Name, errs)
 	}
@@ -83,7 +85,9 @@ func (serviceStrategy) PrepareForUpdate(w *registry.WriteCtx, obj, old runtime.O
 		*hc = 0
 	}
 	errs := validateServiceSpec(w, svc)
-	errs = append(errs, initIPFamilies(w, svc)...)
+	if len(errs) == 0 {
+		errs = initIPFamilies(w, svc, o)
+	}
 	if len(errs) > 0 {
 		return w.Invalid(svc.Name, errs)
 	}
@@ -95,6 +99,38 @@ func (serviceStrategy) ValidateUpdate(w *registry.WriteCtx, obj, old runtime.Obj
 	var errs field.ErrorList
 	if o.Spec.ClusterIP != "" && svc.Spec.Type != corev1.ServiceTypeExternalName && o.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != o.Spec.ClusterIP {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "clusterIPs").Index(0), svc.Spec.ClusterIP, "may not change once set"))
+	}
+	return append(errs, validateFamiliesUpdate(svc, o)...)
+}
+
+// validateFamiliesUpdate: a secondary cluster IP may be added or
+// released, never changed, and the primary family never changes, as
+// kube-apiserver's validateUpgradeDowngradeClusterIPs and
+// validateUpgradeDowngradeIPFamilies.
+func validateFamiliesUpdate(svc, o *corev1.Service) field.ErrorList {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || o.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
+	headless := func(s *corev1.Service) bool { return s.Spec.ClusterIP == corev1.ClusterIPNone }
+	p := field.NewPath("spec")
+	var errs field.ErrorList
+	ips, oips := svc.Spec.ClusterIPs, o.Spec.ClusterIPs
+	if !(headless(svc) && headless(o)) && len(ips) == 2 && len(oips) == 2 && ips[1] != oips[1] {
+		errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, "may not change once set"))
+	}
+	if headless(svc) || headless(o) {
+		return errs
+	}
+	fams, ofams := svc.Spec.IPFamilies, o.Spec.IPFamilies
+	switch {
+	case len(fams) == len(ofams):
+		for i := range ofams {
+			if fams[i] != ofams[i] {
+				errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(0), fams, "may not change once set"))
+			}
+		}
+	case len(fams) > 0 && len(ofams) > 0 && fams[0] != ofams[0]:
+		errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(0), ips, "may not change once set"))
 	}
 	return errs
 }
@@ -184,32 +220,7 @@ func validateServiceSpec(w *registry.WriteCtx, svc *corev1.Service) field.ErrorL
 			errs = append(errs, field.Required(pp.Child("targetPort"), ""))
 		}
 	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) > 0 && svc.Spec.ClusterIP != "" && ips[0] != svc.Spec.ClusterIP {
-		errs = append(errs, field.Invalid(p.Child("clusterIPs"), ips, "first value must match `clusterIP`"))
-	}
-	// The service range has one family: a second IP has nowhere to be.
-	if len(ips) > 1 && ips[0] != corev1.ClusterIPNone {
-		first, err1 := netip.ParseAddr(ips[0])
-		second, err2 := netip.ParseAddr(ips[1])
-		switch {
-		case err1 != nil || err2 != nil:
-			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
-		case first.Is4() == second.Is4():
-			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips[1], "may specify no more than one IP for each IP family"))
-		default:
-			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(1), ips, fmt.Sprintf("%s is not configured on this cluster", ipFamilyOf(second))))
-		}
-	}
-	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
-		addr, err := netip.ParseAddr(ip)
-		switch {
-		case err != nil:
-			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
-		case !w.Env.ServiceCIDR.Contains(addr):
-			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(0), ip, fmt.Sprintf("failed to allocate IP %s: the provided network does not match the current range", ip)))
-		}
-	}
+	errs = append(errs, validateClusterIPs(w, svc)...)
 	return errs
 }
 
@@ -236,42 +247,166 @@ func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
 	return nil
 }
 
-// initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
-// the cluster cannot give, as kube-apiserver does: bonsai's service range
-// has one family, so a Service may not require two.
-func initIPFamilies(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
+// otherFamily is the family that is not f.
+func otherFamily(f corev1.IPFamily) corev1.IPFamily {
+	if f == corev1.IPv4Protocol {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// validateClusterIPs checks clusterIP, clusterIPs, ipFamilies and
+// ipFamilyPolicy against each other, as kube-apiserver's
+// ValidateServiceClusterIPsRelatedFields does, and the requested IPs
+// against the service ranges.
+func validateClusterIPs(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
-	family := corev1.IPv4Protocol
-	if w.Env.ServiceCIDR.Addr().Is6() {
-		family = corev1.IPv6Protocol
+	p := field.NewPath("spec")
+	ipsPath := p.Child("clusterIPs")
+	var errs field.ErrorList
+	ips := svc.Spec.ClusterIPs
+	if svc.Spec.ClusterIP != "" && len(ips) > 0 && ips[0] != svc.Spec.ClusterIP {
+		errs = append(errs, field.Invalid(ipsPath, ips, "first value must match `clusterIP`"))
 	}
-	other := map[corev1.IPFamily]corev1.IPFamily{corev1.IPv4Protocol: corev1.IPv6Protocol, corev1.IPv6Protocol: corev1.IPv4Protocol}
+	seen := map[corev1.IPFamily]bool{}
+	for i, f := range svc.Spec.IPFamilies {
+		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
+			errs = append(errs, field.NotSupported(p.Child("ipFamilies").Index(i), f, []string{"IPv4", "IPv6"}))
+		}
+		if seen[f] {
+			errs = append(errs, field.Duplicate(p.Child("ipFamilies").Index(i), f))
+		}
+		seen[f] = true
+	}
+	if pol := svc.Spec.IPFamilyPolicy; pol != nil {
+		switch *pol {
+		case corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("ipFamilyPolicy"), *pol, []string{"PreferDualStack", "RequireDualStack", "SingleStack"}))
+		}
+	}
+	bad := false
+	var addrs []netip.Addr
+	for i, ip := range ips {
+		if i == 0 && ip == corev1.ClusterIPNone {
+			if len(ips) > 1 {
+				bad = true
+				errs = append(errs, field.Invalid(ipsPath, ips, "'None' must be the first and only value"))
+			}
+			continue
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" {
+			bad = true
+			errs = append(errs, field.Invalid(ipsPath.Index(i), ip, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+			continue
+		}
+		addrs = append(addrs, a)
+	}
+	if len(ips) > 2 {
+		errs = append(errs, field.Invalid(ipsPath, ips, "may only hold up to 2 values"))
+	}
+	if bad {
+		return errs
+	}
+	if len(addrs) == 2 && addrs[0].Is4() == addrs[1].Is4() {
+		return append(errs, field.Invalid(ipsPath, ips, "may specify no more than one IP for each IP family"))
+	}
+	for i, a := range addrs {
+		if i < len(svc.Spec.IPFamilies) && svc.Spec.IPFamilies[i] != ipFamilyOf(a) && (svc.Spec.IPFamilies[i] == corev1.IPv4Protocol || svc.Spec.IPFamilies[i] == corev1.IPv6Protocol) {
+			errs = append(errs, field.Invalid(ipsPath.Index(i), ips[i], fmt.Sprintf("expected an %s value as indicated by `ipFamilies[%d]`", svc.Spec.IPFamilies[i], i)))
+			continue
+		}
+		// An IP of a family the cluster lacks is initIPFamilies' to refuse.
+		if r, ok := w.Env.ServiceCIDRFor(ipFamilyOf(a)); ok && !r.Contains(a) {
+			errs = append(errs, field.Invalid(ipsPath.Index(i), ips[i], fmt.Sprintf("failed to allocate IP %s: the provided network does not match the current range", ips[i])))
+		}
+	}
+	return errs
+}
+
+// preferDualStackUnchanged: an update that leaves a PreferDualStack
+// Service's type, cluster IPs and families as they were keeps them, even
+// if the cluster has gained a family since, as kube-apiserver's
+// isMatchingPreferDualStackClusterIPFields.
+func preferDualStackUnchanged(svc, old *corev1.Service) bool {
+	prefer := func(s *corev1.Service) bool {
+		return s.Spec.IPFamilyPolicy != nil && *s.Spec.IPFamilyPolicy == corev1.IPFamilyPolicyPreferDualStack
+	}
+	return old != nil && svc.Spec.Type == old.Spec.Type && svc.Spec.Type != corev1.ServiceTypeExternalName &&
+		prefer(svc) && prefer(old) &&
+		slices.Equal(svc.Spec.ClusterIPs, old.Spec.ClusterIPs) && slices.Equal(svc.Spec.IPFamilies, old.Spec.IPFamilies)
+}
+
+// initIPFamilies defaults ipFamilyPolicy and ipFamilies and refuses what
+// the cluster cannot give, as kube-apiserver's initIPFamilyFields: no
+// policy is SingleStack (RequireDualStack for a headless Service without
+// selector); no families is the primary service range's family, with the
+// other appended when the policy wants two and the cluster has them. On
+// an update, SingleStack with the clusterIPs and families left as they
+// were drops the secondary ones (the downgrade).
+func initIPFamilies(w *registry.WriteCtx, svc, old *corev1.Service) field.ErrorList {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || preferDualStackUnchanged(svc, old) {
+		return nil
+	}
+	family := ipFamilyOf(w.Env.ServiceCIDRs[0].Addr())
+	_, dualStack := w.Env.ServiceCIDRFor(otherFamily(family))
 	headlessNoSelector := svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0
 	if svc.Spec.IPFamilyPolicy == nil {
-		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
-		if headlessNoSelector {
+		switch {
+		case old != nil && old.Spec.IPFamilyPolicy != nil:
+			svc.Spec.IPFamilyPolicy = old.Spec.IPFamilyPolicy
+		case headlessNoSelector:
 			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+		default:
+			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
 		}
 	}
 	p := field.NewPath("spec")
 	policy := *svc.Spec.IPFamilyPolicy
 	var errs field.ErrorList
-	switch policy {
-	case corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack:
-	default:
-		return field.ErrorList{field.NotSupported(p.Child("ipFamilyPolicy"), policy, []string{"PreferDualStack", "RequireDualStack", "SingleStack"})}
+	if old != nil {
+		if policy == corev1.IPFamilyPolicySingleStack {
+			// Asking for one family with the rest as it was is a
+			// downgrade; clusterIPs[0] is immutable, so it stays.
+			if slices.Equal(svc.Spec.ClusterIPs, old.Spec.ClusterIPs) && len(svc.Spec.ClusterIPs) > 1 {
+				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
+			}
+			if slices.Equal(svc.Spec.IPFamilies, old.Spec.IPFamilies) && len(svc.Spec.IPFamilies) > 1 {
+				svc.Spec.IPFamilies = svc.Spec.IPFamilies[:1]
+			}
+		} else {
+			if len(svc.Spec.ClusterIPs) < len(old.Spec.ClusterIPs) && len(svc.Spec.ClusterIPs) > 0 {
+				errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'SingleStack' to release the secondary cluster IP"))
+			}
+			if len(svc.Spec.IPFamilies) < len(old.Spec.IPFamilies) && len(svc.Spec.IPFamilies) > 0 {
+				errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'SingleStack' to release the secondary IP family"))
+			}
+		}
 	}
-	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.ClusterIPs) > 1 {
-		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+	if policy == corev1.IPFamilyPolicySingleStack {
+		if len(svc.Spec.ClusterIPs) == 2 {
+			errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+		}
+		if len(svc.Spec.IPFamilies) == 2 {
+			errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
+		}
 	}
-	if policy == corev1.IPFamilyPolicySingleStack && len(svc.Spec.IPFamilies) > 1 {
-		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
-	}
-	for i, f := range svc.Spec.IPFamilies {
-		if f != corev1.IPv4Protocol && f != corev1.IPv6Protocol {
-			errs = append(errs, field.NotSupported(p.Child("ipFamilies").Index(i), f, []string{"IPv4", "IPv6"}))
+	// Families follow the IPs asked for.
+	for i, ip := range svc.Spec.ClusterIPs {
+		if ip == corev1.ClusterIPNone {
+			break
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil || i < len(svc.Spec.IPFamilies) {
+			continue
+		}
+		if _, ok := w.Env.ServiceCIDRFor(ipFamilyOf(a)); !ok {
+			errs = append(errs, field.Invalid(p.Child("clusterIPs").Index(i), svc.Spec.ClusterIPs, fmt.Sprintf("%s is not configured on this cluster", ipFamilyOf(a))))
+		} else {
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, ipFamilyOf(a))
 		}
 	}
 	if len(errs) > 0 {
@@ -284,22 +419,65 @@ func initIPFamilies(w *registry.WriteCtx, svc *corev1.Service) field.ErrorList {
 			svc.Spec.IPFamilies = []corev1.IPFamily{family}
 		}
 		if len(svc.Spec.IPFamilies) == 1 && policy != corev1.IPFamilyPolicySingleStack {
-			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, other[svc.Spec.IPFamilies[0]])
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, otherFamily(svc.Spec.IPFamilies[0]))
 		}
 		return nil
 	}
-	if policy == corev1.IPFamilyPolicyRequireDualStack {
+	if policy == corev1.IPFamilyPolicyRequireDualStack && !dualStack {
 		errs = append(errs, field.Invalid(p.Child("ipFamilyPolicy"), policy, "this cluster is not configured for dual-stack services"))
 	}
 	for i, f := range svc.Spec.IPFamilies {
-		if f != family {
+		if _, ok := w.Env.ServiceCIDRFor(f); !ok {
 			errs = append(errs, field.Invalid(p.Child("ipFamilies").Index(i), f, "not configured on this cluster"))
 		}
+	}
+	if len(errs) > 0 {
+		return errs
 	}
 	if len(svc.Spec.IPFamilies) == 0 {
 		svc.Spec.IPFamilies = []corev1.IPFamily{family}
 	}
-	return errs
+	if policy != corev1.IPFamilyPolicySingleStack && len(svc.Spec.IPFamilies) == 1 && dualStack {
+		svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, otherFamily(svc.Spec.IPFamilies[0]))
+	}
+	return nil
+}
+
+// allocateClusterIPs gives svc one cluster IP per family in ipFamilies:
+// the one asked for in clusterIPs (or held by the old Service), else a
+// free one of that family's range. What it takes is given back if the
+// write fails.
+func allocateClusterIPs(ctx context.Context, w *registry.WriteCtx, svc *corev1.Service, oldIPs []netip.Addr) error {
+	s := w.Env.Services
+	out := make([]string, 0, len(svc.Spec.IPFamilies))
+	for i, fam := range svc.Spec.IPFamilies {
+		want := ""
+		if i < len(svc.Spec.ClusterIPs) {
+			want = svc.Spec.ClusterIPs[i]
+		}
+		ip, err := netip.ParseAddr(want)
+		switch {
+		case want == "":
+			if ip, err = s.TakeNextIP(ctx, svc, fam, w.DryRun); err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+			}
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		case err != nil || slices.Contains(oldIPs, ip):
+			// Validation has refused a malformed IP; a held one stays.
+		default:
+			if err := s.TakeIP(ctx, ip, svc, w.DryRun); err != nil {
+				if errors.Is(err, registry.ErrIPAllocated) {
+					return w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
+				}
+				return apierrors.NewInternalError(err)
+			}
+			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		}
+		out = append(out, ip.String())
+	}
+	svc.Spec.ClusterIPs = out
+	svc.Spec.ClusterIP = out[0]
+	return nil
 }
 
 // allocateService takes in the store the cluster IP and node ports svc
@@ -318,26 +496,9 @@ func allocateService(ctx context.Context, w *registry.WriteCtx, svc, old *corev1
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
 	} else if svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-		switch {
-		case svc.Spec.ClusterIP == "":
-			if ip, err = s.TakeNextIP(ctx, svc, w.DryRun); err != nil {
-				return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
-			}
-			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
-		case err != nil || slices.Contains(oldIPs, ip):
-			// Validation has refused a malformed IP; a held one stays.
-		default:
-			if err := s.TakeIP(ctx, ip, svc, w.DryRun); err != nil {
-				if errors.Is(err, registry.ErrIPAllocated) {
-					return w.Invalid(svc.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: %v", ip, err))})
-				}
-				return apierrors.NewInternalError(err)
-			}
-			w.OnFailure(func() error { return s.ReleaseIP(ctx, ip, svc.Namespace, svc.Name) })
+		if err := allocateClusterIPs(ctx, w, svc, oldIPs); err != nil {
+			return err
 		}
-		svc.Spec.ClusterIP = ip.String()
-		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
 	} else {
 		// Headless: nothing to allocate.
 		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
@@ -486,4 +647,38 @@ func ServiceNodePorts(svc *corev1.Service) []int32 {
 		out = append(out, hc)
 	}
 	return out
+}
+
+// DefaultServiceOnRead fills in, on a Service read from the store, the
+// dual-stack fields one written before them lacks, as kube-apiserver's
+// defaultOnRead: clusterIPs from clusterIP, ipFamilies from the cluster
+// IPs (a headless Service: the primary family, and both without a
+// selector) and the matching ipFamilyPolicy.
+func DefaultServiceOnRead(svc *corev1.Service, primary corev1.IPFamily) {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return
+	}
+	if svc.Spec.ClusterIP != "" && len(svc.Spec.ClusterIPs) == 0 {
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	}
+	if len(svc.Spec.IPFamilies) > 0 || svc.Spec.ClusterIP == "" {
+		return
+	}
+	switch {
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone && len(svc.Spec.Selector) == 0:
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+		svc.Spec.IPFamilies = []corev1.IPFamily{primary, otherFamily(primary)}
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
+		svc.Spec.IPFamilies = []corev1.IPFamily{primary}
+	default:
+		for _, ip := range svc.Spec.ClusterIPs {
+			a, _ := netip.ParseAddr(ip)
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, ipFamilyOf(a))
+		}
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
+		if len(svc.Spec.IPFamilies) == 2 {
+			svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+		}
+	}
 }
