@@ -83,6 +83,21 @@ type endpoint struct {
 // kube-proxy leaves such Services alone.
 const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
+// clusterIPv4 is the Service's IPv4 cluster IP, from clusterIPs (or the
+// older clusterIP field alone).
+func clusterIPv4(svc *corev1.Service) (netip.Addr, bool) {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // servicePorts turns a Service and its EndpointSlices into the ports the
 // proxy serves. Services without a cluster IP (headless, ExternalName)
 // get none: kube-proxy leaves them to DNS.
@@ -93,8 +108,10 @@ func servicePorts(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node
 	if _, ok := svc.Labels[labelServiceProxyName]; ok {
 		return nil
 	}
-	cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || !cip.Is4() {
+	// The proxy programs IPv4: the Service's IPv4 cluster IP, which a
+	// dual-stack Service with IPv6 first holds second.
+	cip, ok := clusterIPv4(svc)
+	if !ok {
 		return nil
 	}
 	var external, lbIPs []netip.Addr

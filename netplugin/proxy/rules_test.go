@@ -261,3 +261,20 @@ func TestRuleTextMatchesExpressions(t *testing.T) {
 		t.Errorf("text = %q, want %q", got, want)
 	}
 }
+
+// A dual-stack Service is served at its IPv4 cluster IP wherever its
+// families put it; an IPv6-only one is not served by this IPv4 proxy.
+func TestDualStackServiceClusterIP(t *testing.T) {
+	v6first := newService("web", "fd43::10", 80)
+	v6first.Spec.ClusterIPs = []string{"fd43::10", "10.43.0.10"}
+	slices := []*discoveryv1.EndpointSlice{newSlice("web", "web-1", 8080, readyEP("10.42.0.5", "n"))}
+	ports := servicePorts(v6first, slices, "n", "")
+	if len(ports) != 1 || ports[0].clusterIP != netip.MustParseAddr("10.43.0.10") {
+		t.Errorf("[IPv6, IPv4] Service: %+v, want one port on 10.43.0.10", ports)
+	}
+	v6only := newService("six", "fd43::11", 80)
+	v6only.Spec.ClusterIPs = []string{"fd43::11"}
+	if ports := servicePorts(v6only, slices, "n", ""); len(ports) != 0 {
+		t.Errorf("IPv6-only Service: %+v, want none", ports)
+	}
+}
