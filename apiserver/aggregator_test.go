@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,8 @@ type wardleServer struct {
 	rejected int
 	// watchGo lets the second watch event out.
 	watchGo chan struct{}
+	// conns counts the connections made to it.
+	conns atomic.Int32
 }
 
 const wardleGroup = "wardle.example.com"
@@ -116,6 +120,11 @@ func newWardleServer(t *testing.T, auth map[string]string) *wardleServer {
 		}
 	}))
 	ws.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*certs.Serving.Current()}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
+	ws.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			ws.conns.Add(1)
+		}
+	}
 	ws.srv.StartTLS()
 	t.Cleanup(ws.srv.Close)
 	ws.port = int32(netip.MustParseAddrPort(ws.srv.Listener.Addr().String()).Port())
@@ -522,5 +531,51 @@ func TestAPIServicesOfCustomResources(t *testing.T) {
 	}
 	if as, err := get("v1beta1.stable.example.com"); err != nil || as.Spec.GroupPriorityMinimum != 2000 {
 		t.Errorf("the admin's APIService: %v %+v", err, as)
+	}
+}
+
+// After the front-proxy certificate is renewed the server closes its idle
+// connections to aggregated servers: the next call handshakes again,
+// with the new certificate, rather than riding a kept-alive connection
+// made with the old one.
+func TestAggregatedConnectionsClosedOnRenewal(t *testing.T) {
+	e := newRBACEnv(t, "RBAC")
+	auth, err := e.admin.CoreV1().ConfigMaps("kube-system").Get(e.ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := newWardleServer(t, auth.Data)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "wardle"}, Spec: corev1.ServiceSpec{
+		Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(ws.port)}}}}
+	if _, err := e.admin.CoreV1().Services("default").Create(e.ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "wardle-1", Labels: map[string]string{discoveryv1.LabelServiceName: "wardle"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(ws.port)}}}
+	if _, err := e.admin.DiscoveryV1().EndpointSlices("default").Create(e.ctx, es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := createAPIService(e, wardleAPIService(ws.ca)); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, e, "v1."+wardleGroup, apiregistrationv1.ConditionTrue, "Passed")
+	get := func() {
+		t.Helper()
+		if rec := serveAs(e.s, "GET", "/apis/"+wardleGroup+"/v1/namespaces/default/flunders", "admin-token", "", nil); rec.Code != http.StatusOK {
+			t.Fatalf("list flunders: %d %s", rec.Code, rec.Body)
+		}
+	}
+	get()
+	before := ws.conns.Load()
+	get()
+	if n := ws.conns.Load(); n != before {
+		t.Fatalf("a second call made a new connection (%d, then %d): nothing is kept alive to test", before, n)
+	}
+	e.s.CloseAggregatedConnections()
+	get()
+	if n := ws.conns.Load(); n != before+1 {
+		t.Errorf("connections %d after closing the idle ones, want %d: the call rode the old connection", n, before+1)
 	}
 }

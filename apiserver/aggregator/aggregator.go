@@ -133,7 +133,9 @@ type Aggregator struct {
 	// good discovery check, with whether that check was the latest.
 	discovery map[string]backendDiscovery
 	// transports are the compiled set's, by APIService name; only
-	// Compile (under the cache's lock) changes them, under mu.
+	// Compile (under the cache's lock) changes them, under tmu (not mu:
+	// mu's holders read the compiled set, which may compile).
+	tmu        sync.Mutex
 	transports map[string]keyedTransport
 }
 
@@ -202,9 +204,9 @@ func (a *Aggregator) Compile(objs []runtime.Object) *Set {
 			t.transport.CloseIdleConnections()
 		}
 	}
-	a.mu.Lock()
+	a.tmu.Lock()
 	a.transports = kept
-	a.mu.Unlock()
+	a.tmu.Unlock()
 	return set
 }
 
@@ -213,14 +215,14 @@ func (a *Aggregator) Compile(objs []runtime.Object) *Set {
 // certificate in force: after a renewal, as the kubelet connections are.
 // Calls under way keep theirs.
 func (a *Aggregator) CloseIdleConnections() {
-	a.mu.Lock()
+	a.tmu.Lock()
 	ts := make([]*http.Transport, 0, len(a.transports))
 	for _, t := range a.transports {
 		if t.transport != nil {
 			ts = append(ts, t.transport)
 		}
 	}
-	a.mu.Unlock()
+	a.tmu.Unlock()
 	for _, t := range ts {
 		t.CloseIdleConnections()
 	}
