@@ -19,8 +19,10 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/deviceplugin/generic"
+	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/dra"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
@@ -55,7 +57,7 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (r
 	}
 	crt, err := containerd.New(ctx, containerd.Config{
 		Endpoint: endpoint, Namespace: "k8s.io", StateDir: filepath.Join(cfg.DataDir, "agent", "io"),
-		Logger: log, Hosts: regs, NoDefaultEndpoint: cfg.NoDefaultRegistry,
+		Logger: log, Hosts: regs, NoDefaultEndpoint: cfg.NoDefaultRegistry, CDISpecDirs: cfg.CDISpecDirs,
 	})
 	if err != nil {
 		if daemon != nil {
@@ -313,4 +315,23 @@ func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server,
 		generic.Run(ctx, cfg.Devices, dm.Dir(), log)
 	}
 	return dm
+}
+
+// startDRA runs the node side of dynamic resource allocation on
+// --kubelet-root-dir: DRA drivers register in <dir>/plugins_registry and
+// prepare the claims of this node's pods; what is prepared is kept in
+// <dir>/dra_manager_state across restarts. A manager that cannot start
+// leaves pods with claims waiting, not the node without pods.
+func startDRA(ctx context.Context, cfg *serverConfig, rc *rest.Config, log *slog.Logger) *dra.Manager {
+	get, err := kubelet.ClaimGetter(rc)
+	if err != nil {
+		log.Error("DRA drivers are not available on this node", "err", err)
+		return nil
+	}
+	m := dra.New(dra.Config{RootDir: cfg.KubeletRootDir, GetClaim: get, Logger: log})
+	if err := m.Start(ctx); err != nil {
+		log.Error("DRA drivers are not available on this node", "err", err)
+		return nil
+	}
+	return m
 }
