@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -633,6 +634,29 @@ func TestNodeAuthorizer(t *testing.T) {
 	}
 	if _, err := node.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node a lists ResourceClaims: %v, want forbidden", err)
+	}
+	// Its DRA drivers publish ResourceSlices of node a, not of others.
+	slice := func(name, node string) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{
+			Driver: "dra.example.com", NodeName: ptr.To(node), Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+	}
+	own, err := node.ResourceV1().ResourceSlices().Create(ctx, slice("sa", "a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("node a publishes its ResourceSlice: %v", err)
+	} else {
+		own.Spec.NodeName = ptr.To("b")
+		if _, err := node.ResourceV1().ResourceSlices().Update(ctx, own, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("node a moves its ResourceSlice to node b: %v, want forbidden", err)
+		}
+	}
+	if _, err := node.ResourceV1().ResourceSlices().Create(ctx, slice("sb", "b"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a publishes a ResourceSlice of node b: %v, want forbidden", err)
+	}
+	if _, err := e.admin.ResourceV1().ResourceSlices().Create(ctx, slice("sb", "b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ResourceV1().ResourceSlices().Delete(ctx, "sb", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a deletes node b's ResourceSlice: %v, want forbidden", err)
 	}
 	if _, err := node.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node a lists secrets: %v", err)

@@ -293,6 +293,9 @@ var nodeRules = []rbacv1.PolicyRule{
 	{Verbs: []string{"get", "create", "update", "patch", "delete"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments", "csidrivers", "csinodes", "storageclasses"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}},
+	// DRA drivers on the node publish its devices (NodeRestriction: only
+	// slices of the node itself).
+	{Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}},
 }
 
 // NodeRules is a copy of the rules the system:node role grants.
