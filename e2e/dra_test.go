@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"bonsai.dev/bonsai/testsupport/testenv"
@@ -185,5 +186,69 @@ func TestDRADriver(t *testing.T) {
 	waitLog(t, e, b, "DEV=dev0\n1:5\n")
 	if specs, _ := filepath.Glob(filepath.Join(cdiDir, "*.json")); len(specs) != 1 {
 		t.Errorf("CDI specs %v: want only b's", specs)
+	}
+}
+
+// The generic device plugin publishes a `dra: true` resource's device
+// nodes as the DRA driver generic.bonsai.dev (a ResourceSlice of the
+// node); a pod claims one through a DeviceClass and, side by side, asks
+// for a device plugin resource in its limits: it gets both device nodes.
+func TestGenericDRA(t *testing.T) {
+	testenv.Require(t, os.Geteuid() == 0, "DRA tests need root (mknod, containerd)")
+	serialDir, plainDir, cdiDir := t.TempDir(), t.TempDir(), t.TempDir()
+	mknodDevices(t, serialDir, "ttyT0")
+	mknodDevices(t, plainDir, "tp0")
+	devicesYAML := filepath.Join(t.TempDir(), "devices.yaml")
+	os.WriteFile(devicesYAML, []byte("resources:\n"+
+		"- name: bonsai.test/serial\n  devices: [\""+filepath.Join(serialDir, "ttyT*")+"\"]\n  dra: true\n"+
+		"- name: bonsai.test/plain\n  devices: [\""+filepath.Join(plainDir, "tp*")+"\"]\n"), 0o644)
+	e := startPodEnv(t, "--device-config="+devicesYAML, "--cdi-spec-dir="+cdiDir)
+	e.waitDevices(t, "bonsai.test/plain", 1, 1, 10*time.Second)
+	var slice *resourcev1.ResourceSlice
+	waitFor(t, 10*time.Second, "the generic driver's ResourceSlice", func() bool {
+		s, err := e.cs.ResourceV1().ResourceSlices().Get(t.Context(), e.node+"-generic.bonsai.dev", metav1.GetOptions{})
+		slice = s
+		return err == nil && len(s.Spec.Devices) == 1
+	})
+	if d := slice.Spec.Devices[0]; !strings.HasPrefix(d.Name, "serial-") || !strings.HasSuffix(d.Name, "-ttyt0") ||
+		*d.Attributes["path"].StringValue != filepath.Join(serialDir, "ttyT0") || *d.Attributes["resource"].StringValue != "bonsai.test/serial" {
+		t.Errorf("published device %+v", d)
+	}
+	if n, _ := e.cs.CoreV1().Nodes().Get(t.Context(), e.node, metav1.GetOptions{}); n != nil {
+		if _, ok := n.Status.Capacity["bonsai.test/serial"]; ok {
+			t.Errorf("a dra resource is also an extended resource: %v", n.Status.Capacity)
+		}
+	}
+
+	if _, err := e.cs.ResourceV1().DeviceClasses().Create(t.Context(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "serial"},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "generic.bonsai.dev" && device.attributes["generic.bonsai.dev"].resource == "bonsai.test/serial"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cs.ResourceV1().ResourceClaimTemplates("default").Create(t.Context(), &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "dev"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
+			{Name: "dev", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "serial"}}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := claimPod("both")
+	p.Spec.Containers[0].Command = sh("for d in " + serialDir + "/* " + plainDir + "/*; do echo x > $d && echo WROTE=$d; done; sleep 3600")
+	rl := corev1.ResourceList{"bonsai.test/plain": *resource.NewQuantity(1, resource.DecimalSI)}
+	p.Spec.Containers[0].Resources.Limits, p.Spec.Containers[0].Resources.Requests = rl, rl
+	if _, err := e.cs.CoreV1().Pods("default").Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	both := e.waitPod(t, "both", 30*time.Second, "Running", running)
+	waitLog(t, e, both, "WROTE="+serialDir+"/ttyT0\nWROTE="+plainDir+"/tp0\n")
+	specs, _ := filepath.Glob(filepath.Join(cdiDir, "generic.bonsai.dev-*.json"))
+	if len(specs) != 1 {
+		t.Fatalf("CDI specs of the generic driver: %v", specs)
+	}
+	e.deletePods(t, "both")
+	if specs, _ := filepath.Glob(filepath.Join(cdiDir, "generic.bonsai.dev-*.json")); len(specs) != 0 {
+		t.Errorf("CDI specs left after the pod went: %v", specs)
 	}
 }

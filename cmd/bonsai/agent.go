@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/apiserver"
@@ -313,8 +314,35 @@ func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server,
 	}
 	if cfg.Devices != nil {
 		generic.Run(ctx, cfg.Devices, dm.Dir(), log)
+		if cfg.Devices.HasDRA() {
+			startGenericDRA(ctx, cfg, api, log)
+		}
 	}
 	return dm
+}
+
+// startGenericDRA serves the generic device plugin's `dra: true`
+// resources as the DRA driver generic.bonsai.dev, through the same plugin
+// registry as other drivers, its CDI specs in the last --cdi-spec-dir.
+func startGenericDRA(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+	rc, err := client.REST(api.ClientConfig(nodeUser(cfg)), "/apis", resourcev1.SchemeGroupVersion)
+	if err != nil {
+		log.Error("the generic DRA driver is not available", "err", err)
+		return
+	}
+	cdiDir := containerd.DefaultCDISpecDirs[len(containerd.DefaultCDISpecDirs)-1]
+	if n := len(cfg.CDISpecDirs); n > 0 {
+		cdiDir = cfg.CDISpecDirs[n-1]
+	}
+	generic.RunDRA(ctx, cfg.Devices, generic.DRAConfig{
+		NodeName: cfg.NodeName, RegistryDir: filepath.Join(cfg.KubeletRootDir, dra.RegistryDirName),
+		PluginDir: filepath.Join(cfg.KubeletRootDir, "plugins", generic.DRADriverName), CDIDir: cdiDir, Resource: rc,
+	}, log)
+}
+
+// nodeUser is this host's node identity.
+func nodeUser(cfg *serverConfig) *authn.User {
+	return &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
 }
 
 // startDRA runs the node side of dynamic resource allocation on
