@@ -99,7 +99,8 @@ func claimPod(name string) *corev1.Pod {
 // gets the CDI device's env and device node; a second pod for the same
 // device stays Pending with the scheduler's message; bonsai's restart
 // prepares nothing again; deleting the first pod unprepares its claim and
-// lets the second run, after a failed prepare (an event) is retried.
+// lets the second run, after a failed prepare (an event) is retried; a
+// pod's deletion waits for its driver to unprepare.
 func TestDRADriver(t *testing.T) {
 	testenv.Require(t, os.Geteuid() == 0, "DRA tests need root (containerd)")
 	cdiDir := t.TempDir()
@@ -186,6 +187,27 @@ func TestDRADriver(t *testing.T) {
 	waitLog(t, e, b, "DEV=dev0\n1:5\n")
 	if specs, _ := filepath.Glob(filepath.Join(cdiDir, "*.json")); len(specs) != 1 {
 		t.Errorf("CDI specs %v: want only b's", specs)
+	}
+
+	// With the driver gone, b's deletion waits for the unprepare (its
+	// claim must not be deallocated while prepared); the driver back,
+	// b goes.
+	d.stop()
+	one := int64(1)
+	if err := e.cs.CoreV1().Pods("default").Delete(t.Context(), "b", metav1.DeleteOptions{GracePeriodSeconds: &one}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := e.cs.CoreV1().Pods("default").Get(t.Context(), "b", metav1.GetOptions{}); err != nil {
+		t.Fatalf("b left the API without its claim unprepared: %v", err)
+	}
+	d.start(t)
+	waitFor(t, 20*time.Second, "b gone once the driver is back", func() bool {
+		_, err := e.cs.CoreV1().Pods("default").Get(t.Context(), "b", metav1.GetOptions{})
+		return err != nil && strings.Contains(d.output(), "unprepare default/b-dev-")
+	})
+	if specs, _ := filepath.Glob(filepath.Join(cdiDir, "*.json")); len(specs) != 0 {
+		t.Errorf("CDI specs left: %v", specs)
 	}
 }
 
