@@ -304,7 +304,7 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		}
 		return 5 * time.Second, false
 	}
-	if !w.prepareClaims(ctx, pod) {
+	if !w.prepareClaims(ctx, pod, inst) {
 		return claimRetry, false
 	}
 	next := resyncPeriod

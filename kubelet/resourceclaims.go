@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/kubelet/dra"
 )
 
@@ -36,10 +38,16 @@ func ClaimGetter(cfg *rest.Config) (dra.ClaimGetter, error) {
 // containers start. A failure (driver not registered, prepare error) is a
 // FailedPrepareDynamicResources event and the pod waits; the next sync
 // tries again. Claims prepared before a restart are not prepared again:
-// the manager's checkpoint has them.
-func (w *podWorker) prepareClaims(ctx context.Context, pod *corev1.Pod) bool {
+// the manager's checkpoint has them, and a pod whose containers already
+// exist and that the checkpoint has is not held back by the API or a
+// driver that has not registered again yet.
+func (w *podWorker) prepareClaims(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) bool {
 	dm := w.m.cfg.DRA
 	if dm == nil || w.claimsPrepared || len(pod.Spec.ResourceClaims) == 0 {
+		return true
+	}
+	if len(inst) > 0 && slices.Contains(dm.Pods(), pod.UID) {
+		w.claimsPrepared = true
 		return true
 	}
 	if err := dm.Prepare(ctx, pod); err != nil {
