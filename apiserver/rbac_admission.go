@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -225,6 +226,23 @@ func admitNode(node string, nodeUID func() (types.UID, error), res *resource, su
 		}
 	case gvr("coordination.k8s.io", "v1", "leases"):
 		return admitNodeLease(node, gr, obj.(*coordinationv1.Lease).Namespace, m.GetName())
+	case gvr("resource.k8s.io", "v1", "resourceslices"):
+		// A node's DRA drivers publish only its own devices.
+		if err := admitNodeSlice(node, gr, obj); err != nil {
+			return err
+		}
+		if old != nil {
+			return admitNodeSlice(node, gr, old)
+		}
+	}
+	return nil
+}
+
+// admitNodeSlice: a kubelet writes only ResourceSlices of its own node.
+func admitNodeSlice(node string, gr schema.GroupResource, obj runtime.Object) error {
+	s := obj.(*resourcev1.ResourceSlice)
+	if s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+		return apierrors.NewForbidden(gr, s.Name, fmt.Errorf("node %q can only write ResourceSlices with spec.nodeName set to itself", node))
 	}
 	return nil
 }
@@ -407,6 +425,8 @@ func (s *Server) admitNodeDelete(ctx context.Context, res *resource, obj runtime
 		}
 	case gvr("coordination.k8s.io", "v1", "leases"):
 		return admitNodeLease(node, gr, m.GetNamespace(), m.GetName())
+	case gvr("resource.k8s.io", "v1", "resourceslices"):
+		return admitNodeSlice(node, gr, obj)
 	}
 	return nil
 }

@@ -16,9 +16,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/store"
@@ -599,9 +601,10 @@ func TestNodeAuthorizer(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "p-" + n},
 			Spec: corev1.PodSpec{
-				NodeName:   n,
-				Containers: []corev1.Container{{Name: "c", Image: "busybox", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c-" + n}}}}}},
-				Volumes:    []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s-" + n}}}},
+				NodeName:       n,
+				Containers:     []corev1.Container{{Name: "c", Image: "busybox", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c-" + n}}}}}},
+				Volumes:        []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s-" + n}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "dev", ResourceClaimName: ptr.To("rc-" + n)}},
 			},
 		}
 		if _, err := e.admin.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -620,6 +623,40 @@ func TestNodeAuthorizer(t *testing.T) {
 	want := `secrets "s-b" is forbidden: User "system:node:a" cannot get resource "secrets" in API group "" in the namespace "default": no relationship found between node 'a' and this object`
 	if !apierrors.IsForbidden(err) || err.Error() != want {
 		t.Errorf("node a reads node b's secret:\n got %v\nwant %s", err, want)
+	}
+	// The kubelet reads its pods' ResourceClaims to prepare them, only
+	// those.
+	if _, err := node.ResourceV1().ResourceClaims("default").Get(ctx, "rc-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node a gets its pod's ResourceClaim: %v, want allowed (and not found)", err)
+	}
+	if _, err := node.ResourceV1().ResourceClaims("default").Get(ctx, "rc-b", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a gets node b's pod's ResourceClaim: %v, want forbidden", err)
+	}
+	if _, err := node.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a lists ResourceClaims: %v, want forbidden", err)
+	}
+	// Its DRA drivers publish ResourceSlices of node a, not of others.
+	slice := func(name, node string) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{
+			Driver: "dra.example.com", NodeName: ptr.To(node), Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+	}
+	own, err := node.ResourceV1().ResourceSlices().Create(ctx, slice("sa", "a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("node a publishes its ResourceSlice: %v", err)
+	} else {
+		own.Spec.NodeName = ptr.To("b")
+		if _, err := node.ResourceV1().ResourceSlices().Update(ctx, own, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("node a moves its ResourceSlice to node b: %v, want forbidden", err)
+		}
+	}
+	if _, err := node.ResourceV1().ResourceSlices().Create(ctx, slice("sb", "b"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a publishes a ResourceSlice of node b: %v, want forbidden", err)
+	}
+	if _, err := e.admin.ResourceV1().ResourceSlices().Create(ctx, slice("sb", "b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ResourceV1().ResourceSlices().Delete(ctx, "sb", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a deletes node b's ResourceSlice: %v, want forbidden", err)
 	}
 	if _, err := node.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node a lists secrets: %v", err)

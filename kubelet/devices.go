@@ -62,8 +62,10 @@ func (w *podWorker) admitDevices(ctx context.Context, pod *corev1.Pod, inst map[
 
 // applyDevices adds what the container's devices bring: the plugins'
 // environment first (the container's own env wins), mounts, device nodes,
-// annotations and CDI devices.
+// annotations and CDI devices, after the CDI devices of the ResourceClaims
+// the container names.
 func (w *podWorker) applyDevices(ctx context.Context, pod *corev1.Pod, c *corev1.Container, cfg *cri.ContainerConfig) error {
+	cfg.CDIDevices = w.applyClaimDevices(pod, c)
 	dm := w.m.cfg.Devices
 	if dm == nil {
 		return nil
@@ -82,7 +84,7 @@ func (w *podWorker) applyDevices(ctx context.Context, pod *corev1.Pod, c *corev1
 	if len(opts.Annotations) > 0 {
 		cfg.Annotations = opts.Annotations
 	}
-	cfg.CDIDevices = opts.CDIDevices
+	cfg.CDIDevices = append(cfg.CDIDevices, opts.CDIDevices...)
 	return nil
 }
 

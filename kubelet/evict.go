@@ -94,6 +94,7 @@ func (w *podWorker) syncEviction(ctx context.Context, pod *corev1.Pod, inst map[
 	w.evictFinished()
 	w.releaseNetwork(ctx)
 	w.releaseDevices()
+	w.unprepareClaims(ctx) // a failure is retried by housekeeping
 	return time.Minute, true
 }
 

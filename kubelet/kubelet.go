@@ -39,6 +39,7 @@ import (
 
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/dra"
 	"bonsai.dev/bonsai/kubelet/eviction"
 	"bonsai.dev/bonsai/kubelet/simulator"
 	"bonsai.dev/bonsai/netplugin"
@@ -93,6 +94,9 @@ type Config struct {
 	// Its resources appear in node status and pods get their devices
 	// through it.
 	Devices *deviceplugin.Manager
+	// DRA prepares pods' ResourceClaims through DRA drivers' kubelet
+	// plugins; nil = claims are not prepared.
+	DRA *dra.Manager
 	// States, when set, is where the kubelet API finds the agent's pods
 	// once it runs (see PodStates).
 	States *PodStates

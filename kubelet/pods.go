@@ -121,6 +121,7 @@ func (m *podManager) run(ctx context.Context) {
 	// known pod is an orphan from before a restart.
 	m.housekeeping(ctx)
 	m.retainDevices()
+	m.retainClaims(ctx)
 	go m.runtimeEvents(ctx)
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -131,6 +132,7 @@ func (m *podManager) run(ctx context.Context) {
 		case <-t.C:
 			m.housekeeping(ctx)
 			m.retainDevices()
+			m.retainClaims(ctx)
 			m.backoff.GC()
 			m.sandboxBackoff.GC()
 		}

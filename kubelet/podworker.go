@@ -57,6 +57,9 @@ type podWorker struct {
 	// devicesAdmitted: the pod got its devices; devicesWaiting: for
 	// devices deleted pods still hold (kubelet/devices.go).
 	devicesAdmitted, devicesWaiting bool
+	// claimsPrepared: the pod's ResourceClaims are prepared
+	// (kubelet/resourceclaims.go).
+	claimsPrepared bool
 	// shutdownPeriod and shutdownDone (under mu) are a graceful node
 	// shutdown's order to stop the pod within the period; shutdownDone
 	// closes once it has stopped. shutdownStopped: it was stopped so,
@@ -126,6 +129,7 @@ func (w *podWorker) syncShutdown(ctx context.Context, pod *corev1.Pod, inst map[
 	w.shutdownFinished()
 	w.releaseNetwork(ctx)
 	w.releaseDevices()
+	w.unprepareClaims(ctx) // a failure is retried by housekeeping
 	return time.Minute, true
 }
 
@@ -275,6 +279,10 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 		w.stopAll(ctx, pod, inst, 0)
 		w.releaseNetwork(ctx)
 		w.releaseDevices()
+		if err := w.unprepareClaims(ctx); err != nil {
+			w.m.log.Warn("unpreparing resource claims", "pod", podKey(pod), "err", err)
+			return claimRetry, false
+		}
 		return time.Minute, false
 	}
 	if ads := pod.Spec.ActiveDeadlineSeconds; ads != nil && !w.deadline && time.Since(w.startTime.Time) > time.Duration(*ads)*time.Second {
@@ -295,6 +303,9 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 			return 100 * time.Millisecond, false
 		}
 		return 5 * time.Second, false
+	}
+	if !w.prepareClaims(ctx, pod, inst) {
+		return claimRetry, false
 	}
 	next := resyncPeriod
 	if w.sandbox == nil && time.Now().Before(w.sandboxRetryAt) {
@@ -647,6 +658,13 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		w.m.log.Warn("removing pod dir", "pod", podKey(pod), "err", err)
 	}
 	w.releaseDevices()
+	// The claims are unprepared before the pod leaves the API: once it
+	// has, its claims are deallocated and their devices may go to
+	// another pod.
+	if err := w.unprepareClaims(ctx); err != nil {
+		w.m.log.Warn("unpreparing resource claims", "pod", podKey(pod), "err", err)
+		return claimRetry, false
+	}
 	if target := w.apiObject(pod); !deleted || target.UID != pod.UID {
 		if err := w.m.client.deletePod(ctx, target); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			w.m.log.Warn("completing pod deletion", "pod", podKey(pod), "err", err)

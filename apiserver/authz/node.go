@@ -44,6 +44,9 @@ type podRefs struct {
 	node                        string
 	serviceAccount              string
 	secrets, configMaps, claims map[string]bool
+	// resourceClaims are the pod's ResourceClaims (named, or made from
+	// a template and recorded in status).
+	resourceClaims map[string]bool
 }
 
 // NewNode is a Node authorizer that knows no pods yet.
@@ -71,7 +74,7 @@ func (n *Node) SetPod(p *corev1.Pod) {
 	if p.Spec.NodeName == "" {
 		return
 	}
-	r := &podRefs{node: p.Spec.NodeName, serviceAccount: p.Spec.ServiceAccountName, secrets: map[string]bool{}, configMaps: map[string]bool{}, claims: map[string]bool{}}
+	r := &podRefs{node: p.Spec.NodeName, serviceAccount: p.Spec.ServiceAccountName, secrets: map[string]bool{}, configMaps: map[string]bool{}, claims: map[string]bool{}, resourceClaims: map[string]bool{}}
 	podReferences(p, r)
 	n.pods[key] = r
 	m := n.byNode[r.node]
@@ -116,6 +119,16 @@ func (n *Node) DeleteClaim(ns, name string) {
 }
 
 func podReferences(p *corev1.Pod, r *podRefs) {
+	for _, c := range p.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil {
+			r.resourceClaims[*c.ResourceClaimName] = true
+		}
+	}
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			r.resourceClaims[*s.ResourceClaimName] = true
+		}
+	}
 	for _, s := range p.Spec.ImagePullSecrets {
 		r.secrets[s.Name] = true
 	}
@@ -206,6 +219,14 @@ func (n *Node) Authorize(_ context.Context, a Attributes) (Decision, string, err
 			return n.related(a, node, func(r *podRefs) bool { return r.serviceAccount == a.Name })
 		}
 	}
+	if a.ResourceRequest && a.APIGroup == "resource.k8s.io" && a.Resource == "resourceclaims" && a.Subresource == "" {
+		// The kubelet reads the claims of its pods to prepare them, as
+		// kube-apiserver's Node authorizer allows.
+		if a.Verb != "get" {
+			return NoOpinion, "can only get individual resources of this type", nil
+		}
+		return n.readRelated(a, node, func(r *podRefs) bool { return r.resourceClaims[a.Name] })
+	}
 	for i := range nodeRules {
 		if RuleAllows(a, &nodeRules[i]) {
 			return Allow, "", nil
@@ -272,6 +293,9 @@ var nodeRules = []rbacv1.PolicyRule{
 	{Verbs: []string{"get", "create", "update", "patch", "delete"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments", "csidrivers", "csinodes", "storageclasses"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}},
+	// DRA drivers on the node publish its devices (NodeRestriction: only
+	// slices of the node itself).
+	{Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}},
 }
 
 // NodeRules is a copy of the rules the system:node role grants.

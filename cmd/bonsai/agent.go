@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/apiserver"
@@ -19,8 +20,10 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/deviceplugin/generic"
+	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/dra"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
@@ -55,7 +58,7 @@ func connectRuntime(ctx context.Context, cfg *serverConfig, log *slog.Logger) (r
 	}
 	crt, err := containerd.New(ctx, containerd.Config{
 		Endpoint: endpoint, Namespace: "k8s.io", StateDir: filepath.Join(cfg.DataDir, "agent", "io"),
-		Logger: log, Hosts: regs, NoDefaultEndpoint: cfg.NoDefaultRegistry,
+		Logger: log, Hosts: regs, NoDefaultEndpoint: cfg.NoDefaultRegistry, CDISpecDirs: cfg.CDISpecDirs,
 	})
 	if err != nil {
 		if daemon != nil {
@@ -311,6 +314,52 @@ func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server,
 	}
 	if cfg.Devices != nil {
 		generic.Run(ctx, cfg.Devices, dm.Dir(), log)
+		if cfg.Devices.HasDRA() {
+			startGenericDRA(ctx, cfg, api, log)
+		}
 	}
 	return dm
+}
+
+// startGenericDRA serves the generic device plugin's `dra: true`
+// resources as the DRA driver generic.bonsai.dev, through the same plugin
+// registry as other drivers, its CDI specs in the last --cdi-spec-dir.
+func startGenericDRA(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+	rc, err := client.REST(api.ClientConfig(nodeUser(cfg)), "/apis", resourcev1.SchemeGroupVersion)
+	if err != nil {
+		log.Error("the generic DRA driver is not available", "err", err)
+		return
+	}
+	cdiDir := containerd.DefaultCDISpecDirs[len(containerd.DefaultCDISpecDirs)-1]
+	if n := len(cfg.CDISpecDirs); n > 0 {
+		cdiDir = cfg.CDISpecDirs[n-1]
+	}
+	generic.RunDRA(ctx, cfg.Devices, generic.DRAConfig{
+		NodeName: cfg.NodeName, RegistryDir: filepath.Join(cfg.KubeletRootDir, dra.RegistryDirName),
+		PluginDir: filepath.Join(cfg.KubeletRootDir, "plugins", generic.DRADriverName), CDIDir: cdiDir, Resource: rc,
+	}, log)
+}
+
+// nodeUser is this host's node identity.
+func nodeUser(cfg *serverConfig) *authn.User {
+	return &authn.User{Name: "system:node:" + cfg.NodeName, Groups: []string{"system:nodes", authn.GroupAuthenticated}}
+}
+
+// startDRA runs the node side of dynamic resource allocation on
+// --kubelet-root-dir: DRA drivers register in <dir>/plugins_registry and
+// prepare the claims of this node's pods; what is prepared is kept in
+// <dir>/dra_manager_state across restarts. A manager that cannot start
+// leaves pods with claims waiting, not the node without pods.
+func startDRA(ctx context.Context, cfg *serverConfig, rc *rest.Config, log *slog.Logger) *dra.Manager {
+	get, err := kubelet.ClaimGetter(rc)
+	if err != nil {
+		log.Error("DRA drivers are not available on this node", "err", err)
+		return nil
+	}
+	m := dra.New(dra.Config{RootDir: cfg.KubeletRootDir, GetClaim: get, Logger: log})
+	if err := m.Start(ctx); err != nil {
+		log.Error("DRA drivers are not available on this node", "err", err)
+		return nil
+	}
+	return m
 }

@@ -29,6 +29,7 @@ import (
 	"bonsai.dev/bonsai/controllers"
 	"bonsai.dev/bonsai/deviceplugin/generic"
 	"bonsai.dev/bonsai/kubelet"
+	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/scheduler"
 	"bonsai.dev/bonsai/store"
@@ -76,6 +77,7 @@ type serverOptions struct {
 	podNetwork        string
 	cniConfDir        string
 	cniBinDirs        []string
+	cdiSpecDirs       []string
 	podManifestPath   string
 	nodeCIDRMaskSize  int
 	nodeCIDRMaskIPv4  int
@@ -188,7 +190,8 @@ func (o *serverOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxObjectSize, "max-object-size", apiserver.DefaultMaxObjectSize, "largest object the API server stores, in bytes of its stored encoding; larger writes are refused with 413 (etcd's --max-request-bytes default; with --datastore-endpoint, keep it within the etcd servers' own limit)")
 	fs.DurationVar(&o.eventTTL, "event-ttl", apiserver.DefaultEventTTL, "how long an Event (core/v1 and events.k8s.io/v1) is kept after its last write; then the store deletes it (kube-apiserver's --event-ttl)")
 	fs.Int64Var(&o.quotaBackendBytes, "quota-backend-bytes", 0, "bytes the store may hold; past it, writes other than deletes get a 500 \"database space exceeded\" until deletes and compaction bring it under (0: a quarter of the data dir's file system, at most 8 GiB; with --datastore-endpoint: 0 leaves it to etcd's own --quota-backend-bytes, a value is checked against etcd's bytes in use)")
-	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, monitoring agents read <dir>/pod-resources/kubelet.sock")
+	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the node's kubelet root dir: device plugins register on <dir>/device-plugins/kubelet.sock, DRA drivers in <dir>/plugins_registry, monitoring agents read <dir>/pod-resources/kubelet.sock")
+	fs.StringSliceVar(&o.cdiSpecDirs, "cdi-spec-dir", containerd.DefaultCDISpecDirs, "directory of CDI specs that CDI device names of device plugins and DRA drivers resolve against, later ones winning; repeatable")
 	fs.StringVar(&o.deviceConfig, "device-config", "", "devices.yaml of the built-in generic device plugin: resource names mapped to host device paths or globs (default <data-dir>/devices.yaml, if it exists)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace-period", 0, "graceful node shutdown: how long this host's node delays a system shutdown (a logind delay lock) to stop its pods; 0 = off (the kubelet's shutdownGracePeriod)")
 	fs.DurationVar(&o.shutdownCritical, "shutdown-grace-period-critical-pods", 0, "of --shutdown-grace-period, the last part, kept for pods of system-critical priority; less than it (the kubelet's shutdownGracePeriodCriticalPods)")
@@ -313,6 +316,8 @@ type serverConfig struct {
 	QuotaBytes int64
 	// KubeletRootDir holds the device-plugin and pod-resources sockets.
 	KubeletRootDir string
+	// CDISpecDirs are where CDI device names are resolved.
+	CDISpecDirs []string
 	// Devices is the generic device plugin's configuration; nil = none.
 	Devices *generic.Config
 	// ShutdownGroups are graceful node shutdown's phases; nil = off.
@@ -964,6 +969,13 @@ func (o *serverOptions) validateDevices(c *serverConfig) error {
 		return fmt.Errorf("--kubelet-root-dir %q: must be an absolute path", o.kubeletRootDir)
 	}
 	c.KubeletRootDir = filepath.Clean(o.kubeletRootDir)
+	c.CDISpecDirs = nil
+	for _, d := range o.cdiSpecDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("--cdi-spec-dir %q: must be an absolute path", d)
+		}
+		c.CDISpecDirs = append(c.CDISpecDirs, filepath.Clean(d))
+	}
 	path := o.deviceConfig
 	if path == "" {
 		path = filepath.Join(o.dataDir, "devices.yaml")

@@ -108,6 +108,7 @@ func TestServerDefaults(t *testing.T) {
 		AuthorizationMode:    "RBAC",
 		Profiling:            true,
 		KubeletRootDir:       "/var/lib/kubelet",
+		CDISpecDirs:          []string{"/etc/cdi", "/var/run/cdi"},
 		AuditLogRotation:     audit.Rotation{MaxSizeMB: 100, MaxBackups: 10},
 		Limits:               apiserver.Limits{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200, RequestTimeout: time.Minute, MinRequestTimeout: 30 * time.Minute, MaxWatchesPerUser: 1000},
 		// No --admission-control-config-file: PodSecurity's defaults.
@@ -217,6 +218,7 @@ func TestServerFlags(t *testing.T) {
 		ShutdownGroups:        []kubelet.ShutdownGroup{{Priority: 0, Period: 20 * time.Second}, {Priority: 2000000000, Period: 10 * time.Second}},
 		AuthorizationMode:     "AlwaysAllow",
 		KubeletRootDir:        "/var/lib/kubelet",
+		CDISpecDirs:           []string{"/etc/cdi", "/var/run/cdi"},
 		NodeLifecycle:         defaultNodeLifecycle,
 		Eviction:              defaultEviction(t),
 		AuditLogRotation:      audit.Rotation{MaxSizeMB: 5, MaxBackups: 3, MaxAgeDays: 7},
@@ -761,6 +763,16 @@ func TestDeviceConfig(t *testing.T) {
 	got, err = parseServer(t, "--data-dir", dir, "--device-config", other, "--kubelet-root-dir", "/srv/kubelet/")
 	if err != nil || got.Devices.Resources[0].Name != "bonsai.dev/camera" || got.Devices.Resources[0].Shared != 2 || got.KubeletRootDir != "/srv/kubelet" {
 		t.Fatalf("--device-config: %v, %+v", err, got)
+	}
+	if !slices.Equal(got.CDISpecDirs, []string{"/etc/cdi", "/var/run/cdi"}) {
+		t.Errorf("default CDI spec dirs %v", got.CDISpecDirs)
+	}
+	got, err = parseServer(t, "--data-dir", dir, "--cdi-spec-dir", "/srv/cdi/", "--cdi-spec-dir", "/run/cdi")
+	if err != nil || !slices.Equal(got.CDISpecDirs, []string{"/srv/cdi", "/run/cdi"}) {
+		t.Errorf("--cdi-spec-dir twice: %v, %v", err, got.CDISpecDirs)
+	}
+	if _, err := parseServer(t, "--data-dir", dir, "--cdi-spec-dir", "cdi"); err == nil || !strings.Contains(err.Error(), "--cdi-spec-dir") {
+		t.Errorf("a relative --cdi-spec-dir: %v", err)
 	}
 }
 

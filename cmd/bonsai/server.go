@@ -460,6 +460,7 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
 		kcfg.Devices = startDevices(ctx, cfg, api, log)
+		kcfg.DRA = startDRA(ctx, cfg, api.ClientConfig(nodeUser(cfg)), log)
 		kcfg.SeccompDir = filepath.Join(cfg.KubeletRootDir, "seccomp")
 		kcfg.PodMaxPids = cfg.PodMaxPids
 	}

@@ -45,6 +45,10 @@ type Resource struct {
 	// Shared is how many containers may use one device at a time
 	// (default 1: exclusive).
 	Shared int `json:"shared,omitempty"`
+	// DRA publishes the devices in a ResourceSlice of the DRA driver
+	// generic.bonsai.dev, for ResourceClaims, instead of as an extended
+	// resource for resources.limits.
+	DRA bool `json:"dra,omitempty"`
 }
 
 // maxShared bounds Shared: each share is a device ID in node status.
@@ -93,6 +97,9 @@ func Parse(b []byte, path string) (*Config, error) {
 			r.Shared = 1
 		case r.Shared < 0 || r.Shared > maxShared:
 			return nil, fmt.Errorf("%s (%s): shared %d must be between 1 and %d", where, r.Name, r.Shared, maxShared)
+		}
+		if r.DRA && r.Shared != 1 {
+			return nil, fmt.Errorf("%s (%s): shared is not supported with dra (a claim can be shared by pods instead)", where, r.Name)
 		}
 	}
 	if len(c.Resources) == 0 {

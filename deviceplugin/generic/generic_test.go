@@ -34,6 +34,8 @@ func TestParse(t *testing.T) {
 		{"resources:\n- name: a.b/c\n  devices: [dev/x]\n", "not absolute"},
 		{"resources:\n- name: a.b/c\n  devices: [\"/dev/[x\"]\n", "not a valid glob"},
 		{"resources:\n- name: a.b/c\n  devices: [/dev/x]\n  shared: -1\n", "shared -1 must be between 1 and 1000"},
+		{"resources:\n- name: a.b/c\n  devices: [/dev/x]\n  dra: true\n", ""},
+		{"resources:\n- name: a.b/c\n  devices: [/dev/x]\n  dra: true\n  shared: 2\n", "shared is not supported with dra"},
 		{"resources:\n- name: a.b/c\n  devices: [/dev/x]\n  count: 2\n", "unknown field"},
 		{"resources: [", "devices.yaml"},
 	} {

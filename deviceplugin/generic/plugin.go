@@ -28,6 +28,9 @@ var RescanInterval = 2 * time.Second
 // until ctx ends.
 func Run(ctx context.Context, cfg *Config, pluginDir string, log *slog.Logger) {
 	for _, r := range cfg.Resources {
+		if r.DRA {
+			continue // RunDRA serves it
+		}
 		p := &plugin{res: r, dir: pluginDir, log: log.With("component", "generic-device-plugin", "resource", r.Name),
 			present: map[string]bool{}, paths: map[string][]string{}, updates: map[chan struct{}]bool{}}
 		go p.run(ctx)
