@@ -58,6 +58,20 @@ func writeCgroup(t *testing.T, root, cgroup string, usageUsec, current, inactive
 	}
 }
 
+// fakeCgroupV2 points the kubelet's cgroup root at a temporary cgroup v2
+// hierarchy for the test, and returns it.
+func fakeCgroupV2(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	old := cgroupRoot
+	cgroupRoot = root
+	t.Cleanup(func() { cgroupRoot = old })
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // The sampler reads cgroup v2 figures of the pods' and containers'
@@ -66,13 +80,7 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // exited container and an older sandbox of the pod are left out; the
 // Summary API and /metrics/resource serve the last sample.
 func TestStatsSampler(t *testing.T) {
-	root := t.TempDir()
-	old := cgroupRoot
-	cgroupRoot = root
-	t.Cleanup(func() { cgroupRoot = old })
-	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := fakeCgroupV2(t)
 	logPath := filepath.Join(t.TempDir(), "0.log")
 	if err := os.WriteFile(logPath, []byte("twelve bytes"), 0o644); err != nil {
 		t.Fatal(err)
@@ -180,13 +188,7 @@ func TestNodeRlimit(t *testing.T) {
 // The sampler measures the pods the kubelet reports (StatsConfig.Pods)
 // and lists the runtime only while the kubelet knows nothing yet.
 func TestStatsSamplerPodsFromKubelet(t *testing.T) {
-	root := t.TempDir()
-	old := cgroupRoot
-	cgroupRoot = root
-	t.Cleanup(func() { cgroupRoot = old })
-	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := fakeCgroupV2(t)
 	writeCgroup(t, root, podCgroup("uid-2"), 3_000_000, 3000, 1000, 1500, "max")
 	writeCgroup(t, root, podCgroup("uid-2")+"/c2", 2_000_000, 2500, 500, 1200, "max")
 	known := false
@@ -252,11 +254,7 @@ func TestProcfsParsers(t *testing.T) {
 // A sample of pods reads its files without garbage proportional to them:
 // per pod, the figures it keeps and little more.
 func TestSampleAllocations(t *testing.T) {
-	root := t.TempDir()
-	old := cgroupRoot
-	cgroupRoot = root
-	t.Cleanup(func() { cgroupRoot = old })
-	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+	root := fakeCgroupV2(t)
 	var pods []StatsPod
 	for i := range 30 {
 		uid := "uid-" + strconv.Itoa(i)
@@ -301,11 +299,7 @@ func (r layerRuntime) ContainerLayerUsage(_ context.Context, id string) (uint64,
 // storage adds layers, logs and the ephemeral volumes (emptyDir on disk,
 // configMap), not secrets.
 func TestStatsVolumesAndLayers(t *testing.T) {
-	root := t.TempDir()
-	old := cgroupRoot
-	cgroupRoot = root
-	t.Cleanup(func() { cgroupRoot = old })
-	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+	fakeCgroupV2(t)
 	vols := t.TempDir()
 	empty, secret := filepath.Join(vols, "empty"), filepath.Join(vols, "secret")
 	for _, d := range []string{filepath.Join(empty, "sub"), secret} {
