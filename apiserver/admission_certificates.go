@@ -113,3 +113,42 @@ func (certificateSubjectRestriction) Validate(_ context.Context, aa admission.At
 	}
 	return nil
 }
+
+// clusterTrustBundleAttest is ClusterTrustBundleAttest: publishing trust
+// anchors for a signer needs attest on it. An update that only changes
+// what the garbage collector uses (owners, finalizers) needs nothing.
+type clusterTrustBundleAttest struct{ s *Server }
+
+func (clusterTrustBundleAttest) Name() string { return "ClusterTrustBundleAttest" }
+func (clusterTrustBundleAttest) Handles(op admission.Operation) bool {
+	return op == admission.Create || op == admission.Update
+}
+
+func (p clusterTrustBundleAttest) Validate(ctx context.Context, aa admission.Attributes) error {
+	a := attrs(aa)
+	if a.res.gvr.Group != certificatesv1.GroupName || a.res.gvr.Resource != "clustertrustbundles" {
+		return nil
+	}
+	b := a.obj.(*certificatesv1.ClusterTrustBundle)
+	if b.Spec.SignerName == "" {
+		return nil
+	}
+	if old, ok := a.old.(*certificatesv1.ClusterTrustBundle); ok && onlyGCFieldsChanged(b, old) {
+		return nil
+	}
+	if !p.s.authorizedForSigner(ctx, a.user, "attest", b.Spec.SignerName) {
+		return apierrors.NewForbidden(qualified(a.res), a.name, fmt.Errorf("user not permitted to attest for signerName %q", b.Spec.SignerName))
+	}
+	return nil
+}
+
+// onlyGCFieldsChanged: the two bundles differ at most in owner
+// references and finalizers.
+func onlyGCFieldsChanged(b, old *certificatesv1.ClusterTrustBundle) bool {
+	x, y := b.DeepCopy(), old.DeepCopy()
+	x.OwnerReferences, y.OwnerReferences = nil, nil
+	x.Finalizers, y.Finalizers = nil, nil
+	x.ResourceVersion, y.ResourceVersion = "", ""
+	x.ManagedFields, y.ManagedFields = nil, nil
+	return equality.Semantic.DeepEqual(x, y)
+}

@@ -56,6 +56,7 @@ func (s *Server) newAdmissionChain() *admission.Chain {
 		certificateApproval{s},
 		certificateSigning{s},
 		certificateSubjectRestriction{},
+		clusterTrustBundleAttest{s},
 		admission.DefaultIngressClass{IngressClasses: listAll[*networkingv1.IngressClass](s, gvr("networking.k8s.io", "v1", "ingressclasses"))},
 		podSecurity{s},
 		mutatingWebhook{s},

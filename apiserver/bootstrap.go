@@ -66,6 +66,9 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if err := s.ensureExtensionAuthentication(ctx); err != nil {
 		return err
 	}
+	if err := s.ensureFlowControl(ctx); err != nil {
+		return err
+	}
 	return s.ensureKubernetesService(ctx)
 }
 
@@ -93,6 +96,9 @@ func (s *Server) keepKubernetesService(ctx context.Context) {
 		}
 		if err := s.ensureKubernetesService(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("kubernetes Service", "err", err)
+		}
+		if err := s.updateDanglingFlowSchemas(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("flowschema status", "err", err)
 		}
 	}
 }

@@ -69,15 +69,8 @@ func upstreamDiscovery(t *testing.T) (string, map[string]*metav1.APIResourceList
 var notServedYet = []string{
 	"admissionregistration.k8s.io/v1 mutatingadmissionpolicies",
 	"admissionregistration.k8s.io/v1 mutatingadmissionpolicybindings",
-	"certificates.k8s.io/v1 clustertrustbundles",
 	"certificates.k8s.io/v1 podcertificaterequests",
 	"certificates.k8s.io/v1 podcertificaterequests/status",
-	"flowcontrol.apiserver.k8s.io/v1 flowschemas",
-	"flowcontrol.apiserver.k8s.io/v1 flowschemas/status",
-	"flowcontrol.apiserver.k8s.io/v1 prioritylevelconfigurations",
-	"flowcontrol.apiserver.k8s.io/v1 prioritylevelconfigurations/status",
-	"storagemigration.k8s.io/v1 storageversionmigrations",
-	"storagemigration.k8s.io/v1 storageversionmigrations/status",
 	"v1 bindings",
 	"v1 pods/resize",
 }

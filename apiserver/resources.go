@@ -24,6 +24,7 @@ import (
 	"bonsai.dev/bonsai/apiserver/registry/core"
 	"bonsai.dev/bonsai/apiserver/registry/discovery"
 	"bonsai.dev/bonsai/apiserver/registry/events"
+	"bonsai.dev/bonsai/apiserver/registry/flowcontrol"
 	"bonsai.dev/bonsai/apiserver/registry/networking"
 	noderegistry "bonsai.dev/bonsai/apiserver/registry/node"
 	"bonsai.dev/bonsai/apiserver/registry/policy"
@@ -31,6 +32,7 @@ import (
 	resourceregistry "bonsai.dev/bonsai/apiserver/registry/resource"
 	"bonsai.dev/bonsai/apiserver/registry/scheduling"
 	"bonsai.dev/bonsai/apiserver/registry/storage"
+	"bonsai.dev/bonsai/apiserver/registry/storagemigration"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -236,7 +238,7 @@ func gvr(group, version, res string) schema.GroupVersionResource {
 // is discovery order, as kube-apiserver lists them.
 func builtinKinds() []registry.Kind {
 	apiExtensions := []string{"api-extensions"}
-	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), autoscaling.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), resourceregistry.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
+	return slices.Concat(core.Kinds(), apps.Kinds(), events.Kinds(), autoscaling.Kinds(), batch.Kinds(), certificates.Kinds(), coordination.Kinds(), discovery.Kinds(), flowcontrol.Kinds(), networking.Kinds(), policy.Kinds(), scheduling.Kinds(), storage.Kinds(), storagemigration.Kinds(), resourceregistry.Kinds(), admissionregistration.Kinds(checkCEL), noderegistry.Kinds(), rbac.Kinds(), []registry.Kind{
 		// authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews
 		{GVR: gvr("authentication.k8s.io", "v1", "selfsubjectreviews"), Kind: "SelfSubjectReview", CreateOnly: true},
 		{GVR: gvr("authentication.k8s.io", "v1", "tokenreviews"), Kind: "TokenReview", CreateOnly: true},

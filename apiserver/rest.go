@@ -531,10 +531,12 @@ func validateMeta(res *resource, m metav1.Object) field.ErrorList {
 		// the strategy checks it is one in canonical form.
 		return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }, field.NewPath("metadata"))
 	}
-	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR || res.gvr.Resource == "certificatesigningrequests" {
+	if res.gvr.Group == "rbac.authorization.k8s.io" || res.gvr == aggregator.GVR || res.gvr.Resource == "certificatesigningrequests" ||
+		res.gvr.Resource == "clustertrustbundles" {
 		// RBAC names only need to be path segments (system:discovery),
 		// as APIServices' ("v1." is the core group's) and
-		// CertificateSigningRequests' (any name will do upstream).
+		// CertificateSigningRequests' (any name will do upstream);
+		// ClusterTrustBundles' strategy checks theirs against the signer.
 		nameFn = func(name string, prefix bool) []string { return path.ValidatePathSegmentName(name, prefix) }
 	}
 	return apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameFn, field.NewPath("metadata"))

@@ -34,6 +34,11 @@ func Kinds() []registry.Kind {
 			Fields: map[string]func(runtime.Object) string{
 				"spec.signerName": func(o runtime.Object) string { return o.(*certificatesv1.CertificateSigningRequest).Spec.SignerName },
 			}},
+		{GVR: registry.GVR("certificates.k8s.io", "v1", "clustertrustbundles"), Kind: "ClusterTrustBundle",
+			Strategy: ctbStrategy{}, Printer: &ctbPrinter,
+			Fields: map[string]func(runtime.Object) string{
+				"spec.signerName": func(o runtime.Object) string { return o.(*certificatesv1.ClusterTrustBundle).Spec.SignerName },
+			}},
 	}
 }
 
