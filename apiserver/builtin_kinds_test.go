@@ -15,6 +15,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
@@ -357,4 +358,41 @@ func TestStorageVersionMigrations(t *testing.T) {
 	m.Status.Conditions[0].Status = metav1.ConditionFalse
 	_, err = svms.UpdateStatus(e.ctx, m, metav1.UpdateOptions{})
 	wantInvalid(t, "taken back", err, `status.resourceVersion: Invalid value: "13": field is immutable`, "Success condition cannot be set to false once it is true")
+}
+
+// POST namespaces/NS/bindings binds the pod the Binding names, as
+// pods/binding does; a Binding without a name or of another namespace is
+// refused and binds nothing.
+func TestTopLevelBindings(t *testing.T) {
+	e := newTestEnv(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := e.cs.CoreV1().Pods("default").Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	post := func(b *corev1.Binding) error {
+		return e.cs.CoreV1().RESTClient().Post().Namespace("default").Resource("bindings").Body(b).Do(e.ctx).Error()
+	}
+	err := post(&corev1.Binding{Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}})
+	wantInvalid(t, "no name", err, "metadata.name: Required value")
+	err = post(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "other"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}})
+	if !apierrors.IsBadRequest(err) {
+		t.Fatalf("other namespace: %v", err)
+	}
+	if err := post(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "nosuch"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); !apierrors.IsNotFound(err) {
+		t.Fatalf("missing pod: %v", err)
+	}
+	if got, _ := e.cs.CoreV1().Pods("default").Get(e.ctx, "web", metav1.GetOptions{}); got.Spec.NodeName != "" {
+		t.Fatalf("refused bindings bound the pod to %q", got.Spec.NodeName)
+	}
+	if err := post(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.cs.CoreV1().Pods("default").Get(e.ctx, "web", metav1.GetOptions{})
+	if err != nil || got.Spec.NodeName != "node-1" {
+		t.Fatalf("bound pod: %v %v", got.Spec.NodeName, err)
+	}
+	if err := post(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-2"}}); !apierrors.IsConflict(err) {
+		t.Fatalf("second binding: %v", err)
+	}
 }

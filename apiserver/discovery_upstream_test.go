@@ -71,7 +71,6 @@ var notServedYet = []string{
 	"admissionregistration.k8s.io/v1 mutatingadmissionpolicybindings",
 	"certificates.k8s.io/v1 podcertificaterequests",
 	"certificates.k8s.io/v1 podcertificaterequests/status",
-	"v1 bindings",
 	"v1 pods/resize",
 }
 

@@ -51,6 +51,12 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	if res.def != nil && res.def.Warning != "" {
 		addWarning(w, res.def.Warning)
 	}
+	if res.createOnly && res.gvr == bindingsGVR {
+		if err := s.createTopLevelBinding(w, r, ri, res); err != nil {
+			writeError(w, err)
+		}
+		return
+	}
 	if res.createOnly {
 		if err := s.serveReview(w, r, ri, res); err != nil {
 			writeError(w, err)

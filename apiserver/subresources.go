@@ -187,10 +187,41 @@ func (s *Server) createBinding(w http.ResponseWriter, r *http.Request, ri reques
 	if err := decodeRequest(nil, r, body, &b, validationIgnore); err != nil {
 		return err
 	}
+	return s.bindPod(w, r, ri, res, &b)
+}
+
+var bindingsGVR = gvr("", "v1", "bindings")
+
+// createTopLevelBinding serves POST /api/v1/namespaces/NS/bindings, the
+// older form of pods/binding: the pod is the one the Binding names.
+func (s *Server) createTopLevelBinding(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource) error {
+	if ri.verb != "create" || ri.name != "" || ri.subresource != "" {
+		return methodNotSupported(res, ri.verb)
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var b corev1.Binding
+	if err := decodeRequest(nil, r, body, &b, validationIgnore); err != nil {
+		return err
+	}
+	if b.Name == "" {
+		return invalid(res, "", field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
+	}
+	if b.Namespace != "" && b.Namespace != ri.namespace {
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	ri.name, ri.subresource = b.Name, "binding"
+	return s.bindPod(w, r, ri, s.reg.byGVR[gvr("", "v1", "pods")], &b)
+}
+
+// bindPod assigns the pod ri names to the node b targets.
+func (s *Server) bindPod(w http.ResponseWriter, r *http.Request, ri requestInfo, res *resource, b *corev1.Binding) error {
 	// Admission sees the Binding (kind v1 Binding, resource pods,
 	// subresource binding, operation CREATE); a mutating webhook may
 	// change it.
-	adm, dry, err := s.admitSubresourceCreate(r, res, ri, corev1.SchemeGroupVersion.WithKind("Binding"), &b)
+	adm, dry, err := s.admitSubresourceCreate(r, res, ri, corev1.SchemeGroupVersion.WithKind("Binding"), b)
 	if err != nil {
 		return err
 	}

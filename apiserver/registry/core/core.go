@@ -19,6 +19,8 @@ func Kinds() []registry.Kind {
 		{GVR: registry.GVR("", "v1", "pods"), Kind: "Pod", Namespaced: true, ShortNames: []string{"po"}, Categories: all,
 			Subresources: []string{"status", "binding", "eviction", "ephemeralcontainers", "log", "exec", "attach", "portforward", "proxy"},
 			Strategy:     podStrategy{}, Defaulter: defaultPod, Printer: &podPrinter, ReturnDeleted: true, Fields: fieldsPod},
+		// The older form of pods/binding: created, never stored.
+		{GVR: registry.GVR("", "v1", "bindings"), Kind: "Binding", Namespaced: true, CreateOnly: true},
 		{GVR: registry.GVR("", "v1", "services"), Kind: "Service", Namespaced: true, ShortNames: []string{"svc"}, Categories: all, Subresources: []string{"status", "proxy"},
 			Strategy: serviceStrategy{}, Defaulter: defaultServiceObject, Printer: &servicePrinter},
 		{GVR: registry.GVR("", "v1", "endpoints"), Kind: "Endpoints", ListKind: "EndpointsList", Singular: "endpoints", Namespaced: true, ShortNames: []string{"ep"},
