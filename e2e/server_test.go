@@ -136,8 +136,9 @@ func launch(t *testing.T, dataDir string, port int, o launchOptions, extra ...st
 		"--config", emptyConfig(t),
 	}
 	// The control plane alone, unless the test picks a node runtime.
-	agent, kubeletPort, rootDir, ingress := false, false, false, false
+	agent, kubeletPort, rootDir, ingress, eviction := false, false, false, false, false
 	for _, a := range extra {
+		eviction = eviction || strings.HasPrefix(a, "--eviction-hard")
 		agent = agent || strings.HasPrefix(a, "--runtime")
 		kubeletPort = kubeletPort || strings.HasPrefix(a, "--kubelet-port")
 		rootDir = rootDir || strings.HasPrefix(a, "--kubelet-root-dir")
@@ -154,6 +155,13 @@ func launch(t *testing.T, dataDir string, port int, o launchOptions, extra ...st
 		// test's bonsai, may have them. Tests of the Ingress
 		// controller give free ports.
 		args = append(args, "--disable-ingress")
+	}
+	if agent && !eviction {
+		// The default thresholds (imagefs.available<15%, ...) are about
+		// this machine's disk, not the test: a nearly full host disk
+		// would put the node under DiskPressure and evict or refuse the
+		// test's pods. Tests of eviction give their own.
+		args = append(args, "--eviction-hard=memory.available<100Mi,nodefs.available<1%,imagefs.available<1%,nodefs.inodesFree<1%")
 	}
 	if agent && !rootDir {
 		// Not /var/lib/kubelet: the device manager deletes the sockets
