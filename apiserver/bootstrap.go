@@ -100,6 +100,9 @@ func (s *Server) keepKubernetesService(ctx context.Context) {
 		if err := s.updateDanglingFlowSchemas(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("flowschema status", "err", err)
 		}
+		if err := s.runStorageMigrations(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("storage version migrations", "err", err)
+		}
 	}
 }
 

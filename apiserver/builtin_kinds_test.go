@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"slices"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagemigrationv1 "k8s.io/api/storagemigration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap"
 	"k8s.io/utils/ptr"
@@ -394,5 +397,68 @@ func TestTopLevelBindings(t *testing.T) {
 	}
 	if err := post(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-2"}}); !apierrors.IsConflict(err) {
 		t.Fatalf("second binding: %v", err)
+	}
+}
+
+// A StorageVersionMigration of secrets after a key rotation writes every
+// Secret again with the new write key, records where it started and ends
+// Succeeded; one of an unserved resource ends Failed; nothing is written
+// twice.
+func TestStorageVersionMigrationRewrites(t *testing.T) {
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key1, key2 := encKey(t, 32), encKey(t, 32)
+	ctx := t.Context()
+	first, cs := newServerOn(t, st, Config{Encryption: parseEnc(t, encConfig("secrets", "aesgcm", "key1", key1))})
+	for _, name := range []string{"a", "b"} {
+		if _, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"k": []byte(name)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Shutdown()
+	s, cs := serverOver(t, st, Config{Encryption: parseEnc(t, encConfig("secrets", "aesgcm", "key2", key2, "key1", key1))})
+	svms := cs.StoragemigrationV1().StorageVersionMigrations()
+	for name, gr := range map[string]metav1.GroupResource{"secrets": {Resource: "secrets"}, "nothing": {Group: "example.com", Resource: "widgets"}} {
+		if _, err := svms.Create(ctx, &storagemigrationv1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: storagemigrationv1.StorageVersionMigrationSpec{Resource: gr}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.runStorageMigrations(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if kv, _ := st.Get(ctx, "/registry/core/secrets/default/"+name); !bytes.HasPrefix(kv.Value, []byte("k8s:enc:aesgcm:v1:key2:")) {
+			t.Errorf("secret %s stored as %q after the migration", name, kv.Value[:24])
+		}
+		if got, err := cs.CoreV1().Secrets("default").Get(ctx, name, metav1.GetOptions{}); err != nil || string(got.Data["k"]) != name {
+			t.Errorf("secret %s after the migration: %v %v", name, got, err)
+		}
+	}
+	m, err := svms.Get(ctx, "secrets", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationSucceeded))
+	running := meta.FindStatusCondition(m.Status.Conditions, string(storagemigrationv1.MigrationRunning))
+	if m.Status.ResourceVersion == "" || ok == nil || ok.Status != metav1.ConditionTrue || ok.Message != "2 objects written again" || running == nil || running.Status != metav1.ConditionFalse {
+		t.Errorf("secrets migration status: %+v", m.Status)
+	}
+	bad, _ := svms.Get(ctx, "nothing", metav1.GetOptions{})
+	if c := meta.FindStatusCondition(bad.Status.Conditions, string(storagemigrationv1.MigrationFailed)); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "widgets.example.com") {
+		t.Errorf("migration of an unserved resource: %+v", bad.Status)
+	}
+	// A second migration finds nothing stale.
+	if _, err := svms.Create(ctx, &storagemigrationv1.StorageVersionMigration{ObjectMeta: metav1.ObjectMeta{Name: "again"},
+		Spec: storagemigrationv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Resource: "secrets"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.runStorageMigrations(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := svms.Get(ctx, "again", metav1.GetOptions{}); !strings.Contains(fmt.Sprint(m.Status.Conditions), "0 objects written again") {
+		t.Errorf("second migration: %+v", m.Status)
 	}
 }
