@@ -305,14 +305,17 @@ func TestClusterTrustBundles(t *testing.T) {
 		}
 	}
 	alice := e2eClient(t, e.s, userNamed("alice")).CertificatesV1().ClusterTrustBundles()
+	// The authorizer follows the store's watch: wait until alice may
+	// create bundles at all.
+	eventually(t, "a bundle of no signer needs no attest", func() error {
+		_, err := alice.Create(e.ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "mine"},
+			Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: ca}}, metav1.CreateOptions{})
+		return err
+	})
 	_, err = alice.Create(e.ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "example.com:edge:v2"},
 		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/edge", TrustBundle: ca}}, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `user not permitted to attest for signerName "example.com/edge"`) {
 		t.Fatalf("create without attest: %v", err)
-	}
-	if _, err := alice.Create(e.ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "mine"},
-		Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: ca}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("a bundle of no signer needs no attest: %v", err)
 	}
 	if _, err := admin.RbacV1().ClusterRoles().Create(e.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "edge-attest"},
 		Rules: []rbacv1.PolicyRule{{Verbs: []string{"attest"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{"example.com/*"}}}}, metav1.CreateOptions{}); err != nil {
@@ -323,10 +326,11 @@ func TestClusterTrustBundles(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "alice"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alice.Create(e.ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "example.com:edge:v2"},
-		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/edge", TrustBundle: ca}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create with attest on the signer's domain: %v", err)
-	}
+	eventually(t, "create with attest on the signer's domain", func() error {
+		_, err := alice.Create(e.ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "example.com:edge:v2"},
+			Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/edge", TrustBundle: ca}}, metav1.CreateOptions{})
+		return err
+	})
 }
 
 // StorageVersionMigrations: the resource is required and fixed, and the
