@@ -174,6 +174,14 @@ func TestFlowControlObjects(t *testing.T) {
 		checkTable(t, getTable(t, e, "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/orphan"),
 			[]string{"NAME", "PRIORITYLEVEL", "MATCHINGPRECEDENCE", "DISTINGUISHERMETHOD", "AGE", "MISSINGPL"},
 			[]any{"orphan", "nowhere", float64(1000), "<none>", recent, "True"})
+		// kubectl get flowschemas lists them in matching order.
+		var order []string
+		for _, row := range getTable(t, e, "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas").Rows {
+			order = append(order, row.Cells[0].(string))
+		}
+		if want := []string{"exempt", "probes", "system-leader-election"}; !slices.Equal(order[:3], want) || order[len(order)-1] != "catch-all" {
+			t.Errorf("flowschema rows %v, want %v first and catch-all last", order, want)
+		}
 		checkTable(t, getTable(t, e, "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/exempt"),
 			[]string{"NAME", "TYPE", "NOMINALCONCURRENCYSHARES", "QUEUES", "HANDSIZE", "QUEUELENGTHLIMIT", "AGE"},
 			[]any{"exempt", "Exempt", "<none>", "<none>", "<none>", "<none>", recent})

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"net/http"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,10 @@ func (s *Server) table(r *http.Request, res *resource, objs []runtime.Object, rv
 	}
 	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"}, ColumnDefinitions: p.Columns}
 	t.ResourceVersion, t.Continue = rv, cont
+	if p.Order != nil && len(objs) > 1 {
+		objs = slices.Clone(objs)
+		p.Order(objs)
+	}
 	t.Rows = make([]metav1.TableRow, 0, len(objs))
 	for _, o := range objs {
 		row := metav1.TableRow{Cells: p.Cells(o)}

@@ -21,6 +21,9 @@ type Printer struct {
 	// Conditions, if set, are the row's conditions (pods mark finished
 	// rows Completed so clients can tell them apart).
 	Conditions func(obj runtime.Object) []metav1.TableRowCondition
+	// Order, if set, sorts a list's objects before they become rows, as
+	// upstream's printers of a few kinds do (FlowSchemas by precedence).
+	Order func(objs []runtime.Object)
 }
 
 // Column types as Table defines them; a cell's Go type follows its

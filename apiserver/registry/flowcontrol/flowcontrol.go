@@ -11,6 +11,7 @@
 package flowcontrol
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -486,6 +487,16 @@ var flowSchemaPrinter = registry.Printer{
 			}
 		}
 		return []any{fs.Name, fs.Spec.PriorityLevelConfiguration.Name, int64(fs.Spec.MatchingPrecedence), method, registry.Age(fs), missing}
+	},
+	// In the order requests are matched: precedence, then name.
+	Order: func(objs []runtime.Object) {
+		slices.SortStableFunc(objs, func(a, b runtime.Object) int {
+			x, y := a.(*flowcontrolv1.FlowSchema), b.(*flowcontrolv1.FlowSchema)
+			if c := cmp.Compare(x.Spec.MatchingPrecedence, y.Spec.MatchingPrecedence); c != 0 {
+				return c
+			}
+			return strings.Compare(x.Name, y.Name)
+		})
 	},
 }
 
