@@ -268,3 +268,56 @@ func familyRules(cfg Config, v6 bool) (map[string]int, error) {
 	}
 	return out, nil
 }
+
+// TestDualStackRoutes: routes to other nodes' pod CIDRs of both families,
+// each via a node address of its family, in a node namespace of its own.
+func TestDualStackRoutes(t *testing.T) {
+	node := nodeNetns(t, "0")
+	cfg := testConfigIn(t, node)
+	pod6 := dualStack(t, &cfg)
+	n := newTestNetworkIn(t, cfg, node)
+	_, outAddr := outsideNetns(t, node) // a connected IPv6 network: ::1 node, ::2 the other node
+	peer6 := netip.PrefixFrom(pod6.Addr(), 64)
+	b := peer6.Addr().As16()
+	b[7] = 9 // another /64 of the cluster's /56
+	peer6 = netip.PrefixFrom(netip.AddrFrom16(b), 64)
+
+	ours := func() map[netip.Prefix]netip.Addr {
+		t.Helper()
+		out := map[netip.Prefix]netip.Addr{}
+		if err := inNetns(node, func() error {
+			routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
+			for _, r := range routes {
+				dst, _ := ipNetToPrefix(r.Dst)
+				gw, _ := netip.AddrFromSlice(r.Gw)
+				out[dst] = gw
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := map[netip.Prefix]netip.Addr{peer6: outAddr}
+	if err := n.SetRoutes(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ours(); !maps.Equal(got, want) {
+		t.Errorf("routes %v, want %v", got, want)
+	}
+	for _, bad := range []map[netip.Prefix]netip.Addr{
+		{peer6: netip.MustParseAddr("192.0.2.1")},     // gateway of the other family
+		{netip.MustParsePrefix("fd99::/64"): outAddr}, // outside the cluster CIDRs
+		{pod6: outAddr}, // this node's own
+	} {
+		if err := n.SetRoutes(ctx, bad); err == nil {
+			t.Errorf("SetRoutes(%v): no error", bad)
+		}
+	}
+	if err := n.SetRoutes(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := ours(); len(got) != 0 {
+		t.Errorf("routes after SetRoutes(nil): %v", got)
+	}
+}

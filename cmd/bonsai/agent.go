@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -125,12 +126,15 @@ func localLinkName(bridge string) string {
 func podNetwork(cfg *serverConfig) *netplugin.Config {
 	c := &netplugin.Config{
 		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netnsDir(cfg),
-		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR,
+		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR, ClusterCIDRs: cfg.ClusterCIDRs,
 	}
-	// The cluster DNS server listens there (startClusterDNS); the pod
-	// network is IPv4.
-	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
-		c.LocalAddrs = []netip.Addr{a}
+	// The cluster DNS server listens there (startClusterDNS): the first
+	// service CIDR's, of the family of a cluster CIDR.
+	a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR))
+	for _, p := range cfg.ClusterCIDRs {
+		if p.Addr().Is4() == a.Is4() {
+			c.LocalAddrs = []netip.Addr{a}
+		}
 	}
 	return c
 }
@@ -253,8 +257,8 @@ func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.S
 // so binding is retried until then.
 func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
 	addr := netip.AddrPortFrom(netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)), 53)
-	if !addr.Addr().Is4() {
-		log.Warn("cluster DNS not started: the pod network is IPv4 only", "service-cidr", cfg.ServiceCIDR)
+	if !slices.ContainsFunc(cfg.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() == addr.Addr().Is4() }) {
+		log.Warn("cluster DNS not started: its address is of no cluster CIDR's family", "service-cidr", cfg.ServiceCIDR, "cluster-cidr", cfg.ClusterCIDRs)
 		return
 	}
 	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserDNS, Groups: []string{authn.GroupAuthenticated}}))
