@@ -199,6 +199,49 @@ func TestDualStackPods(t *testing.T) {
 	}
 }
 
+// TestPodCIDRsPickTheFamilies: the node's pod CIDRs say which families
+// its pods get, whatever the cluster's: a node of a cluster that became
+// dual-stack after it got its IPv4 pod CIDR keeps networking IPv4 pods
+// (no ip6 table); pod CIDRs listed IPv6 first give IPv6 first.
+func TestPodCIDRsPickTheFamilies(t *testing.T) {
+	node := nodeNetns(t, "0")
+	cfg := testConfigIn(t, node)
+	pod6 := dualStack(t, &cfg)
+	v4only := cfg
+	v4only.PodCIDRs = []netip.Prefix{cfg.PodCIDR}
+	n := newTestNetworkIn(t, v4only, node)
+	a := setup(t, n, Pod{ID: "pod-a"})
+	if len(a.IPs) != 1 || !cfg.PodCIDR.Contains(a.IP) {
+		t.Fatalf("attachment %+v: want one address of %s", a, cfg.PodCIDR)
+	}
+	if err := inNetns(node, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		if _, err := c.ListTableOfFamily(cfg.Table, nftables.TableFamilyIPv6); err == nil {
+			t.Errorf("a network with an IPv4 pod CIDR alone has an ip6 table")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+
+	// Now the node has both, IPv6 first: the pod set up before keeps
+	// its IPv4 address and gets an IPv6 one, listed first.
+	both := cfg
+	both.PodCIDRs = []netip.Prefix{pod6, cfg.PodCIDR}
+	n2 := newTestNetworkIn(t, both, node)
+	a2 := setup(t, n2, Pod{ID: "pod-a"})
+	if len(a2.IPs) != 2 || !pod6.Contains(a2.IPs[0]) || a2.IPs[1] != a.IP || a2.Gateway != pod6.Addr().Next() {
+		t.Fatalf("attachment %+v: want an address of %s, then %s", a2, pod6, a.IP)
+	}
+	b := setup(t, n2, Pod{ID: "pod-b"})
+	serveEcho(t, a2.NetnsPath, "tcp", ":8080", "a")
+	mustAsk(t, b.NetnsPath, "tcp", netip.AddrPortFrom(a2.IPs[0], 8080).String(), "hi", "a: hi")
+}
+
 // TestIPv6OnlyPods: a network with an IPv6 pod CIDR alone has no ip
 // table, and pods get one IPv6 address, its gateway their default route.
 func TestIPv6OnlyPods(t *testing.T) {

@@ -231,20 +231,31 @@ func validateConfig(cfg *Config) error {
 	if len(cfg.PodCIDRs) == 0 {
 		cfg.PodCIDRs = []netip.Prefix{cfg.PodCIDR}
 	}
-	if len(cfg.ClusterCIDRs) > 2 || len(cfg.PodCIDRs) != len(cfg.ClusterCIDRs) {
-		return fmt.Errorf("netplugin: %d pod CIDRs %v for %d cluster CIDRs %v: want one pod CIDR per cluster CIDR, at most one per family", len(cfg.PodCIDRs), cfg.PodCIDRs, len(cfg.ClusterCIDRs), cfg.ClusterCIDRs)
+	if len(cfg.ClusterCIDRs) > 2 || len(cfg.PodCIDRs) > 2 {
+		return fmt.Errorf("netplugin: cluster CIDRs %v, pod CIDRs %v: want at most one of each family", cfg.ClusterCIDRs, cfg.PodCIDRs)
 	}
-	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
-	cfg.PodCIDRs = slices.Clone(cfg.PodCIDRs)
-	for i := range cfg.ClusterCIDRs {
-		cluster, pod := cfg.ClusterCIDRs[i], cfg.PodCIDRs[i]
-		if !cluster.IsValid() {
-			return fmt.Errorf("netplugin: cluster CIDR %q is not a prefix", cluster)
-		}
+	if len(cfg.ClusterCIDRs) == 2 && cfg.ClusterCIDRs[0].Addr().Is4() == cfg.ClusterCIDRs[1].Addr().Is4() {
+		return fmt.Errorf("netplugin: cluster CIDRs %v: two of one family; want one IPv4 and one IPv6", cfg.ClusterCIDRs)
+	}
+	// The node's pod CIDRs say which families its pods get, in their
+	// order: a node given its pod CIDR before the cluster became
+	// dual-stack keeps networking pods of that family alone, as the
+	// kubelet networks the podCIDRs it is given.
+	clusters := make([]netip.Prefix, len(cfg.PodCIDRs))
+	pods := make([]netip.Prefix, len(cfg.PodCIDRs))
+	for i, pod := range cfg.PodCIDRs {
 		if !pod.IsValid() {
 			return fmt.Errorf("netplugin: pod CIDR %q is not a prefix", pod)
 		}
-		cluster, pod = cluster.Masked(), pod.Masked()
+		if i == 1 && pod.Addr().Is4() == cfg.PodCIDRs[0].Addr().Is4() {
+			return fmt.Errorf("netplugin: pod CIDRs %v: two of one family; want one IPv4 and one IPv6", cfg.PodCIDRs)
+		}
+		j := slices.IndexFunc(cfg.ClusterCIDRs, func(c netip.Prefix) bool { return c.IsValid() && c.Addr().Is4() == pod.Addr().Is4() })
+		if j < 0 {
+			return fmt.Errorf("netplugin: pod CIDR %s is not inside cluster CIDR %v: none is of its family", pod, cfg.ClusterCIDRs)
+		}
+		cluster := cfg.ClusterCIDRs[j].Masked()
+		pod = pod.Masked()
 		if pod.Bits() < cluster.Bits() || !cluster.Contains(pod.Addr()) {
 			// Pods outside the cluster CIDR would be masqueraded when
 			// talking to each other across nodes, and not at all otherwise.
@@ -253,11 +264,9 @@ func validateConfig(cfg *Config) error {
 		if _, _, err := allocatableRange(pod); err != nil {
 			return fmt.Errorf("netplugin: %w", err)
 		}
-		cfg.ClusterCIDRs[i], cfg.PodCIDRs[i] = cluster, pod
+		clusters[i], pods[i] = cluster, pod
 	}
-	if len(cfg.ClusterCIDRs) == 2 && cfg.ClusterCIDRs[0].Addr().Is4() == cfg.ClusterCIDRs[1].Addr().Is4() {
-		return fmt.Errorf("netplugin: cluster CIDRs %v: two of one family; want one IPv4 and one IPv6", cfg.ClusterCIDRs)
-	}
+	cfg.ClusterCIDRs, cfg.PodCIDRs = clusters, pods
 	cfg.ClusterCIDR, cfg.PodCIDR = cfg.ClusterCIDRs[0], cfg.PodCIDRs[0]
 	if len(cfg.Bridge) >= unix.IFNAMSIZ || strings.ContainsAny(cfg.Bridge, "/ \t\n") {
 		return fmt.Errorf("netplugin: bridge name %q is not a valid interface name", cfg.Bridge)

@@ -175,7 +175,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no data dir", func(c *Config) { c.DataDir = "" }, "DataDir is required"},
 		{"pod CIDR outside cluster", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("10.43.0.0/24") }, "not inside cluster CIDR"},
 		{"pod CIDR too small", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("10.42.0.0/31") }, "too small"},
-		{"IPv6 pod CIDR in an IPv4 cluster CIDR", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("fd00::/64") }, "pod CIDR fd00::/64 is not inside cluster CIDR 10.42.0.0/16"},
+		{"IPv6 pod CIDR in an IPv4 cluster CIDR", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("fd00::/64") }, "pod CIDR fd00::/64 is not inside cluster CIDR [10.42.0.0/16]: none is of its family"},
 		{"IPv6 pod CIDR too small", func(c *Config) {
 			c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00::/48")}
 			c.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00::/126")}
@@ -184,14 +184,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("10.50.0.0/16")}
 			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("10.50.0.0/24")}
 		}, "two of one family"},
-		{"a pod CIDR missing", func(c *Config) {
+		{"a pod CIDR of no cluster CIDR's family", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd00::/64")}
+		}, "pod CIDR fd00::/64 is not inside cluster CIDR [10.42.0.0/16]: none is of its family"},
+		{"two pod CIDRs of one family", func(c *Config) {
 			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
-			c.PodCIDRs = []netip.Prefix{c.PodCIDR}
-		}, "want one pod CIDR per cluster CIDR"},
-		{"pod CIDRs in the wrong order", func(c *Config) {
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("10.42.4.0/24")}
+		}, "two of one family"},
+		{"IPv6 pod CIDR outside the IPv6 cluster CIDR", func(c *Config) {
 			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
-			c.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00::/64"), c.PodCIDR}
-		}, "is not inside cluster CIDR"},
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd01::/64")}
+		}, "pod CIDR fd01::/64 is not inside cluster CIDR fd00::/48"},
 		{"IPv6 MTU", func(c *Config) {
 			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
 			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd00::/64")}

@@ -16,11 +16,13 @@ type Config struct {
 	ClusterCIDR netip.Prefix // traffic from pods leaving it is masqueraded
 	PodCIDR     netip.Prefix // this node's share of ClusterCIDR; the gateway is its first host address, on the bridge
 	// ClusterCIDRs and PodCIDRs are the cluster's and the node's prefixes,
-	// one per family, the primary first, in the same order (a Node's
-	// spec.podCIDRs): a dual-stack pod gets an address of each, and its
-	// status.podIPs lists them in this order. Empty: ClusterCIDR and
-	// PodCIDR alone; when set, ClusterCIDR and PodCIDR are ignored, and
-	// New sets them to the first.
+	// at most one per family. A pod gets an address of each pod CIDR, in
+	// their order (a Node's spec.podCIDRs, the primary first), and its
+	// status.podIPs lists them so; each pod CIDR must lie in the cluster
+	// CIDR of its family, and a cluster CIDR of a family the node has no
+	// pod CIDR of is unused. Empty: ClusterCIDR and PodCIDR alone; when
+	// set, ClusterCIDR and PodCIDR are ignored, and New sets them to the
+	// first pod CIDR and its cluster CIDR.
 	ClusterCIDRs []netip.Prefix
 	PodCIDRs     []netip.Prefix
 	MTU          int          // 0: the MTU of the host's default route, or 1500
