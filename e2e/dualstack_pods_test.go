@@ -131,8 +131,8 @@ func TestDualStackPodNetwork(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client"},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "wget",
 				Command: sh(fmt.Sprintf("wget -q -O - http://[%s]:8080/index.html && grep -c client /etc/hosts && ip -6 addr show dev eth0 scope global && "+
-					"echo --- && nslookup web.%s.svc.cluster.local; echo --- && nslookup %s.%s.pod.cluster.local; echo ---; cat /etc/resolv.conf",
-					ip6, ns, dashed6, ns))}}},
+					"echo --- && nslookup web.%s.svc.cluster.local; echo --- && nslookup %s.%s.pod.cluster.local; echo ---; cat /etc/resolv.conf; echo ---; nslookup %s",
+					ip6, ns, dashed6, ns, svc.Spec.ClusterIPs[1]))}}},
 		})
 		client = waitPodIn(t, e, ns, client.Name, 60*time.Second, "finished", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
@@ -145,7 +145,7 @@ func TestDualStackPodNetwork(t *testing.T) {
 			t.Errorf("client pod IPs %v, its eth0 shows %q", client.Status.PodIPs, got)
 		}
 		parts := strings.Split(got, "---\n")
-		if len(parts) != 4 {
+		if len(parts) != 5 {
 			t.Fatalf("client log %q", got)
 		}
 		// busybox nslookup asks for A and AAAA: the Service answers
@@ -161,6 +161,9 @@ func TestDualStackPodNetwork(t *testing.T) {
 		}
 		if !strings.Contains(parts[3], "nameserver 10.43.0.10\n") {
 			t.Errorf("resolv.conf: %q, want the first family's DNS address", parts[3])
+		}
+		if want := "name = web." + ns + ".svc.cluster.local"; !strings.Contains(parts[4], want) {
+			t.Errorf("PTR of the IPv6 cluster IP %s: %q, want %q", svc.Spec.ClusterIPs[1], parts[4], want)
 		}
 	})
 }
