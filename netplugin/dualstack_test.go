@@ -364,3 +364,30 @@ func TestDualStackRoutes(t *testing.T) {
 		t.Errorf("routes after SetRoutes(nil): %v", got)
 	}
 }
+
+// TestCleanupBothFamilies: `bonsai server --cleanup` removes a
+// dual-stack network's ip6 table with its ip one.
+func TestCleanupBothFamilies(t *testing.T) {
+	node := nodeNetns(t, "0")
+	cfg := testConfigIn(t, node)
+	dualStack(t, &cfg)
+	n := newTestNetworkIn(t, cfg, node)
+	n.Close()
+	if err := inNetns(node, func() error {
+		if err := Cleanup(cfg.Table, cfg.Bridge); err != nil {
+			return err
+		}
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		for _, v6 := range []bool{false, true} {
+			if _, err := c.ListTableOfFamily(cfg.Table, tableFamily(v6)); err == nil {
+				t.Errorf("table %s (IPv6: %v) is still there after Cleanup", cfg.Table, v6)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
