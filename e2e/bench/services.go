@@ -108,7 +108,7 @@ func runServicesSuite(ctx context.Context, b *bench, p serviceParams) ([]Row, er
 	}
 	defer func() { n.close() }()
 
-	b.logf("services: %d selectorless Services with %d endpoints each", p.services, p.endpoints)
+	b.logf("services: %d selectorless Services with %d endpoints each (dual-stack: %v)", p.services, p.endpoints, p.dualStack)
 	if err := createServices(ctx, n.cs, p); err != nil {
 		return rows(), err
 	}
