@@ -52,5 +52,6 @@
 // gateway, IPAM and table; IPv6-only networks work the same with one.
 // IPv6 addresses skip duplicate address detection (the prefixes are the
 // node's own). IPv6 has no route_localnet: hostPorts are not served on
-// ::1. Routes to other nodes' pod CIDRs (SetRoutes) are IPv4 only.
+// ::1. Routes to other nodes' pod CIDRs (SetRoutes) go via a node
+// address of the CIDR's family.
 package netplugin

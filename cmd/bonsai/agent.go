@@ -153,8 +153,9 @@ func clusterDNS(cidr netip.Prefix) string {
 // (the table "<pod-bridge>-svc"): Services' cluster IPs, node ports,
 // external IPs and load-balancer addresses reach their endpoints. Like
 // kube-proxy it leaves its table in place when bonsai stops, so Services
-// keep working across a restart. The built-in pod network is IPv4 only,
-// and so is the proxy.
+// keep working across a restart. The proxy programs the IPv4 family
+// only: on a dual-stack cluster with IPv4 first it serves the IPv4
+// cluster IPs, and on one whose primary family is IPv6 it does not run.
 func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
 	if !cfg.ClusterCIDR.Addr().Is4() || !cfg.ServiceCIDR.Addr().Is4() {
 		log.Warn("service proxy not started: it serves IPv4 clusters only", "cluster-cidr", cfg.ClusterCIDR, "service-cidr", cfg.ServiceCIDR)
