@@ -106,9 +106,7 @@ func cniHost(cfg *serverConfig) *cni.Config {
 	}
 	// The cluster DNS server listens there (startClusterDNS), on a dummy
 	// link of its own since there is no bonsai bridge.
-	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
-		c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{a}
-	}
+	c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR))}
 	return c
 }
 
