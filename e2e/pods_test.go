@@ -195,6 +195,7 @@ func (e *podEnv) cleanup(t *testing.T, dir string) {
 	exec.Command("ip", "link", "del", e.bridge).Run()
 	exec.Command("ip", "link", "del", e.bridge+"-dns").Run() // the cluster DNS address's link in CNI mode
 	exec.Command("nft", "delete", "table", "ip", e.bridge).Run()
+	exec.Command("nft", "delete", "table", "ip6", e.bridge).Run() // a dual-stack network's
 	// The service proxy leaves its table behind on purpose, as
 	// kube-proxy does, for Services to keep working across a restart.
 	exec.Command("nft", "delete", "table", "ip", e.bridge+"-svc").Run()

@@ -18,31 +18,41 @@ type routeSetter interface {
 }
 
 // nodeRoutes is where this node sends traffic for other nodes' pods: each
-// other node's pod CIDRs via its first IPv4 InternalIP. Simulated nodes
-// have no pods to reach, and nodes without a pod CIDR or an address have
-// nothing to route yet.
+// other node's pod CIDR via its first InternalIP of that family.
+// Simulated nodes have no pods to reach, and nodes without a pod CIDR or
+// an address of its family have nothing to route yet.
 func nodeRoutes(self string, nodes []*corev1.Node) map[netip.Prefix]netip.Addr {
 	out := map[netip.Prefix]netip.Addr{}
 	for _, n := range nodes {
 		if n.Name == self || n.Annotations[simulator.AnnotationSimulated] == "true" {
 			continue
 		}
-		var gw netip.Addr
+		var gw4, gw6 netip.Addr
 		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Is4() {
-				gw = ip
-				break
+			ip, err := netip.ParseAddr(a.Address)
+			if a.Type != corev1.NodeInternalIP || err != nil {
+				continue
 			}
-		}
-		if !gw.IsValid() {
-			continue
+			if ip = ip.Unmap(); ip.Is4() && !gw4.IsValid() {
+				gw4 = ip
+			} else if ip.Is6() && !gw6.IsValid() {
+				gw6 = ip
+			}
 		}
 		cidrs := n.Spec.PodCIDRs
 		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 			cidrs = []string{n.Spec.PodCIDR}
 		}
 		for _, c := range cidrs {
-			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				continue
+			}
+			gw := gw4
+			if p.Addr().Is6() {
+				gw = gw6
+			}
+			if gw.IsValid() {
 				out[p.Masked()] = gw
 			}
 		}

@@ -31,11 +31,19 @@ func TestNodeRoutes(t *testing.T) {
 		routeNode("d", "", internal("192.0.2.4")),             // no pod CIDR yet
 		routeNode("e", "10.42.5.7/24", internal("192.0.2.5")), // not canonical: masked
 		sim,
+		// Dual-stack: each pod CIDR via the InternalIP of its family.
+		routeNode("f", "10.42.6.0/24", internal("fd00::6"), internal("192.0.2.6")),
+		routeNode("g", "10.42.7.0/24", internal("192.0.2.7")), // no IPv6 address: no IPv6 route
 	}
+	nodes[len(nodes)-2].Spec.PodCIDRs = []string{"10.42.6.0/24", "fd42:0:0:6::/64"}
+	nodes[len(nodes)-1].Spec.PodCIDRs = []string{"10.42.7.0/24", "fd42:0:0:7::/64"}
 	got := nodeRoutes("self", nodes)
 	want := map[netip.Prefix]netip.Addr{
-		netip.MustParsePrefix("10.42.1.0/24"): netip.MustParseAddr("192.0.2.2"),
-		netip.MustParsePrefix("10.42.5.0/24"): netip.MustParseAddr("192.0.2.5"),
+		netip.MustParsePrefix("10.42.1.0/24"):    netip.MustParseAddr("192.0.2.2"),
+		netip.MustParsePrefix("10.42.5.0/24"):    netip.MustParseAddr("192.0.2.5"),
+		netip.MustParsePrefix("10.42.6.0/24"):    netip.MustParseAddr("192.0.2.6"),
+		netip.MustParsePrefix("fd42:0:0:6::/64"): netip.MustParseAddr("fd00::6"),
+		netip.MustParsePrefix("10.42.7.0/24"):    netip.MustParseAddr("192.0.2.7"),
 	}
 	if len(got) != len(want) {
 		t.Fatalf("routes %v, want %v", got, want)

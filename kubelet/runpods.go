@@ -29,12 +29,12 @@ func (a *Agent) runPods(ctx context.Context) error {
 		network = host
 		cfg.Logger.Info("pod network: CNI", "confDir", cc.ConfDir, "binDirs", cc.BinDirs)
 	case cfg.Network != nil:
-		cidr, err := a.waitPodCIDR(ctx)
+		cidrs, err := a.waitPodCIDRs(ctx)
 		if err != nil {
 			return err
 		}
 		nc := *cfg.Network
-		nc.PodCIDR = cidr
+		nc.PodCIDR, nc.PodCIDRs = cidrs[0], cidrs
 		if nc.Logger == nil {
 			nc.Logger = cfg.Logger
 		}
@@ -43,7 +43,7 @@ func (a *Agent) runPods(ctx context.Context) error {
 			return fmt.Errorf("pod network: %w", err)
 		}
 		network = builtin
-		cfg.Logger.Info("pod network up", "bridge", nc.Bridge, "podCIDR", cidr.String())
+		cfg.Logger.Info("pod network up", "bridge", nc.Bridge, "podCIDRs", fmt.Sprint(cidrs))
 		go a.syncRoutes(ctx, builtin)
 	}
 	if network != nil {
@@ -97,18 +97,27 @@ func (a *Agent) runPods(ctx context.Context) error {
 	return nil
 }
 
-// waitPodCIDR waits until the server allocated the node's pod CIDR, as the
-// kubelet does before it can network pods.
-func (a *Agent) waitPodCIDR(ctx context.Context) (netip.Prefix, error) {
+// waitPodCIDRs waits until the server allocated the node's pod CIDRs
+// (one per family, the primary first), as the kubelet does before it can
+// network pods.
+func (a *Agent) waitPodCIDRs(ctx context.Context) ([]netip.Prefix, error) {
 	logged := false
 	for {
 		node, err := a.cfg.Client.getNode(ctx, a.cfg.NodeName)
 		if err == nil && node.Spec.PodCIDR != "" {
-			p, err := netip.ParsePrefix(node.Spec.PodCIDR)
-			if err != nil {
-				return netip.Prefix{}, fmt.Errorf("node %s has an invalid podCIDR %q: %w", a.cfg.NodeName, node.Spec.PodCIDR, err)
+			raw := node.Spec.PodCIDRs
+			if len(raw) == 0 {
+				raw = []string{node.Spec.PodCIDR}
 			}
-			return p, nil
+			var out []netip.Prefix
+			for _, s := range raw {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return nil, fmt.Errorf("node %s has an invalid podCIDR %q: %w", a.cfg.NodeName, s, err)
+				}
+				out = append(out, p)
+			}
+			return out, nil
 		}
 		if !logged {
 			a.cfg.Logger.Info("waiting for the node's pod CIDR", "node", a.cfg.NodeName)
@@ -116,7 +125,7 @@ func (a *Agent) waitPodCIDR(ctx context.Context) (netip.Prefix, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return netip.Prefix{}, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

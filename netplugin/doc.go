@@ -9,13 +9,16 @@
 // It owns, and changes nothing outside of:
 //   - the bridge named in Config.Bridge and the veths attached to it (the
 //     host end of each is named after a hash of the bridge and pod ID);
-//   - the nftables table Config.Table (family ip), rebuilt whole by New;
+//   - the nftables tables Config.Table of family ip and (with an IPv6 pod
+//     CIDR) ip6, rebuilt whole by New; New deletes the one of a family
+//     the network no longer has;
 //   - the namespaces bind-mounted under Config.NetnsDir, and that directory's
 //     own mount (made a shared bind mount of itself, as ip-netns does);
-//   - the IPAM state under Config.DataDir/ipam;
+//   - the IPAM state under Config.DataDir/ipam (IPv4) and ipam6 (IPv6);
 //   - routes in the main table with protocol routeProtocol whose destination
 //     lies in Config.ClusterCIDR;
 //   - the sysctls net.ipv4.ip_forward and net.ipv4.conf.<bridge>.route_localnet
+//     with an IPv4 pod CIDR, net.ipv6.conf.all.forwarding with an IPv6 one
 //     (set to 1 by New, which logs a change and fails, naming the sysctl,
 //     where it cannot set one; they are left set on Destroy, as other
 //     software may rely on forwarding too).
@@ -44,5 +47,11 @@
 // in hairpin mode, which only br_netfilter's bridged DNAT of a pod to
 // itself uses.
 //
-// Only IPv4 pod networks are supported.
+// Dual-stack: with a pod CIDR of each family (Config.PodCIDRs) a pod
+// gets an address of each, in that order, and each family has its own
+// gateway, IPAM and table; IPv6-only networks work the same with one.
+// IPv6 addresses skip duplicate address detection (the prefixes are the
+// node's own). IPv6 has no route_localnet: hostPorts are not served on
+// ::1. Routes to other nodes' pod CIDRs (SetRoutes) go via a node
+// address of the CIDR's family.
 package netplugin

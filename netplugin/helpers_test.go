@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,10 +193,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 func removeEverything(t *testing.T, cfg Config) {
 	n := &Network{cfg: cfg, nl: &netlink.Handle{}}
 	ids := map[string]bool{}
-	if entries, err := os.ReadDir(filepath.Join(cfg.DataDir, "ipam")); err == nil {
+	for _, dir := range []string{ipamDir(cfg.DataDir, false), ipamDir(cfg.DataDir, true)} {
+		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			var rec ipamRecord
-			if data, err := os.ReadFile(filepath.Join(cfg.DataDir, "ipam", e.Name())); err == nil && json.Unmarshal(data, &rec) == nil {
+			if data, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && json.Unmarshal(data, &rec) == nil {
 				ids[rec.ID] = true
 			}
 		}
@@ -227,18 +229,20 @@ func removeEverything(t *testing.T, cfg Config) {
 		t.Errorf("cleanup: unmount %s: %v", cfg.NetnsDir, err)
 	}
 	if c, err := nftables.New(); err == nil {
-		table := &nftables.Table{Name: cfg.Table, Family: nftables.TableFamilyIPv4}
-		c.AddTable(table)
-		c.DelTable(table)
+		for _, v6 := range []bool{false, true} {
+			table := &nftables.Table{Name: cfg.Table, Family: tableFamily(v6)}
+			c.AddTable(table)
+			c.DelTable(table)
+		}
 		if err := c.Flush(); err != nil {
 			t.Errorf("cleanup: delete nftables table %s: %v", cfg.Table, err)
 		}
 	}
 	if routes, err := retryDump(func() ([]netlink.Route, error) {
-		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
+		return netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routeProtocol}, netlink.RT_FILTER_PROTOCOL)
 	}); err == nil {
 		for _, r := range routes {
-			if d, ok := ipNetToPrefix(r.Dst); ok && cfg.ClusterCIDR.Contains(d.Addr()) {
+			if d, ok := ipNetToPrefix(r.Dst); ok && (cfg.ClusterCIDR.Contains(d.Addr()) || slices.ContainsFunc(cfg.ClusterCIDRs, func(p netip.Prefix) bool { return p.Contains(d.Addr()) })) {
 				netlink.RouteDel(&r)
 			}
 		}

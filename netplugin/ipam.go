@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -58,26 +59,35 @@ const (
 
 // allocatableRange returns the first and last address of prefix that can
 // be given to a pod: not the network address, not the gateway (the first
-// host address), not the broadcast address.
+// host address), and for IPv4 not the broadcast address (IPv6 has none,
+// and host-local hands out an IPv6 prefix's last address too).
 func allocatableRange(prefix netip.Prefix) (first, last netip.Addr, err error) {
-	if !prefix.IsValid() || !prefix.Addr().Is4() {
-		return first, last, fmt.Errorf("pod CIDR %q is not an IPv4 prefix", prefix)
+	if !prefix.IsValid() {
+		return first, last, fmt.Errorf("pod CIDR %q is not a prefix", prefix)
 	}
-	if prefix.Bits() > 29 {
+	if hostBits := prefix.Addr().BitLen() - prefix.Bits(); hostBits < 3 {
 		// A /30 leaves one address after the gateway; make the node
 		// useful or refuse it.
-		return first, last, fmt.Errorf("pod CIDR %s is too small: need at least a /29", prefix)
+		return first, last, fmt.Errorf("pod CIDR %s is too small: need at least a /%d", prefix, prefix.Addr().BitLen()-3)
 	}
 	prefix = prefix.Masked()
 	network := prefix.Addr()
 	first = network.Next().Next()
-	b := network.As4()
-	hostBits := 32 - prefix.Bits()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v |= 1<<hostBits - 1 // broadcast
-	v--
-	last = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	last = lastAddr(prefix)
+	if last.Is4() {
+		last = last.Prev() // broadcast
+	}
 	return first, last, nil
+}
+
+// lastAddr is the highest address of prefix.
+func lastAddr(prefix netip.Prefix) netip.Addr {
+	b := prefix.Masked().Addr().AsSlice()
+	for i := prefix.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // openIPAM loads the allocations under dir (creating it) and takes the
@@ -137,7 +147,7 @@ func (a *ipam) load() error {
 			continue
 		}
 		ip, err := netip.ParseAddr(name)
-		if err != nil || !ip.Is4() {
+		if err != nil || ip.Is4() != a.prefix.Addr().Is4() {
 			continue // not ours
 		}
 		var rec ipamRecord
@@ -219,7 +229,7 @@ func (a *ipam) allocate(rec ipamRecord) (netip.Addr, error) {
 	}
 	ip, ok := a.free()
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("pod CIDR %s exhausted: all %d addresses are allocated", a.prefix, a.size())
+		return netip.Addr{}, fmt.Errorf("pod CIDR %s exhausted: all %s addresses are allocated", a.prefix, a.size())
 	}
 	if err := a.persist(ip, rec); err != nil {
 		return netip.Addr{}, fmt.Errorf("persist IP allocation %s for pod %s: %w", ip, rec.ID, err)
@@ -230,8 +240,18 @@ func (a *ipam) allocate(rec ipamRecord) (netip.Addr, error) {
 	return ip, nil
 }
 
-func (a *ipam) size() int {
-	return 1<<(32-a.prefix.Bits()) - 3
+// size is the number of addresses the prefix can hand out, capped for
+// the message it is used in (an IPv6 /64 has 2^64).
+func (a *ipam) size() string {
+	hostBits := a.prefix.Addr().BitLen() - a.prefix.Bits()
+	if hostBits >= 62 {
+		return fmt.Sprintf("2^%d", hostBits)
+	}
+	n := uint64(1)<<hostBits - 2
+	if a.prefix.Addr().Is4() {
+		n--
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 // free finds the next unallocated address after the cursor, wrapping

@@ -26,7 +26,9 @@ func TestAllocatableRange(t *testing.T) {
 		{prefix: "10.42.0.77/24", first: "10.42.0.2", last: "10.42.0.254"}, // host bits ignored
 		{prefix: "10.42.0.0/30", wantErr: "too small"},
 		{prefix: "10.42.0.0/32", wantErr: "too small"},
-		{prefix: "fd00::/64", wantErr: "not an IPv4 prefix"},
+		{prefix: "fd00::/64", first: "fd00::2", last: "fd00::ffff:ffff:ffff:ffff"},
+		{prefix: "fd00:1:2:3::/125", first: "fd00:1:2:3::2", last: "fd00:1:2:3::7"},
+		{prefix: "fd00::/126", wantErr: "too small: need at least a /125"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.prefix, func(t *testing.T) {
@@ -114,6 +116,19 @@ func TestIPAMAllocate(t *testing.T) {
 			ops:     []string{"+a", "+b", "+c", "+d", "+e", "+f"},
 			want:    map[string]string{"10.1.0.10": "a", "10.1.0.11": "b", "10.1.0.12": "c", "10.1.0.13": "d", "10.1.0.14": "e"},
 			wantErr: "pod CIDR 10.1.0.8/29 exhausted",
+		},
+		{
+			name:   "IPv6: in order, the last address too",
+			prefix: "fd00:9::/125", // ::2-::7
+			ops:    []string{"+a", "+b", "+c", "+d", "+e", "+f"},
+			want:   map[string]string{"fd00:9::2": "a", "fd00:9::3": "b", "fd00:9::4": "c", "fd00:9::5": "d", "fd00:9::6": "e", "fd00:9::7": "f"},
+		},
+		{
+			name:    "IPv6 exhausted",
+			prefix:  "fd00:9::/125",
+			ops:     []string{"+a", "+b", "+c", "+d", "+e", "+f", "+g"},
+			want:    map[string]string{"fd00:9::2": "a", "fd00:9::3": "b", "fd00:9::4": "c", "fd00:9::5": "d", "fd00:9::6": "e", "fd00:9::7": "f"},
+			wantErr: "pod CIDR fd00:9::/125 exhausted: all 6 addresses",
 		},
 		{
 			name:   "releasing an unknown pod is fine",

@@ -36,12 +36,12 @@ var errClosed = errors.New("netplugin: network is closed")
 // Network is the pod network of one node. Its methods are safe for
 // concurrent use; calls for the same pod ID are serialized.
 type Network struct {
-	cfg     Config
-	log     *slog.Logger
-	gateway netip.Addr
-	mtu     int
-	ipam    *ipam
-	rules   *ruleset
+	cfg Config
+	log *slog.Logger
+	mtu int
+	// fams are the pod network's families, in the order of
+	// Config.PodCIDRs: each has its gateway, IPAM and nftables table.
+	fams []*family
 	// nl talks rtnetlink to the host namespace: its socket was opened
 	// there in New and stays there whatever thread uses it.
 	nl *netlink.Handle
@@ -63,6 +63,43 @@ type Network struct {
 	// setupHook, when set by a test, runs before each step of Setup and
 	// fails it by returning an error.
 	setupHook func(step string) error
+}
+
+// family is one address family of the pod network.
+type family struct {
+	cluster, pod netip.Prefix
+	gateway      netip.Addr
+	ipam         *ipam
+	rules        *ruleset
+}
+
+func (f *family) v6() bool { return f.pod.Addr().Is6() }
+
+// ipamDir is where a family's allocations live: "ipam" for IPv4 (as
+// before dual-stack), "ipam6" for IPv6.
+func ipamDir(dataDir string, v6 bool) string {
+	if v6 {
+		return filepath.Join(dataDir, "ipam6")
+	}
+	return filepath.Join(dataDir, "ipam")
+}
+
+func (n *Network) hasFamily(v6 bool) bool {
+	return slices.ContainsFunc(n.fams, func(f *family) bool { return f.v6() == v6 })
+}
+
+// closeFamilies releases the IPAM locks and nftables sockets.
+func (n *Network) closeFamilies() error {
+	var errs []error
+	for _, f := range n.fams {
+		if f.rules != nil {
+			errs = append(errs, f.rules.close())
+		}
+		if f.ipam != nil {
+			errs = append(errs, f.ipam.close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // New brings up the node's pod network: the bridge with the gateway
@@ -89,8 +126,10 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	n := &Network{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "netplugin"),
-		gateway:  cfg.PodCIDR.Addr().Next(),
 		complete: map[string]bool{},
+	}
+	for i, pod := range cfg.PodCIDRs {
+		n.fams = append(n.fams, &family{cluster: cfg.ClusterCIDRs[i], pod: pod, gateway: pod.Addr().Next()})
 	}
 	var err error
 	if n.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
@@ -100,20 +139,24 @@ func New(ctx context.Context, cfg Config) (*Network, error) {
 	if n.mtu == 0 {
 		n.mtu = n.defaultRouteMTU()
 	}
-	if n.ipam, err = openIPAM(filepath.Join(cfg.DataDir, "ipam"), cfg.PodCIDR); err != nil {
+	if n.hasFamily(true) && n.mtu < 1280 {
 		n.nl.Close()
-		return nil, err
+		return nil, fmt.Errorf("netplugin: MTU %d is too small for IPv6 (at least 1280)", n.mtu)
+	}
+	for _, f := range n.fams {
+		if f.ipam, err = openIPAM(ipamDir(cfg.DataDir, f.v6()), f.pod); err != nil {
+			n.closeFamilies()
+			n.nl.Close()
+			return nil, err
+		}
 	}
 	if err := n.start(ctx); err != nil {
-		n.ipam.close()
-		if n.rules != nil {
-			n.rules.close()
-		}
+		n.closeFamilies()
 		n.nl.Close()
 		return nil, err
 	}
-	n.log.Info("pod network ready", "bridge", cfg.Bridge, "podCIDR", cfg.PodCIDR,
-		"gateway", n.gateway, "mtu", n.mtu, "pods", len(n.ipam.allocations()),
+	n.log.Info("pod network ready", "bridge", cfg.Bridge, "podCIDRs", cfg.PodCIDRs,
+		"gateway", n.fams[0].gateway, "mtu", n.mtu, "pods", len(n.fams[0].ipam.allocations()),
 		"bridgeNetfilter", bridgeNetfilter())
 	return n, nil
 }
@@ -130,50 +173,101 @@ func (n *Network) start(ctx context.Context) error {
 	}
 	// Pods' traffic to anything but their own bridge is routed by the
 	// node.
-	if err := n.setSysctl("net/ipv4/ip_forward", "1"); err != nil {
-		return err
-	}
-	// A hostPort reached on 127.0.0.1 is DNAT'd to the pod with source
-	// 127.0.0.1 still, then masqueraded: the kernel routes such a packet
-	// out of the bridge only with route_localnet on it.
-	if err := n.setSysctl("net/ipv4/conf/"+n.cfg.Bridge+"/route_localnet", "1"); err != nil {
-		return err
-	}
-	rules, err := newRuleset(n.cfg.Table, n.cfg.Bridge, n.cfg.ClusterCIDR)
-	if err != nil {
-		return err
-	}
-	n.rules = rules
-	var pods []podRules
-	for ip, rec := range n.ipam.allocations() {
-		if rec.ID != "" && len(rec.HostPorts) > 0 {
-			pods = append(pods, podRules{id: rec.ID, ip: ip, hostPorts: rec.HostPorts})
+	if n.hasFamily(false) {
+		if err := n.setSysctl("net/ipv4/ip_forward", "1"); err != nil {
+			return err
+		}
+		// A hostPort reached on 127.0.0.1 is DNAT'd to the pod with source
+		// 127.0.0.1 still, then masqueraded: the kernel routes such a packet
+		// out of the bridge only with route_localnet on it.
+		if err := n.setSysctl("net/ipv4/conf/"+n.cfg.Bridge+"/route_localnet", "1"); err != nil {
+			return err
 		}
 	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].id < pods[j].id })
-	return rules.sync(pods)
+	if n.hasFamily(true) {
+		// IPv6 forwards only with the "all" switch on (the per-interface
+		// one says whether an interface acts as a router for NDP and RAs,
+		// and setting "all" sets every interface's).
+		if err := n.setSysctl("net/ipv6/conf/all/forwarding", "1"); err != nil {
+			return err
+		}
+	}
+	// A table of a family the network no longer has (the cluster CIDRs
+	// changed) would keep DNATing to addresses nobody owns.
+	for _, v6 := range []bool{false, true} {
+		if !n.hasFamily(v6) {
+			if err := dropTable(n.cfg.Table, v6); err != nil {
+				return err
+			}
+		}
+	}
+	for _, f := range n.fams {
+		rules, err := newRuleset(n.cfg.Table, n.cfg.Bridge, f.cluster)
+		if err != nil {
+			return err
+		}
+		f.rules = rules
+		var pods []podRules
+		for ip, rec := range f.ipam.allocations() {
+			if rec.ID != "" && len(rec.HostPorts) > 0 {
+				pods = append(pods, podRules{id: rec.ID, ip: ip, hostPorts: rec.HostPorts})
+			}
+		}
+		sort.Slice(pods, func(i, j int) bool { return pods[i].id < pods[j].id })
+		if err := rules.sync(pods); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func validateConfig(cfg *Config) error {
 	if cfg.DataDir == "" {
 		return errors.New("netplugin: DataDir is required")
 	}
-	if !cfg.ClusterCIDR.IsValid() || !cfg.ClusterCIDR.Addr().Is4() {
-		return fmt.Errorf("netplugin: cluster CIDR %q is not an IPv4 prefix", cfg.ClusterCIDR)
+	if len(cfg.ClusterCIDRs) == 0 {
+		cfg.ClusterCIDRs = []netip.Prefix{cfg.ClusterCIDR}
 	}
-	if !cfg.PodCIDR.IsValid() || !cfg.PodCIDR.Addr().Is4() {
-		return fmt.Errorf("netplugin: pod CIDR %q is not an IPv4 prefix", cfg.PodCIDR)
+	if len(cfg.PodCIDRs) == 0 {
+		cfg.PodCIDRs = []netip.Prefix{cfg.PodCIDR}
 	}
-	cfg.ClusterCIDR = cfg.ClusterCIDR.Masked()
-	cfg.PodCIDR = cfg.PodCIDR.Masked()
-	if cfg.PodCIDR.Bits() < cfg.ClusterCIDR.Bits() || !cfg.ClusterCIDR.Contains(cfg.PodCIDR.Addr()) {
-		// Pods outside the cluster CIDR would be masqueraded when
-		// talking to each other across nodes, and not at all otherwise.
-		return fmt.Errorf("netplugin: pod CIDR %s is not inside cluster CIDR %s", cfg.PodCIDR, cfg.ClusterCIDR)
+	if len(cfg.ClusterCIDRs) > 2 || len(cfg.PodCIDRs) > 2 {
+		return fmt.Errorf("netplugin: cluster CIDRs %v, pod CIDRs %v: want at most one of each family", cfg.ClusterCIDRs, cfg.PodCIDRs)
 	}
-	if _, _, err := allocatableRange(cfg.PodCIDR); err != nil {
-		return fmt.Errorf("netplugin: %w", err)
+	if len(cfg.ClusterCIDRs) == 2 && cfg.ClusterCIDRs[0].Addr().Is4() == cfg.ClusterCIDRs[1].Addr().Is4() {
+		return fmt.Errorf("netplugin: cluster CIDRs %v: two of one family; want one IPv4 and one IPv6", cfg.ClusterCIDRs)
 	}
+	// The node's pod CIDRs say which families its pods get, in their
+	// order: a node given its pod CIDR before the cluster became
+	// dual-stack keeps networking pods of that family alone, as the
+	// kubelet networks the podCIDRs it is given.
+	clusters := make([]netip.Prefix, len(cfg.PodCIDRs))
+	pods := make([]netip.Prefix, len(cfg.PodCIDRs))
+	for i, pod := range cfg.PodCIDRs {
+		if !pod.IsValid() {
+			return fmt.Errorf("netplugin: pod CIDR %q is not a prefix", pod)
+		}
+		if i == 1 && pod.Addr().Is4() == cfg.PodCIDRs[0].Addr().Is4() {
+			return fmt.Errorf("netplugin: pod CIDRs %v: two of one family; want one IPv4 and one IPv6", cfg.PodCIDRs)
+		}
+		j := slices.IndexFunc(cfg.ClusterCIDRs, func(c netip.Prefix) bool { return c.IsValid() && c.Addr().Is4() == pod.Addr().Is4() })
+		if j < 0 {
+			return fmt.Errorf("netplugin: pod CIDR %s is not inside cluster CIDR %v: none is of its family", pod, cfg.ClusterCIDRs)
+		}
+		cluster := cfg.ClusterCIDRs[j].Masked()
+		pod = pod.Masked()
+		if pod.Bits() < cluster.Bits() || !cluster.Contains(pod.Addr()) {
+			// Pods outside the cluster CIDR would be masqueraded when
+			// talking to each other across nodes, and not at all otherwise.
+			return fmt.Errorf("netplugin: pod CIDR %s is not inside cluster CIDR %s", pod, cluster)
+		}
+		if _, _, err := allocatableRange(pod); err != nil {
+			return fmt.Errorf("netplugin: %w", err)
+		}
+		clusters[i], pods[i] = cluster, pod
+	}
+	cfg.ClusterCIDRs, cfg.PodCIDRs = clusters, pods
+	cfg.ClusterCIDR, cfg.PodCIDR = cfg.ClusterCIDRs[0], cfg.PodCIDRs[0]
 	if len(cfg.Bridge) >= unix.IFNAMSIZ || strings.ContainsAny(cfg.Bridge, "/ \t\n") {
 		return fmt.Errorf("netplugin: bridge name %q is not a valid interface name", cfg.Bridge)
 	}
@@ -181,8 +275,9 @@ func validateConfig(cfg *Config) error {
 		return fmt.Errorf("netplugin: MTU %d is too small (at least 576)", cfg.MTU)
 	}
 	for _, a := range cfg.LocalAddrs {
-		if !a.Is4() || cfg.PodCIDR.Contains(a) {
-			return fmt.Errorf("netplugin: local address %s must be IPv4 and outside the pod CIDR %s", a, cfg.PodCIDR)
+		if !slices.ContainsFunc(cfg.PodCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() == a.Is4() }) ||
+			slices.ContainsFunc(cfg.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return fmt.Errorf("netplugin: local address %s must be of a pod CIDR's family and outside the pod CIDRs %v", a, cfg.PodCIDRs)
 		}
 	}
 	return nil
@@ -239,16 +334,22 @@ func (n *Network) ensureBridge() error {
 			return fmt.Errorf("set MTU %d on bridge %s: %w", n.mtu, name, err)
 		}
 	}
-	want := map[netip.Prefix]bool{netip.PrefixFrom(n.gateway, n.cfg.PodCIDR.Bits()): false}
-	for _, a := range n.cfg.LocalAddrs {
-		want[netip.PrefixFrom(a, 32)] = false
+	want := map[netip.Prefix]bool{}
+	for _, f := range n.fams {
+		want[netip.PrefixFrom(f.gateway, f.pod.Bits())] = false
 	}
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return n.nl.AddrList(link, unix.AF_INET) })
+	for _, a := range n.cfg.LocalAddrs {
+		want[netip.PrefixFrom(a, a.BitLen())] = false
+	}
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return n.nl.AddrList(link, netlink.FAMILY_ALL) })
 	if err != nil {
 		return fmt.Errorf("list addresses of bridge %s: %w", name, err)
 	}
 	for _, a := range addrs {
 		p, ok := ipNetToPrefix(a.IPNet)
+		if ok && p.Addr().IsLinkLocalUnicast() && p.Addr().Is6() {
+			continue // the kernel's own fe80:: address
+		}
 		if _, wanted := want[p]; ok && wanted {
 			want[p] = true
 			continue
@@ -262,7 +363,7 @@ func (n *Network) ensureBridge() error {
 		if have {
 			continue
 		}
-		if err := n.nl.AddrAdd(link, &netlink.Addr{IPNet: prefixToIPNet(p)}); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := n.nl.AddrAdd(link, linkAddr(p)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add address %s to bridge %s: %w", p, name, err)
 		}
 	}
@@ -270,6 +371,18 @@ func (n *Network) ensureBridge() error {
 		return fmt.Errorf("set bridge %s up: %w", name, err)
 	}
 	return nil
+}
+
+// linkAddr is an address to put on a link. An IPv6 one skips duplicate
+// address detection (nodad): the prefix is the node's own, and a
+// tentative address cannot be used, bound or routed from for a second
+// or more.
+func linkAddr(p netip.Prefix) *netlink.Addr {
+	a := &netlink.Addr{IPNet: prefixToIPNet(p)}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	return a
 }
 
 func randomMAC() net.HardwareAddr {
@@ -355,15 +468,19 @@ func ValidateID(id string) error {
 // Get returns the attachment of a pod that Setup set up, in this process
 // or before a restart (from the persisted state).
 func (n *Network) Get(id string) (Attachment, bool) {
-	ip, _, ok := n.ipam.lookup(id)
-	if !ok {
-		return Attachment{}, false
+	var ips []netip.Addr
+	for _, f := range n.fams {
+		ip, _, ok := f.ipam.lookup(id)
+		if !ok {
+			return Attachment{}, false
+		}
+		ips = append(ips, ip)
 	}
-	return n.attachment(id, ip), true
+	return n.attachment(id, ips), true
 }
 
-func (n *Network) attachment(id string, ip netip.Addr) Attachment {
-	return Attachment{NetnsPath: n.netnsPath(id), IP: ip, IPs: []netip.Addr{ip}, Gateway: n.gateway}
+func (n *Network) attachment(id string, ips []netip.Addr) Attachment {
+	return Attachment{NetnsPath: n.netnsPath(id), IP: ips[0], IPs: ips, Gateway: n.fams[0].gateway}
 }
 
 // Ready is always nil: once New returned, the built-in network can
@@ -383,7 +500,7 @@ func (n *Network) Setup(ctx context.Context, pod Pod) (Attachment, error) {
 		return Attachment{}, err
 	}
 	who := pod.Namespace + "/" + pod.Name
-	if err := validateHostPorts(pod.HostPorts); err != nil {
+	if err := validateHostPorts(pod.HostPorts, n.hasFamily(false), n.hasFamily(true)); err != nil {
 		return Attachment{}, fmt.Errorf("set up pod %s: %w", who, err)
 	}
 	if err := n.enter(); err != nil {
@@ -452,14 +569,32 @@ func (s *podSetup) run(pod Pod) (Attachment, error) {
 	if err := s.step("allocate IP"); err != nil {
 		return Attachment{}, err
 	}
-	ip, rec, had := n.ipam.lookup(s.id)
-	if !had {
-		rec = ipamRecord{ID: s.id, Namespace: pod.Namespace, Name: pod.Name, HostPorts: pod.HostPorts}
+	// One address per family. A pod set up before the network had its
+	// second family gets that address now; its hostPorts are the ones of
+	// the first allocation, whichever family that was.
+	ips := make([]netip.Addr, len(n.fams))
+	recs := make([]ipamRecord, len(n.fams))
+	hads := make([]bool, len(n.fams))
+	var known *ipamRecord
+	for i, f := range n.fams {
+		ips[i], recs[i], hads[i] = f.ipam.lookup(s.id)
+		if hads[i] && known == nil {
+			known = &recs[i]
+		}
+	}
+	for i, f := range n.fams {
+		if hads[i] {
+			continue
+		}
+		recs[i] = ipamRecord{ID: s.id, Namespace: pod.Namespace, Name: pod.Name, HostPorts: pod.HostPorts}
+		if known != nil {
+			recs[i] = *known
+		}
 		var err error
-		if ip, err = n.ipam.allocate(rec); err != nil {
+		if ips[i], err = f.ipam.allocate(recs[i]); err != nil {
 			return Attachment{}, fmt.Errorf("allocate IP for pod %s: %w", s.who, err)
 		}
-		s.undos = append(s.undos, func() error { return n.ipam.releaseID(s.id) })
+		s.undos = append(s.undos, func() error { return f.ipam.releaseID(s.id) })
 	}
 
 	if err := s.step("create netns"); err != nil {
@@ -496,27 +631,30 @@ func (s *podSetup) run(pod Pod) (Attachment, error) {
 	if err := s.step("configure eth0"); err != nil {
 		return Attachment{}, err
 	}
-	if err := s.configurePod(podNL, ip); err != nil {
+	if err := s.configurePod(podNL, ips); err != nil {
 		return Attachment{}, err
 	}
 
 	if err := s.step("add hostPort rules"); err != nil {
 		return Attachment{}, err
 	}
-	// A new pod without hostPorts has no rules to add, nor any to clean
-	// up: Teardown removes rules before it releases the IP.
-	if len(rec.HostPorts) > 0 || had {
-		if err := n.rules.setPodRules(podRules{id: s.id, ip: ip, hostPorts: rec.HostPorts}); err != nil {
+	for i, f := range n.fams {
+		// A new pod without hostPorts has no rules to add, nor any to
+		// clean up: Teardown removes rules before it releases the IP.
+		if len(recs[i].HostPorts) == 0 && !hads[i] {
+			continue
+		}
+		if err := f.rules.setPodRules(podRules{id: s.id, ip: ips[i], hostPorts: recs[i].HostPorts}); err != nil {
 			return Attachment{}, fmt.Errorf("add hostPort rules for pod %s: %w", s.who, err)
 		}
-		if !had {
-			s.undos = append(s.undos, func() error { return n.rules.setPodRules(podRules{id: s.id}) })
+		if !hads[i] {
+			s.undos = append(s.undos, func() error { return f.rules.setPodRules(podRules{id: s.id}) })
 		}
 	}
 	if err := s.step("finish"); err != nil {
 		return Attachment{}, err
 	}
-	return n.attachment(s.id, ip), nil
+	return n.attachment(s.id, ips), nil
 }
 
 // ensureVeth makes the pod's veth pair exist: host end on the bridge and
@@ -592,9 +730,9 @@ func (n *Network) deleteLink(name string) error {
 	return nil
 }
 
-// configurePod sets up the pod's side: lo and eth0 up, the address, the
-// default route. Every call is idempotent.
-func (s *podSetup) configurePod(podNL *netlink.Handle, ip netip.Addr) error {
+// configurePod sets up the pod's side: lo and eth0 up, an address and a
+// default route per family. Every call is idempotent.
+func (s *podSetup) configurePod(podNL *netlink.Handle, ips []netip.Addr) error {
 	lo, err := podNL.LinkByName("lo")
 	if err == nil {
 		err = podNL.LinkSetUp(lo)
@@ -606,16 +744,23 @@ func (s *podSetup) configurePod(podNL *netlink.Handle, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("configure %s of pod %s: %w", podInterface, s.who, err)
 	}
-	addr := &netlink.Addr{IPNet: prefixToIPNet(netip.PrefixFrom(ip, s.n.cfg.PodCIDR.Bits()))}
-	if err := podNL.AddrReplace(eth0, addr); err != nil {
-		return fmt.Errorf("add address %s to %s of pod %s: %w", ip, podInterface, s.who, err)
+	for i, f := range s.n.fams {
+		if err := podNL.AddrReplace(eth0, linkAddr(netip.PrefixFrom(ips[i], f.pod.Bits()))); err != nil {
+			return fmt.Errorf("add address %s to %s of pod %s: %w", ips[i], podInterface, s.who, err)
+		}
 	}
 	if err := podNL.LinkSetUp(eth0); err != nil {
 		return fmt.Errorf("set %s of pod %s up: %w", podInterface, s.who, err)
 	}
-	route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: s.n.gateway.AsSlice(), Dst: prefixToIPNet(netip.PrefixFrom(netip.IPv4Unspecified(), 0))}
-	if err := podNL.RouteReplace(route); err != nil {
-		return fmt.Errorf("add default route via %s for pod %s: %w", s.n.gateway, s.who, err)
+	for _, f := range s.n.fams {
+		any := netip.IPv4Unspecified()
+		if f.v6() {
+			any = netip.IPv6Unspecified()
+		}
+		route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: f.gateway.AsSlice(), Dst: prefixToIPNet(netip.PrefixFrom(any, 0))}
+		if err := podNL.RouteReplace(route); err != nil {
+			return fmt.Errorf("add default route via %s for pod %s: %w", f.gateway, s.who, err)
+		}
 	}
 	return nil
 }
@@ -647,10 +792,17 @@ func (n *Network) teardownLocked(ctx context.Context, id string) error {
 	n.mu.Unlock()
 
 	var errs []error
-	_, rec, known := n.ipam.lookup(id)
-	if !known || len(rec.HostPorts) > 0 {
-		if err := n.rules.setPodRules(podRules{id: id}); err != nil {
-			errs = append(errs, fmt.Errorf("tear down pod %s: %w", id, err))
+	var rec ipamRecord
+	known := false
+	for _, f := range n.fams {
+		_, r, ok := f.ipam.lookup(id)
+		if ok && !known {
+			rec, known = r, true
+		}
+		if !ok || len(r.HostPorts) > 0 {
+			if err := f.rules.setPodRules(podRules{id: id}); err != nil {
+				errs = append(errs, fmt.Errorf("tear down pod %s: %w", id, err))
+			}
 		}
 	}
 	if err := n.deleteLink(n.vethName(id)); err != nil {
@@ -662,8 +814,10 @@ func (n *Network) teardownLocked(ctx context.Context, id string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := n.ipam.releaseID(id); err != nil {
-		return fmt.Errorf("tear down pod %s: %w", id, err)
+	for _, f := range n.fams {
+		if err := f.ipam.releaseID(id); err != nil {
+			return fmt.Errorf("tear down pod %s: %w", id, err)
+		}
 	}
 	if known {
 		n.log.Debug("pod network torn down", "pod", rec.Namespace+"/"+rec.Name, "id", id)
@@ -687,15 +841,17 @@ func (n *Network) GC(ctx context.Context, live func(id string) bool) error {
 
 	ids := map[string]bool{}
 	var errs []error
-	for ip, rec := range n.ipam.allocations() {
-		if rec.ID != "" {
-			ids[rec.ID] = true
-			continue
-		}
-		if err := n.ipam.releaseIP(ip); err != nil {
-			errs = append(errs, err)
-		} else {
-			n.log.Info("released IP with an unreadable allocation record", "ip", ip)
+	for _, f := range n.fams {
+		for ip, rec := range f.ipam.allocations() {
+			if rec.ID != "" {
+				ids[rec.ID] = true
+				continue
+			}
+			if err := f.ipam.releaseIP(ip); err != nil {
+				errs = append(errs, err)
+			} else {
+				n.log.Info("released IP with an unreadable allocation record", "ip", ip)
+			}
 		}
 	}
 	entries, err := os.ReadDir(n.cfg.NetnsDir)
@@ -707,13 +863,15 @@ func (n *Network) GC(ctx context.Context, live func(id string) bool) error {
 			ids[e.Name()] = true
 		}
 	}
-	owners, err := n.rules.ruleOwners()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for id := range owners {
-		if ValidateID(id) == nil {
-			ids[id] = true
+	for _, f := range n.fams {
+		owners, err := f.rules.ruleOwners()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for id := range owners {
+			if ValidateID(id) == nil {
+				ids[id] = true
+			}
 		}
 	}
 
@@ -759,7 +917,7 @@ func (n *Network) Close() error {
 	}
 	n.closed = true
 	n.nl.Close()
-	return errors.Join(n.rules.close(), n.ipam.close())
+	return n.closeFamilies()
 }
 
 // Destroy removes the bridge, the nftables table, the routes SetRoutes
@@ -772,8 +930,10 @@ func (n *Network) Destroy(ctx context.Context) error {
 	}
 	defer n.life.RUnlock()
 	var errs []error
-	if err := n.rules.destroy(); err != nil {
-		errs = append(errs, err)
+	for _, f := range n.fams {
+		if err := f.rules.destroy(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	n.routesMu.Lock()
 	defer n.routesMu.Unlock()

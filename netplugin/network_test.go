@@ -175,7 +175,33 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no data dir", func(c *Config) { c.DataDir = "" }, "DataDir is required"},
 		{"pod CIDR outside cluster", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("10.43.0.0/24") }, "not inside cluster CIDR"},
 		{"pod CIDR too small", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("10.42.0.0/31") }, "too small"},
-		{"IPv6", func(c *Config) { c.ClusterCIDR = netip.MustParsePrefix("fd00::/48") }, "not an IPv4 prefix"},
+		{"IPv6 pod CIDR in an IPv4 cluster CIDR", func(c *Config) { c.PodCIDR = netip.MustParsePrefix("fd00::/64") }, "pod CIDR fd00::/64 is not inside cluster CIDR [10.42.0.0/16]: none is of its family"},
+		{"IPv6 pod CIDR too small", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00::/48")}
+			c.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00::/126")}
+		}, "too small: need at least a /125"},
+		{"two of one family", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("10.50.0.0/16")}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("10.50.0.0/24")}
+		}, "two of one family"},
+		{"a pod CIDR of no cluster CIDR's family", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd00::/64")}
+		}, "pod CIDR fd00::/64 is not inside cluster CIDR [10.42.0.0/16]: none is of its family"},
+		{"two pod CIDRs of one family", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("10.42.4.0/24")}
+		}, "two of one family"},
+		{"IPv6 pod CIDR outside the IPv6 cluster CIDR", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd01::/64")}
+		}, "pod CIDR fd01::/64 is not inside cluster CIDR fd00::/48"},
+		{"IPv6 MTU", func(c *Config) {
+			c.ClusterCIDRs = []netip.Prefix{c.ClusterCIDR, netip.MustParsePrefix("fd00::/48")}
+			c.PodCIDRs = []netip.Prefix{c.PodCIDR, netip.MustParsePrefix("fd00::/64")}
+			c.MTU = 1000
+		}, "too small for IPv6"},
+		{"local address of no family", func(c *Config) { c.LocalAddrs = []netip.Addr{netip.MustParseAddr("fd00::10")} }, "must be of a pod CIDR's family"},
 		{"bridge name too long", func(c *Config) { c.Bridge = "bonsai-bridge-0123" }, "not a valid interface name"},
 	}
 	for _, tt := range tests {
@@ -378,7 +404,7 @@ func TestSetupIsIdempotent(t *testing.T) {
 	if err != nil || again.Attrs().Index != link.Attrs().Index {
 		t.Errorf("veth replaced by the second Setup (%v)", err)
 	}
-	if got := len(n.ipam.allocations()); got != 1 {
+	if got := len(n.fams[0].ipam.allocations()); got != 1 {
 		t.Errorf("%d allocations, want 1", got)
 	}
 	if got := tableRules(t, cfg)[chainHostPorts]; got != 1 {
@@ -399,7 +425,7 @@ func TestSetupRejectsBadInput(t *testing.T) {
 		{"ID with a slash", Pod{ID: "../etc"}, "invalid pod sandbox ID"},
 		{"bad protocol", Pod{ID: "p", HostPorts: []HostPort{{Protocol: "ICMP", HostPort: 1, ContainerPort: 1}}}, `unsupported protocol "ICMP"`},
 		{"port out of range", Pod{ID: "p", HostPorts: []HostPort{{HostPort: 70000, ContainerPort: 1}}}, "out of range"},
-		{"IPv6 hostIP", Pod{ID: "p", HostPorts: []HostPort{{HostIP: "fd00::1", HostPort: 80, ContainerPort: 80}}}, "only IPv4"},
+		{"IPv6 hostIP", Pod{ID: "p", HostPorts: []HostPort{{HostIP: "fd00::1", HostPort: 80, ContainerPort: 80}}}, "hostIP fd00::1: the pod network has no IPv6 pod CIDR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -440,11 +466,11 @@ func assertGone(t *testing.T, n *Network, id string, ip netip.Addr) {
 		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "ipam", ip.String())); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("pod %s: allocation file of %s still there (%v)", id, ip, err)
 		}
-		if _, used := n.ipam.allocations()[ip]; used {
+		if _, used := n.fams[0].ipam.allocations()[ip]; used {
 			t.Errorf("pod %s: %s still allocated", id, ip)
 		}
 	}
-	owners, err := n.rules.ruleOwners()
+	owners, err := n.fams[0].rules.ruleOwners()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +523,7 @@ func TestSetupUndoesOnFailure(t *testing.T) {
 				t.Fatalf("Setup: err = %v, want %q", err, want)
 			}
 			assertGone(t, n, id, netip.Addr{})
-			if got := len(n.ipam.allocations()); got != 0 {
+			if got := len(n.fams[0].ipam.allocations()); got != 0 {
 				t.Errorf("%d IPs allocated", got)
 			}
 			if got := tableRules(t, cfg)[chainHostPorts]; got != 0 {
@@ -553,7 +579,7 @@ func TestGC(t *testing.T) {
 	assertGone(t, n, "pod-c", c.IP)
 	assertGone(t, n, "crashed-setup", leaked)
 	assertGone(t, n, "orphan-netns", netip.Addr{})
-	if _, used := n.ipam.allocations()[garbled]; used {
+	if _, used := n.fams[0].ipam.allocations()[garbled]; used {
 		t.Errorf("unreadable allocation %s not released", garbled)
 	}
 	if got, ok := n.Get("pod-b"); !ok || !reflect.DeepEqual(got, b) {

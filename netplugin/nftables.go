@@ -14,7 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The table, family ip, that this package owns entirely:
+// The tables, family ip and (with an IPv6 pod CIDR) family ip6, of one
+// name, that this package owns entirely. The ip table:
 //
 //	chain prerouting  (nat, prerouting, dstnat)  fib daddr type local jump hostports
 //	chain output      (nat, output, dstnat)      fib daddr type local jump hostports
@@ -43,6 +44,14 @@ import (
 // In that case a pod's connection to its own hostPort is masqueraded by
 // the per-pod hairpin rule, which matches addresses alone.
 //
+// The ip6 table has the same chains and rules but for the two that
+// concern 127.0.0.0/8: IPv6 has no route_localnet, so a hostPort is not
+// reachable on ::1 (as with kube-proxy's NodePorts) and a pod cannot
+// reach the host's ::1 anyway. A hostPort with no hostIP gets a rule in
+// each table, each DNATing to the pod's address of that family; one with
+// a hostIP of one family (0.0.0.0 and :: included) only in that family's,
+// as the portmap CNI plugin does.
+//
 // The input rule closes the hole that route_localnet (needed for hostPorts
 // on 127.0.0.1) opens: without it a pod could reach services the host binds
 // to 127.0.0.1 (CVE-2020-8558). Replies of hostPort connections made from
@@ -65,6 +74,7 @@ var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
 // ruleset writes the table. Batches are built and flushed under mu: the
 // Conn queues messages, and two goroutines' messages must not mix.
 type ruleset struct {
+	v6      bool
 	table   *nftables.Table
 	bridge  string
 	cluster netip.Prefix
@@ -73,13 +83,16 @@ type ruleset struct {
 	conn *nftables.Conn
 }
 
+// newRuleset writes the table of cluster's family.
 func newRuleset(table, bridge string, cluster netip.Prefix) (*ruleset, error) {
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
 	}
+	v6 := cluster.Addr().Is6()
 	return &ruleset{
-		table:   &nftables.Table{Name: table, Family: nftables.TableFamilyIPv4},
+		v6:      v6,
+		table:   &nftables.Table{Name: table, Family: tableFamily(v6)},
 		bridge:  bridge,
 		cluster: cluster,
 		conn:    conn,
@@ -124,20 +137,21 @@ func (r *ruleset) sync(pods []podRules) error {
 	out := base(chainOutput, nftables.ChainTypeNAT, nftables.ChainHookOutput, nftables.ChainPriorityNATDest)
 	post := base(chainPostrouting, nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 	fwd := base(chainForward, nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
-	in := base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
 
 	jumpHostPorts := concat(fibDaddrLocal(), verdict(expr.VerdictJump, chainHostPorts))
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: pre, Exprs: jumpHostPorts})
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: out, Exprs: jumpHostPorts})
 
+	if !r.v6 {
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
+			ifname(expr.MetaKeyOIFNAME, r.bridge),
+			ipMatch(srcAddr, loopbackNet, true),
+			[]expr.Any{&expr.Masq{FullyRandom: true}},
+		)})
+	}
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
-		ifname(expr.MetaKeyOIFNAME, r.bridge),
-		ipMatch(12, loopbackNet, true),
-		[]expr.Any{&expr.Masq{FullyRandom: true}},
-	)})
-	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
-		ipMatch(12, r.cluster, true),
-		ipMatch(16, r.cluster, false),
+		ipMatch(srcAddr, r.cluster, true),
+		ipMatch(dstAddr, r.cluster, false),
 		[]expr.Any{&expr.Masq{FullyRandom: true}},
 	)})
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
@@ -152,12 +166,15 @@ func (r *ruleset) sync(pods []podRules) error {
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: fwd, Exprs: concat(
 		ifname(expr.MetaKeyOIFNAME, r.bridge), verdict(expr.VerdictAccept, ""))})
 
-	c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(
-		ifname(expr.MetaKeyIIFNAME, r.bridge),
-		ipMatch(16, loopbackNet, true),
-		ctStatusNot(ipsDstNAT),
-		verdict(expr.VerdictDrop, ""),
-	)})
+	if !r.v6 {
+		in := base(chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(
+			ifname(expr.MetaKeyIIFNAME, r.bridge),
+			ipMatch(dstAddr, loopbackNet, true),
+			ctStatusNot(ipsDstNAT),
+			verdict(expr.VerdictDrop, ""),
+		)})
+	}
 
 	for _, p := range pods {
 		for _, rule := range r.podRuleList(p, hostports, post) {
@@ -165,7 +182,7 @@ func (r *ruleset) sync(pods []podRules) error {
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("write nftables table ip %s: %w", r.table.Name, err)
+		return fmt.Errorf("write nftables table %s %s: %w", r.familyName(), r.table.Name, err)
 	}
 	return nil
 }
@@ -177,11 +194,19 @@ func (r *ruleset) podRuleList(p podRules, hostports, post *nftables.Chain) []*nf
 		return nil
 	}
 	comment := userdata.AppendString(nil, userdata.TypeComment, podCommentPrefix+p.id)
+	nfproto := uint32(unix.NFPROTO_IPV4)
+	if r.v6 {
+		nfproto = unix.NFPROTO_IPV6
+	}
 	var rules []*nftables.Rule
 	for _, hp := range p.hostPorts {
+		hostIP, specific, v6 := hostPortAddr(hp.HostIP)
+		if hp.HostIP != "" && v6 != r.v6 {
+			continue // the other family's
+		}
 		var exprs []expr.Any
-		if hostIP, ok := hostPortAddr(hp.HostIP); ok {
-			exprs = ipMatch(16, netip.PrefixFrom(hostIP, 32), true)
+		if specific {
+			exprs = ipMatch(dstAddr, netip.PrefixFrom(hostIP, hostIP.BitLen()), true)
 		}
 		exprs = concat(exprs,
 			[]expr.Any{
@@ -191,15 +216,18 @@ func (r *ruleset) podRuleList(p podRules, hostports, post *nftables.Chain) []*nf
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(uint16(hp.HostPort))},
 				&expr.Immediate{Register: 1, Data: p.ip.AsSlice()},
 				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(uint16(hp.ContainerPort))},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: nfproto, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
 			})
 		rules = append(rules, &nftables.Rule{Table: r.table, Chain: hostports, Exprs: exprs, UserData: comment})
 	}
-	self := netip.PrefixFrom(p.ip, 32)
+	if len(rules) == 0 {
+		return nil
+	}
+	self := netip.PrefixFrom(p.ip, p.ip.BitLen())
 	rules = append(rules, &nftables.Rule{Table: r.table, Chain: post, UserData: comment, Exprs: concat(
 		ifname(expr.MetaKeyOIFNAME, r.bridge),
-		ipMatch(12, self, true),
-		ipMatch(16, self, true),
+		ipMatch(srcAddr, self, true),
+		ipMatch(dstAddr, self, true),
 		[]expr.Any{&expr.Masq{}},
 	)})
 	return rules
@@ -255,6 +283,22 @@ func (r *ruleset) ruleOwners() (map[string]bool, error) {
 	return owners, nil
 }
 
+// dropTable deletes the table of one family, if there is one.
+func dropTable(name string, v6 bool) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("open nftables netlink socket: %w", err)
+	}
+	defer c.CloseLasting()
+	t := &nftables.Table{Name: name, Family: tableFamily(v6)}
+	c.AddTable(t)
+	c.DelTable(t)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("delete nftables table %s: %w", name, err)
+	}
+	return nil
+}
+
 // destroy deletes the table; a missing table is not an error.
 func (r *ruleset) destroy() error {
 	r.mu.Lock()
@@ -262,7 +306,7 @@ func (r *ruleset) destroy() error {
 	r.conn.AddTable(r.table)
 	r.conn.DelTable(r.table)
 	if err := r.conn.Flush(); err != nil {
-		return fmt.Errorf("delete nftables table ip %s: %w", r.table.Name, err)
+		return fmt.Errorf("delete nftables table %s %s: %w", r.familyName(), r.table.Name, err)
 	}
 	return nil
 }
@@ -275,17 +319,33 @@ func ruleOwner(rule *nftables.Rule) (string, bool) {
 	return strings.CutPrefix(comment, podCommentPrefix)
 }
 
-// hostPortAddr returns the address a hostPort is bound to; false means
-// every local address.
-func hostPortAddr(hostIP string) (netip.Addr, bool) {
+// hostPortAddr returns the address a hostPort is bound to, whether it is
+// one address (not every local address of a family), and its family.
+// An empty hostIP is every address of both families.
+func hostPortAddr(hostIP string) (ip netip.Addr, specific, v6 bool) {
 	if hostIP == "" {
-		return netip.Addr{}, false
+		return netip.Addr{}, false, false
 	}
 	ip, err := netip.ParseAddr(hostIP)
-	if err != nil || ip.IsUnspecified() {
-		return netip.Addr{}, false
+	if err != nil {
+		return netip.Addr{}, false, false
 	}
-	return ip.Unmap(), true
+	ip = ip.Unmap()
+	return ip, !ip.IsUnspecified(), ip.Is6()
+}
+
+func tableFamily(v6 bool) nftables.TableFamily {
+	if v6 {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
+}
+
+func (r *ruleset) familyName() string {
+	if r.v6 {
+		return "ip6"
+	}
+	return "ip"
 }
 
 func protocolNumber(p string) byte {
@@ -300,8 +360,9 @@ func protocolNumber(p string) byte {
 }
 
 // validateHostPorts rejects what the rules cannot express, before Setup
-// changes anything.
-func validateHostPorts(ports []HostPort) error {
+// changes anything. v4 and v6 say which families the pod network has: a
+// hostIP of another family cannot be mapped.
+func validateHostPorts(ports []HostPort, v4, v6 bool) error {
 	seen := map[string]bool{}
 	for _, hp := range ports {
 		switch strings.ToUpper(hp.Protocol) {
@@ -320,8 +381,11 @@ func validateHostPorts(ports []HostPort) error {
 			if err != nil {
 				return fmt.Errorf("hostPort %d: hostIP %q: %w", hp.HostPort, hp.HostIP, err)
 			}
-			if ip = ip.Unmap(); !ip.Is4() && !ip.IsUnspecified() {
-				return fmt.Errorf("hostPort %d: hostIP %s: only IPv4 pod networks are supported", hp.HostPort, ip)
+			if ip = ip.Unmap(); (ip.Is4() && !v4) || (ip.Is6() && !v6) {
+				return fmt.Errorf("hostPort %d: hostIP %s: the pod network has no %s pod CIDR", hp.HostPort, ip, familyLabel(ip.Is6()))
+			}
+			if ip.IsLoopback() && ip.Is6() {
+				return fmt.Errorf("hostPort %d: hostIP %s: IPv6 has no route_localnet, a hostPort cannot be mapped on ::1", hp.HostPort, ip)
 			}
 		}
 		key := strconv.Itoa(int(protocolNumber(hp.Protocol))) + "/" + hp.HostIP + "/" + strconv.Itoa(int(hp.HostPort))
@@ -358,20 +422,30 @@ func ifname(key expr.MetaKey, name string) []expr.Any {
 	}
 }
 
-// ipMatch matches the IPv4 source (offset 12) or destination (offset 16)
-// address against prefix, or against its complement when in is false.
-func ipMatch(offset uint32, prefix netip.Prefix, in bool) []expr.Any {
+type addrField int
+
+const (
+	srcAddr addrField = iota
+	dstAddr
+)
+
+// ipMatch matches the source or destination address of prefix's family
+// (IPv4 header offsets 12 and 16, IPv6 8 and 24) against prefix, or
+// against its complement when in is false.
+func ipMatch(field addrField, prefix netip.Prefix, in bool) []expr.Any {
 	op := expr.CmpOpEq
 	if !in {
 		op = expr.CmpOpNeq
 	}
-	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4}}
-	if prefix.Bits() < 32 {
-		m := make([]byte, 4)
+	size := uint32(prefix.Addr().BitLen() / 8)
+	offset := map[bool][2]uint32{false: {12, 16}, true: {8, 24}}[prefix.Addr().Is6()][field]
+	out := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size}}
+	if prefix.Bits() < prefix.Addr().BitLen() {
+		m := make([]byte, size)
 		for i := 0; i < prefix.Bits(); i++ {
 			m[i/8] |= 0x80 >> (i % 8)
 		}
-		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: make([]byte, 4)})
+		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: size, Mask: m, Xor: make([]byte, size)})
 	}
 	return append(out, &expr.Cmp{Op: op, Register: 1, Data: prefix.Masked().Addr().AsSlice()})
 }
@@ -399,4 +473,11 @@ func ctStatusCmp(bit uint32, op expr.CmpOp) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: op, Register: 1, Data: make([]byte, 4)},
 	}
+}
+
+func familyLabel(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }

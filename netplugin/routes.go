@@ -17,26 +17,28 @@ import (
 const routeProtocol netlink.RouteProtocol = 181
 
 // SetRoutes makes the routes to other nodes' pod CIDRs exactly routes:
-// each prefix (inside the cluster CIDR, not this node's pod CIDR) via the
-// node address that owns it, which must be reachable on a connected
-// network. Routes of an earlier call that are not in routes are removed.
+// each prefix (inside the cluster CIDR of its family, not this node's pod
+// CIDR) via the node address of that family that owns it, which must be
+// reachable on a connected network. Routes of an earlier call that are
+// not in routes are removed.
 func (n *Network) SetRoutes(ctx context.Context, routes map[netip.Prefix]netip.Addr) error {
 	if err := n.enter(); err != nil {
 		return err
 	}
 	defer n.life.RUnlock()
 	for dst, gw := range routes {
-		if !dst.IsValid() || !dst.Addr().Is4() || dst != dst.Masked() {
-			return fmt.Errorf("route %s: not an IPv4 prefix in canonical form", dst)
+		if !dst.IsValid() || dst != dst.Masked() {
+			return fmt.Errorf("route %s: not a prefix in canonical form", dst)
 		}
-		if dst.Bits() < n.cfg.ClusterCIDR.Bits() || !n.cfg.ClusterCIDR.Contains(dst.Addr()) {
-			return fmt.Errorf("route %s: not inside the cluster CIDR %s", dst, n.cfg.ClusterCIDR)
+		f := n.familyOf(dst.Addr())
+		if f == nil || dst.Bits() < f.cluster.Bits() || !f.cluster.Contains(dst.Addr()) {
+			return fmt.Errorf("route %s: not inside the cluster CIDRs %v", dst, n.cfg.ClusterCIDRs)
 		}
-		if dst.Overlaps(n.cfg.PodCIDR) {
-			return fmt.Errorf("route %s: overlaps this node's pod CIDR %s", dst, n.cfg.PodCIDR)
+		if dst.Overlaps(f.pod) {
+			return fmt.Errorf("route %s: overlaps this node's pod CIDR %s", dst, f.pod)
 		}
-		if !gw.Is4() {
-			return fmt.Errorf("route %s: gateway %s is not an IPv4 address", dst, gw)
+		if gw.Is4() != dst.Addr().Is4() || !gw.IsValid() {
+			return fmt.Errorf("route %s: gateway %s is not an %s address", dst, gw, familyLabel(dst.Addr().Is6()))
 		}
 	}
 
@@ -47,7 +49,7 @@ func (n *Network) SetRoutes(ctx context.Context, routes map[netip.Prefix]netip.A
 
 func (n *Network) setRoutesLocked(ctx context.Context, routes map[netip.Prefix]netip.Addr) error {
 	existing, err := retryDump(func() ([]netlink.Route, error) {
-		return n.nl.RouteListFiltered(unix.AF_INET,
+		return n.nl.RouteListFiltered(netlink.FAMILY_ALL,
 			&netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: routeProtocol},
 			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	})
@@ -74,7 +76,8 @@ func (n *Network) setRoutesLocked(ctx context.Context, routes map[netip.Prefix]n
 			continue
 		}
 		dst, ok := ipNetToPrefix(r.Dst)
-		if !ok || !n.cfg.ClusterCIDR.Contains(dst.Addr()) || dst.Bits() < n.cfg.ClusterCIDR.Bits() {
+		f := n.familyOf(dst.Addr())
+		if !ok || f == nil || !f.cluster.Contains(dst.Addr()) || dst.Bits() < f.cluster.Bits() {
 			continue // same protocol number, not ours
 		}
 		if _, want := routes[dst]; want {
@@ -85,4 +88,14 @@ func (n *Network) setRoutesLocked(ctx context.Context, routes map[netip.Prefix]n
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// familyOf is the network's family of a, nil if it has none.
+func (n *Network) familyOf(a netip.Addr) *family {
+	for _, f := range n.fams {
+		if f.v6() == a.Is6() {
+			return f
+		}
+	}
+	return nil
 }

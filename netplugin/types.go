@@ -15,9 +15,19 @@ type Config struct {
 	Table       string       // nftables table name (family ip); default "bonsai"
 	ClusterCIDR netip.Prefix // traffic from pods leaving it is masqueraded
 	PodCIDR     netip.Prefix // this node's share of ClusterCIDR; the gateway is its first host address, on the bridge
-	MTU         int          // 0: the MTU of the host's default route, or 1500
-	Logger      *slog.Logger // nil: slog.Default()
-	// LocalAddrs are put on the bridge as /32s beside the gateway: the
+	// ClusterCIDRs and PodCIDRs are the cluster's and the node's prefixes,
+	// at most one per family. A pod gets an address of each pod CIDR, in
+	// their order (a Node's spec.podCIDRs, the primary first), and its
+	// status.podIPs lists them so; each pod CIDR must lie in the cluster
+	// CIDR of its family, and a cluster CIDR of a family the node has no
+	// pod CIDR of is unused. Empty: ClusterCIDR and PodCIDR alone; when
+	// set, ClusterCIDR and PodCIDR are ignored, and New sets them to the
+	// first pod CIDR and its cluster CIDR.
+	ClusterCIDRs []netip.Prefix
+	PodCIDRs     []netip.Prefix
+	MTU          int          // 0: the MTU of the host's default route, or 1500
+	Logger       *slog.Logger // nil: slog.Default()
+	// LocalAddrs are put on the bridge as /32s (/128s) beside the gateways: the
 	// node serves pods there itself (the cluster DNS address), and pods
 	// reach them through their default route.
 	LocalAddrs []netip.Addr
@@ -57,9 +67,9 @@ type Attachment struct {
 	NetnsPath string     // bind mount of the pod's network namespace, for the runtime
 	IP        netip.Addr // the pod's address, on its eth0 (the first of IPs)
 	// IPs are all the pod's addresses, IP first; the built-in network
-	// gives one, a CNI plugin chain may give one per family.
+	// gives one per pod CIDR, in their order, as may a CNI plugin chain.
 	IPs     []netip.Addr
-	Gateway netip.Addr // the pod's default gateway, when known
+	Gateway netip.Addr // the pod's default gateway (of IP's family), when known
 }
 
 // PodNetwork gives pod sandboxes their network namespace and addresses.

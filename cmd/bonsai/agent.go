@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -105,9 +106,7 @@ func cniHost(cfg *serverConfig) *cni.Config {
 	}
 	// The cluster DNS server listens there (startClusterDNS), on a dummy
 	// link of its own since there is no bonsai bridge.
-	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
-		c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{a}
-	}
+	c.LocalLink, c.LocalAddrs = localLinkName(cfg.PodBridge), []netip.Addr{netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR))}
 	return c
 }
 
@@ -125,12 +124,15 @@ func localLinkName(bridge string) string {
 func podNetwork(cfg *serverConfig) *netplugin.Config {
 	c := &netplugin.Config{
 		DataDir: filepath.Join(cfg.DataDir, "agent", "net"), NetnsDir: netnsDir(cfg),
-		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR,
+		Bridge: cfg.PodBridge, Table: cfg.PodBridge, ClusterCIDR: cfg.ClusterCIDR, ClusterCIDRs: cfg.ClusterCIDRs,
 	}
-	// The cluster DNS server listens there (startClusterDNS); the pod
-	// network is IPv4.
-	if a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)); a.Is4() {
-		c.LocalAddrs = []netip.Addr{a}
+	// The cluster DNS server listens there (startClusterDNS): the first
+	// service CIDR's, of the family of a cluster CIDR.
+	a := netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR))
+	for _, p := range cfg.ClusterCIDRs {
+		if p.Addr().Is4() == a.Is4() {
+			c.LocalAddrs = []netip.Addr{a}
+		}
 	}
 	return c
 }
@@ -149,8 +151,9 @@ func clusterDNS(cidr netip.Prefix) string {
 // (the table "<pod-bridge>-svc"): Services' cluster IPs, node ports,
 // external IPs and load-balancer addresses reach their endpoints. Like
 // kube-proxy it leaves its table in place when bonsai stops, so Services
-// keep working across a restart. The built-in pod network is IPv4 only,
-// and so is the proxy.
+// keep working across a restart. The proxy programs the IPv4 family
+// only: on a dual-stack cluster with IPv4 first it serves the IPv4
+// cluster IPs, and on one whose primary family is IPv6 it does not run.
 func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
 	if !cfg.ClusterCIDR.Addr().Is4() || !cfg.ServiceCIDR.Addr().Is4() {
 		log.Warn("service proxy not started: it serves IPv4 clusters only", "cluster-cidr", cfg.ClusterCIDR, "service-cidr", cfg.ServiceCIDR)
@@ -253,8 +256,8 @@ func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.S
 // so binding is retried until then.
 func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
 	addr := netip.AddrPortFrom(netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)), 53)
-	if !addr.Addr().Is4() {
-		log.Warn("cluster DNS not started: the pod network is IPv4 only", "service-cidr", cfg.ServiceCIDR)
+	if !slices.ContainsFunc(cfg.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() == addr.Addr().Is4() }) {
+		log.Warn("cluster DNS not started: its address is of no cluster CIDR's family", "service-cidr", cfg.ServiceCIDR, "cluster-cidr", cfg.ClusterCIDRs)
 		return
 	}
 	inf := client.NewInformers(api.ClientConfig(&authn.User{Name: authz.UserDNS, Groups: []string{authn.GroupAuthenticated}}))

@@ -49,6 +49,7 @@ var suites = []suite{
 	{name: "deploy", about: "the manifests directory: a file's edit to the object changed", run: deploySuite},
 	{name: "crd", about: "CustomResourceDefinitions: create to served, custom object creates with and without a CEL rule", run: crdSuite},
 	{name: "services", about: "a real node's service path: proxy syncs, pod Ready → rule, cluster DNS under load", run: servicesSuite},
+	{name: "services-dualstack", about: "the services suite on a dual-stack cluster: PreferDualStack Services with an EndpointSlice of each family", run: servicesDualStackSuite},
 	{name: "rbac", about: "authorization: the API server's handler chain under RBAC with 1,000 RoleBindings against AlwaysAllow", run: rbacSuite},
 	{name: "webhook", about: "admission webhooks: a no-op webhook's round trip per create, by URL and through a Service", run: webhookSuite},
 	{name: "scheduler", about: "the built-in scheduler on simulated nodes: pods/s and create-to-bound latency", run: schedulerSuite},

@@ -401,6 +401,7 @@ func cleanupNode(dir, bridge string) {
 	os.RemoveAll("/run/bonsai/" + bridge)
 	exec.Command("ip", "link", "del", bridge).Run()
 	exec.Command("nft", "delete", "table", "ip", bridge).Run()
+	exec.Command("nft", "delete", "table", "ip6", bridge).Run()       // a dual-stack network's
 	exec.Command("nft", "delete", "table", "ip", bridge+"-svc").Run() // the service proxy's
 	// The network policy enforcer's.
 	exec.Command("nft", "delete", "table", "ip", bridge+"-netpol").Run()

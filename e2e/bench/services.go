@@ -30,6 +30,9 @@ type serviceParams struct {
 	updates             int // one-endpoint updates timed
 	readyPods           int // pods whose Ready → rule is timed
 	dnsFor              time.Duration
+	// dualStack runs the cluster with an IPv4 and an IPv6 range each, its
+	// Services PreferDualStack with an EndpointSlice of each family.
+	dualStack bool
 }
 
 func serviceParamsFor(quick bool) serviceParams {
@@ -46,8 +49,12 @@ type serviceResults struct {
 }
 
 func serviceRows(p serviceParams, r *serviceResults) []Row {
+	prefix := "services: "
+	if p.dualStack {
+		prefix = "services (dual-stack): "
+	}
 	row := func(name, unit string, v *float64, t *Target) Row {
-		return Row{Name: "services: " + name, Unit: unit, Bonsai: v, Target: t}
+		return Row{Name: prefix + name, Unit: unit, Bonsai: v, Target: t}
 	}
 	size := fmt.Sprintf("%s Services × %d endpoints", fmtNum(float64(p.services)), p.endpoints)
 	rows := []Row{
@@ -71,7 +78,19 @@ func serviceRows(p serviceParams, r *serviceResults) []Row {
 // Ready to its address in the proxy's endpoint map, read back from the
 // kernel; and the cluster DNS under load from local clients.
 func servicesSuite(ctx context.Context, b *bench) ([]Row, error) {
+	return runServicesSuite(ctx, b, serviceParamsFor(b.quick))
+}
+
+// servicesDualStackSuite is the services suite on a dual-stack cluster,
+// against the same targets: the proxy must do with both families what
+// it does with one.
+func servicesDualStackSuite(ctx context.Context, b *bench) ([]Row, error) {
 	p := serviceParamsFor(b.quick)
+	p.dualStack = true
+	return runServicesSuite(ctx, b, p)
+}
+
+func runServicesSuite(ctx context.Context, b *bench, p serviceParams) ([]Row, error) {
 	res := &serviceResults{}
 	rows := func() []Row { return serviceRows(p, res) }
 	if os.Geteuid() != 0 {
@@ -79,13 +98,17 @@ func servicesSuite(ctx context.Context, b *bench) ([]Row, error) {
 	}
 	b.logf("services: starting bonsai with its own containerd")
 	const serviceCIDR = "10.252.0.0/16"
-	n, err := startRealNode(ctx, b, "services", "10.251.0.0/16", "--service-cidr="+serviceCIDR)
+	name, clusterCIDRs, serviceCIDRs := "services", "10.251.0.0/16", serviceCIDR
+	if p.dualStack {
+		name, clusterCIDRs, serviceCIDRs = "services-dualstack", clusterCIDRs+","+benchCluster6, serviceCIDRs+",fd00:bec:252::/112"
+	}
+	n, err := startRealNode(ctx, b, name, clusterCIDRs, "--service-cidr="+serviceCIDRs)
 	if err != nil {
 		return rows(), err
 	}
 	defer func() { n.close() }()
 
-	b.logf("services: %d selectorless Services with %d endpoints each", p.services, p.endpoints)
+	b.logf("services: %d selectorless Services with %d endpoints each (dual-stack: %v)", p.services, p.endpoints, p.dualStack)
 	if err := createServices(ctx, n.cs, p); err != nil {
 		return rows(), err
 	}
@@ -143,7 +166,7 @@ func servicesSuite(ctx context.Context, b *bench) ([]Row, error) {
 	res.updateP50, res.updateP99 = ms(percentile(updates, 0.5)), ms(percentile(updates, 0.99))
 
 	b.logf("services: %d pods, Ready → rule", p.readyPods)
-	ready, err := readyToRule(ctx, n, p.readyPods)
+	ready, err := readyToRule(ctx, n, p.readyPods, p.dualStack)
 	if err != nil {
 		return rows(), fmt.Errorf("%w\n%s", err, n.srv.logTail())
 	}
@@ -176,16 +199,30 @@ func benchEndpoint(i, j int) string {
 // endpoint to or adds, apart from every benchEndpoint.
 func movedEndpoint(n int) string { return fmt.Sprintf("10.251.%d.%d", 200+n/250, 1+n%250) }
 
+// benchCluster6 is the dual-stack runs' IPv6 cluster CIDR: a ULA range
+// inside the bench's own node, routed nowhere.
+const benchCluster6 = "fd00:bec:251::/56"
+
+// benchEndpoint6 is the IPv6 twin of benchEndpoint.
+func benchEndpoint6(i, j int) string {
+	k := i*16 + j
+	return fmt.Sprintf("fd00:bec:251:1::%x", 1+k)
+}
+
 func benchSlice(i, endpoints int) *discoveryv1.EndpointSlice {
+	return benchSliceOf(i, endpoints, discoveryv1.AddressTypeIPv4, "-1", benchEndpoint)
+}
+
+func benchSliceOf(i, endpoints int, family discoveryv1.AddressType, suffix string, addr func(i, j int) string) *discoveryv1.EndpointSlice {
 	ready := true
 	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: benchServiceName(i) + "-1", Namespace: "default",
+		ObjectMeta: metav1.ObjectMeta{Name: benchServiceName(i) + suffix, Namespace: "default",
 			Labels: map[string]string{discoveryv1.LabelServiceName: benchServiceName(i)}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: family,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: ptrTo(int32(8080)), Protocol: ptrTo(corev1.ProtocolTCP)}},
 	}
 	for j := range endpoints {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{benchEndpoint(i, j)},
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{addr(i, j)},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
 	}
 	return s
@@ -204,6 +241,9 @@ func createServices(ctx context.Context, cs kubernetes.Interface, p serviceParam
 			for i := range work {
 				svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: benchServiceName(i), Namespace: "default"},
 					Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+				if p.dualStack {
+					svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyPreferDualStack)
+				}
 				if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
@@ -211,6 +251,13 @@ func createServices(ctx context.Context, cs kubernetes.Interface, p serviceParam
 				if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, benchSlice(i, p.endpoints), metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
+				}
+				if p.dualStack {
+					s6 := benchSliceOf(i, p.endpoints, discoveryv1.AddressTypeIPv6, "-2", benchEndpoint6)
+					if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, s6, metav1.CreateOptions{}); err != nil {
+						errs <- err
+						return
+					}
 				}
 			}
 		}()
@@ -349,10 +396,13 @@ func oneEndpointUpdate(ctx context.Context, n *realNode, nft *nftables.Conn, i i
 // readyToRule creates pods behind a Service one at a time and times each
 // from its Ready condition, as a watch sees it, to its address in the
 // Service's endpoint map in the kernel.
-func readyToRule(ctx context.Context, n *realNode, pods int) ([]time.Duration, error) {
+func readyToRule(ctx context.Context, n *realNode, pods int, dualStack bool) ([]time.Duration, error) {
 	labels := map[string]string{"app": "ready"}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ready", Namespace: "default"},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	if dualStack {
+		svc.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyPreferDualStack)
+	}
 	if _, err := n.cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ type Config struct {
 	// a plugin still running then is killed. Default 1 minute.
 	Timeout time.Duration
 	Logger  *slog.Logger // nil: slog.Default()
-	// LocalAddrs are put as /32s on the dummy link LocalLink: the node
+	// LocalAddrs are put as /32s (/128s) on the dummy link LocalLink: the node
 	// serves pods there itself (the cluster DNS address).
 	LocalLink  string
 	LocalAddrs []netip.Addr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"bonsai.dev/bonsai/netplugin"
 )
@@ -503,7 +504,8 @@ func TestLocalAddrs(t *testing.T) {
 	b := make([]byte, 1)
 	rand.Read(b)
 	addr := netip.AddrFrom4([4]byte{10, 253, b[0], 10})
-	tn.cfg.LocalLink, tn.cfg.LocalAddrs = name, []netip.Addr{addr}
+	addr6 := netip.AddrFrom16([16]byte{0xfd, 0, 0xbe, b[0], 14: 0, 15: 10})
+	tn.cfg.LocalLink, tn.cfg.LocalAddrs = name, []netip.Addr{addr, addr6}
 	for range 2 {
 		if err := ensureLocalLink(name, tn.cfg.LocalAddrs); err != nil {
 			t.Fatal(err)
@@ -519,6 +521,21 @@ func TestLocalAddrs(t *testing.T) {
 		}
 		if len(addrs) != 1 || addrs[0].IPNet.String() != addr.String()+"/32" {
 			t.Fatalf("addresses on %s: %v, want %s/32", name, addrs, addr)
+		}
+		// The IPv6 one (an IPv6-only cluster's DNS address) with no
+		// duplicate address detection: bindable at once.
+		addrs6, err := netlink.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, a := range addrs6 {
+			if a.IPNet.String() == addr6.String()+"/128" {
+				found = a.Flags&unix.IFA_F_TENTATIVE == 0
+			}
+		}
+		if !found {
+			t.Fatalf("IPv6 addresses on %s: %v, want %s/128, not tentative", name, addrs6, addr6)
 		}
 		netlink.LinkDel(l) // the second round makes it from scratch again
 	}

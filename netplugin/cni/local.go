@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ensureLocalLink makes a link of its own carrying addrs as /32s:
+// ensureLocalLink makes a link of its own carrying addrs as /32s (/128s):
 // addresses the node serves pods on itself (the cluster DNS address). A
 // CNI network has no bonsai bridge to hold them; pods reach them through
 // their default route to the host, whatever the plugins made. The link is
@@ -37,10 +37,11 @@ func ensureLocalLink(name string, addrs []netip.Addr) error {
 		return fmt.Errorf("interface %s exists and is a %s, not a dummy or a bridge", name, t)
 	}
 	for _, a := range addrs {
-		if !a.Is4() {
-			return fmt.Errorf("local address %s: only IPv4", a)
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
+		if a.Is6() {
+			// Usable at once: a tentative address cannot be bound.
+			addr.Flags = unix.IFA_F_NODAD
 		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}
 		if err := netlink.AddrReplace(link, addr); err != nil {
 			return fmt.Errorf("add %s to %s: %w", a, name, err)
 		}

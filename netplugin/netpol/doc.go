@@ -124,6 +124,11 @@
 // pod no policy isolates. Pods on a routed veth (CNI) get no such check
 // beyond the host's rp_filter.
 //
-// Not handled: IPv6 (the pod network is IPv4 only; IPv6 ipBlocks match
-// nothing).
+// IPv6: policies are enforced for IPv4 only (IPv6 ipBlocks match
+// nothing, pod selectors match pods' IPv4 addresses). On a dual-stack
+// pod network a pod that any policy isolates gets no IPv6 at all: the
+// bridge table drops IPv6 frames from its port before the node routes
+// them (prerouting) and to its port whatever sent them (postrouting), so
+// IPv6 is no way around a policy; pods no policy isolates keep theirs.
+// Pods on a routed veth (CNI) with IPv6 addresses get no such guard.
 package netpol

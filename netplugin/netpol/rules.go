@@ -48,6 +48,7 @@ const (
 	chainToHost    = "prerouting"
 	chainL2Guard   = "forward"
 	chainPolicedL2 = "policed-l2"
+	chainFromHost  = "postrouting"
 
 	setSelected    = "selected"
 	setPeers       = "peers"
@@ -219,6 +220,12 @@ func baseObjects(c baseConfig) objects {
 	// Before br_netfilter's own prerouting hook (priority 0), which
 	// would otherwise hand the frame to the IP hooks as bridged.
 	pre := chainDef{fam: famBridge, name: chainToHost, hook: filter(famBridge, nftables.ChainHookPrerouting, "prerouting", -300)}
+	// Policies are enforced for IPv4 only: a policed pod gets no IPv6
+	// at all, to or from the node either (which would route it on, to
+	// pods and beyond, past every policy), not only bridged.
+	pre.rules = append(pre.rules, newRule().ifnameInSet(expr.MetaKeyIIFNAME, setPolicedPorts).etherType(unix.ETH_P_IPV6, "ip6").drop())
+	o.chains = append(o.chains, chainDef{fam: famBridge, name: chainFromHost, hook: filter(famBridge, nftables.ChainHookPostrouting, "postrouting", -300),
+		rules: []*rule{newRule().ifnameInSet(expr.MetaKeyOIFNAME, setPolicedPorts).etherType(unix.ETH_P_IPV6, "ip6").drop()}})
 	// A pod sends from its own address: one that says it is another pod
 	// would have that pod's policies, or a peer's rule naming it, let
 	// it through.
