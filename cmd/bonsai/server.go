@@ -226,7 +226,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	waitSnapshots := startSnapshots(ctx, cfg, st, log)
 	stopAgent := func() {}
 	inf := client.NewInformers(api.ClientConfig(controllerManagerUser))
-	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, inf, log); err != nil {
+	if err := startControllers(ctx, cfg, api, certs.CA, inf, log); err != nil {
 		return err
 	}
 	if err := startScheduler(ctx, cfg, api, inf, log); err != nil {

@@ -16,12 +16,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
 )
 
 // defaultBootstrapGroup is the extra group of tokens made without
 // --groups, for the node bootstrap role agents will be bound to.
-const defaultBootstrapGroup = "system:bootstrappers:bonsai:default-node-token"
+const defaultBootstrapGroup = authz.GroupDefaultNodeToken
 
 // tokenOptions are the flags of `bonsai token create`.
 type tokenOptions struct {
