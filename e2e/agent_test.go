@@ -13,8 +13,11 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/kubelet/tlsbootstrap"
@@ -218,5 +221,103 @@ func waitNoErr(t *testing.T, timeout time.Duration, f func() error) {
 			t.Fatalf("after %v: %v", timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// agentClient is a clientset with the client certificate an agent got
+// at join.
+func agentClient(t *testing.T, kc kubeconfig, dataDir string) kubernetes.Interface {
+	t.Helper()
+	pair, err := os.ReadFile(filepath.Join(dataDir, "agent", "pki", tlsbootstrap.ClientFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: kc.server, TLSClientConfig: rest.TLSClientConfig{CAData: kc.ca, CertData: pair, KeyData: pair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestAgentsNodeAuthorization: two agents joined with the same token
+// are two nodes to the Node authorizer and NodeRestriction. Each reads
+// the Secret of a pod bound to it and not the other's, and cannot edit
+// the other's Node or delete the other's pods; its own it can.
+func TestAgentsNodeAuthorization(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	kc := s.kubeconfig(t)
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kc.raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bonsaiBin, "token", "create", "--data-dir", s.dataDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bonsai token create: %v\n%s", err, out)
+	}
+	token := strings.TrimSpace(string(out))
+	serverURL := fmt.Sprintf("https://127.0.0.1:%d", s.port)
+	ctx := context.Background()
+	dirs := map[string]string{}
+	for _, name := range []string{"agent-1", "agent-2"} {
+		dirs[name] = t.TempDir()
+		startAgent(t, dirs[name], "--server", serverURL, "--token", token, "--runtime=simulated", "--node-name", name)
+	}
+	for name := range dirs {
+		waitNodeReady(t, admin, name, 60*time.Second)
+	}
+	for _, n := range []string{"1", "2"} {
+		if _, err := admin.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s" + n},
+			StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p" + n},
+			Spec: corev1.PodSpec{NodeName: "agent-" + n, AutomountServiceAccountToken: new(bool),
+				Containers: []corev1.Container{{Name: "c", Image: "busybox", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s" + n}}}}}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, two := agentClient(t, kc, dirs["agent-1"]), agentClient(t, kc, dirs["agent-2"])
+	// Its own pod's Secret: allowed once the authorizer has seen the pod.
+	waitNoErr(t, 30*time.Second, func() error {
+		_, err := one.CoreV1().Secrets("default").Get(ctx, "s1", metav1.GetOptions{})
+		return err
+	})
+	waitNoErr(t, 30*time.Second, func() error {
+		_, err := two.CoreV1().Secrets("default").Get(ctx, "s2", metav1.GetOptions{})
+		return err
+	})
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
+	}
+	_, err = two.CoreV1().Secrets("default").Get(ctx, "s1", metav1.GetOptions{})
+	forbidden("agent-2 reads agent-1's pod's Secret", err)
+	_, err = one.CoreV1().Secrets("default").Get(ctx, "s2", metav1.GetOptions{})
+	forbidden("agent-1 reads agent-2's pod's Secret", err)
+	_, err = two.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{})
+	forbidden("agent-2 lists Secrets", err)
+	patch := []byte(`{"metadata":{"labels":{"owned-by":"agent-2"}}}`)
+	_, err = two.CoreV1().Nodes().Patch(ctx, "agent-1", types.MergePatchType, patch, metav1.PatchOptions{})
+	forbidden("agent-2 labels agent-1's Node", err)
+	_, err = two.CoreV1().Nodes().Patch(ctx, "agent-1", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+	forbidden("agent-2 cordons agent-1", err)
+	_, err = two.CoreV1().Nodes().PatchStatus(ctx, "agent-1", []byte(`{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`))
+	forbidden("agent-2 marks agent-1 not Ready", err)
+	forbidden("agent-2 deletes agent-1's Node", two.CoreV1().Nodes().Delete(ctx, "agent-1", metav1.DeleteOptions{}))
+	forbidden("agent-2 deletes agent-1's pod", two.CoreV1().Pods("default").Delete(ctx, "p1", metav1.DeleteOptions{}))
+	// Its own Node it may label (outside the kubelet-restricted prefixes).
+	if _, err := one.CoreV1().Nodes().Patch(ctx, "agent-1", types.MergePatchType, []byte(`{"metadata":{"labels":{"example.com/rack":"r1"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("agent-1 labels its own Node: %v", err)
+	}
+	if n, err := admin.CoreV1().Nodes().Get(ctx, "agent-1", metav1.GetOptions{}); err != nil || n.Labels["owned-by"] != "" || n.Spec.Unschedulable {
+		t.Errorf("agent-1's Node after agent-2's attempts: %v %v unschedulable=%v", err, n.Labels, n.Spec.Unschedulable)
 	}
 }
