@@ -125,6 +125,8 @@ func runAgent(ctx context.Context, cfg *serverConfig, a *agentFlags, stderr io.W
 		return stats
 	}
 	stopAgent := startAgent(ctx, cfg, api, serveKubeletAPI, log)
+	// As the server: the start-up garbage goes back to the OS.
+	go trimAfterStartup(ctx, log)
 	<-ctx.Done()
 	stopSignals()
 	log.Info("shutting down")
