@@ -81,7 +81,7 @@ func Join(ctx context.Context, cfg Config) (*Node, error) {
 				return nil, fmt.Errorf("%s is not the CA the token pins: this node joined another cluster (remove %s to join this one)", caPath, cfg.Dir)
 			}
 		} else {
-			if caPEM, err = DiscoverCA(ctx, cfg.Server, hash); err != nil {
+			if caPEM, err = discoverWhenUp(ctx, cfg, hash); err != nil {
 				return nil, err
 			}
 			if err := writeAtomic(caPath, caPEM); err != nil {
@@ -157,3 +157,25 @@ func (n *Node) Run(ctx context.Context) {
 }
 
 func parseCert(data []byte) (*x509.Certificate, error) { return parsePEM(data) }
+
+// discoverWhenUp is DiscoverCA, retried every second while nothing
+// answers at the server's address (an agent started with or before its
+// server); any other failure, a CA mismatch first, ends it.
+func discoverWhenUp(ctx context.Context, cfg Config, hash [32]byte) ([]byte, error) {
+	for logged := false; ; {
+		caPEM, err := DiscoverCA(ctx, cfg.Server, hash)
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" {
+			return caPEM, err
+		}
+		if !logged && cfg.Logger != nil {
+			cfg.Logger.Info("waiting for the server", "server", cfg.Server, "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("server %s: %w", cfg.Server, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"bonsai.dev/bonsai/apiserver/pki"
 )
@@ -116,5 +117,46 @@ func TestDiscoverCA(t *testing.T) {
 	ln.Close()
 	if _, err := DiscoverCA(ctx, "https://"+addr, pin); err == nil {
 		t.Error("nobody listening: no error")
+	}
+}
+
+// An agent started before its server waits for it; a wrong server is
+// refused at once.
+func TestDiscoverWaitsForServer(t *testing.T) {
+	good := cluster(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	chain := *good.Serving.Current()
+	chain.Certificate = append(chain.Certificate[:1:1], good.CA.Cert.Raw)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		l, err := tls.Listen("tcp", addr, &tls.Config{Certificates: []tls.Certificate{chain}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		t.Cleanup(func() { l.Close() })
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := discoverWhenUp(ctx, Config{Server: "https://" + addr}, CAHash(good.CA.Cert))
+	if err != nil || len(got) == 0 {
+		t.Fatalf("after the server came up: %v", err)
+	}
+	other := cluster(t)
+	start := time.Now()
+	if _, err := discoverWhenUp(ctx, Config{Server: "https://" + addr}, CAHash(other.CA.Cert)); !errors.Is(err, ErrCAMismatch) || time.Since(start) > 5*time.Second {
+		t.Errorf("wrong pin: %v after %v, want ErrCAMismatch at once", err, time.Since(start))
 	}
 }
