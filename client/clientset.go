@@ -2,8 +2,10 @@ package client
 
 import (
 	appsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
+	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	autoscalingv2 "k8s.io/client-go/kubernetes/typed/autoscaling/v2"
 	batchv1 "k8s.io/client-go/kubernetes/typed/batch/v1"
+	certificatesv1 "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
@@ -18,15 +20,17 @@ import (
 // kubernetes.Clientset, which would link the client of every group (and,
 // through the informer factory, about 25 MB) into the binary.
 type Clientset struct {
-	Core         corev1.CoreV1Interface
-	Apps         appsv1.AppsV1Interface
-	Autoscaling  autoscalingv2.AutoscalingV2Interface
-	Batch        batchv1.BatchV1Interface
-	Coordination coordinationv1.CoordinationV1Interface
-	Discovery    discoveryv1.DiscoveryV1Interface
-	Policy       policyv1.PolicyV1Interface
-	Resource     resourcev1.ResourceV1Interface
-	Storage      storagev1.StorageV1Interface
+	Core          corev1.CoreV1Interface
+	Apps          appsv1.AppsV1Interface
+	Authorization authorizationv1.AuthorizationV1Interface
+	Certificates  certificatesv1.CertificatesV1Interface
+	Autoscaling   autoscalingv2.AutoscalingV2Interface
+	Batch         batchv1.BatchV1Interface
+	Coordination  coordinationv1.CoordinationV1Interface
+	Discovery     discoveryv1.DiscoveryV1Interface
+	Policy        policyv1.PolicyV1Interface
+	Resource      resourcev1.ResourceV1Interface
+	Storage       storagev1.StorageV1Interface
 }
 
 // NewClientset builds every client of the set from one config.
@@ -47,6 +51,12 @@ func NewClientset(cfg *rest.Config) (*Clientset, error) {
 		return nil, err
 	}
 	if s.Apps, err = appsv1.NewForConfigAndClient(c, hc); err != nil {
+		return nil, err
+	}
+	if s.Authorization, err = authorizationv1.NewForConfigAndClient(c, hc); err != nil {
+		return nil, err
+	}
+	if s.Certificates, err = certificatesv1.NewForConfigAndClient(c, hc); err != nil {
 		return nil, err
 	}
 	if s.Autoscaling, err = autoscalingv2.NewForConfigAndClient(c, hc); err != nil {

@@ -20,6 +20,8 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/controllers/clusterroleaggregation"
 	"bonsai.dev/bonsai/controllers/cronjob"
+	"bonsai.dev/bonsai/controllers/csrapproving"
+	"bonsai.dev/bonsai/controllers/csrsigning"
 	"bonsai.dev/bonsai/controllers/daemonset"
 	"bonsai.dev/bonsai/controllers/deployment"
 	"bonsai.dev/bonsai/controllers/disruption"
@@ -64,6 +66,9 @@ type Deps struct {
 	// HPA holds the --horizontal-pod-autoscaler-* settings (zero:
 	// upstream's defaults).
 	HPA HPAOptions
+	// CA signs the certificates of approved CertificateSigningRequests;
+	// nil: the csrsigning controller does not run.
+	CA csrsigning.Signer
 }
 
 // HPAOptions are kube-controller-manager's --horizontal-pod-autoscaler-*
@@ -155,6 +160,15 @@ var all = []struct {
 			SyncPeriod: d.HPA.SyncPeriod, DownscaleStabilization: d.HPA.DownscaleStabilization, Tolerance: d.HPA.Tolerance,
 			CPUInitializationPeriod: d.HPA.CPUInitializationPeriod, InitialReadinessDelay: d.HPA.InitialReadinessDelay})
 	}},
+	{"csrapproving", func(d Deps) (runner, error) {
+		return csrapproving.New(csrapproving.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"csrsigning", func(d Deps) (runner, error) {
+		if d.CA == nil {
+			return nil, nil
+		}
+		return csrsigning.New(csrsigning.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger, CA: d.CA})
+	}},
 	{"ttl-after-finished", func(d Deps) (runner, error) {
 		return ttlafterfinished.New(ttlafterfinished.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
@@ -170,6 +184,7 @@ type Options struct {
 	DataDir              string
 	MaxEndpointsPerSlice int
 	HPA                  HPAOptions
+	CA                   csrsigning.Signer
 	// Informers, when set, are shared with other components of the
 	// process (made with RESTConfig's identity); Start starts them.
 	Informers *client.Informers
@@ -190,7 +205,7 @@ func Start(ctx context.Context, o Options) error {
 	if inf == nil {
 		inf = client.NewInformers(rc)
 	}
-	d := Deps{Client: cs, Informers: inf, RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice, HPA: o.HPA}
+	d := Deps{Client: cs, Informers: inf, RESTConfig: rc, Logger: log, RootCA: o.RootCA, DataDir: o.DataDir, MaxEndpointsPerSlice: o.MaxEndpointsPerSlice, HPA: o.HPA, CA: o.CA}
 	runners := make(map[string]runner, len(all))
 	for _, c := range all {
 		dc := d
@@ -198,6 +213,9 @@ func Start(ctx context.Context, o Options) error {
 		r, err := c.new(dc)
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", c.name, err)
+		}
+		if r == nil {
+			continue // not configured
 		}
 		runners[c.name] = r
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"bonsai.dev/bonsai/apiserver/pki"
+	"bonsai.dev/bonsai/kubelet/tlsbootstrap"
 	"bonsai.dev/bonsai/testsupport/testenv"
 )
 
@@ -112,7 +115,18 @@ func TestRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bonsai token create: %v\n%s", err, out)
 	}
-	tok := strings.TrimSpace(string(out))
+	// It prints a join token: the CA's pin, then the bearer token.
+	hash, tok, err := tlsbootstrap.ParseJoinToken(string(out))
+	if err != nil {
+		t.Fatalf("bonsai token create printed %q: %v", out, err)
+	}
+	if caCfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfig); err != nil {
+		t.Fatal(err)
+	} else if block, _ := pem.Decode(caCfg.TLSClientConfig.CAData); block == nil {
+		t.Fatal("admin kubeconfig has no CA")
+	} else if ca, err := x509.ParseCertificate(block.Bytes); err != nil || tlsbootstrap.CAHash(ca) != hash {
+		t.Errorf("join token pins %x, not the cluster CA (%v)", hash, err)
+	}
 	boot := &kubectlRunner{t: t, bin: kc.Path, kubeconfig: userKubeconfig(t, adminKubeconfig, func(a *clientcmdapi.AuthInfo) { a.Token = tok }), cacheDir: t.TempDir()}
 	if got := strings.TrimSpace(boot.must("auth", "can-i", "create", "selfsubjectaccessreviews.authorization.k8s.io")); got != "yes" {
 		t.Errorf("bootstrap token can-i: %q", got)

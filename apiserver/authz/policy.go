@@ -24,6 +24,9 @@ const (
 	UserDNS       = "system:bonsai-dns"
 	UserNetpol    = "system:bonsai-netpol"
 	UserIngress   = "system:bonsai-ingress"
+	// GroupDefaultNodeToken is the extra group of the bootstrap tokens
+	// `bonsai token create` makes by default: agents join with them.
+	GroupDefaultNodeToken = "system:bootstrappers:bonsai:default-node-token"
 )
 
 var (
@@ -212,6 +215,24 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule(readVerbs, "discovery.k8s.io", "endpointslices"),
 			rule([]string{"create", "patch", "update"}, "", "events"),
 			rule([]string{"create", "patch", "update"}, "events.k8s.io", "events")),
+		// Kubelet TLS bootstrap, as upstream's roles: a bootstrap token
+		// asks for a client certificate, which the csrapproving
+		// controller approves for who may create nodeclient; a node
+		// renews its own with selfnodeclient.
+		clusterRole("system:node-bootstrapper", nil,
+			rule([]string{"create", "get", "list", "watch"}, "certificates.k8s.io", "certificatesigningrequests")),
+		clusterRole("system:certificates.k8s.io:certificatesigningrequests:nodeclient", nil,
+			rule([]string{"create"}, "certificates.k8s.io", "certificatesigningrequests/nodeclient")),
+		clusterRole("system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", nil,
+			rule([]string{"create"}, "certificates.k8s.io", "certificatesigningrequests/selfnodeclient")),
+		// The csrapproving and csrsigning controllers: which signers
+		// they approve for and sign as.
+		clusterRole("system:bonsai:certificate-controller", nil,
+			rbacv1.PolicyRule{Verbs: []string{"approve"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"},
+				ResourceNames: []string{"kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"}},
+			rbacv1.PolicyRule{Verbs: []string{"sign"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"},
+				ResourceNames: []string{"kubernetes.io/kube-apiserver-client", "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"}},
+			rule([]string{"update"}, "certificates.k8s.io", "certificatesigningrequests/approval", "certificatesigningrequests/status")),
 		// What the node simulator needs beyond the node role: after a
 		// restart it lists the node Leases once instead of reading each.
 		clusterRole("system:bonsai:simulator", nil,
@@ -254,6 +275,12 @@ func DefaultClusterRoleBindings() []*rbacv1.ClusterRoleBinding {
 		clusterRoleBinding("system:bonsai:dns", "system:coredns", user(UserDNS)),
 		clusterRoleBinding("system:bonsai:netpol", "system:bonsai:netpol", user(UserNetpol)),
 		clusterRoleBinding("system:bonsai:ingress", "system:bonsai:ingress", user(UserIngress)),
+		clusterRoleBinding("system:bonsai:certificate-controller", "system:bonsai:certificate-controller", user("system:kube-controller-manager")),
+		// Agents join with tokens of GroupDefaultNodeToken (bonsai token
+		// create), as kubeadm binds its default node token's group.
+		clusterRoleBinding("system:bonsai:kubelet-bootstrap", "system:node-bootstrapper", group(GroupDefaultNodeToken)),
+		clusterRoleBinding("system:bonsai:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", group(GroupDefaultNodeToken)),
+		clusterRoleBinding("system:bonsai:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", group("system:nodes")),
 		// Simulated nodes are kubelets for many node names at once: they
 		// get the node role without the Node authorizer's per-node limits.
 		clusterRoleBinding("system:bonsai:simulator", "system:node", user(UserSimulator)),

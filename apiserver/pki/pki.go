@@ -476,3 +476,30 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// Sign issues a certificate for the public key pub of a request the
+// caller checked: tmpl carries its subject, SANs and usages. It is valid
+// from now-backdate for validity, cut off at the CA's own end, and is
+// returned as PEM. The certificates.k8s.io signers use it.
+func (a *Authority) Sign(tmpl *x509.Certificate, pub any, validity, backdate time.Duration) ([]byte, error) {
+	if validity <= 0 {
+		return nil, fmt.Errorf("sign certificate for %q: validity %v must be positive", tmpl.Subject.CommonName, validity)
+	}
+	t := *tmpl
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, err
+	}
+	now := a.now()
+	t.SerialNumber = serial
+	t.NotBefore, t.NotAfter = now.Add(-backdate), now.Add(validity)
+	if t.NotAfter.After(a.Cert.NotAfter) {
+		t.NotAfter = a.Cert.NotAfter
+	}
+	t.BasicConstraintsValid, t.IsCA = true, false
+	der, err := x509.CreateCertificate(rand.Reader, &t, a.Cert, pub, a.key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate for %q: %w", tmpl.Subject.CommonName, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}

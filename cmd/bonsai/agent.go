@@ -15,7 +15,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/rest"
 
-	"bonsai.dev/bonsai/apiserver"
 	"bonsai.dev/bonsai/apiserver/authn"
 	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
@@ -154,7 +153,7 @@ func clusterDNS(cidr netip.Prefix) string {
 // keep working across a restart. The proxy programs the IPv4 family
 // only: on a dual-stack cluster with IPv4 first it serves the IPv4
 // cluster IPs, and on one whose primary family is IPv6 it does not run.
-func startServiceProxy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+func startServiceProxy(ctx context.Context, cfg *serverConfig, api nodeAPI, log *slog.Logger) {
 	if !cfg.ClusterCIDR.Addr().Is4() || !cfg.ServiceCIDR.Addr().Is4() {
 		log.Warn("service proxy not started: it serves IPv4 clusters only", "cluster-cidr", cfg.ClusterCIDR, "service-cidr", cfg.ServiceCIDR)
 		return
@@ -215,7 +214,7 @@ func nodePortPrefixes(cfg *serverConfig, nodeIP netip.Addr, log *slog.Logger) []
 // one a pod is on) or on a routed veth, logging any other as not
 // policed. Like the service proxy it leaves its tables in place when
 // bonsai stops, so policies hold across a restart.
-func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.Server, withCNI bool, log *slog.Logger) func(netplugin.PodNetwork) netplugin.PodNetwork {
+func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api nodeAPI, withCNI bool, log *slog.Logger) func(netplugin.PodNetwork) netplugin.PodNetwork {
 	if !cfg.ClusterCIDR.Addr().Is4() {
 		log.Warn("network policies are NOT enforced: bonsai enforces them for IPv4 pods only", "cluster-cidr", cfg.ClusterCIDR)
 		return nil
@@ -254,7 +253,7 @@ func startNetworkPolicy(ctx context.Context, cfg *serverConfig, api *apiserver.S
 // ensureKubeDNSService) tells the service proxy to leave it alone. The
 // address appears once the node has its pod CIDR and the network is up,
 // so binding is retried until then.
-func startClusterDNS(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+func startClusterDNS(ctx context.Context, cfg *serverConfig, api nodeAPI, log *slog.Logger) {
 	addr := netip.AddrPortFrom(netip.MustParseAddr(clusterDNS(cfg.ServiceCIDR)), 53)
 	if !slices.ContainsFunc(cfg.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() == addr.Addr().Is4() }) {
 		log.Warn("cluster DNS not started: its address is of no cluster CIDR's family", "service-cidr", cfg.ServiceCIDR, "cluster-cidr", cfg.ClusterCIDRs)
@@ -306,7 +305,7 @@ func ensureKubeDNSService(ctx context.Context, cfg *serverConfig, rc *rest.Confi
 // plugin when devices.yaml configures it. A device manager that cannot
 // start (the directory is not writable) leaves the node without devices,
 // not without pods.
-func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) *deviceplugin.Manager {
+func startDevices(ctx context.Context, cfg *serverConfig, api nodeAPI, log *slog.Logger) *deviceplugin.Manager {
 	dm := deviceplugin.New(deviceplugin.Config{RootDir: cfg.KubeletRootDir, Logger: log})
 	if err := dm.Start(ctx); err != nil {
 		log.Error("device plugins are not available on this node", "err", err)
@@ -327,7 +326,7 @@ func startDevices(ctx context.Context, cfg *serverConfig, api *apiserver.Server,
 // startGenericDRA serves the generic device plugin's `dra: true`
 // resources as the DRA driver generic.bonsai.dev, through the same plugin
 // registry as other drivers, its CDI specs in the last --cdi-spec-dir.
-func startGenericDRA(ctx context.Context, cfg *serverConfig, api *apiserver.Server, log *slog.Logger) {
+func startGenericDRA(ctx context.Context, cfg *serverConfig, api nodeAPI, log *slog.Logger) {
 	rc, err := client.REST(api.ClientConfig(nodeUser(cfg)), "/apis", resourcev1.SchemeGroupVersion)
 	if err != nil {
 		log.Error("the generic DRA driver is not available", "err", err)

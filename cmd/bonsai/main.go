@@ -46,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer, run func(context.Context, *serverConfi
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServerCmd(stderr, run), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout), newCertificateCmd(stdout))
+	root.AddCommand(newServerCmd(stderr, run), newAgentCmd(stderr), newVersionCmd(stdout), newImagesCmd(stdout), newTokenCmd(stdout), newSecretsEncryptCmd(stdout), newSnapshotCmd(stdout), newCertificateCmd(stdout))
 	refuseUnknownSubcommands(root)
 	return root
 }

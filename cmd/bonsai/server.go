@@ -14,12 +14,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"bonsai.dev/bonsai/apiserver"
@@ -197,8 +201,9 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 		Handler: api.Handler(),
 		TLSConfig: &tls.Config{
 			// Read on every handshake: a renewed certificate is served
-			// at once, with no restart.
-			GetCertificate: certs.Serving.GetCertificate,
+			// at once, with no restart. The CA follows it, for agents
+			// that check it against their join token's pin.
+			GetCertificate: servingWithCA(certs),
 			Time:           clk.Now,
 			MinVersion:     tls.VersionTLS12,
 			ClientAuth:     tls.VerifyClientCertIfGiven,
@@ -226,7 +231,7 @@ func runServer(ctx context.Context, cfg *serverConfig, stderr io.Writer) error {
 	waitSnapshots := startSnapshots(ctx, cfg, st, log)
 	stopAgent := func() {}
 	inf := client.NewInformers(api.ClientConfig(controllerManagerUser))
-	if err := startControllers(ctx, cfg, api, certs.CA.CertPEM, inf, log); err != nil {
+	if err := startControllers(ctx, cfg, api, certs.CA, inf, log); err != nil {
 		return err
 	}
 	if err := startScheduler(ctx, cfg, api, inf, log); err != nil {
@@ -407,15 +412,32 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// nodeAPI is how a node's parts reach the API server: in-process as
+// their own identities in `bonsai server`, over HTTPS as the node in
+// `bonsai agent` (remoteAPI).
+type nodeAPI interface {
+	// ClientConfig reaches the API server as user, or as the node
+	// when the node has no other identity.
+	ClientConfig(user *authn.User) *rest.Config
+	MetricsRegisterer() prometheus.Registerer
+	RegisterMetrics(cs ...prometheus.Collector) error
+}
+
 // startAgent runs this host's node agent in-process, as its own node
 // identity through the whole handler chain.
 // The returned stop ends what the agent started outside the process
 // (its runtime connection, a containerd of its own); pods keep running.
-func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates, string) *kubelet.StatsSampler, log *slog.Logger) func() {
+func startAgent(ctx context.Context, cfg *serverConfig, api nodeAPI, serveKubeletAPI func(cri.Runtime, *kubelet.PodStates, string) *kubelet.StatsSampler, log *slog.Logger) func() {
 	stop := func() {}
 	selfLabels, privileged := splitNodeLabels(cfg.NodeLabels)
-	privileged[controlPlaneLabel] = ""
-	go labelNode(ctx, api, cfg.NodeName, privileged, log)
+	if s, ok := api.(*apiserver.Server); ok {
+		// The server's own node: labels NodeRestriction keeps from
+		// kubelets, set as the API server.
+		privileged[controlPlaneLabel] = ""
+		go labelNode(ctx, s, cfg.NodeName, privileged, log)
+	} else if len(privileged) > 0 {
+		log.Warn("--node-label: an agent may not set these labels on its own Node (NodeRestriction); set them with kubectl label", "labels", privileged)
+	}
 	kcfg := kubelet.Config{
 		NodeName: cfg.NodeName, Labels: selfLabels, Taints: cfg.NodeTaints,
 		MaxPods: cfg.MaxPods, Address: advertiseAddress(cfg.BindAddress), DataDir: cfg.DataDir, Port: int32(cfg.KubeletPort),
@@ -484,5 +506,25 @@ func startAgent(ctx context.Context, cfg *serverConfig, api *apiserver.Server, s
 	return func() {
 		<-done
 		stop()
+	}
+}
+
+// servingWithCA serves the API server's certificate followed by the CA,
+// so that `bonsai agent` can find the CA in the handshake and check it
+// against the join token's pin before it trusts it.
+func servingWithCA(certs *pki.Certs) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var last atomic.Pointer[[2]*tls.Certificate] // served, with CA
+	return func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := certs.Serving.GetCertificate(h)
+		if err != nil {
+			return nil, err
+		}
+		if l := last.Load(); l != nil && l[0] == c {
+			return l[1], nil
+		}
+		withCA := *c
+		withCA.Certificate = append(slices.Clip(c.Certificate), certs.CA.Cert.Raw)
+		last.Store(&[2]*tls.Certificate{c, &withCA})
+		return &withCA, nil
 	}
 }

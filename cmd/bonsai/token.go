@@ -2,10 +2,13 @@ package main
 
 import (
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,15 +16,18 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"bonsai.dev/bonsai/apiserver/authn"
+	"bonsai.dev/bonsai/apiserver/authz"
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/kubelet/tlsbootstrap"
 )
 
 // defaultBootstrapGroup is the extra group of tokens made without
 // --groups, for the node bootstrap role agents will be bound to.
-const defaultBootstrapGroup = "system:bootstrappers:bonsai:default-node-token"
+const defaultBootstrapGroup = authz.GroupDefaultNodeToken
 
 // tokenOptions are the flags of `bonsai token create`.
 type tokenOptions struct {
@@ -38,9 +44,11 @@ func newTokenCmd(stdout io.Writer) *cobra.Command {
 	}
 	create := &cobra.Command{
 		Use:   "create",
-		Short: "Create a bootstrap token and print it",
-		Long: "Creates the Secret bootstrap-token-<id> (type bootstrap.kubernetes.io/token) in kube-system and prints the token <id>.<secret>. " +
-			"It authenticates as system:bootstrap:<id> in system:bootstrappers and --groups until it expires or its Secret is deleted.",
+		Short: "Create a bootstrap token and print it as a join token",
+		Long: "Creates the Secret bootstrap-token-<id> (type bootstrap.kubernetes.io/token) in kube-system and prints the join token K10<CA hash>::<id>.<secret>, " +
+			"where the CA hash is the SHA-256 of the cluster CA's public key (kubeadm's --discovery-token-ca-cert-hash): `bonsai agent --token` checks the server's CA against it. " +
+			"The token authenticates as system:bootstrap:<id> in system:bootstrappers and --groups until it expires or its Secret is deleted; " +
+			"with the default group it may ask for a node client certificate, which the server approves.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			secret, token, err := o.secret(time.Now())
@@ -55,6 +63,10 @@ func newTokenCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--kubeconfig %s: %v", path, err)
 			}
+			ca, err := kubeconfigCA(cfg)
+			if err != nil {
+				return fmt.Errorf("--kubeconfig %s: %v", path, err)
+			}
 			cs, err := client.NewClientset(cfg)
 			if err != nil {
 				return err
@@ -62,7 +74,7 @@ func newTokenCmd(stdout io.Writer) *cobra.Command {
 			if _, err := cs.Core.Secrets(metav1.NamespaceSystem).Create(cmd.Context(), secret, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating the token's Secret: %v", err)
 			}
-			fmt.Fprintln(stdout, token)
+			fmt.Fprintln(stdout, tlsbootstrap.JoinToken(ca, token))
 			return nil
 		},
 	}
@@ -135,4 +147,21 @@ func randomToken(n int) (string, error) {
 		b[i] = alphabet[k.Int64()]
 	}
 	return string(b), nil
+}
+
+// kubeconfigCA is the CA a kubeconfig trusts: the cluster CA for
+// bonsai's admin kubeconfig.
+func kubeconfigCA(cfg *rest.Config) (*x509.Certificate, error) {
+	data := cfg.TLSClientConfig.CAData
+	if len(data) == 0 && cfg.TLSClientConfig.CAFile != "" {
+		var err error
+		if data, err = os.ReadFile(cfg.TLSClientConfig.CAFile); err != nil {
+			return nil, err
+		}
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("it names no certificate authority, whose hash the join token carries")
+	}
+	return x509.ParseCertificate(block.Bytes)
 }

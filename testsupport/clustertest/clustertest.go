@@ -55,6 +55,10 @@ type Options struct {
 	// bind, pods using them are scheduled (the scheduler waits for a
 	// pod's claims to bind) and deleted claims go once no pod uses them.
 	Storage bool
+	// Identities makes the server authorize every request as the user
+	// of its ConfigFor (RBAC and the Node authorizer, as bonsai server
+	// does) instead of as system:admin, for tests of who may do what.
+	Identities bool
 }
 
 // Env is a running API server and what Options asked for. Everything
@@ -79,7 +83,13 @@ func New(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apiserver.New(apiserver.Config{Store: st})
+	cfg := apiserver.Config{Store: st}
+	if opts.Identities {
+		// An authenticator that knows no one: in-process clients keep
+		// the identity they were given.
+		cfg.Authenticator = authn.Union{}
+	}
+	srv, err := apiserver.New(cfg)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
