@@ -7,12 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-helpers/storage/ephemeral"
+
+	"bonsai.dev/bonsai/kubelet/csi"
 )
 
 // A persistentVolumeClaim volume (or a generic ephemeral one, through
 // the claim made for it) mounts the claim's PersistentVolume. bonsai
 // mounts the volume kinds that are a directory on this host: hostPath
-// (what the local-path provisioner makes) and local. The claim must be
+// (what the local-path provisioner makes) and local, and CSI volumes,
+// which their driver publishes into the pod's dir (kubelet/csi). The
+// claim must be
 // Bound first; until it is, the pod waits with FailedMount events, as
 // the kubelet's volume manager makes it wait.
 
@@ -58,8 +62,24 @@ func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *co
 	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
 		return fmt.Errorf("PV %q is not bound to PVC %s/%s", pv.Name, pod.Namespace, name)
 	}
+	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
 	var path string
 	switch {
+	case pv.Spec.CSI != nil:
+		cm := w.m.cfg.CSI
+		if cm == nil {
+			return fmt.Errorf("persistent volume %q: CSI volumes are not available on this node", pv.Name)
+		}
+		src := pv.Spec.CSI
+		readOnly = readOnly || src.ReadOnly
+		path, err = cm.Publish(ctx, pod, w.podDir(), v.Name, csi.Volume{
+			Driver: src.Driver, Handle: src.VolumeHandle, ReadOnly: readOnly, FSType: src.FSType,
+			MountOptions: pv.Spec.MountOptions, Attributes: src.VolumeAttributes,
+			AccessModes: pv.Spec.AccessModes, PVName: pv.Name,
+		})
+		if err != nil {
+			return err
+		}
 	case pv.Spec.HostPath != nil:
 		if err := checkHostPath(pv.Spec.HostPath); err != nil {
 			return err
@@ -75,9 +95,8 @@ func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *co
 		}
 		path = pv.Spec.Local.Path
 	default:
-		return fmt.Errorf("persistent volume %q: only hostPath and local volumes can be mounted on this node", pv.Name)
+		return fmt.Errorf("persistent volume %q: only CSI, hostPath and local volumes can be mounted on this node", pv.Name)
 	}
-	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
 	if w.claimMounts == nil {
 		w.claimMounts = map[string]claimMount{}
 	}
@@ -105,4 +124,42 @@ func (c *Client) getClaim(ctx context.Context, ns, name string) (*corev1.Persist
 func (c *Client) getVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
 	out := &corev1.PersistentVolume{}
 	return out, c.core.Get().Resource("persistentvolumes").Name(name).Do(ctx).Into(out)
+}
+
+// setupInlineCSI has a pod's inline (ephemeral) CSI volume published, once.
+func (w *podWorker) setupInlineCSI(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
+	if _, ok := w.claimMounts[v.Name]; ok {
+		return nil
+	}
+	cm := w.m.cfg.CSI
+	if cm == nil {
+		return fmt.Errorf("CSI volumes are not available on this node")
+	}
+	src := v.CSI
+	ro := src.ReadOnly != nil && *src.ReadOnly
+	fsType := ""
+	if src.FSType != nil {
+		fsType = *src.FSType
+	}
+	path, err := cm.Publish(ctx, pod, w.podDir(), v.Name, csi.Volume{
+		Driver: src.Driver, Handle: csi.EphemeralHandle(string(pod.UID), v.Name), ReadOnly: ro, FSType: fsType,
+		Attributes: src.VolumeAttributes, Ephemeral: true,
+	})
+	if err != nil {
+		return err
+	}
+	if w.claimMounts == nil {
+		w.claimMounts = map[string]claimMount{}
+	}
+	w.claimMounts[v.Name] = claimMount{path: path, readOnly: ro}
+	return nil
+}
+
+// teardownCSI has the pod's CSI volumes unpublished (and unstaged when
+// no other pod uses them) before its dir goes.
+func (m *podManager) teardownCSI(ctx context.Context, podDir string) error {
+	if m.cfg.CSI == nil {
+		return nil
+	}
+	return m.cfg.CSI.TeardownPod(ctx, podDir)
 }
