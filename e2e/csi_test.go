@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,7 +42,12 @@ func startCSIDriver(t *testing.T, e *podEnv, extra ...string) *csiDriverProc {
 		t.Fatalf("building the test CSI driver: %v\n%s", err, out)
 	}
 	d.start(t)
-	t.Cleanup(d.stop)
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			t.Logf("CSI driver output:\n%s", tailText(d.output(), 6000))
+		}
+	})
 	return &csiDriverProc{draDriver: d, state: state}
 }
 
@@ -255,5 +261,179 @@ func TestCSIDriverNode(t *testing.T) {
 	})
 	if m := csiMounts(t, e); len(m) != 0 {
 		t.Fatalf("mounts left: %v", m)
+	}
+}
+
+// startSidecar runs a kubernetes-csi sidecar, built from its module, on
+// the driver's socket against bonsai's API (admin kubeconfig, no leader
+// election), as the driver's controller pod would.
+func startSidecar(t *testing.T, e *podEnv, d *csiDriverProc, name string, extra ...string) *draDriver {
+	t.Helper()
+	bin := testenv.CSISidecar(t, name)
+	sock := filepath.Join(e.s.dataDir, "kubelet", "plugins", csiDriverName, "csi.sock")
+	args := append([]string{"--csi-address=" + sock, "--kubeconfig=" + filepath.Join(e.s.dataDir, "kubeconfig.yaml"), "--leader-election=false", "--v=2"}, extra...)
+	p := &draDriver{bin: bin, args: args}
+	p.start(t)
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, tailText(p.output(), 6000))
+		}
+	})
+	return p
+}
+
+func tailText(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// The real external-provisioner, external-attacher and external-resizer
+// run against bonsai's API: volumes are provisioned for a StatefulSet's
+// claims of a WaitForFirstConsumer class with the driver's topology,
+// attached (the attach/detach controller's VolumeAttachments, which the
+// kubelet waits for) and published; a pod's data survives its deletion
+// and its replacement reads it; a claim is expanded online (controller
+// then node expansion, the claim's status); deleting the pods detaches
+// and deleting the claims deletes the volumes.
+func TestCSISidecars(t *testing.T) {
+	testenv.Require(t, os.Geteuid() == 0, "CSI tests need root (containerd, mounts)")
+	e := startPodEnv(t)
+	d := startCSIDriver(t, e, "-attach")
+	if _, err := e.cs.StorageV1().CSIDrivers().Create(t.Context(), &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: csiDriverName},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr(true)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prov := startSidecar(t, e, d, "csi-provisioner", "--feature-gates=Topology=true", "--extra-create-metadata", "--timeout=30s")
+	startSidecar(t, e, d, "csi-attacher", "--timeout=30s")
+	startSidecar(t, e, d, "csi-resizer", "--timeout=30s", "--handle-volume-inuse-error=false")
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	if _, err := e.cs.StorageV1().StorageClasses().Create(t.Context(), &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "csi"}, Provisioner: csiDriverName, VolumeBindingMode: &wffc,
+		AllowVolumeExpansion: ptr(true), ReclaimPolicy: ptr(corev1.PersistentVolumeReclaimDelete),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ss := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr(int32(2)), ServiceName: "web",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr(int64(1)),
+					Containers: []corev1.Container{{
+						Name: "main", Image: podImage,
+						Command:      sh(`cat /data/name 2>/dev/null; hostname > /data/name; sleep 3600`),
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr("csi"),
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}},
+				},
+			}},
+		},
+	}
+	start := time.Now()
+	if _, err := e.cs.AppsV1().StatefulSets("default").Create(t.Context(), ss, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web-0", "web-1"} {
+		p := e.waitPod(t, name, 90*time.Second, "Running", running)
+		waitLog(t, e, p, "")
+	}
+	t.Logf("StatefulSet of 2 with provisioned volumes Running in %s", time.Since(start).Round(time.Millisecond))
+	pvs, err := e.cs.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pvs.Items) != 2 {
+		t.Fatalf("%d PVs, want 2:\n%s", len(pvs.Items), prov.output())
+	}
+	for _, pv := range pvs.Items {
+		src := pv.Spec.CSI
+		if src == nil || src.Driver != csiDriverName || pv.Spec.ClaimRef == nil || pv.Annotations["pv.kubernetes.io/provisioned-by"] != csiDriverName {
+			t.Fatalf("PV %s is not the driver's: %+v", pv.Name, pv.Spec)
+		}
+		na := pv.Spec.NodeAffinity
+		if na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 ||
+			na.Required.NodeSelectorTerms[0].MatchExpressions[0].Key != csiTopoKey || na.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] != e.node {
+			t.Fatalf("PV %s node affinity %+v: want the driver's topology of the selected node", pv.Name, na)
+		}
+		if _, err := os.Stat(filepath.Join(d.state, "volumes", src.VolumeHandle)); err != nil {
+			t.Fatalf("PV %s: the driver has no volume %s: %v", pv.Name, src.VolumeHandle, err)
+		}
+	}
+
+	vas, err := e.cs.StorageV1().VolumeAttachments().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vas.Items) != 2 || !vas.Items[0].Status.Attached || !vas.Items[1].Status.Attached || strings.Count(d.output(), "ControllerPublishVolume pvc-") < 2 {
+		t.Fatalf("%d VolumeAttachments: want both volumes attached by the driver:\n%s", len(vas.Items), d.output())
+	}
+
+	// data-web-1 grows online: the resizer expands the volume, the
+	// kubelet the file system, and the claim reports the new size.
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(t.Context(), "data-web-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("128Mi")
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims("default").Update(t.Context(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "data-web-1 expanded to 128Mi", func() bool {
+		pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(t.Context(), "data-web-1", metav1.GetOptions{})
+		c := pvc.Status.Capacity[corev1.ResourceStorage]
+		return err == nil && c.Cmp(resource.MustParse("128Mi")) == 0 && len(pvc.Status.AllocatedResourceStatuses) == 0
+	})
+	if out := d.output(); !strings.Contains(out, "ControllerExpandVolume pvc-") || !strings.Contains(out, fmt.Sprintf("NodeExpandVolume pvc-%s %d", pvc.UID, 128<<20)) {
+		t.Fatalf("driver calls lack the controller and node expansion of data-web-1:\n%s", out)
+	}
+
+	// web-0 goes; its replacement finds what it wrote.
+	old, err := e.cs.CoreV1().Pods("default").Get(t.Context(), "web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cs.CoreV1().Pods("default").Delete(t.Context(), "web-0", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.waitPod(t, "web-0", 60*time.Second, "replaced and Running", func(p *corev1.Pod) bool { return p.UID != old.UID && running(p) })
+	waitLog(t, e, p, "web-0\n")
+
+	// The StatefulSet and its claims go: the provisioner deletes the
+	// volumes (reclaim policy Delete).
+	if err := e.cs.AppsV1().StatefulSets("default").Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.deletePods(t, "web-0", "web-1")
+	for _, c := range []string{"data-web-0", "data-web-1"} {
+		if err := e.cs.CoreV1().PersistentVolumeClaims("default").Delete(t.Context(), c, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 60*time.Second, "the provisioned volumes deleted", func() bool {
+		pvs, err := e.cs.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(pvs.Items) == 0 && strings.Count(d.output(), "DeleteVolume pvc-") >= 2
+	})
+	if m := csiMounts(t, e); len(m) != 0 {
+		t.Fatalf("mounts left: %v", m)
+	}
+	if vas, err := e.cs.StorageV1().VolumeAttachments().List(t.Context(), metav1.ListOptions{}); err != nil || len(vas.Items) != 0 {
+		t.Fatalf("VolumeAttachments left: %v %v", vas, err)
+	}
+	if n := strings.Count(d.output(), "ControllerUnpublishVolume pvc-"); n < 2 {
+		t.Fatalf("volumes detached %d times, want 2:\n%s", n, d.output())
 	}
 }

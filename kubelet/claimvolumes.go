@@ -6,6 +6,7 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/storage/ephemeral"
 
 	"bonsai.dev/bonsai/kubelet/csi"
@@ -24,6 +25,7 @@ import (
 type claimMount struct {
 	path     string
 	readOnly bool
+	csi      bool // a CSI persistent volume (expanded online)
 }
 
 // claimNameOf is the claim a volume uses, "" for other volume kinds.
@@ -41,7 +43,10 @@ func claimNameOf(pod *corev1.Pod, v *corev1.Volume) string {
 // never changes, and a claim being deleted stops only pods not yet
 // started with it.
 func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
-	if _, ok := w.claimMounts[v.Name]; ok {
+	if m, ok := w.claimMounts[v.Name]; ok {
+		if m.csi {
+			w.expandCSI(ctx, pod, v)
+		}
 		return nil
 	}
 	name := claimNameOf(pod, v)
@@ -100,8 +105,40 @@ func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *co
 	if w.claimMounts == nil {
 		w.claimMounts = map[string]claimMount{}
 	}
-	w.claimMounts[v.Name] = claimMount{path: path, readOnly: readOnly}
+	w.claimMounts[v.Name] = claimMount{path: path, readOnly: readOnly, csi: pv.Spec.CSI != nil}
 	return nil
+}
+
+// expandCSI finishes an online expansion of a mounted CSI claim on the
+// node: once the driver's controller side has grown the volume and the
+// claim's resize status is NodeResizePending, the driver grows it on the
+// node (NodeExpandVolume) and the claim's status gets the new capacity,
+// as the kubelet's volume manager does. A failure is an event and is
+// tried again at the next sync.
+func (w *podWorker) expandCSI(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) {
+	name := claimNameOf(pod, v)
+	pvc, err := w.m.client.getClaim(ctx, pod.Namespace, name)
+	if err != nil || pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != corev1.PersistentVolumeClaimNodeResizePending {
+		return
+	}
+	pv, err := w.m.client.getVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil || pv.Spec.CSI == nil {
+		return
+	}
+	size, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]
+	if !ok {
+		size = pv.Spec.Capacity[corev1.ResourceStorage]
+	}
+	if err := w.m.cfg.CSI.Expand(ctx, w.podDir(), v.Name, pv.Spec.AccessModes, pv.Spec.CSI.FSType, size.Value()); err != nil {
+		w.event(ctx, pod, "", corev1.EventTypeWarning, "VolumeResizeFailed", fmt.Sprintf("NodeExpandVolume.NodeExpandVolume failed for volume %q : %v", v.Name, err))
+		return
+	}
+	patch := fmt.Sprintf(`{"status":{"capacity":{"storage":%q},"allocatedResourceStatuses":null}}`, size.String())
+	if err := w.m.client.patchClaimStatus(ctx, pod.Namespace, name, []byte(patch)); err != nil {
+		w.m.log.Warn("recording a volume's expansion", "pod", podKey(pod), "claim", name, "err", err)
+		return
+	}
+	w.event(ctx, pod, "", corev1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q", v.Name))
 }
 
 // claimPath is the host path of a claim volume set up before.
@@ -162,4 +199,8 @@ func (m *podManager) teardownCSI(ctx context.Context, podDir string) error {
 		return nil
 	}
 	return m.cfg.CSI.TeardownPod(ctx, podDir)
+}
+
+func (c *Client) patchClaimStatus(ctx context.Context, ns, name string, patch []byte) error {
+	return c.core.Patch(types.MergePatchType).Namespace(ns).Resource("persistentvolumeclaims").Name(name).SubResource("status").Body(patch).Do(ctx).Error()
 }

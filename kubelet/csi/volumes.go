@@ -485,3 +485,36 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// Expand has the driver grow a published volume's file system to size
+// (NodeExpandVolume), as the kubelet does once the controller side of an
+// online expansion is done. A driver without the node's EXPAND_VOLUME
+// capability has nothing to do on the node.
+func (m *Manager) Expand(ctx context.Context, podDir, volName string, accessModes []corev1.PersistentVolumeAccessMode, fsType string, size int64) error {
+	volDir := filepath.Join(podVolumesDir(podDir), volName)
+	data, err := readVolData(volDir)
+	if err != nil {
+		return err
+	}
+	d, err := m.driver(data.Driver)
+	if err != nil {
+		return err
+	}
+	if !d.expand {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, mountTimeout)
+	defer cancel()
+	_, err = d.node.NodeExpandVolume(cctx, &csipb.NodeExpandVolumeRequest{
+		VolumeId: data.Handle, VolumePath: filepath.Join(volDir, "mount"), StagingTargetPath: data.StagingPath,
+		CapacityRange: &csipb.CapacityRange{RequiredBytes: size},
+		VolumeCapability: &csipb.VolumeCapability{
+			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: accessMode(accessModes)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("rpc error: NodeExpandVolume: %v", err)
+	}
+	return nil
+}
