@@ -29,38 +29,51 @@ var csiSidecars = map[string]struct{ module, pkg string }{
 // its path. The first build takes minutes; later ones reuse it.
 func CSISidecar(t testing.TB, name string) string {
 	t.Helper()
-	sc, ok := csiSidecars[name]
-	if !ok {
-		t.Fatalf("unknown CSI sidecar %q", name)
-	}
 	goBin, err := goTool()
 	Require(t, err == nil, "go toolchain to build %s: %v", name, err)
 	_, file, _, _ := runtime.Caller(0)
-	modDir := filepath.Join(filepath.Dir(file), "..", "..", sc.module)
-	sum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+	bin, took, err := BuildCSISidecar(goBin, filepath.Join(filepath.Dir(file), "..", ".."), name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if took > 0 {
+		t.Logf("built %s in %v", name, took.Round(time.Second))
+	}
+	return bin
+}
+
+// BuildCSISidecar builds the sidecar name from the modules under the
+// repository at repo unless the cache has it; took is 0 when reused.
+func BuildCSISidecar(goBin, repo, name string) (bin string, took time.Duration, err error) {
+	sc, ok := csiSidecars[name]
+	if !ok {
+		return "", 0, fmt.Errorf("unknown CSI sidecar %q", name)
+	}
+	modDir := filepath.Join(repo, sc.module)
+	sum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+	if err != nil {
+		return "", 0, err
 	}
 	base, err := os.UserCacheDir()
 	if err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
 	dir := filepath.Join(base, "bonsai", "csi-sidecars", fmt.Sprintf("%x", sha256.Sum256(sum))[:12])
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
-	bin := filepath.Join(dir, name)
+	bin = filepath.Join(dir, name)
 	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, 0, nil
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -69,11 +82,10 @@ func CSISidecar(t testing.TB, name string) string {
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s in %s: %v\n%s", name, modDir, err, tail(out, 2000))
+		return "", 0, fmt.Errorf("building %s (%s) in %s: %v\n%s", name, strings.TrimPrefix(sc.pkg, "github.com/"), modDir, err, tail(out, 2000))
 	}
 	if err := os.Rename(bin+".tmp", bin); err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
-	t.Logf("built %s (%s) in %v", name, strings.TrimPrefix(sc.pkg, "github.com/"), time.Since(start).Round(time.Second))
-	return bin
+	return bin, time.Since(start), nil
 }
