@@ -226,6 +226,11 @@ func admitNode(node string, nodeUID func() (types.UID, error), res *resource, su
 		}
 	case gvr("coordination.k8s.io", "v1", "leases"):
 		return admitNodeLease(node, gr, obj.(*coordinationv1.Lease).Namespace, m.GetName())
+	case gvr("storage.k8s.io", "v1", "csinodes"):
+		// The kubelet writes the CSINode of its own node only.
+		if m.GetName() != node {
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q is not allowed to modify CSINode %q", node, m.GetName()))
+		}
 	case gvr("resource.k8s.io", "v1", "resourceslices"):
 		// A node's DRA drivers publish only its own devices.
 		if err := admitNodeSlice(node, gr, obj); err != nil {
@@ -425,6 +430,10 @@ func (s *Server) admitNodeDelete(ctx context.Context, res *resource, obj runtime
 		}
 	case gvr("coordination.k8s.io", "v1", "leases"):
 		return admitNodeLease(node, gr, m.GetNamespace(), m.GetName())
+	case gvr("storage.k8s.io", "v1", "csinodes"):
+		if m.GetName() != node {
+			return apierrors.NewForbidden(gr, m.GetName(), fmt.Errorf("node %q is not allowed to modify CSINode %q", node, m.GetName()))
+		}
 	case gvr("resource.k8s.io", "v1", "resourceslices"):
 		return admitNodeSlice(node, gr, obj)
 	}

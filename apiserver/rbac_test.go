@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -634,6 +635,20 @@ func TestNodeAuthorizer(t *testing.T) {
 	}
 	if _, err := node.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node a lists ResourceClaims: %v, want forbidden", err)
+	}
+	// The kubelet keeps its own CSINode, never another node's.
+	if _, err := node.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("node a creates its CSINode: %v", err)
+	}
+	_, err = node.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "b"}}, metav1.CreateOptions{})
+	if want := `csinodes.storage.k8s.io "b" is forbidden: node "a" is not allowed to modify CSINode "b"`; !apierrors.IsForbidden(err) || err.Error() != want {
+		t.Errorf("node a creates node b's CSINode:\n got %v\nwant %s", err, want)
+	}
+	if _, err := e.admin.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.StorageV1().CSINodes().Delete(ctx, "b", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node a deletes node b's CSINode: %v, want forbidden", err)
 	}
 	// Its DRA drivers publish ResourceSlices of node a, not of others.
 	slice := func(name, node string) *resourcev1.ResourceSlice {

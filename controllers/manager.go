@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"bonsai.dev/bonsai/client"
+	"bonsai.dev/bonsai/controllers/attachdetach"
 	"bonsai.dev/bonsai/controllers/clusterroleaggregation"
 	"bonsai.dev/bonsai/controllers/cronjob"
 	"bonsai.dev/bonsai/controllers/csrapproving"
@@ -118,6 +119,9 @@ var all = []struct {
 	}},
 	{"resourceclaim", func(d Deps) (runner, error) {
 		return resourceclaim.New(resourceclaim.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
+	}},
+	{"attachdetach", func(d Deps) (runner, error) {
+		return attachdetach.New(attachdetach.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})
 	}},
 	{"pvc-protection", func(d Deps) (runner, error) {
 		return volumeprotection.New(volumeprotection.Config{Client: d.Client, Informers: d.Informers, Logger: d.Logger})

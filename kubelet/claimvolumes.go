@@ -6,13 +6,18 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/storage/ephemeral"
+
+	"bonsai.dev/bonsai/kubelet/csi"
 )
 
 // A persistentVolumeClaim volume (or a generic ephemeral one, through
 // the claim made for it) mounts the claim's PersistentVolume. bonsai
 // mounts the volume kinds that are a directory on this host: hostPath
-// (what the local-path provisioner makes) and local. The claim must be
+// (what the local-path provisioner makes) and local, and CSI volumes,
+// which their driver publishes into the pod's dir (kubelet/csi). The
+// claim must be
 // Bound first; until it is, the pod waits with FailedMount events, as
 // the kubelet's volume manager makes it wait.
 
@@ -20,6 +25,7 @@ import (
 type claimMount struct {
 	path     string
 	readOnly bool
+	csi      bool // a CSI persistent volume (expanded online)
 }
 
 // claimNameOf is the claim a volume uses, "" for other volume kinds.
@@ -37,7 +43,10 @@ func claimNameOf(pod *corev1.Pod, v *corev1.Volume) string {
 // never changes, and a claim being deleted stops only pods not yet
 // started with it.
 func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
-	if _, ok := w.claimMounts[v.Name]; ok {
+	if m, ok := w.claimMounts[v.Name]; ok {
+		if m.csi {
+			w.expandCSI(ctx, pod, v)
+		}
 		return nil
 	}
 	name := claimNameOf(pod, v)
@@ -58,8 +67,24 @@ func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *co
 	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
 		return fmt.Errorf("PV %q is not bound to PVC %s/%s", pv.Name, pod.Namespace, name)
 	}
+	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
 	var path string
 	switch {
+	case pv.Spec.CSI != nil:
+		cm := w.m.cfg.CSI
+		if cm == nil {
+			return fmt.Errorf("persistent volume %q: CSI volumes are not available on this node", pv.Name)
+		}
+		src := pv.Spec.CSI
+		readOnly = readOnly || src.ReadOnly
+		path, err = cm.Publish(ctx, pod, w.podDir(), v.Name, csi.Volume{
+			Driver: src.Driver, Handle: src.VolumeHandle, ReadOnly: readOnly, FSType: src.FSType,
+			MountOptions: pv.Spec.MountOptions, Attributes: src.VolumeAttributes,
+			AccessModes: pv.Spec.AccessModes, PVName: pv.Name,
+		})
+		if err != nil {
+			return err
+		}
 	case pv.Spec.HostPath != nil:
 		if err := checkHostPath(pv.Spec.HostPath); err != nil {
 			return err
@@ -75,14 +100,45 @@ func (w *podWorker) setupClaimVolume(ctx context.Context, pod *corev1.Pod, v *co
 		}
 		path = pv.Spec.Local.Path
 	default:
-		return fmt.Errorf("persistent volume %q: only hostPath and local volumes can be mounted on this node", pv.Name)
+		return fmt.Errorf("persistent volume %q: only CSI, hostPath and local volumes can be mounted on this node", pv.Name)
 	}
-	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
 	if w.claimMounts == nil {
 		w.claimMounts = map[string]claimMount{}
 	}
-	w.claimMounts[v.Name] = claimMount{path: path, readOnly: readOnly}
+	w.claimMounts[v.Name] = claimMount{path: path, readOnly: readOnly, csi: pv.Spec.CSI != nil}
 	return nil
+}
+
+// expandCSI finishes an online expansion of a mounted CSI claim on the
+// node: once the driver's controller side has grown the volume and the
+// claim's resize status is NodeResizePending, the driver grows it on the
+// node (NodeExpandVolume) and the claim's status gets the new capacity,
+// as the kubelet's volume manager does. A failure is an event and is
+// tried again at the next sync.
+func (w *podWorker) expandCSI(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) {
+	name := claimNameOf(pod, v)
+	pvc, err := w.m.client.getClaim(ctx, pod.Namespace, name)
+	if err != nil || pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != corev1.PersistentVolumeClaimNodeResizePending {
+		return
+	}
+	pv, err := w.m.client.getVolume(ctx, pvc.Spec.VolumeName)
+	if err != nil || pv.Spec.CSI == nil {
+		return
+	}
+	size, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]
+	if !ok {
+		size = pv.Spec.Capacity[corev1.ResourceStorage]
+	}
+	if err := w.m.cfg.CSI.Expand(ctx, w.podDir(), v.Name, pv.Spec.AccessModes, pv.Spec.CSI.FSType, size.Value()); err != nil {
+		w.event(ctx, pod, "", corev1.EventTypeWarning, "VolumeResizeFailed", fmt.Sprintf("NodeExpandVolume.NodeExpandVolume failed for volume %q : %v", v.Name, err))
+		return
+	}
+	patch := fmt.Sprintf(`{"status":{"capacity":{"storage":%q},"allocatedResourceStatuses":null}}`, size.String())
+	if err := w.m.client.patchClaimStatus(ctx, pod.Namespace, name, []byte(patch)); err != nil {
+		w.m.log.Warn("recording a volume's expansion", "pod", podKey(pod), "claim", name, "err", err)
+		return
+	}
+	w.event(ctx, pod, "", corev1.EventTypeNormal, "FileSystemResizeSuccessful", fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q", v.Name))
 }
 
 // claimPath is the host path of a claim volume set up before.
@@ -105,4 +161,46 @@ func (c *Client) getClaim(ctx context.Context, ns, name string) (*corev1.Persist
 func (c *Client) getVolume(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
 	out := &corev1.PersistentVolume{}
 	return out, c.core.Get().Resource("persistentvolumes").Name(name).Do(ctx).Into(out)
+}
+
+// setupInlineCSI has a pod's inline (ephemeral) CSI volume published, once.
+func (w *podWorker) setupInlineCSI(ctx context.Context, pod *corev1.Pod, v *corev1.Volume) error {
+	if _, ok := w.claimMounts[v.Name]; ok {
+		return nil
+	}
+	cm := w.m.cfg.CSI
+	if cm == nil {
+		return fmt.Errorf("CSI volumes are not available on this node")
+	}
+	src := v.CSI
+	ro := src.ReadOnly != nil && *src.ReadOnly
+	fsType := ""
+	if src.FSType != nil {
+		fsType = *src.FSType
+	}
+	path, err := cm.Publish(ctx, pod, w.podDir(), v.Name, csi.Volume{
+		Driver: src.Driver, Handle: csi.EphemeralHandle(string(pod.UID), v.Name), ReadOnly: ro, FSType: fsType,
+		Attributes: src.VolumeAttributes, Ephemeral: true,
+	})
+	if err != nil {
+		return err
+	}
+	if w.claimMounts == nil {
+		w.claimMounts = map[string]claimMount{}
+	}
+	w.claimMounts[v.Name] = claimMount{path: path, readOnly: ro}
+	return nil
+}
+
+// teardownCSI has the pod's CSI volumes unpublished (and unstaged when
+// no other pod uses them) before its dir goes.
+func (m *podManager) teardownCSI(ctx context.Context, podDir string) error {
+	if m.cfg.CSI == nil {
+		return nil
+	}
+	return m.cfg.CSI.TeardownPod(ctx, podDir)
+}
+
+func (c *Client) patchClaimStatus(ctx context.Context, ns, name string, patch []byte) error {
+	return c.core.Patch(types.MergePatchType).Namespace(ns).Resource("persistentvolumeclaims").Name(name).SubResource("status").Body(patch).Do(ctx).Error()
 }

@@ -39,6 +39,7 @@ import (
 
 	"bonsai.dev/bonsai/deviceplugin"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/csi"
 	"bonsai.dev/bonsai/kubelet/dra"
 	"bonsai.dev/bonsai/kubelet/eviction"
 	"bonsai.dev/bonsai/kubelet/simulator"
@@ -97,6 +98,9 @@ type Config struct {
 	// DRA prepares pods' ResourceClaims through DRA drivers' kubelet
 	// plugins; nil = claims are not prepared.
 	DRA *dra.Manager
+	// CSI mounts pods' CSI volumes through the drivers registered in the
+	// plugin registry; nil = CSI volumes do not mount on this node.
+	CSI *csi.Manager
 	// States, when set, is where the kubelet API finds the agent's pods
 	// once it runs (see PodStates).
 	States *PodStates

@@ -266,9 +266,18 @@ func (m *podManager) housekeeping(ctx context.Context) {
 	dirs, _ := os.ReadDir(m.podsDir())
 	for _, d := range dirs {
 		if !m.known(d.Name()) {
+			if err := m.teardownCSI(ctx, filepath.Join(m.podsDir(), d.Name())); err != nil {
+				m.log.Warn("housekeeping: CSI volumes of a gone pod", "pod", d.Name(), "err", err)
+				continue
+			}
 			if err := removePodDir(filepath.Join(m.podsDir(), d.Name())); err != nil {
 				m.log.Warn("housekeeping: pod dir", "err", err)
 			}
+		}
+	}
+	if m.cfg.CSI != nil {
+		if err := m.cfg.CSI.UnstageUnused(ctx); err != nil {
+			m.log.Warn("housekeeping: unstaging CSI volumes", "err", err)
 		}
 	}
 }

@@ -654,6 +654,14 @@ func (w *podWorker) terminate(ctx context.Context, pod *corev1.Pod, deleted bool
 		}
 	}
 	removePodCgroup(podCgroup(string(pod.UID)))
+	// CSI volumes are unpublished by their drivers first: the pod waits
+	// for that, as the kubelet keeps a pod until its volumes are
+	// unmounted.
+	if err := w.m.teardownCSI(ctx, w.podDir()); err != nil {
+		w.m.log.Warn("unmounting CSI volumes", "pod", podKey(pod), "err", err)
+		return time.Second, false
+	}
+	w.claimMounts = nil
 	if err := removePodDir(w.podDir()); err != nil {
 		w.m.log.Warn("removing pod dir", "pod", podKey(pod), "err", err)
 	}

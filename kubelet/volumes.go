@@ -39,7 +39,7 @@ func (w *podWorker) volumePath(pod *corev1.Pod, name string) (string, bool) {
 			return v.HostPath.Path, true
 		case kind != "":
 			return w.volumeDir(kind, name), true
-		case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+		case v.PersistentVolumeClaim != nil, v.Ephemeral != nil, v.CSI != nil:
 			return w.claimPath(name)
 		}
 		return "", false
@@ -96,6 +96,8 @@ func (w *podWorker) setupVolume(ctx context.Context, pod *corev1.Pod, v *corev1.
 		return checkHostPath(v.HostPath)
 	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
 		return w.setupClaimVolume(ctx, pod, v)
+	case v.CSI != nil:
+		return w.setupInlineCSI(ctx, pod, v)
 	case v.EmptyDir != nil:
 		dir := w.volumeDir("empty-dir", v.Name)
 		if err := os.MkdirAll(dir, 0o777); err != nil {

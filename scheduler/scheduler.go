@@ -172,7 +172,7 @@ func (s *Scheduler) buildPlugins() {
 	podAffinity := interPodAffinityPlugin{index: s.cache.affinity}
 	spread := topologySpreadPlugin{}
 	s.preFilters = []PreFilterPlugin{affinity, s.volumes, spread, podAffinity, s.dra}
-	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, s.volumes, spread, podAffinity, s.dra}
+	s.filters = []FilterPlugin{nodeUnschedulablePlugin{}, nodeNamePlugin{}, taints, affinity, nodePortsPlugin{}, fit, volumeLimitsPlugin{&s.volumes}, s.volumes, spread, podAffinity, s.dra}
 	for _, sp := range []ScorePlugin{taints, affinity, fit, balancedAllocationPlugin{resources: o.BalancedResources}, imageLocalityPlugin{}, podAffinity, spread} {
 		if w := o.ScoreWeights[sp.Name()]; w > 0 {
 			s.scorers = append(s.scorers, weightedScorer{sp, w})

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +35,7 @@ const (
 	errVolumeConflict   = "node(s) had volume node affinity conflict"
 	errBindConflict     = "node(s) didn't find available persistent volumes to bind"
 	errPVNotExist       = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+	errNoCapacity       = "node(s) did not have enough free storage"
 )
 
 // volumeBindingPlugin places pods whose claims tie them to nodes: a
@@ -44,9 +47,12 @@ const (
 // node, then waits until the persistentvolume-binder (and the
 // provisioner) have bound them, before the pod is bound.
 type volumeBindingPlugin struct {
-	claims  corelisters.PersistentVolumeClaimLister
-	volumes corelisters.PersistentVolumeLister
-	classes storagelisters.StorageClassLister
+	claims     corelisters.PersistentVolumeClaimLister
+	volumes    corelisters.PersistentVolumeLister
+	classes    storagelisters.StorageClassLister
+	drivers    storagelisters.CSIDriverLister
+	capacities storagelisters.CSIStorageCapacityLister
+	csiNodes   storagelisters.CSINodeLister
 }
 
 // volumeState is what PreFilter found of the pod's claims, and what
@@ -163,6 +169,9 @@ func (p volumeBindingPlugin) Filter(state *CycleState, _ *corev1.Pod, ni *NodeIn
 		if !p.canProvision(pvc, node) {
 			return unresolvable(errBindConflict)
 		}
+		if !p.hasCapacity(pvc, node) {
+			return unschedulable(errNoCapacity)
+		}
 	}
 	vs.decisions[node.Name] = decisions
 	return nil
@@ -175,7 +184,73 @@ func (p volumeBindingPlugin) canProvision(pvc *corev1.PersistentVolumeClaim, nod
 		return false
 	}
 	class, err := p.classes.Get(volumehelpers.GetPersistentVolumeClaimClass(pvc))
-	return err == nil && class.Provisioner != volumehelpers.NotSupportedProvisioner
+	if err != nil || class.Provisioner == volumehelpers.NotSupportedProvisioner {
+		return false
+	}
+	// The class's allowedTopologies bound where it provisions.
+	if len(class.AllowedTopologies) > 0 {
+		ok := false
+		for _, term := range class.AllowedTopologies {
+			if topologyTermMatches(term, node.Labels) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func topologyTermMatches(term corev1.TopologySelectorTerm, nodeLabels map[string]string) bool {
+	for _, e := range term.MatchLabelExpressions {
+		v, ok := nodeLabels[e.Key]
+		if !ok || !slices.Contains(e.Values, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasCapacity: a CSI driver that tracks storage capacity
+// (CSIDriver spec.storageCapacity) published a CSIStorageCapacity for
+// the claim's class whose topology takes the node and whose capacity
+// (maximumVolumeSize when set) holds the claim's request, as
+// kube-scheduler's VolumeBinding checks before provisioning there.
+// Drivers that do not track capacity fit everywhere.
+func (p volumeBindingPlugin) hasCapacity(pvc *corev1.PersistentVolumeClaim, node *corev1.Node) bool {
+	if p.drivers == nil || p.capacities == nil {
+		return true
+	}
+	className := volumehelpers.GetPersistentVolumeClaimClass(pvc)
+	class, err := p.classes.Get(className)
+	if err != nil {
+		return true
+	}
+	drv, err := p.drivers.Get(class.Provisioner)
+	if err != nil || drv.Spec.StorageCapacity == nil || !*drv.Spec.StorageCapacity {
+		return true
+	}
+	req := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	caps, _ := p.capacities.List(everything)
+	for _, c := range caps {
+		if c.StorageClassName != className {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(c.NodeTopology)
+		if c.NodeTopology == nil || err != nil || !sel.Matches(labels.Set(node.Labels)) {
+			continue
+		}
+		have := c.Capacity
+		if c.MaximumVolumeSize != nil {
+			have = c.MaximumVolumeSize
+		}
+		if have != nil && have.Cmp(req) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // volumeBindings is what prebind must write for the pod on node: nil
@@ -285,6 +360,9 @@ func (s *Scheduler) watchStorage() error {
 		{s.core, "persistentvolumeclaims", &corev1.PersistentVolumeClaim{}},
 		{s.core, "persistentvolumes", &corev1.PersistentVolume{}},
 		{storageClient, "storageclasses", &storagev1.StorageClass{}},
+		{storageClient, "csidrivers", &storagev1.CSIDriver{}},
+		{storageClient, "csistoragecapacities", &storagev1.CSIStorageCapacity{}},
+		{storageClient, "csinodes", &storagev1.CSINode{}},
 	} {
 		inf := s.informer(w.rc, w.resource, w.obj)
 		reg, err := inf.AddEventHandler(wake)
@@ -295,9 +373,12 @@ func (s *Scheduler) watchStorage() error {
 		s.storage = append(s.storage, inf)
 	}
 	s.volumes = volumeBindingPlugin{
-		claims:  corelisters.NewPersistentVolumeClaimLister(s.storage[0].GetIndexer()),
-		volumes: corelisters.NewPersistentVolumeLister(s.storage[1].GetIndexer()),
-		classes: storagelisters.NewStorageClassLister(s.storage[2].GetIndexer()),
+		claims:     corelisters.NewPersistentVolumeClaimLister(s.storage[0].GetIndexer()),
+		volumes:    corelisters.NewPersistentVolumeLister(s.storage[1].GetIndexer()),
+		classes:    storagelisters.NewStorageClassLister(s.storage[2].GetIndexer()),
+		drivers:    storagelisters.NewCSIDriverLister(s.storage[3].GetIndexer()),
+		capacities: storagelisters.NewCSIStorageCapacityLister(s.storage[4].GetIndexer()),
+		csiNodes:   storagelisters.NewCSINodeLister(s.storage[5].GetIndexer()),
 	}
 	return nil
 }

@@ -292,6 +292,8 @@ var nodeRules = []rbacv1.PolicyRule{
 	{Verbs: []string{"create", "get", "list", "watch"}, APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}},
 	{Verbs: []string{"get", "create", "update", "patch", "delete"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments", "csidrivers", "csinodes", "storageclasses"}},
+	// The kubelet keeps its node's CSINode (NodeRestriction: its own only).
+	{Verbs: []string{"create", "delete", "get", "patch", "update"}, APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}},
 	{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}},
 	// DRA drivers on the node publish its devices (NodeRestriction: only
 	// slices of the node itself).

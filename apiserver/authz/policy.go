@@ -195,7 +195,8 @@ func DefaultClusterRoles() []*rbacv1.ClusterRole {
 			rule([]string{"create"}, "resource.k8s.io", "resourceclaims"),
 			rule([]string{"create"}, "coordination.k8s.io", "leases"),
 			// The local-path provisioner's default StorageClass.
-			rule([]string{"create"}, "storage.k8s.io", "storageclasses"),
+			// and the attach/detach controller's VolumeAttachments.
+			rule([]string{"create"}, "storage.k8s.io", "storageclasses", "volumeattachments"),
 			// The clusterrole-aggregation controller writes rules it
 			// need not hold.
 			rule([]string{"escalate"}, "rbac.authorization.k8s.io", "clusterroles")),

@@ -24,6 +24,7 @@ import (
 	"bonsai.dev/bonsai/kubelet/containerd"
 	"bonsai.dev/bonsai/kubelet/cri"
 	"bonsai.dev/bonsai/kubelet/dra"
+	"bonsai.dev/bonsai/kubelet/pluginregistry"
 	"bonsai.dev/bonsai/netplugin"
 	"bonsai.dev/bonsai/netplugin/cni"
 	"bonsai.dev/bonsai/netplugin/dns"
@@ -352,13 +353,13 @@ func nodeUser(cfg *serverConfig) *authn.User {
 // prepare the claims of this node's pods; what is prepared is kept in
 // <dir>/dra_manager_state across restarts. A manager that cannot start
 // leaves pods with claims waiting, not the node without pods.
-func startDRA(ctx context.Context, cfg *serverConfig, rc *rest.Config, log *slog.Logger) *dra.Manager {
+func startDRA(ctx context.Context, cfg *serverConfig, rc *rest.Config, reg *pluginregistry.Registry, log *slog.Logger) *dra.Manager {
 	get, err := kubelet.ClaimGetter(rc)
 	if err != nil {
 		log.Error("DRA drivers are not available on this node", "err", err)
 		return nil
 	}
-	m := dra.New(dra.Config{RootDir: cfg.KubeletRootDir, GetClaim: get, Logger: log})
+	m := dra.New(dra.Config{RootDir: cfg.KubeletRootDir, GetClaim: get, Registry: reg, Logger: log})
 	if err := m.Start(ctx); err != nil {
 		log.Error("DRA drivers are not available on this node", "err", err)
 		return nil

@@ -34,6 +34,7 @@ import (
 	"bonsai.dev/bonsai/client"
 	"bonsai.dev/bonsai/kubelet"
 	"bonsai.dev/bonsai/kubelet/cri"
+	"bonsai.dev/bonsai/kubelet/pluginregistry"
 	"bonsai.dev/bonsai/store"
 )
 
@@ -482,7 +483,12 @@ func startAgent(ctx context.Context, cfg *serverConfig, api nodeAPI, serveKubele
 			kcfg.PodManifestPath = filepath.Join(cfg.DataDir, "pod-manifests")
 		}
 		kcfg.Devices = startDevices(ctx, cfg, api, log)
-		kcfg.DRA = startDRA(ctx, cfg, api.ClientConfig(nodeUser(cfg)), log)
+		reg := pluginregistry.New(filepath.Join(cfg.KubeletRootDir, pluginregistry.DirName), log)
+		kcfg.DRA = startDRA(ctx, cfg, api.ClientConfig(nodeUser(cfg)), reg, log)
+		kcfg.CSI = startCSI(ctx, cfg, api.ClientConfig(nodeUser(cfg)), reg, filepath.Join(kcfg.RootDir, "pods"), log)
+		if err := reg.Start(ctx); err != nil {
+			log.Error("plugin registry: DRA and CSI drivers cannot register on this node", "err", err)
+		}
 		kcfg.SeccompDir = filepath.Join(cfg.KubeletRootDir, "seccomp")
 		kcfg.PodMaxPids = cfg.PodMaxPids
 	}

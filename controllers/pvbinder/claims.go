@@ -264,7 +264,13 @@ func (c *Controller) bind(ctx context.Context, pv *corev1.PersistentVolume, pvc 
 	st := claim.Status.DeepCopy()
 	st.Phase = corev1.ClaimBound
 	st.AccessModes = pv.Spec.AccessModes
-	st.Capacity = pv.Spec.Capacity
+	// The capacity is set when the claim becomes Bound, not after, as
+	// kube-controller-manager does: an expansion grows the volume first
+	// and the claim's capacity only once the node has grown the file
+	// system (the kubelet writes it then).
+	if claim.Status.Phase != corev1.ClaimBound || claim.Status.Capacity == nil {
+		st.Capacity = pv.Spec.Capacity
+	}
 	if apiequality.Semantic.DeepEqual(*st, claim.Status) {
 		return nil
 	}

@@ -44,6 +44,7 @@ var suites = []suite{
 	{name: "pods", about: "a real node: bonsai with its own containerd running busybox pods", run: podSuite},
 	{name: "deviceplugin", about: "device plugins on a real node: registration to Node capacity, Allocate's cost at admission, a burst of pods for few devices", run: devicePluginSuite},
 	{name: "agent", about: "`bonsai agent` joining a running server with a join token (simulated runtime): exec to Node Ready, idle RSS", run: agentSuite},
+	{name: "csi", about: "CSI on a real node with the test CSI driver and the real external-provisioner: claim create to pod Running, RSS of the CSI machinery", run: csiSuite},
 	{name: "simnodes", about: "`bonsai server --simulated-nodes N`: time to Ready, memory and lease writes", run: simNodesSuite},
 	{name: "nodelifecycle", about: "the node lifecycle controller's CPU on a steady cluster of simulated nodes", run: nodeLifecycleSuite},
 	{name: "workloads", about: "the workload controllers on simulated nodes: a 1,000-replica Deployment, its rollout, a namespace deletion", run: workloadsSuite},

@@ -24,12 +24,15 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"bonsai.dev/bonsai/kubelet/pluginregistry"
 )
 
 // RegistryDirName and StateFileName are the kubelet's names under its
 // root directory.
 const (
-	RegistryDirName = "plugins_registry"
+	RegistryDirName = pluginregistry.DirName
 	StateFileName   = "dra_manager_state"
 )
 
@@ -47,6 +50,10 @@ type Config struct {
 	RootDir  string
 	GetClaim ClaimGetter
 	Logger   *slog.Logger
+	// Registry is the node's plugin registry, shared with the other
+	// plugin types (CSI); nil: the manager watches RootDir/plugins_registry
+	// itself, for DRA plugins only.
+	Registry *pluginregistry.Registry
 }
 
 // Manager registers DRA drivers and prepares pods' claims.
@@ -54,9 +61,8 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	mu         sync.Mutex // drivers
-	drivers    map[string]*driver
-	regSockets map[string]string // driver name → its registration socket
+	mu      sync.Mutex // drivers
+	drivers map[string]*driver
 
 	opMu  sync.Mutex // state and the driver calls that change it
 	state state
@@ -103,11 +109,16 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{cfg: cfg, log: log, drivers: map[string]*driver{}, regSockets: map[string]string{}}
+	return &Manager{cfg: cfg, log: log, drivers: map[string]*driver{}}
 }
 
-func (m *Manager) registryDir() string { return filepath.Join(m.cfg.RootDir, RegistryDirName) }
-func (m *Manager) statePath() string   { return filepath.Join(m.cfg.RootDir, StateFileName) }
+func (m *Manager) registryDir() string {
+	if m.cfg.Registry != nil {
+		return m.cfg.Registry.Dir()
+	}
+	return filepath.Join(m.cfg.RootDir, RegistryDirName)
+}
+func (m *Manager) statePath() string { return filepath.Join(m.cfg.RootDir, StateFileName) }
 
 // RegistryDir is where plugins put their registration sockets.
 func (m *Manager) RegistryDir() string { return m.registryDir() }
@@ -130,8 +141,13 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.state = state{}
 		}
 	}
-	go m.watchRegistry(ctx)
-	return nil
+	if m.cfg.Registry != nil {
+		m.cfg.Registry.AddHandler(registerapi.DRAPlugin, m)
+		return nil
+	}
+	r := pluginregistry.New(m.registryDir(), m.log)
+	r.AddHandler(registerapi.DRAPlugin, m)
+	return r.Start(ctx)
 }
 
 func (m *Manager) save() error {
