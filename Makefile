@@ -35,7 +35,7 @@ DEPS := $(strip $(RUN_DEPS) etcd-server busybox-static iproute2 nftables docker-
 # test`, whose machines need no web server started on port 80.
 BENCH_DEPS := nginx
 
-TEST_TIMEOUT ?= 20m
+TEST_TIMEOUT ?= 25m
 FUZZTIME ?= 20s
 FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./apiserver/authz/ ./apiserver/audit/ ./cmd/bonsai/ ./controllers/nodeipam/ ./deploy/
 BENCH_FLAGS ?=

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -54,6 +55,12 @@ func TestMain(m *testing.M) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/bonsai: %v\n%s", err, out)
 		}
+	}
+	// The CSI tests' sidecars take minutes to build on a fresh machine:
+	// when the CSI tests are to run, build them while the others do.
+	flag.Parse()
+	if run := flag.Lookup("test.run").Value.String(); goMissing == nil && buildErr == nil && (run == "" || strings.Contains(run, "CSI")) {
+		go testenv.PrebuildCSISidecars(goBin, "..")
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -42,6 +43,21 @@ func CSISidecar(t testing.TB, name string) string {
 	return bin
 }
 
+// niceness is the priority of prebuilds (PrebuildCSISidecars): tests
+// running meanwhile come first.
+var niceness int
+
+// PrebuildCSISidecars builds every sidecar the cache lacks, at a low
+// priority, so that a test package can start the builds (minutes on a
+// fresh machine) while its other tests run; CSISidecar then waits for
+// the build it needs, if it is not done yet, on the cache's lock.
+func PrebuildCSISidecars(goBin, repo string) {
+	niceness = 10
+	for name := range csiSidecars {
+		BuildCSISidecar(goBin, repo, name) // a failure is the test's to report, when it builds again
+	}
+}
+
 // BuildCSISidecar builds the sidecar name from the modules under the
 // repository at repo unless the cache has it; took is 0 when reused.
 func BuildCSISidecar(goBin, repo, name string) (bin string, took time.Duration, err error) {
@@ -81,8 +97,18 @@ func BuildCSISidecar(goBin, repo, name string) (bin string, took time.Duration, 
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin+".tmp", sc.pkg)
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", 0, fmt.Errorf("building %s (%s) in %s: %v\n%s", name, strings.TrimPrefix(sc.pkg, "github.com/"), modDir, err, tail(out, 2000))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Start()
+	if err == nil {
+		if niceness > 0 {
+			// The compilers go build starts from now on inherit it.
+			syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, niceness)
+		}
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("building %s (%s) in %s: %v\n%s", name, strings.TrimPrefix(sc.pkg, "github.com/"), modDir, err, tail(out.Bytes(), 2000))
 	}
 	if err := os.Rename(bin+".tmp", bin); err != nil {
 		return "", 0, err
