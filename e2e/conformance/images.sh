@@ -24,17 +24,24 @@ for p in /bin/busybox /usr/bin/busybox; do
 	if [ -x "$p" ] && ! readelf -l "$p" 2>/dev/null | grep -q INTERP; then busybox=$p; break; fi
 done
 [ -n "$busybox" ] || die "a static busybox (Debian package busybox-static) is not installed"
-for b in nginx dig getent curl; do
+for b in bash nginx dig getent curl; do
 	command -v "$b" >/dev/null || die "$b is not installed (make conformance installs it with apt)"
 done
 
-# add_busybox ROOT: Debian's static busybox with every applet in /bin.
+# add_busybox ROOT: Debian's static busybox with every applet in /bin,
+# and Debian's bash as /bin/sh and /bin/bash: bookworm's busybox (1.35)
+# ash drops the environment variables whose names are not shell
+# identifiers (data-1, $_-x), which the images upstream builds pass on
+# and the tests of ConfigMap and Secret envFrom prefixes read with `sh -c
+# env`.
 add_busybox() {
 	local root=$1
 	mkdir -p "$root/bin"
 	cp "$busybox" "$root/bin/busybox"
+	add_elf "$root" /bin/bash /bin/bash
+	ln -s bash "$root/bin/sh"
 	for a in $("$busybox" --list); do
-		[ "$a" = busybox ] || [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"
+		[ "$a" = busybox ] || [ -e "$root/bin/$a" ] || [ -L "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"
 	done
 }
 
