@@ -18,14 +18,24 @@ if [ "$have" != "$kver" ]; then
 fi
 mkdir -p "$cache"
 export CGO_ENABLED=0
+# The version stamp upstream's build (hack/lib/version.sh) links in: the
+# suite reads it (Pod Security fixtures of the restricted level at this
+# minor, [MinimumKubeletVersion] checks), kubectl prints it.
+major=${kver#v}; major=${major%%.*}
+minor=${kver#v*.}; minor=${minor%%.*}
+v=k8s.io/component-base/version
+ldflags="-s -w -X $v.gitVersion=$kver -X $v.gitMajor=$major -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 
 build() { # NAME PACKAGE GO-COMMAND...
 	local name=$1 pkg=$2; shift 2
-	[ -x "$cache/$name" ] && return
+	# Built, and stamped with this version (a binary of an older build.sh
+	# is not).
+	[ -x "$cache/$name" ] && grep -qaF "$kver" "$cache/$name.stamp" 2>/dev/null && return
 	local t0
 	t0=$(date +%s)
-	nice go "$@" -trimpath -o "$cache/$name.tmp" "$pkg"
+	nice go "$@" -trimpath -ldflags "$ldflags" -o "$cache/$name.tmp" "$pkg"
 	mv "$cache/$name.tmp" "$cache/$name"
+	echo "$kver $ldflags" >"$cache/$name.stamp"
 	echo "conformance: built $name in $(($(date +%s) - t0))s"
 }
 build e2e.test k8s.io/kubernetes/test/e2e test -c
