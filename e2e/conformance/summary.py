@@ -32,7 +32,11 @@ def main():
             fail = tc.find("error")
         if fail is not None or status in ("failed", "panicked", "interrupted", "timedout", "aborted"):
             msg = (fail.get("message") or fail.text or "") if fail is not None else status
-            first = next((l.strip() for l in msg.splitlines() if l.strip()), status)
+            lines = [l.strip() for l in msg.splitlines() if l.strip()]
+            first = lines[0] if lines else status
+            if len(first) < 40 and len(lines) > 1:
+                # gomega's "Expected" alone says nothing: add what follows.
+                first = " ".join(lines[:6])[:240]
             failed.append((name, first))
         elif not is_test:
             continue
