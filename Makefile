@@ -41,7 +41,7 @@ FUZZ_PKGS ?= ./store/ ./apiserver/ ./apiserver/encryption/ ./apiserver/authn/ ./
 BENCH_FLAGS ?=
 CHURN ?= 10m
 
-.PHONY: build run test vet bench wear churn size deps run-deps fuzz clean go-check
+.PHONY: build run test vet bench wear churn size deps run-deps fuzz clean go-check conformance conformance-build conformance-run
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "Go not found: install Go 1.21 or newer (it fetches the toolchain go.mod asks for through the module proxy)" >&2; exit 1; }
@@ -101,6 +101,28 @@ fuzz: go-check
 			$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# Upstream's conformance suite against the real binary, offline
+# (docs/conformance.md): e2e/conformance/ is a Go module of its own that
+# builds e2e.test, ginkgo, kubectl and agnhost from k8s.io/kubernetes at
+# the version bonsai reports (v0.x.y of k8s.io/api is Kubernetes v1.x.y),
+# cached in CONFORMANCE_CACHE; the images the tests pull are built from
+# Debian packages and that agnhost. The run writes junit.xml, e2e.log,
+# failures.txt and summary.txt into bin/conformance/.
+# make conformance CONFORMANCE_FOCUS='...' runs a subset.
+KUBE_VERSION := $(shell awk '$$1 == "k8s.io/api" { sub(/^v0/, "v1", $$2); print $$2 }' go.mod)
+CONFORMANCE_CACHE ?= $(HOME)/.cache/bonsai/conformance/$(KUBE_VERSION)
+CONFORMANCE_FOCUS ?= \[Conformance\]
+CONFORMANCE_DEPS := $(RUN_DEPS) busybox-static nginx bind9-dnsutils curl iproute2 nftables python3 binutils
+
+conformance: conformance-build conformance-run
+
+conformance-build: go-check build
+	@bash scripts/install-deps.sh $(CONFORMANCE_DEPS)
+	@bash e2e/conformance/build.sh $(KUBE_VERSION) $(CONFORMANCE_CACHE)
+
+conformance-run:
+	@FOCUS='$(CONFORMANCE_FOCUS)' bash e2e/conformance/run.sh $(BIN) $(CONFORMANCE_CACHE) bin/conformance
 
 clean:
 	rm -rf bin

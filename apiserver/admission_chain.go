@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,6 +54,7 @@ func (s *Server) newAdmissionChain() *admission.Chain {
 		admission.DefaultTolerationSeconds{},
 		admission.DefaultStorageClass{StorageClasses: s.storageClasses},
 		admission.StorageObjectInUseProtection{},
+		admission.RuntimeClass{RuntimeClasses: listAll[*nodev1.RuntimeClass](s, gvr("node.k8s.io", "v1", "runtimeclasses"))},
 		certificateApproval{s},
 		certificateSigning{s},
 		certificateSubjectRestriction{},

@@ -1654,3 +1654,67 @@ func TestWatchParameterSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiredContinueResumesInconsistently: a continue token whose
+// revision was compacted gets kube-apiserver's 410 with a token in the
+// Status that resumes at the same key at the newest revision; following
+// it pages through the rest at one newer revision (the conformance
+// suite's chunking test walks exactly this).
+func TestExpiredContinueResumesInconsistently(t *testing.T) {
+	e := newTestEnv(t)
+	cms := e.cs.CoreV1().ConfigMaps("default")
+	for i := 0; i < 20; i++ {
+		if _, err := cms.Create(e.ctx, cm(fmt.Sprintf("c%02d", i), nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := cms.List(e.ctx, metav1.ListOptions{Limit: 5})
+	if err != nil || first.Continue == "" {
+		t.Fatalf("first page: %v %v", first, err)
+	}
+	// Another write, then history up to it compacted: the token's
+	// revision is gone.
+	if _, err := cms.Create(e.ctx, cm("c99", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := e.st.CurrentRevision(e.ctx)
+	if err := e.st.Compact(e.ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cms.List(e.ctx, metav1.ListOptions{Limit: 5, Continue: first.Continue})
+	var se apierrors.APIStatus
+	if !apierrors.IsResourceExpired(err) || !errors.As(err, &se) {
+		t.Fatalf("continue at a compacted revision: %v, want 410 Expired", err)
+	}
+	tok := se.Status().ListMeta.Continue
+	if tok == "" {
+		t.Fatalf("410 without a continue token to resume with: %+v", se.Status())
+	}
+	var names []string
+	lastRV := ""
+	for tok != "" {
+		page, err := cms.List(e.ctx, metav1.ListOptions{Limit: 5, Continue: tok})
+		if err != nil {
+			t.Fatalf("inconsistent continue: %v", err)
+		}
+		if page.ResourceVersion == first.ResourceVersion || (lastRV != "" && page.ResourceVersion != lastRV) {
+			t.Fatalf("page at rv %s: first page %s, previous %s", page.ResourceVersion, first.ResourceVersion, lastRV)
+		}
+		lastRV = page.ResourceVersion
+		for _, c := range page.Items {
+			if c.Name != "kube-root-ca.crt" { // when a controller made one
+				names = append(names, c.Name)
+			}
+		}
+		tok = page.Continue
+	}
+	// The rest after c04, with the write that came after the first page.
+	want := []string{}
+	for i := 5; i < 20; i++ {
+		want = append(want, fmt.Sprintf("c%02d", i))
+	}
+	want = append(want, "c99")
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Fatalf("remaining items (-want +got):\n%s", diff)
+	}
+}

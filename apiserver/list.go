@@ -246,7 +246,7 @@ func (s *Server) listObjects(ctx context.Context, res *resource, namespace strin
 		page, err := s.cfg.Store.List(ctx, prefix, so)
 		if err != nil {
 			if errors.Is(err, store.ErrCompacted) && o.cont != "" {
-				return nil, lm, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+				return nil, lm, expiredContinue(prefix, o.cont)
 			}
 			return nil, lm, storeError(err, res, "")
 		}
@@ -301,3 +301,15 @@ func metaOnly(res *resource, o *listOptions, kv store.KeyValue) (*metav1.Partial
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// expiredContinue is kube-apiserver's 410 for a continue token whose
+// revision was compacted away: its list metadata carries a token that
+// resumes at the same key at the newest revision, so the client can
+// finish the list, inconsistently, as the message says.
+func expiredContinue(prefix, cont string) error {
+	se := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+	if start, _, err := store.DecodeContinue(prefix, cont); err == nil {
+		se.ErrStatus.ListMeta.Continue, _ = store.EncodeContinue(prefix, start, 0)
+	}
+	return se
+}

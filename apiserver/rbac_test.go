@@ -359,6 +359,29 @@ func TestRBACValidation(t *testing.T) {
 	if _, err := e.admin.RbacV1().ClusterRoleBindings().Update(ctx, got, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cannot change roleRef") {
 		t.Errorf("roleRef change: %v", err)
 	}
+
+	// rbac/v1's defaults: a roleRef or a User or Group subject without
+	// an apiGroup is rbac.authorization.k8s.io's (the conformance suite's
+	// webhook tests bind roles so); a ServiceAccount's stays the core
+	// group.
+	rb, err := e.admin.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaulted"},
+		RoleRef:    rbacv1.RoleRef{Kind: "Role", Name: "reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "default"},
+			{Kind: rbacv1.UserKind, Name: "alice"}, {Kind: rbacv1.GroupKind, Name: "devs"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("binding without apiGroups: %v", err)
+	}
+	if rb.RoleRef.APIGroup != rbacv1.GroupName || rb.Subjects[0].APIGroup != "" || rb.Subjects[1].APIGroup != rbacv1.GroupName || rb.Subjects[2].APIGroup != rbacv1.GroupName {
+		t.Errorf("defaults: roleRef %+v subjects %+v", rb.RoleRef, rb.Subjects)
+	}
+	crb, err := e.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaulted"}, RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "view"},
+	}, metav1.CreateOptions{})
+	if err != nil || crb.RoleRef.APIGroup != rbacv1.GroupName {
+		t.Errorf("ClusterRoleBinding without a roleRef apiGroup: %v %+v", err, crb)
+	}
 }
 
 func TestRBACEscalationPrevention(t *testing.T) {

@@ -379,6 +379,40 @@ func TestPods(t *testing.T) {
 		}
 	})
 
+	t.Run("sidecar starts before the main containers and keeps running", func(t *testing.T) {
+		vm := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+		always := corev1.ContainerRestartPolicyAlways
+		p := e.create(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "sidecar"},
+			Spec: corev1.PodSpec{
+				// Never: the sidecar is restarted and kept running
+				// whatever the pod's policy.
+				RestartPolicy: corev1.RestartPolicyNever,
+				Volumes:       []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				InitContainers: []corev1.Container{{
+					Name: "proxy", RestartPolicy: &always, VolumeMounts: vm,
+					Command: sh("sleep 1; touch /shared/up; sleep 3600"),
+					StartupProbe: &corev1.Probe{PeriodSeconds: 1,
+						ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/shared/up"}}}},
+				}},
+				Containers: []corev1.Container{{Name: "main", VolumeMounts: vm,
+					Command: sh("if [ -f /shared/up ]; then echo proxy-was-up; fi; sleep 3600")}},
+			},
+		})
+		p = e.waitPod(t, p.Name, 30*time.Second, "Running and Ready", running)
+		ic := p.Status.InitContainerStatuses[0]
+		if ic.State.Running == nil || ic.Started == nil || !*ic.Started || !ic.Ready {
+			t.Fatalf("sidecar status: %s", statusSummary(p))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.logText(t, p, "main", 0) != "proxy-was-up\n" {
+			if time.Now().After(deadline) {
+				t.Fatalf("main container started before the sidecar's startup probe passed: log %q", e.logText(t, p, "main", 0))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
 	t.Run("configMap and secret volumes update in place", func(t *testing.T) {
 		ctx := t.Context()
 		cm, err := e.cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"mode": "fast"}}, metav1.CreateOptions{})

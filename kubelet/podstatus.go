@@ -205,13 +205,14 @@ func tailLog(path string, lines, maxBytes int) string {
 
 // podPhase follows the kubelet's rules for a pod's phase.
 func podPhase(pod *corev1.Pod, initStatuses, statuses []corev1.ContainerStatus) corev1.PodPhase {
-	for _, s := range initStatuses {
-		if t := s.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+	mainRan := mainContainersRan(statuses)
+	for i, s := range initStatuses {
+		if t := s.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == corev1.RestartPolicyNever && !isSidecar(initSpec(pod, i)) {
 			return corev1.PodFailed
 		}
 	}
-	for _, s := range initStatuses {
-		if t := s.State.Terminated; t == nil || t.ExitCode != 0 {
+	for i, s := range initStatuses {
+		if !initStatusDone(initSpec(pod, i), s, mainRan) {
 			return corev1.PodPending
 		}
 	}
@@ -268,9 +269,15 @@ func (w *podWorker) conditions(pod *corev1.Pod, st corev1.PodStatus) []corev1.Po
 	}
 	terminal := st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed
 	var notInit, notReady []string
-	for _, s := range st.InitContainerStatuses {
-		if t := s.State.Terminated; t == nil || t.ExitCode != 0 {
+	mainRan := mainContainersRan(st.ContainerStatuses)
+	for i, s := range st.InitContainerStatuses {
+		c := initSpec(pod, i)
+		if !initStatusDone(c, s, mainRan) {
 			notInit = append(notInit, s.Name)
+		}
+		// A sidecar's readiness is the pod's too.
+		if isSidecar(c) && !s.Ready {
+			notReady = append(notReady, s.Name)
 		}
 	}
 	for _, s := range st.ContainerStatuses {

@@ -354,6 +354,12 @@ func (w *podWorker) sync(ctx context.Context) (time.Duration, bool) {
 func (w *podWorker) syncInitContainers(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) (time.Duration, bool) {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
+		if isSidecar(c) {
+			if d, done := w.syncSidecar(ctx, pod, c, inst); !done {
+				return d, false
+			}
+			continue
+		}
 		cs := inst[c.Name]
 		if len(cs) > 0 && cs[0].State == cri.ContainerExited && cs[0].ExitCode == 0 {
 			continue
@@ -392,7 +398,8 @@ func (w *podWorker) syncContainer(ctx context.Context, pod *corev1.Pod, c *corev
 			w.m.rt.RemoveContainer(ctx, latest.ID)
 			cs = cs[1:]
 		case cri.ContainerExited:
-			if !shouldRestart(pod, latest, init) {
+			// A sidecar restarts whatever the pod's policy says.
+			if !isSidecar(c) && !shouldRestart(pod, latest, init) {
 				delete(w.waiting, c.Name)
 				return resyncPeriod
 			}

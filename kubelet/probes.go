@@ -39,8 +39,7 @@ func newProbeState(id string) *probeState {
 // It returns when the next probe is due.
 func (w *podWorker) runProbes(ctx context.Context, pod *corev1.Pod, inst map[string][]cri.ContainerStatus) time.Duration {
 	next := resyncPeriod
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+	for _, c := range probedContainers(pod) {
 		cs := inst[c.Name]
 		if len(cs) == 0 || cs[0].State != cri.ContainerRunning {
 			continue

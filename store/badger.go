@@ -27,11 +27,15 @@ type BadgerOptions struct {
 	// which keeps a store of 10,000 small objects under 40 MB RSS on a
 	// 512 MB device). Raising it buys cache hits and larger memtables.
 	MemoryMB int
-	// CompactInterval is how often history is compacted (default 1m).
+	// CompactInterval is how often history is compacted (default 5m,
+	// kube-apiserver's --etcd-compaction-interval).
 	CompactInterval time.Duration
 	// RetainFor and RetainRevisions bound compaction: history younger than
-	// RetainFor and the last RetainRevisions revisions are always kept
-	// (defaults 5m and 10,000).
+	// RetainFor (default 5m) and the last RetainRevisions revisions (default
+	// none) are always kept. With the defaults a revision is gone at most
+	// two intervals after it was written, as with kube-apiserver's
+	// compactor on etcd: clients (paged lists, the conformance suite) rely
+	// on an old continue token expiring.
 	RetainFor       time.Duration
 	RetainRevisions uint64
 	// GCInterval is how often the value log is garbage collected (default
@@ -65,13 +69,10 @@ func (o *BadgerOptions) setDefaults() {
 		o.MemoryMB = 24
 	}
 	if o.CompactInterval <= 0 {
-		o.CompactInterval = time.Minute
+		o.CompactInterval = 5 * time.Minute
 	}
 	if o.RetainFor <= 0 {
 		o.RetainFor = 5 * time.Minute
-	}
-	if o.RetainRevisions == 0 {
-		o.RetainRevisions = 10000
 	}
 	if o.GCInterval <= 0 {
 		o.GCInterval = time.Minute
@@ -1497,10 +1498,10 @@ func (s *badgerStore) compactionTxns(op *writeOp) ([]*badger.Txn, error) {
 
 // autoCompact keeps at least RetainFor of history and at least the last
 // RetainRevisions revisions. It waits until a tenth of RetainRevisions can
-// go: a compaction is itself a synced write, and on an idle node, where
-// only the Lease renewals move the revision (360 an hour), compacting the
-// few of the last minute every minute would add a write for every six
-// renewals, all of it wear on the card and none of it needed.
+// go: a compaction is itself a synced write. With the defaults (no
+// revision floor, one compaction every 5 minutes) an idle node, whose
+// Lease renewals move the revision 360 times an hour, adds 12 compactions
+// an hour.
 func (s *badgerStore) autoCompact() {
 	if !s.guard.housekeeping() {
 		return

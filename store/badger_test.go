@@ -198,6 +198,31 @@ func TestBadgerAutoCompaction(t *testing.T) {
 	}
 }
 
+// TestBadgerAutoCompactionNoRevisionFloor: by default only RetainFor
+// bounds history, as kube-apiserver's compactor does on etcd, so even a
+// store with a few revisions compacts what is older: a paged list's
+// continue token expires (the conformance suite's chunking test waits
+// for that) however few writes came after it.
+func TestBadgerAutoCompactionNoRevisionFloor(t *testing.T) {
+	s := openBadger(t, store.BadgerOptions{
+		Dir: t.TempDir(), CompactInterval: 20 * time.Millisecond,
+		RetainFor: 200 * time.Millisecond,
+	})
+	defer s.Close()
+	first := mustCreate(t, s, "/registry/a/k", "0")
+	if _, err := s.Update(ctx, "/registry/a/k", []byte("1"), first); err != nil {
+		t.Fatal(err)
+	}
+	// Younger than RetainFor: kept.
+	time.Sleep(50 * time.Millisecond)
+	w, err := s.Watch(ctx, "/registry/a/", first)
+	if err != nil {
+		t.Fatalf("history from %d compacted before RetainFor: %v", first, err)
+	}
+	w.Stop()
+	waitCompacted(t, s, first)
+}
+
 // waitCompacted waits until a watch of /registry/a/ from rev is refused
 // as compacted.
 func waitCompacted(t *testing.T, s store.Store, rev uint64) {

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -82,23 +83,32 @@ func ParseObjectKey(key string, namespaced bool) (ObjectKey, error) {
 
 // continueToken is the opaque List continuation, in the shape Kubernetes
 // uses: the revision the list is read at and the next key relative to the
-// list prefix.
+// list prefix. Revision -1 is the newest revision: the token
+// kube-apiserver hands out with the 410 for a compacted one, to finish
+// the list inconsistently.
 type continueToken struct {
 	APIVersion string `json:"v"`
-	Revision   uint64 `json:"rv"`
+	Revision   int64  `json:"rv"`
 	StartKey   string `json:"start"`
 }
+
+// newestRevision is a token's revision for "the newest revision".
+const newestRevision = -1
 
 const continueTokenVersion = "meta.k8s.io/v1"
 
 // EncodeContinue makes a token resuming a list of prefix at nextKey, read
-// at rev.
+// at rev; rev 0 reads at the newest revision, whichever it is then.
 func EncodeContinue(prefix, nextKey string, rev uint64) (string, error) {
 	rel, ok := strings.CutPrefix(nextKey, prefix)
-	if !ok || rev == 0 {
+	if !ok || rev > math.MaxInt64 {
 		return "", fmt.Errorf("%w: key %q is not under %q", ErrInvalidContinue, nextKey, prefix)
 	}
-	b, err := json.Marshal(continueToken{APIVersion: continueTokenVersion, Revision: rev, StartKey: rel})
+	r := int64(rev)
+	if rev == 0 {
+		r = newestRevision
+	}
+	b, err := json.Marshal(continueToken{APIVersion: continueTokenVersion, Revision: r, StartKey: rel})
 	if err != nil {
 		return "", err
 	}
@@ -106,7 +116,7 @@ func EncodeContinue(prefix, nextKey string, rev uint64) (string, error) {
 }
 
 // DecodeContinue returns the absolute key to resume prefix at, and the
-// revision to read at.
+// revision to read at (0: the newest).
 func DecodeContinue(prefix, token string) (startKey string, rev uint64, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
@@ -119,7 +129,7 @@ func DecodeContinue(prefix, token string) (startKey string, rev uint64, err erro
 	switch {
 	case t.APIVersion != continueTokenVersion:
 		return "", 0, fmt.Errorf("%w: unknown version %q", ErrInvalidContinue, t.APIVersion)
-	case t.Revision == 0:
+	case t.Revision == 0 || t.Revision < newestRevision:
 		return "", 0, fmt.Errorf("%w: no revision", ErrInvalidContinue)
 	case t.StartKey == "":
 		return "", 0, fmt.Errorf("%w: no start key", ErrInvalidContinue)
@@ -131,5 +141,8 @@ func DecodeContinue(prefix, token string) (startKey string, rev uint64, err erro
 	if err := validatePath(strings.TrimSuffix(startKey, "\x00")); err != nil || strings.HasPrefix(t.StartKey, "/") {
 		return "", 0, fmt.Errorf("%w: start key %q escapes %q", ErrInvalidContinue, t.StartKey, prefix)
 	}
-	return startKey, t.Revision, nil
+	if t.Revision == newestRevision {
+		return startKey, 0, nil
+	}
+	return startKey, uint64(t.Revision), nil
 }

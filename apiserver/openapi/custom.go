@@ -36,9 +36,10 @@ func (b *builder) customKinds(r Resource) (obj, list spec.Schema) {
 	}
 	props["apiVersion"] = stringProp(apiVersionDoc)
 	props["kind"] = stringProp(kindDoc)
-	md := b.ref(reflect.TypeOf(metav1.ObjectMeta{}))
-	md.Description = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
-	props["metadata"] = md
+	// Described as upstream describes it (kubectl explain <crd>.metadata
+	// shows it), wrapped in allOf in OpenAPI v3 as built-in kinds' described
+	// references are.
+	props["metadata"] = b.field(reflect.TypeOf(metav1.ObjectMeta{}), "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata")
 	s.Properties = props
 	if len(s.Type) == 0 {
 		s.Type = spec.StringOrArray{"object"}

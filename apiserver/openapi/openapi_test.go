@@ -361,6 +361,17 @@ func TestCustomResourceSwagger2(t *testing.T) {
 	if !strings.Contains(string(raw3), "anyOf") || !strings.Contains(string(raw3), `"nullable":true`) {
 		t.Errorf("openapi 3.0 lost the schema's anyOf or nullable: %s", raw3)
 	}
+	// metadata keeps its description in both: a sibling of $ref in v2,
+	// wrapped in allOf in v3 (whose $ref siblings are ignored), as
+	// upstream, so kubectl explain <crd>.metadata describes it.
+	const mdDoc = "Standard object's metadata."
+	if md := def.Properties["metadata"]; !strings.HasPrefix(md.Description, mdDoc) || !strings.HasSuffix(md.Ref.String(), ".ObjectMeta") {
+		t.Errorf("swagger 2.0 metadata = %+v", md)
+	}
+	md3 := v3.Components.Schemas["com.example.v1.Widget"].Properties["metadata"]
+	if !strings.HasPrefix(md3.Description, mdDoc) || md3.Ref.String() != "" || len(md3.AllOf) != 1 || !strings.HasSuffix(md3.AllOf[0].Ref.String(), ".ObjectMeta") {
+		t.Errorf("openapi 3.0 metadata = %+v", md3)
+	}
 	// The CRD's own schema is left as it was.
 	if crdSchema.Properties["spec"].Properties["port"].AnyOf == nil {
 		t.Error("the CRD's schema was changed")

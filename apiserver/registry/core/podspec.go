@@ -88,6 +88,7 @@ func ValidatePodSpec(s *corev1.PodSpec, path *field.Path) field.ErrorList {
 		errs = append(errs, ValidateVolumeMounts(c.VolumeMounts, vols, path.Child("ephemeralContainers").Index(i).Child("volumeMounts"))...)
 	}
 	errs = append(errs, ValidateSecurityProfiles(s, path)...)
+	errs = append(errs, ValidateSysctls(s, path.Child("securityContext", "sysctls"))...)
 	return append(errs, validatePodResourceClaims(s, path)...)
 }
 

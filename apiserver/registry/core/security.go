@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,4 +94,48 @@ func validateLocalhostProfile(localhost bool, profile *string, whole any, p *fie
 		return field.ErrorList{field.Invalid(lp, whole, "can only be set when seccomp type is Localhost")}
 	}
 	return nil
+}
+
+// sysctlName is kube-apiserver's rule for a sysctl's name: dot- or
+// slash-separated segments of lower-case letters, digits, '-' and '_'
+// that start and end with a letter or digit, 253 characters at most.
+const sysctlNameFmt = "([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
+
+var sysctlNameRE = regexp.MustCompile("^" + sysctlNameFmt + "$")
+
+const maxSysctlName = 253
+
+// ValidateSysctls checks the names of a pod's sysctls, as kube-apiserver
+// does: named, well-formed, each once, and no network sysctl for a pod on
+// the host's network nor an IPC one for a pod in the host's IPC namespace.
+// Whether a sysctl is allowed at all is the kubelet's to say.
+func ValidateSysctls(s *corev1.PodSpec, p *field.Path) field.ErrorList {
+	if s.SecurityContext == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i, sc := range s.SecurityContext.Sysctls {
+		np := p.Index(i).Child("name")
+		switch {
+		case sc.Name == "":
+			errs = append(errs, field.Required(np, ""))
+		case len(sc.Name) > maxSysctlName || !sysctlNameRE.MatchString(sc.Name):
+			errs = append(errs, field.Invalid(np, sc.Name, fmt.Sprintf("must have at most %d characters and match regex %s", maxSysctlName, sysctlNameRE)))
+		case names[sc.Name]:
+			errs = append(errs, field.Duplicate(np, sc.Name))
+		}
+		names[sc.Name] = true
+		// Network sysctls live under net., IPC ones are kernel.shm*,
+		// kernel.msg*, kernel.sem and fs.mqueue.* (the kubelet's
+		// namespaced sysctls); '/' separates them as well as '.'.
+		n := strings.ReplaceAll(sc.Name, "/", ".")
+		switch {
+		case s.HostNetwork && strings.HasPrefix(n, "net."):
+			errs = append(errs, field.Invalid(np, sc.Name, "may not be specified when 'hostNetwork' is true"))
+		case s.HostIPC && (strings.HasPrefix(n, "kernel.shm") || strings.HasPrefix(n, "kernel.msg") || n == "kernel.sem" || strings.HasPrefix(n, "fs.mqueue.")):
+			errs = append(errs, field.Invalid(np, sc.Name, "may not be specified when 'hostIPC' is true"))
+		}
+	}
+	return errs
 }

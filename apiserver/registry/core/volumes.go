@@ -7,7 +7,9 @@
 package core
 
 import (
+	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -257,6 +259,10 @@ func validateProjected(pr *corev1.ProjectedVolumeSource, p *field.Path) field.Er
 			errs = append(errs, ValidateLocalNonReservedPath(t.Path, fp.Child("path"))...)
 			seen(fp.Child("path"), t.Path)
 		}
+		if pc := src.PodCertificate; pc != nil {
+			n++
+			errs = append(errs, validatePodCertificateProjection(pc, sp.Child("podCertificate"), seen)...)
+		}
 		if src.ClusterTrustBundle != nil {
 			n++
 			fp := sp.Child("clusterTrustBundle")
@@ -266,6 +272,62 @@ func validateProjected(pr *corev1.ProjectedVolumeSource, p *field.Path) field.Er
 		if n > 1 {
 			errs = append(errs, field.Forbidden(sp, "may not specify more than 1 volume type per source"))
 		}
+	}
+	return errs
+}
+
+// Bounds of a podCertificate projection's maxExpirationSeconds, as
+// kube-apiserver has them: an hour at least, 91 days at most, a day at
+// most for the signers of kubernetes.io.
+const (
+	minPodCertificateExpiration           = 3600
+	maxPodCertificateExpiration           = 91 * 24 * 60 * 60
+	maxKubernetesPodCertificateExpiration = 24 * 60 * 60
+)
+
+var podCertificateKeyTypes = []string{"RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"}
+
+// validatePodCertificateProjection checks a podCertificate projection as
+// kube-apiserver does: a signer of the form <domain>/<path>, a supported
+// key type, the expiration bounds, and local paths that no other source
+// of the volume writes.
+func validatePodCertificateProjection(pc *corev1.PodCertificateProjection, fp *field.Path, seen func(*field.Path, ...string)) field.ErrorList {
+	var errs field.ErrorList
+	domain, path, ok := strings.Cut(pc.SignerName, "/")
+	switch {
+	case pc.SignerName == "":
+		errs = append(errs, field.Required(fp.Child("signerName"), ""))
+	case !ok || domain == "" || path == "":
+		errs = append(errs, field.Invalid(fp.Child("signerName"), pc.SignerName, "must be a fully qualified domain and path of the form 'example.com/signer-name'"))
+	}
+	if !slices.Contains(podCertificateKeyTypes, pc.KeyType) {
+		errs = append(errs, field.NotSupported(fp.Child("keyType"), pc.KeyType, podCertificateKeyTypes))
+	}
+	if m := pc.MaxExpirationSeconds; m != nil {
+		if *m < minPodCertificateExpiration {
+			errs = append(errs, field.Invalid(fp.Child("maxExpirationSeconds"), *m, fmt.Sprintf("if provided, maxExpirationSeconds must be >= %d", minPodCertificateExpiration)))
+		}
+		limit := maxPodCertificateExpiration
+		if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
+			limit = maxKubernetesPodCertificateExpiration
+		}
+		if int(*m) > limit {
+			errs = append(errs, field.Invalid(fp.Child("maxExpirationSeconds"), *m, fmt.Sprintf("if provided, maxExpirationSeconds must be <= %d", limit)))
+		}
+	}
+	paths := 0
+	for _, x := range []struct{ name, path string }{
+		{"credentialBundlePath", pc.CredentialBundlePath}, {"keyPath", pc.KeyPath}, {"certificateChainPath", pc.CertificateChainPath},
+	} {
+		if x.path == "" {
+			continue
+		}
+		paths++
+		errs = append(errs, ValidateLocalNonReservedPath(x.path, fp.Child(x.name))...)
+		seen(fp.Child(x.name), x.path)
+	}
+	if paths == 0 {
+		errs = append(errs, field.Required(fp, "specify at least one of credentialBundlePath, keyPath, and certificateChainPath"))
 	}
 	return errs
 }

@@ -159,3 +159,89 @@ func TestValidateSecurityProfiles(t *testing.T) {
 		t.Fatalf("pod-level profile: %v", got)
 	}
 }
+
+// The podCertificate projection's rules, with kube-apiserver's errors
+// (the conformance suite checks the 91-day bound's message).
+func TestValidatePodCertificateProjection(t *testing.T) {
+	pc := func(f func(*corev1.PodCertificateProjection)) []corev1.Volume {
+		p := &corev1.PodCertificateProjection{SignerName: "example.com/signer", KeyType: "ED25519", CredentialBundlePath: "creds.pem"}
+		f(p)
+		return []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{PodCertificate: p}}}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		vols []corev1.Volume
+		want string // "" for valid
+	}{
+		{"valid", pc(func(p *corev1.PodCertificateProjection) { p.MaxExpirationSeconds = ptr(int32(91 * 24 * 3600)) }), ""},
+		{"longer than 91 days", pc(func(p *corev1.PodCertificateProjection) { p.MaxExpirationSeconds = ptr(int32(91*24*3600 + 1)) }),
+			`v[0].projected.sources[0].podCertificate.maxExpirationSeconds: Invalid value: 7862401: if provided, maxExpirationSeconds must be <= 7862400`},
+		{"kubernetes.io signer longer than a day", pc(func(p *corev1.PodCertificateProjection) {
+			p.SignerName, p.MaxExpirationSeconds = "kubernetes.io/kube-apiserver-client-pod", ptr(int32(86401))
+		}), `maxExpirationSeconds: Invalid value: 86401: if provided, maxExpirationSeconds must be <= 86400`},
+		{"shorter than an hour", pc(func(p *corev1.PodCertificateProjection) { p.MaxExpirationSeconds = ptr(int32(3599)) }),
+			`maxExpirationSeconds: Invalid value: 3599: if provided, maxExpirationSeconds must be >= 3600`},
+		{"no signer", pc(func(p *corev1.PodCertificateProjection) { p.SignerName = "" }), `podCertificate.signerName: Required value`},
+		{"key type", pc(func(p *corev1.PodCertificateProjection) { p.KeyType = "DSA" }), `podCertificate.keyType: Unsupported value: "DSA"`},
+		{"no path", pc(func(p *corev1.PodCertificateProjection) { p.CredentialBundlePath = "" }), `specify at least one of credentialBundlePath, keyPath, and certificateChainPath`},
+		{"path escapes", pc(func(p *corev1.PodCertificateProjection) { p.KeyPath = "../key" }), `podCertificate.keyPath: Invalid value: "../key": must not contain '..'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs := ValidateVolumes(tc.vols, field.NewPath("v"))
+			got := errs.ToAggregate()
+			switch {
+			case tc.want == "" && got != nil:
+				t.Fatalf("refused: %v", got)
+			case tc.want != "" && (got == nil || !strings.Contains(got.Error(), tc.want)):
+				t.Fatalf("error %v, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Sysctl names as kube-apiserver checks them: the conformance suite's
+// case (two malformed names refused, a well-formed unknown one and a
+// known one let through to the kubelet), and the host-namespace rules.
+func TestValidateSysctls(t *testing.T) {
+	spec := func(hostNet, hostIPC bool, names ...string) *corev1.PodSpec {
+		s := &corev1.PodSpec{HostNetwork: hostNet, HostIPC: hostIPC, SecurityContext: &corev1.PodSecurityContext{}}
+		for _, n := range names {
+			s.SecurityContext.Sysctls = append(s.SecurityContext.Sysctls, corev1.Sysctl{Name: n, Value: "1"})
+		}
+		return s
+	}
+	p := field.NewPath("spec", "securityContext", "sysctls")
+	got := ValidateSysctls(spec(false, false, "foo-", "kernel.shmmax", "safe-and-unsafe", "bar.."), p).ToAggregate()
+	if got == nil {
+		t.Fatal("malformed sysctl names accepted")
+	}
+	for _, want := range []string{`spec.securityContext.sysctls[0].name: Invalid value: "foo-"`, `spec.securityContext.sysctls[3].name: Invalid value: "bar.."`} {
+		if !strings.Contains(got.Error(), want) {
+			t.Errorf("error %v, want it to contain %q", got, want)
+		}
+	}
+	for _, not := range []string{"safe-and-unsafe", "kernel.shmmax"} {
+		if strings.Contains(got.Error(), not) {
+			t.Errorf("error %v refuses the well-formed %q", got, not)
+		}
+	}
+	for _, tc := range []struct {
+		spec *corev1.PodSpec
+		want string
+	}{
+		{spec(false, false, "net.ipv4.ip_forward", "kernel/shm_rmid_forced"), ""},
+		{spec(false, false, "net.core.somaxconn", "net.core.somaxconn"), `sysctls[1].name: Duplicate value: "net.core.somaxconn"`},
+		{spec(false, false, ""), `sysctls[0].name: Required value`},
+		{spec(true, false, "net.ipv4.ip_forward"), `may not be specified when 'hostNetwork' is true`},
+		{spec(false, true, "kernel.shmmax"), `may not be specified when 'hostIPC' is true`},
+		{spec(true, false, "kernel.shmmax"), ""},
+	} {
+		got := ValidateSysctls(tc.spec, p).ToAggregate()
+		switch {
+		case tc.want == "" && got != nil:
+			t.Errorf("%v refused: %v", tc.spec.SecurityContext.Sysctls, got)
+		case tc.want != "" && (got == nil || !strings.Contains(got.Error(), tc.want)):
+			t.Errorf("%v: error %v, want it to contain %q", tc.spec.SecurityContext.Sysctls, got, tc.want)
+		}
+	}
+}

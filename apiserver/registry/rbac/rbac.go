@@ -19,10 +19,34 @@ import (
 // Kinds are the group's rows of the table of served kinds.
 func Kinds() []registry.Kind {
 	return []registry.Kind{
-		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}, Printer: &bindingPrinter},
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "clusterrolebindings"), Kind: "ClusterRoleBinding", Strategy: rbacStrategy{}, Defaulter: defaultBinding, Printer: &bindingPrinter},
 		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "clusterroles"), Kind: "ClusterRole", Strategy: rbacStrategy{}, Printer: &rolePrinter},
-		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "rolebindings"), Kind: "RoleBinding", Namespaced: true, Strategy: rbacStrategy{}, Printer: &bindingPrinter},
+		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "rolebindings"), Kind: "RoleBinding", Namespaced: true, Strategy: rbacStrategy{}, Defaulter: defaultBinding, Printer: &bindingPrinter},
 		{GVR: registry.GVR("rbac.authorization.k8s.io", "v1", "roles"), Kind: "Role", Namespaced: true, Strategy: rbacStrategy{}, Printer: &rolePrinter},
+	}
+}
+
+// defaultBinding applies rbac/v1's defaults to a (Cluster)RoleBinding: a
+// roleRef without an apiGroup is rbac.authorization.k8s.io's, and so is a
+// User or Group subject's; a ServiceAccount subject's is the core group.
+func defaultBinding(obj runtime.Object) {
+	var ref *rbacv1.RoleRef
+	var subjects []rbacv1.Subject
+	switch o := obj.(type) {
+	case *rbacv1.RoleBinding:
+		ref, subjects = &o.RoleRef, o.Subjects
+	case *rbacv1.ClusterRoleBinding:
+		ref, subjects = &o.RoleRef, o.Subjects
+	default:
+		return
+	}
+	if ref.APIGroup == "" {
+		ref.APIGroup = rbacv1.GroupName
+	}
+	for i := range subjects {
+		if s := &subjects[i]; s.APIGroup == "" && (s.Kind == rbacv1.UserKind || s.Kind == rbacv1.GroupKind) {
+			s.APIGroup = rbacv1.GroupName
+		}
 	}
 }
 
