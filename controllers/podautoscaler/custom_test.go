@@ -120,7 +120,8 @@ func (a *metricsAdapter) asked(prefix string) bool {
 // Pods, Object and External metrics served by an adapter through the
 // aggregator scale as kube-controller-manager scales them: pods at qps 30
 // against an average of 10 triple; a Service at 300 requests/s against a
-// value of 100 triples the ready pods; a queue of 50 against an average
+// value of 100 triples the ready pods (again at each sync as more become
+// ready); a queue of 50 against an average
 // of 10 per pod wants 5 pods.
 func TestCustomAndExternalMetrics(t *testing.T) {
 	e := start(t)
@@ -152,8 +153,12 @@ func TestCustomAndExternalMetrics(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if *d.Spec.Replicas != want {
-				return fmt.Errorf("%s: replicas %d, want %d", name, *d.Spec.Replicas, want)
+			// A Value target of an Object metric scales the ready pods
+			// by usage over target at every sync, as upstream: once the
+			// first 3 are ready, the next sync triples them again (up to
+			// the maximum), so only the first step is certain.
+			if got := *d.Spec.Replicas; got != want && (name != "object-rps" || got < want) {
+				return fmt.Errorf("%s: replicas %d, want %d", name, got, want)
 			}
 			return nil
 		})
