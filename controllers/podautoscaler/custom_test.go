@@ -26,8 +26,8 @@ import (
 )
 
 // metricsAdapter is a custom and external metrics API server, as
-// prometheus-adapter or KEDA serve them through an APIService: every pod
-// reports qps 30, the Service "frontend" requests-per-second 300, the
+// prometheus-adapter or KEDA serve them through an APIService: the pods
+// share qps 30 (one pod reports 30, three 10 each), the Service "frontend" requests-per-second 300, the
 // external queue_depth (queue=jobs) two series of 20 and 30. It records
 // the queries it answers.
 type metricsAdapter struct {
@@ -57,10 +57,11 @@ func newMetricsAdapter(t *testing.T, e *clustertest.Env) *metricsAdapter {
 				http.Error(w, err.Error(), 500)
 				return
 			}
+			// The load is spread: more pods, fewer queries each.
 			var items []map[string]any
 			for _, pod := range pods.Items {
 				items = append(items, map[string]any{"describedObject": map[string]any{"kind": "Pod", "namespace": ns, "name": pod.Name, "apiVersion": "/v1"},
-					"metric": map[string]any{"name": "qps"}, "timestamp": now, "windowSeconds": 60, "value": "30"})
+					"metric": map[string]any{"name": "qps"}, "timestamp": now, "windowSeconds": 60, "value": fmt.Sprintf("%dm", 30000/len(pods.Items))})
 			}
 			enc.Encode(map[string]any{"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2", "metadata": map[string]any{}, "items": items})
 		case p == "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/services/frontend/requests-per-second":
@@ -118,8 +119,8 @@ func (a *metricsAdapter) asked(prefix string) bool {
 }
 
 // Pods, Object and External metrics served by an adapter through the
-// aggregator scale as kube-controller-manager scales them: pods at qps 30
-// against an average of 10 triple; a Service at 300 requests/s against a
+// aggregator scale as kube-controller-manager scales them: qps 30 against
+// an average of 10 per pod wants 3 pods; a Service at 300 requests/s against a
 // value of 100 triples the ready pods (again at each sync as more become
 // ready); a queue of 50 against an average
 // of 10 per pod wants 5 pods.
@@ -163,14 +164,22 @@ func TestCustomAndExternalMetrics(t *testing.T) {
 			return nil
 		})
 	}
-	c, hpa := waitCondition(t, e, "pods-qps", autoscalingv2.ScalingActive, corev1.ConditionTrue, "ValidMetricFound")
+	c, _ := waitCondition(t, e, "pods-qps", autoscalingv2.ScalingActive, corev1.ConditionTrue, "ValidMetricFound")
 	if c.Message != "the HPA was able to successfully calculate a replica count from pods metric qps" {
 		t.Errorf("pods-qps ScalingActive: %q", c.Message)
 	}
-	if cm := hpa.Status.CurrentMetrics; len(cm) != 1 || cm[0].Pods == nil || cm[0].Pods.Current.AverageValue.String() != "30" {
-		t.Errorf("pods-qps current metrics %+v, want an average of 30", cm)
-	}
-	_, hpa = waitCondition(t, e, "object-rps", autoscalingv2.ScalingActive, corev1.ConditionTrue, "ValidMetricFound")
+	// Once the 3 pods share the load: 10 each.
+	clustertest.Eventually(t, 30*time.Second, func() error {
+		h, err := hpas.Get(e.Ctx, "pods-qps", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm := h.Status.CurrentMetrics; len(cm) != 1 || cm[0].Pods == nil || cm[0].Pods.Current.AverageValue.String() != "10" {
+			return fmt.Errorf("pods-qps current metrics %+v, want an average of 10", cm)
+		}
+		return nil
+	})
+	_, hpa := waitCondition(t, e, "object-rps", autoscalingv2.ScalingActive, corev1.ConditionTrue, "ValidMetricFound")
 	if cm := hpa.Status.CurrentMetrics; len(cm) != 1 || cm[0].Object == nil || cm[0].Object.Current.Value.String() != "300" || cm[0].Object.DescribedObject.Name != "frontend" {
 		t.Errorf("object-rps current metrics %+v, want frontend's 300", cm)
 	}
