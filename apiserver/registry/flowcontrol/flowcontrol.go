@@ -34,9 +34,9 @@ const Group = "flowcontrol.apiserver.k8s.io"
 func Kinds() []registry.Kind {
 	return []registry.Kind{
 		{GVR: registry.GVR(Group, "v1", "flowschemas"), Kind: "FlowSchema", Subresources: []string{"status"},
-			Strategy: flowSchemaStrategy{}, Defaulter: DefaultFlowSchema, Printer: &flowSchemaPrinter},
+			Strategy: flowSchemaStrategy, Defaulter: DefaultFlowSchema, Printer: &flowSchemaPrinter},
 		{GVR: registry.GVR(Group, "v1", "prioritylevelconfigurations"), Kind: "PriorityLevelConfiguration", Subresources: []string{"status"},
-			Strategy: priorityLevelStrategy{}, Defaulter: DefaultPriorityLevel, Printer: &priorityLevelPrinter},
+			Strategy: priorityLevelStrategy, Defaulter: DefaultPriorityLevel, Printer: &priorityLevelPrinter},
 	}
 }
 
@@ -105,41 +105,48 @@ var mandatorySchemas, mandatoryLevels = func() (map[string]*flowcontrolv1.FlowSc
 	return fs, pl
 }()
 
-type flowSchemaStrategy struct{ registry.GenerationStrategy }
-
-func (flowSchemaStrategy) Validate(_ *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	return validateFlowSchema(obj.(*flowcontrolv1.FlowSchema))
+// strategy holds both kinds' rules: spec validation on every write,
+// condition types on status writes.
+type strategy struct {
+	registry.GenerationStrategy
+	validate       func(runtime.Object) field.ErrorList
+	conditionTypes func(runtime.Object) []string
 }
 
-func (flowSchemaStrategy) ValidateUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
-	return validateFlowSchema(obj.(*flowcontrolv1.FlowSchema))
+func (s strategy) Validate(_ *registry.WriteCtx, obj runtime.Object) field.ErrorList {
+	return s.validate(obj)
 }
 
-func (flowSchemaStrategy) ValidateStatusUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
-	var types []string
-	for _, c := range obj.(*flowcontrolv1.FlowSchema).Status.Conditions {
-		types = append(types, string(c.Type))
+func (s strategy) ValidateUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
+	return s.validate(obj)
+}
+
+func (s strategy) ValidateStatusUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
+	return validateConditionTypes(s.conditionTypes(obj))
+}
+
+var (
+	flowSchemaStrategy = strategy{
+		validate: func(o runtime.Object) field.ErrorList { return validateFlowSchema(o.(*flowcontrolv1.FlowSchema)) },
+		conditionTypes: func(o runtime.Object) (types []string) {
+			for _, c := range o.(*flowcontrolv1.FlowSchema).Status.Conditions {
+				types = append(types, string(c.Type))
+			}
+			return types
+		},
 	}
-	return validateConditionTypes(types)
-}
-
-type priorityLevelStrategy struct{ registry.GenerationStrategy }
-
-func (priorityLevelStrategy) Validate(_ *registry.WriteCtx, obj runtime.Object) field.ErrorList {
-	return validatePriorityLevel(obj.(*flowcontrolv1.PriorityLevelConfiguration))
-}
-
-func (priorityLevelStrategy) ValidateUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
-	return validatePriorityLevel(obj.(*flowcontrolv1.PriorityLevelConfiguration))
-}
-
-func (priorityLevelStrategy) ValidateStatusUpdate(_ *registry.WriteCtx, obj, _ runtime.Object) field.ErrorList {
-	var types []string
-	for _, c := range obj.(*flowcontrolv1.PriorityLevelConfiguration).Status.Conditions {
-		types = append(types, string(c.Type))
+	priorityLevelStrategy = strategy{
+		validate: func(o runtime.Object) field.ErrorList {
+			return validatePriorityLevel(o.(*flowcontrolv1.PriorityLevelConfiguration))
+		},
+		conditionTypes: func(o runtime.Object) (types []string) {
+			for _, c := range o.(*flowcontrolv1.PriorityLevelConfiguration).Status.Conditions {
+				types = append(types, string(c.Type))
+			}
+			return types
+		},
 	}
-	return validateConditionTypes(types)
-}
+)
 
 // validateConditionTypes: every condition has a type, each type once.
 func validateConditionTypes(types []string) field.ErrorList {
