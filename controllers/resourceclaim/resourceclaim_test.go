@@ -25,11 +25,13 @@ func start(t *testing.T) *clustertest.Env {
 	return e
 }
 
-// waitFor polls cond for up to 10s.
+// waitFor polls cond for up to 30 s: a pod the scheduler found
+// unschedulable before its claim existed is retried after a backoff of
+// up to 10 s, which a loaded machine stretches.
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
 	var last error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		ok, err := cond()
 		if ok {
 			return
